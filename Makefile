@@ -1,0 +1,171 @@
+# fiattn - build, test, install.  GNU make.
+#
+#   make            library (shared + static), fiplan, tests, benches; nvcc compiles the
+#                   executor for sm_90a in every build (CI proves it compiles and links)
+#   make run        plan + execute + check the embedded default batch (README Quick start)
+#   make test       CPU test suite (cmocka); no GPU needed
+#   make gpu-test   GPU test suite (skips cleanly without a GPU)
+#   make asan       ASan + UBSan build of the CPU tests (jemalloc off), then run them
+#   make lint       cppcheck on the C sources
+#   make install / uninstall   PREFIX=/usr/local DESTDIR=
+#
+# Knobs: CC, NVCC, CUDA_HOME, OPT, SANITIZE=1, NO_JEMALLOC=1, GPU_ARCH.
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CC        ?= gcc
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+OPT       ?= -O2
+GPU_ARCH  ?= -gencode=arch=compute_90a,code=sm_90a
+PKG_CONFIG ?= pkg-config
+
+VERSION := 0.1.0
+SOVER   := 0
+
+BUILD := build
+ifeq ($(SANITIZE),1)
+BUILD := build-asan
+NO_JEMALLOC := 1
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+INCLUDES := -Iinclude -I. -I$(CUDA_HOME)/include
+CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
+            -fPIC -D_POSIX_C_SOURCE=200809L -MMD -MP $(INCLUDES) $(SAN_FLAGS)
+NVFLAGS  := -std=c++17 $(OPT) $(GPU_ARCH) -Xcompiler -fPIC -MMD -MP $(INCLUDES) \
+            --expt-relaxed-constexpr -Xptxas --warn-on-spills -lineinfo
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+LDLIBS   := -lm $(SAN_FLAGS)
+
+ifeq ($(NO_JEMALLOC),1)
+TOOL_CFLAGS := -DFI_NO_JEMALLOC
+TOOL_LIBS   :=
+else
+TOOL_CFLAGS :=
+TOOL_LIBS   := -ljemalloc
+endif
+GV_CFLAGS := $(shell $(PKG_CONFIG) --cflags libgvc libcgraph 2>/dev/null)
+GV_LIBS   := $(shell $(PKG_CONFIG) --libs libgvc libcgraph 2>/dev/null || echo -lgvc -lcgraph -lcdt)
+GV_PLUGIN_LIBS := $(shell ls $$($(PKG_CONFIG) --variable=libdir libgvc 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)/graphviz/libgvplugin_dot_layout.so* >/dev/null 2>&1 && echo -Wl,--no-as-needed -lgvplugin_dot_layout -lgvplugin_core)
+CMOCKA_LIBS := -lcmocka
+
+# ---- sources ---------------------------------------------------------------------------
+LIB_C   := $(wildcard planner/*.c workspace/*.c executor/*.c executor/cpu/*.c)
+LIB_CU  := $(wildcard executor/cuda/*.cu)
+LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
+COMMON_C := $(wildcard tests/common/*.c)
+COMMON_OBJ := $(COMMON_C:%.c=$(BUILD)/%.o)
+TRACE_C := $(wildcard viz/trace*.c viz/batch*.c)
+TRACE_OBJ := $(TRACE_C:%.c=$(BUILD)/%.o)
+VIZ_C   := $(filter-out $(TRACE_C),$(wildcard viz/*.c))
+VIZ_OBJ := $(VIZ_C:%.c=$(BUILD)/%.o)
+TEST_C  := $(wildcard tests/test_*.c)
+TESTS   := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
+GPU_TEST_C := $(wildcard tests/gpu/test_*.c)
+GPU_TESTS  := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+BENCH_C := $(wildcard bench/*.c)
+BENCH_CU := $(wildcard bench/*.cu)
+BENCHES := $(BENCH_C:bench/%.c=$(BUILD)/bench/%) $(BENCH_CU:bench/%.cu=$(BUILD)/bench/%)
+
+LIB_A  := $(BUILD)/libfiattn.a
+LIB_SO := $(BUILD)/libfiattn.so.$(VERSION)
+FIPLAN := $(BUILD)/fiplan
+
+.PHONY: all lib test gpu-test asan lint install uninstall clean run bench
+all: lib $(FIPLAN) $(TESTS) $(GPU_TESTS) $(BENCHES)
+lib: $(LIB_A) $(LIB_SO)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIB_A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJ) fiattn.map
+	$(CC) -shared -Wl,-soname,libfiattn.so.$(SOVER) -Wl,--version-script=fiattn.map \
+	    -o $@ $(LIB_OBJ) $(CUDA_LIBS) $(LDLIBS)
+	ln -sf libfiattn.so.$(VERSION) $(BUILD)/libfiattn.so.$(SOVER)
+	ln -sf libfiattn.so.$(VERSION) $(BUILD)/libfiattn.so
+
+# Programs link the static library (no rpath games, one binary to carry).
+$(FIPLAN): $(VIZ_OBJ) $(TRACE_OBJ) $(LIB_A)
+	$(CC) $(CFLAGS) -o $@ $(VIZ_OBJ) $(TRACE_OBJ) $(LIB_A) $(GV_LIBS) $(GV_PLUGIN_LIBS) $(TOOL_LIBS) $(CUDA_LIBS) $(LDLIBS)
+$(VIZ_OBJ) $(TRACE_OBJ): CFLAGS += $(TOOL_CFLAGS) $(GV_CFLAGS)
+
+$(BUILD)/tests/%: tests/%.c $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(TOOL_CFLAGS) -Itests -o $@ $< $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A) $(CMOCKA_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(TOOL_CFLAGS) -Itests -o $@ $< $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A) $(CMOCKA_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(TOOL_CFLAGS) -Itests -o $@ $< $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A) $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.cu $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -o $@ $< $(LIB_A) -lcublas
+
+# ---- running ---------------------------------------------------------------------------
+# The main job on the embedded default: plan a decode snapshot from the bundled trace
+# excerpt, print the summary, write the SVG, execute (GPU if present, else CPU reference)
+# and report the error against the naive fp64 reference.
+run: $(FIPLAN)
+	$(FIPLAN) --execute --svg plan.svg
+
+test: $(TESTS) $(FIPLAN)
+	@fail=0; for t in $(TESTS); do echo "== $$t"; $$t || fail=1; done; \
+	  if [ -x tests/cli_test.sh ]; then echo "== tests/cli_test.sh"; FIPLAN=$(FIPLAN) sh tests/cli_test.sh || fail=1; fi; \
+	  exit $$fail
+
+gpu-test: $(GPU_TESTS)
+	@fail=0; for t in $(GPU_TESTS); do echo "== $$t"; $$t || fail=1; done; exit $$fail
+
+bench: $(BENCHES)
+
+asan:
+	$(MAKE) SANITIZE=1 test
+
+lint:
+	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \
+	    --inline-suppr --suppress=missingIncludeSystem -Iinclude -I. \
+	    planner workspace executor/*.c executor/cpu viz tests bench
+
+# ---- install ---------------------------------------------------------------------------
+LIBDIR := $(PREFIX)/lib
+INCDIR := $(PREFIX)/include
+BINDIR := $(PREFIX)/bin
+
+$(BUILD)/fiattn.pc: fiattn.pc.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+install: lib $(FIPLAN) $(BUILD)/fiattn.pc
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR)
+	install -m 644 include/fiattn*.h $(DESTDIR)$(INCDIR)/
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf libfiattn.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfiattn.so.$(SOVER)
+	ln -sf libfiattn.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfiattn.so
+	install -m 644 $(BUILD)/fiattn.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 755 $(FIPLAN) $(DESTDIR)$(BINDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(INCDIR)/fiattn.h $(DESTDIR)$(INCDIR)/fiattn_work.h \
+	      $(DESTDIR)$(INCDIR)/fiattn_run.h $(DESTDIR)$(INCDIR)/fiattn_ref.h \
+	      $(DESTDIR)$(LIBDIR)/libfiattn.a $(DESTDIR)$(LIBDIR)/libfiattn.so* \
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/fiattn.pc $(DESTDIR)$(BINDIR)/fiplan
+
+clean:
+	rm -rf build build-asan plan.svg
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,241 @@
+/*
+ * fiattn.h - public C11 API of fiattn: plan-once, run-many paged attention.
+ *
+ * A host planner turns a batch description (page tables + lengths) into a balanced
+ * split-k work list laid out in a fixed workspace; a persistent CUDA executor (or the CPU
+ * reference executor, include/fiattn_ref.h) consumes it.
+ *
+ *   size_t n;   fi_workspace_size(&caps, &n);          // once, from the caps
+ *   cudaMalloc(&ws, n);  fi_plan_create(&caps, ws, n, NULL, &plan);
+ *   every step: fi_plan_update(plan, &batch, stream);  // host only, no device sync
+ *               fi_run(plan, &args, stream);           // graph-capturable (fiattn_run.h)
+ *   fi_plan_destroy(plan);
+ *
+ * Conventions for every function here:
+ *  - Lengths are in tokens, sizes in bytes, head dims in elements; indices are int32.
+ *  - Host arrays passed in are only read, and only during the call (the library keeps no
+ *    pointer to them).  Device memory passed in stays owned by the caller and must outlive
+ *    the plan.
+ *  - Every function returns an fi_status; on any error nothing the caller owns is written
+ *    and a plan keeps its previous contents.  The library never exits, aborts or prints.
+ *
+ * The shared structures the plan is made of (work items, merge groups, request table) are
+ * defined once, in fiattn_work.h.
+ */
+#ifndef FIATTN_H
+#define FIATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fiattn_work.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FIATTN_VERSION_MAJOR 0
+#define FIATTN_VERSION_MINOR 1
+#define FIATTN_VERSION_PATCH 0
+
+/* Status codes.  Values are fixed forever (they cross language bindings); new codes are
+ * only ever appended. */
+typedef enum fi_status {
+    FI_OK = 0,
+    FI_ERR_NULL_ARGUMENT = 1,          /* a required pointer was NULL */
+    FI_ERR_INVALID_CAPS = 2,           /* a cap is <= 0 or inconsistent (e.g. H_q % H_kv) */
+    FI_ERR_UNSUPPORTED_KIND = 3,
+    FI_ERR_UNSUPPORTED_HEAD_DIM = 4,
+    FI_ERR_UNSUPPORTED_PAGE_SIZE = 5,
+    FI_ERR_UNSUPPORTED_DTYPE = 6,
+    FI_ERR_UNSUPPORTED_HEADS = 7,      /* head count / group size outside the kind's range */
+    FI_ERR_BATCH_OVER_CAPS = 8,        /* batch_size > caps.max_batch */
+    FI_ERR_Q_TOKENS_OVER_CAPS = 9,     /* sum of q_len > caps.max_q_tokens */
+    FI_ERR_Q_LEN_UNSUPPORTED = 10,     /* q_len outside the kind's range (decode: 1..8) */
+    FI_ERR_NEGATIVE_LENGTH = 11,       /* a q_len or kv_len < 0 */
+    FI_ERR_INDPTR_NOT_MONOTONE = 12,   /* an indptr / cum_seq_lens array decreases or !starts at 0 */
+    FI_ERR_INCONSISTENT_LENGTHS = 13,  /* e.g. seq_lens != cum_seq_lens_kv diff, q_len > kv_len */
+    FI_ERR_SEQ_LEN_EXCEEDS_PAGES = 14, /* kv_len needs more pages than the request's row holds */
+    FI_ERR_PAGE_INDEX_OUT_OF_RANGE = 15, /* a used page index < 0 or >= caps.num_pages */
+    FI_ERR_INVALID_WINDOW = 16,        /* window_left < -1 */
+    FI_ERR_WORKSPACE_TOO_SMALL = 17,   /* see fi_workspace_size(); detail.needed has the bytes */
+    FI_ERR_WORKSPACE_MISALIGNED = 18,  /* workspace not 256-byte aligned */
+    FI_ERR_STREAM_CAPTURING = 19,      /* fi_plan_update called while its stream is captured */
+    FI_ERR_CUDA = 20,                  /* a CUDA runtime call failed; detail.cuda_error has it */
+    FI_ERR_NO_DEVICE = 21,             /* a device-backed call without a usable CUDA device */
+    FI_ERR_OUT_OF_MEMORY = 22,         /* host allocation (at create only) failed */
+    FI_ERR_PLAN_OVER_CAPS = 23,        /* derived bound exceeded (items/groups/slots): a bug */
+    FI_ERR_NOT_PLANNED = 24,           /* run before the first successful fi_plan_update */
+    FI_ERR_SHAPE_MISMATCH = 25,        /* a tensor's shape disagrees with caps / plan */
+    FI_ERR_BAD_STRIDE = 26,            /* a stride the executor cannot take (last dim must be 1) */
+    FI_ERR_MISALIGNED_POINTER = 27,    /* a tensor base not 16-byte aligned */
+    FI_ERR_INVALID_FORM = 28,          /* batch form not valid for the caps' kind */
+    FI_ERR_INVALID_ARGUMENT = 29,      /* any other out-of-range scalar argument */
+    FI_ERR_HOST_PLAN = 30,             /* a device operation on a plan created without workspace */
+} fi_status;
+
+/* Name of a status ("FI_ERR_BATCH_OVER_CAPS"); never NULL ("FI_STATUS_UNKNOWN"). */
+const char *fi_status_name(fi_status status);
+
+/* Context for the last error on a plan, enough to act on without a debugger. */
+typedef struct fi_error_detail {
+    fi_status status;   /* same as the last non-OK return on this plan (FI_OK if none) */
+    int64_t needed;     /* bytes / count the call needed (over-caps, too-small errors), else -1 */
+    int64_t limit;      /* the cap or size it was checked against, else -1 */
+    int32_t request;    /* the offending request index b, else -1 */
+    int32_t cuda_error; /* cudaError_t value for FI_ERR_CUDA, else 0 */
+} fi_error_detail;
+
+/* Attention families, one per reference API group. */
+typedef enum fi_kind {
+    FI_KIND_MLA_DECODE = 1,  /* trtllm_batch_decode_with_kv_cache_mla, xqa_mla,
+                                BatchMLAPagedAttentionWrapper (decode + incremental prefill) */
+    FI_KIND_GQA_DECODE = 2,  /* xqa_batch_decode_with_kv_cache */
+    FI_KIND_CONTEXT = 3,     /* trtllm_batch_context_with_kv_cache */
+} fi_kind;
+
+typedef enum fi_dtype {
+    FI_DTYPE_F32 = 1,
+    FI_DTYPE_F16 = 2,
+    FI_DTYPE_BF16 = 3,
+    FI_DTYPE_E4M3 = 4,  /* fp8 e4m3 (xqa_mla) */
+    FI_DTYPE_I32 = 5,   /* page tables */
+} fi_dtype;
+
+/* Capacity of a plan: fixes the workspace layout, the persistent grid and every bound.
+ * Supported (checked by fi_workspace_size / fi_plan_create):
+ *   MLA_DECODE: H_kv 1, H_q in {16,32,64,128}, head_dim_qk 576, head_dim_vo 512,
+ *               page_size in {1,16,32,64,128}, q_len 1..8 per request.
+ *   GQA_DECODE: H_q % H_kv == 0, group 1..16, head_dim 64/128/256 (qk == vo),
+ *               page_size in {1,16,32,64,128}, q_len 1..8.
+ *   CONTEXT:    H_q % H_kv == 0, group 1..16, head_dim 64/128/256, any page_size above.
+ */
+typedef struct fi_caps {
+    fi_kind kind;
+    int32_t max_batch;      /* requests per batch */
+    int32_t max_q_tokens;   /* sum of q_len over a batch (decode: batch * MTP depth) */
+    int32_t num_pages;      /* pages in the KV cache: every page index must be < this */
+    int32_t page_size;      /* tokens per page */
+    int32_t num_qo_heads;   /* H_q */
+    int32_t num_kv_heads;   /* H_kv (1 for MLA) */
+    int32_t head_dim_qk;    /* 576 for MLA (512 ckv + 64 kpe) */
+    int32_t head_dim_vo;    /* 512 for MLA */
+    fi_dtype q_dtype, kv_dtype, o_dtype;
+    int32_t num_ctas;       /* persistent grid size; 0 = ask the current CUDA device */
+} fi_caps;
+
+/* Bytes of device workspace a plan with these caps needs (256-byte aligned regions: work
+ * items, CTA ranges, request table, merge table, counts, fp32 partial O and LSE,
+ * semaphores).  Depends only on *caps (num_ctas 0 is resolved against the current device).
+ * @return FI_OK and *bytes, or the caps' validation status (*bytes untouched). */
+fi_status fi_workspace_size(const fi_caps *caps, size_t *bytes);
+
+/* Host memory hooks for the library's own small allocations (done at create only).
+ * NULL, or NULL members, mean libc malloc/free.  The hooks must outlive the plan. */
+typedef struct fi_allocator {
+    void *(*alloc)(void *ctx, size_t bytes, size_t alignment);
+    void (*free)(void *ctx, void *ptr);
+    void *ctx;
+} fi_allocator;
+
+typedef struct fi_plan fi_plan;
+
+/* Create a plan over caller-provided device memory.
+ * workspace: device pointer, 256-byte aligned, >= fi_workspace_size() bytes, owned by the
+ *   caller, must outlive the plan.  NULL with bytes 0 creates a host-only plan (no CUDA
+ *   calls at all: for the CPU reference executor, tests and fiplan).
+ * Device plans: allocate two pinned staging buffers, an event, and zero the semaphore
+ *   region once (synchronously): the only sync fiattn ever does.
+ * @return FI_OK and *plan; FI_ERR_WORKSPACE_TOO_SMALL (fi_workspace_size() gives the bytes),
+ *   FI_ERR_WORKSPACE_MISALIGNED, a caps status, FI_ERR_NO_DEVICE, FI_ERR_CUDA,
+ *   FI_ERR_OUT_OF_MEMORY.  On error *plan is left untouched. */
+fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_bytes,
+                         const fi_allocator *allocator, fi_plan **plan);
+
+/* Convenience: fi_plan_create over a workspace the plan allocates (cudaMalloc) and frees. */
+fi_status fi_plan_create_owned(const fi_caps *caps, const fi_allocator *allocator,
+                               fi_plan **plan);
+
+/* Destroy a plan (NULL is fine).  Waits for the plan's last staging copy (event sync) so
+ * pinned memory is never freed under an in-flight copy. */
+void fi_plan_destroy(fi_plan *plan);
+
+/* How a batch is described: the three forms of the reference APIs. */
+typedef enum fi_batch_form {
+    /* trtllm_batch_decode_with_kv_cache_mla / xqa: block_tables + seq_lens, uniform q_len. */
+    FI_FORM_BLOCK_TABLES = 1,
+    /* BatchMLAPagedAttentionWrapper: qo_indptr + kv_indptr + kv_indices + kv_len. */
+    FI_FORM_INDPTR = 2,
+    /* trtllm_batch_context_with_kv_cache: cum_seq_lens_q / cum_seq_lens_kv + block_tables
+     * (+ seq_lens, checked against cum_seq_lens_kv when given). */
+    FI_FORM_CUM_SEQ_LENS = 3,
+} fi_batch_form;
+
+/* One step's batch, all arrays on the host, int32.  Only the members of `form` are read. */
+typedef struct fi_batch {
+    fi_batch_form form;
+    int32_t batch_size;         /* B */
+    /* FI_FORM_BLOCK_TABLES and FI_FORM_CUM_SEQ_LENS: */
+    const int32_t *block_tables; /* [B, max_pages_per_seq] or, kv_split_pages, [B, 2, max_pages_per_seq] */
+    int32_t max_pages_per_seq;   /* row length of block_tables (its stride in elements) */
+    int32_t kv_split_pages;      /* 1: 3-D table, [b][0] K pages, [b][1] V pages (TRT-LLM) */
+    const int32_t *seq_lens;     /* [B] kv_len (BLOCK_TABLES: required; CUM_SEQ_LENS: optional) */
+    int32_t q_len_per_request;   /* BLOCK_TABLES: uniform q_len (MTP depth), 1..8 */
+    /* FI_FORM_INDPTR: */
+    const int32_t *qo_indptr;    /* [B+1] query token offsets */
+    const int32_t *kv_indptr;    /* [B+1] offsets into kv_indices (pages) */
+    const int32_t *kv_indices;   /* [kv_indptr[B]] page indices */
+    const int32_t *kv_len;       /* [B] kv_len in tokens */
+    /* FI_FORM_CUM_SEQ_LENS: */
+    const int32_t *cum_seq_lens_q;  /* [B+1] */
+    const int32_t *cum_seq_lens_kv; /* [B+1] */
+    /* All forms: */
+    int32_t causal;       /* 1: query row i of a request with q_len rows sees keys
+                             [0, kv_len - q_len + i] (query block aligned to the end of the
+                             KV range); 0: every row sees all kv_len keys.  Decode MTP and
+                             context attention use 1. */
+    int32_t window_left;  /* -1 unlimited; else the query at position p sees [p - window_left, p] */
+} fi_batch;
+
+/* Re-plan for a new batch: validate, partition (balanced split-k), lay out, and (device
+ * plans) issue ONE cudaMemcpyAsync of the used plan bytes from pinned staging to the
+ * workspace on `stream` (a cudaStream_t, NULL = legacy default).  Allocates nothing, never
+ * synchronises the device; staging is double-buffered and each buffer guarded by an event,
+ * so an update never overwrites a copy still in flight (it waits on that event only if the
+ * copy issued two updates ago is still pending).
+ * Not capturable: called while `stream` is being captured it returns
+ * FI_ERR_STREAM_CAPTURING.  Deterministic: the same batch gives a byte-identical plan.
+ * Algorithm: contiguous cost walk of FlashMLA's decode scheduler / flash-decoding split-KV
+ * (Dao et al. 2023), see planner/partition.c.
+ * @return FI_OK, or a validation status (fi_plan_error() gives the request and numbers);
+ *   on error the previous plan (host view and device copy) is unchanged. */
+fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream);
+
+/* Detail of the last error returned for this plan (all fields zero/-1 after success). */
+fi_error_detail fi_plan_error(const fi_plan *plan);
+
+/* The caps the plan was created with, num_ctas resolved. */
+const fi_caps *fi_plan_caps(const fi_plan *plan);
+
+/* Read-only view of the current plan (host copy, identical bytes to what was copied to the
+ * device).  Valid until the next fi_plan_update / fi_plan_destroy. */
+typedef struct fi_plan_view {
+    const fi_plan_header *header;      /* counts, tile shape, totals */
+    const int32_t *work_indptr;        /* [num_ctas + 1] CSR: CTA c runs items [c] .. [c+1]-1 */
+    const fi_work_item *items;         /* [header->num_items] */
+    const fi_merge_group *groups;      /* [header->num_groups] */
+    const fi_request_info *requests;   /* [header->batch_size] */
+    int32_t num_ctas;
+} fi_plan_view;
+
+/* @return FI_OK and *view, FI_ERR_NOT_PLANNED before the first successful update. */
+fi_status fi_plan_get_view(const fi_plan *plan, fi_plan_view *view);
+
+/* Balance of the current plan: max CTA cost / mean CTA cost (cost model of
+ * planner/cost_model.h); 1.0 is perfect.  0 before the first update. */
+double fi_plan_balance(const fi_plan *plan);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FIATTN_H */

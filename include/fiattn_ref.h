@@ -1,0 +1,38 @@
+/*
+ * fiattn_ref.h - the two CPU references (no GPU needed).
+ *
+ * fi_ref_run: the CPU reference executor.  Runs *the plan* exactly as the GPU executor
+ *   does (every work item over its KV range, fp32 partial O / LSE per split slot, merge in
+ *   split order), on host fp32 tensors.  Agreement with fi_naive_attention proves the
+ *   partition and the merge without a GPU.
+ * fi_naive_attention: fp64 attention with no plan at all; defines the right answer.
+ *
+ * Both take the fi_attn_args of fiattn_run.h with host pointers: tensors FI_DTYPE_F32
+ * (fi_naive_attention also F16/BF16), page_table FI_DTYPE_I32, scale pointers and sinks
+ * host fp32.  Semantics: fiattn_run.h.
+ */
+#ifndef FIATTN_REF_H
+#define FIATTN_REF_H
+
+#include "fiattn_run.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Execute a host or device plan's current host view on the CPU.
+ * Scratch (partials) is allocated with the plan's allocator for the call and freed.
+ * @return FI_OK; FI_ERR_NOT_PLANNED; FI_ERR_NULL_ARGUMENT; FI_ERR_SHAPE_MISMATCH;
+ *   FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_OUT_OF_MEMORY.  Writes out (and lse) rows of the plan. */
+fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args);
+
+/* Naive fp64 attention straight from a batch description (no plan).
+ * caps: kind, heads, dims, page_size as for the plan.  out/lse: host F32 tensors.
+ * @return FI_OK or the same validation statuses as fi_plan_update, FI_ERR_OUT_OF_MEMORY. */
+fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
+                             const fi_attn_args *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FIATTN_REF_H */

@@ -1,0 +1,66 @@
+/*
+ * fiattn_run.h - the run side: tensors and arguments the executors take.
+ *
+ * The same fi_attn_args drive the CUDA executor (fi_run, device pointers) and the CPU
+ * reference executor (fi_ref_run in fiattn_ref.h, host pointers, FI_DTYPE_F32 data), so
+ * both implement one set of semantics:
+ *
+ *   s_j   = bmm1_scale * (q . k_j)                       (MLA: q_nope.ckv_j + q_pe.kpe_j)
+ *   keys  = j in [lo, hi] of the row's causal / window_left range (fiattn.h fi_batch)
+ *   den   = sum_j exp(s_j) + (sinks ? exp(sinks[h]) : 0)
+ *   out   = bmm2_scale * sum_j exp(s_j) v_j / den         (MLA: v_j = ckv_j, 512 dims)
+ *   lse   = log(den)  (natural log; -inf when the row has no key and no sink; out = 0 then)
+ */
+#ifndef FIATTN_RUN_H
+#define FIATTN_RUN_H
+
+#include "fiattn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FI_MAX_DIMS 5
+
+/* A strided view: element strides (not bytes), last stride must be 1 for the executor. */
+typedef struct fi_tensor {
+    void *data;                   /* NULL = absent (optional tensors) */
+    fi_dtype dtype;
+    int32_t ndim;
+    int64_t shape[FI_MAX_DIMS];
+    int64_t stride[FI_MAX_DIMS];  /* in elements */
+} fi_tensor;
+
+/* Arguments of one attention run.  Logical shapes (strides carry NHD vs HND and the
+ * concatenated vs split MLA forms: a concatenated [.., 576] tensor is passed as a
+ * 512-wide view and a 64-wide view at +512 elements):
+ *   q          [q_tokens, H_q, D_qk]         MLA: q_nope [q_tokens, H_q, 512]
+ *   q_rope     MLA only: [q_tokens, H_q, 64]  (others: data NULL)
+ *   k          [num_pages, page_size, H_kv, D_qk]  MLA: ckv [num_pages, page_size, 1, 512]
+ *   k_rope     MLA only: kpe [num_pages, page_size, 1, 64]
+ *   v          [num_pages, page_size, H_kv, D_vo]  MLA: ignored (V is ckv)
+ *   page_table int32: block_tables [B, P] / [B, 2, P], or kv_indices [nnz] (form of the plan)
+ *   out        [q_tokens, H_q, D_vo]  (q_tokens = header.total_q_tokens rows are written)
+ *   lse        optional [q_tokens, H_q] fp32
+ * q_tokens of the BLOCK_TABLES form is b * q_len_per_request + i (query [B, q_len, H, D]). */
+typedef struct fi_attn_args {
+    fi_tensor q, q_rope, k, k_rope, v, page_table, out, lse;
+    float bmm1_scale;              /* used when bmm1_scale_ptr is NULL */
+    float bmm2_scale;              /* used when bmm2_scale_ptr is NULL */
+    const float *bmm1_scale_ptr;   /* optional device (host for fi_ref_run) fp32 scalar, read at run */
+    const float *bmm2_scale_ptr;
+    const float *sinks;            /* optional [H_q] fp32 logits added to the denominator only */
+    int32_t enable_pdl;            /* 1: launch with programmatic dependent launch */
+} fi_attn_args;
+
+/* Run the plan's attention on the GPU (persistent executor, in-kernel split-k merge).
+ * stream: cudaStream_t.  Graph-capturable: fixed grid, reads the plan from the workspace.
+ * @return FI_OK; FI_ERR_NOT_PLANNED, FI_ERR_SHAPE_MISMATCH, FI_ERR_UNSUPPORTED_DTYPE,
+ *   FI_ERR_BAD_STRIDE, FI_ERR_MISALIGNED_POINTER, FI_ERR_NULL_ARGUMENT (checked before any
+ *   launch), FI_ERR_HOST_PLAN, FI_ERR_CUDA (launch failure). */
+fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FIATTN_RUN_H */

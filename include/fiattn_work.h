@@ -1,0 +1,85 @@
+/*
+ * fiattn_work.h - the plan's shared structures, defined once for the C planner, the CUDA
+ * executor, the CPU reference executor and viz/.  Plain C (also compiled by nvcc), fixed
+ * sizes checked by static asserts, int32 fields, no pointers: the bytes are copied as they
+ * are from pinned staging to the device workspace.
+ *
+ * Vocabulary (docs/DESIGN.md): a request b has q_len query rows and kv_len keys.  A "row"
+ * of the attention problem is one (query token, query head) pair.  A *tile* is the set of
+ * rows one CTA computes at once: rows [q_begin, q_end) x heads [head_begin, head_end) of
+ * one request (all heads of a tile share one KV head).  A tile whose KV range is cut
+ * between CTAs becomes several *split items*, one merge group.
+ */
+#ifndef FIATTN_WORK_H
+#define FIATTN_WORK_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define FI_STATIC_ASSERT static_assert
+#else
+#define FI_STATIC_ASSERT _Static_assert
+#endif
+
+/* One CTA-sized task.  32 bytes, 16-byte aligned (two 16-byte loads on the device). */
+typedef struct fi_work_item {
+    int32_t request;     /* b */
+    int16_t head_begin;  /* first query head of the tile */
+    int16_t head_end;    /* one past the last query head; kv head = head_begin / group */
+    int32_t q_begin;     /* first query row within the request, 0 <= q_begin < q_len */
+    int32_t q_end;       /* one past the last query row */
+    int32_t kv_begin;    /* first key token (request-local) this item reads */
+    int32_t kv_end;      /* one past the last key token; kv_begin == kv_end: empty (zeros) */
+    int32_t out_slot;    /* < 0: write the final output; else partial slot index (fp32 O/LSE) */
+    int32_t merge_group; /* < 0 if unsplit; else index into the merge table */
+} fi_work_item;
+FI_STATIC_ASSERT(sizeof(fi_work_item) == 32, "fi_work_item must stay 32 bytes");
+
+/* One split tile: its partials sit in consecutive slots first_slot .. first_slot +
+ * num_splits - 1, in split (KV) order; the last CTA to finish merges them in that order.
+ * The semaphore of group g is semaphores[g] (u32, self-resetting).  32 bytes. */
+typedef struct fi_merge_group {
+    int32_t request;
+    int16_t head_begin;
+    int16_t head_end;
+    int32_t q_begin;
+    int32_t q_end;
+    int32_t first_slot;
+    int32_t num_splits;  /* >= 2 */
+    int32_t first_item;  /* index of its first item (items of a group are consecutive) */
+    int32_t reserved;
+} fi_merge_group;
+FI_STATIC_ASSERT(sizeof(fi_merge_group) == 32, "fi_merge_group must stay 32 bytes");
+
+/* Per-request table the executor reads instead of the caller's host arrays.  16 bytes. */
+typedef struct fi_request_info {
+    int32_t q_offset;        /* first query token of the request in q / out ([tokens, H, D]) */
+    int32_t q_len;
+    int32_t kv_len;
+    int32_t page_row_offset; /* element offset of the request's first page index in the page
+                                table tensor: b * row stride (block_tables) or kv_indptr[b];
+                                for a 3-D [B,2,P] table the V row follows at + P */
+} fi_request_info;
+FI_STATIC_ASSERT(sizeof(fi_request_info) == 16, "fi_request_info must stay 16 bytes");
+
+/* Counts and shapes of the current plan, first in the plan region so a captured graph
+ * picks up a new plan at replay.  64 bytes. */
+typedef struct fi_plan_header {
+    int32_t num_items;
+    int32_t num_groups;
+    int32_t num_slots;       /* partial slots in use */
+    int32_t batch_size;
+    int32_t total_q_tokens;  /* rows of out / lse that the plan writes: sum of q_len */
+    int32_t tile_rows;       /* rows per tile (q rows x heads), the partial slot height */
+    int32_t kv_chunk;        /* KV tokens per chunk chosen for this batch (the split budget) */
+    int32_t pages_per_row;   /* P of a 3-D table (V row offset), else 0 */
+    int32_t kv_split_pages;  /* 1 if the page table is [B, 2, P] */
+    int32_t causal;
+    int32_t window_left;
+    int32_t form;            /* fi_batch_form */
+    int64_t total_cost;      /* sum of item costs (cost model units) */
+    int64_t max_cta_cost;
+} fi_plan_header;
+FI_STATIC_ASSERT(sizeof(fi_plan_header) == 64, "fi_plan_header must stay 64 bytes");
+
+#endif /* FIATTN_WORK_H */

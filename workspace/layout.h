@@ -1,0 +1,70 @@
+/*
+ * workspace/layout.h - where everything lives in the device workspace.
+ *
+ * Offsets depend only on the caps (never on a batch), so a captured CUDA graph keeps
+ * valid pointers across re-plans.  Every region starts on a 256-byte boundary.
+ *
+ *   plan region (copied from pinned staging each fi_plan_update, prefix up to the last
+ *   used item):
+ *     header       fi_plan_header                       64 B
+ *     work_indptr  int32 [num_ctas + 1]                  CSR CTA ranges
+ *     requests     fi_request_info [max_batch]           16 B each
+ *     groups       fi_merge_group [max_groups]           32 B each
+ *     items        fi_work_item [max_items]              32 B each
+ *   device-only region:
+ *     partial_o    fp32 [max_slots, tile_rows, head_dim_vo]
+ *     partial_lse  fp32 [max_slots, tile_rows]
+ *     semaphores   uint32 [max_groups]   zeroed once at create, self-resetting after
+ *
+ * Bounds (derived for the contiguous cost walk of planner/partition.c):
+ *   q tiles      T <= H_kv * (ceil(max_q_tokens * group / tile_rows) + max_batch)
+ *                  (each request's rows are cut into tiles; the ceil adds < 1 tile/request)
+ *                  when group >= tile_rows: T <= H_kv * max_q_tokens * ceil(group/tile_rows)
+ *   cuts         C <= num_ctas - 1        (the walk cuts a tile only at a CTA boundary)
+ *   items        I <= T + C
+ *   groups       G <= C                   (a tile cut k times is one group)
+ *   slots        S <= 2 * C               (k cuts make k + 1 pieces: sum <= C + G)
+ */
+#ifndef FIATTN_WORKSPACE_LAYOUT_H
+#define FIATTN_WORKSPACE_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fiattn.h"
+
+#define FI_WORKSPACE_ALIGN 256
+
+typedef struct fi_layout {
+    int32_t num_ctas;
+    int32_t tile_rows;      /* rows (query row x head) per tile, see fi_tile_rows() */
+    int32_t head_dim_vo;
+    int32_t max_batch;
+    int32_t max_tiles;
+    int32_t max_items;
+    int32_t max_groups;
+    int32_t max_slots;
+    size_t off_header;
+    size_t off_work_indptr;
+    size_t off_requests;
+    size_t off_groups;
+    size_t off_items;
+    size_t plan_bytes;      /* end of the items region = largest copy */
+    size_t off_partial_o;
+    size_t off_partial_lse;
+    size_t off_semaphores;
+    size_t total_bytes;     /* fi_workspace_size() */
+} fi_layout;
+
+/* Rows per tile for a kind: the M of the executor's tile (query rows x heads of one KV head).
+ * MLA 64 (one wgmma M), GQA decode 64, context 128. */
+int32_t fi_tile_rows(const fi_caps *caps);
+
+/* Fill *layout from validated caps with num_ctas already resolved (> 0).
+ * @return FI_OK, or FI_ERR_INVALID_CAPS if a bound overflows int32 / size_t. */
+fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout);
+
+/* Bytes of the plan prefix that an update must copy: through the last used item. */
+size_t fi_layout_used_bytes(const fi_layout *layout, int32_t num_items);
+
+#endif /* FIATTN_WORKSPACE_LAYOUT_H */
