@@ -10,7 +10,8 @@
  * From a trace we build the shapes a serving engine hands to attention (lengths in tokens,
  * int32, arrays owned by the caller; see fitrace_lens):
  *   decode snapshot  q_len = mtp (1..8); kv_len = ContextTokens + min(t, GeneratedTokens)
- *                    where t is the request's own decode step (continuous batching below);
+ *                    + (mtp - 1) where t is the request's own decode step (continuous
+ *                    batching below; the mtp - 1 draft tokens are already in the cache);
  *   prefill          q_len = ContextTokens - P', kv_len = ContextTokens, P' = min(P, C - 1)
  *                    (P = cached prefix, so q_len >= 1);
  *   mixed            chunked prefill beside decodes: the first requests carry their last
