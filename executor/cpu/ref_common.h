@@ -1,0 +1,105 @@
+/*
+ * executor/cpu/ref_common.h - small helpers shared by the two CPU references
+ * (naive.c: fp64, no plan; ref_run.c: fp32, runs the plan): strided element access in
+ * F32 / F16 / BF16, page lookup, and a query row's visible key range.
+ *
+ * Tensor indices are logical (fiattn_run.h shapes); strides are in elements, so NHD and
+ * HND KV caches, and the 512 + 64 views of a concatenated MLA tensor, need no special case.
+ */
+#ifndef FIATTN_CPU_REF_COMMON_H
+#define FIATTN_CPU_REF_COMMON_H
+
+#include <stdint.h>
+
+#include "executor/cpu/dtype_convert.h"
+#include "fiattn_run.h"
+
+/* Element offset of a logical index in a 2/3/4-D view. */
+static inline int64_t fi_off2(const fi_tensor *t, int64_t i0, int64_t i1) {
+    return i0 * t->stride[0] + i1 * t->stride[1];
+}
+static inline int64_t fi_off3(const fi_tensor *t, int64_t i0, int64_t i1, int64_t i2) {
+    return i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2];
+}
+static inline int64_t fi_off4(const fi_tensor *t, int64_t i0, int64_t i1, int64_t i2,
+                              int64_t i3) {
+    return i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3];
+}
+
+/* Element `off` of a F32 / F16 / BF16 tensor, widened to fp32 (exact). */
+static inline float fi_elem_load(const fi_tensor *t, int64_t off) {
+    switch (t->dtype) {
+    case FI_DTYPE_F32: return ((const float *)t->data)[off];
+    case FI_DTYPE_F16: return fi_f16_to_f32(((const uint16_t *)t->data)[off]);
+    case FI_DTYPE_BF16: return fi_bf16_to_f32(((const uint16_t *)t->data)[off]);
+    default: return NAN; /* rejected by fi_cpu_check_args before any load */
+    }
+}
+
+/* Store v at element `off`, rounding to nearest even for F16 / BF16. */
+static inline void fi_elem_store(const fi_tensor *t, int64_t off, float v) {
+    switch (t->dtype) {
+    case FI_DTYPE_F32: ((float *)t->data)[off] = v; break;
+    case FI_DTYPE_F16: ((uint16_t *)t->data)[off] = fi_f32_to_f16_rne(v); break;
+    case FI_DTYPE_BF16: ((uint16_t *)t->data)[off] = fi_f32_to_bf16_rne(v); break;
+    default: break;
+    }
+}
+
+/* n consecutive elements of the last dimension starting at `off`, as fp32. */
+static inline void fi_row_load(const fi_tensor *t, int64_t off, int32_t n, float *dst) {
+    const int64_t s = t->stride[t->ndim - 1];
+    for (int32_t d = 0; d < n; ++d) dst[d] = fi_elem_load(t, off + d * s);
+}
+
+/* Page holding request-local KV token `t`: page_table[row_offset + t / page_size]
+ * (row_offset = fi_request_info.page_row_offset, + pages_per_row for the V row of a
+ * [B, 2, P] table).  The slot inside the page is t % page_size. */
+static inline int32_t fi_kv_page(const int32_t *page_table, int32_t row_offset,
+                                 int32_t page_size, int32_t t) {
+    return page_table[row_offset + t / page_size];
+}
+
+/* Keys [*lo, *hi) seen by query row i (0-based) of a request with q_len rows and kv_len
+ * keys (fiattn.h, fi_batch.causal / window_left): the row's position is
+ * p = kv_len - q_len + i; causal rows end at p, others at kv_len - 1; with
+ * window_left >= 0 they start at p - window_left.  Clamped to [0, kv_len); may be empty. */
+static inline void fi_row_kv_range(int32_t causal, int32_t window_left, int32_t q_len,
+                                   int32_t kv_len, int32_t i, int32_t *lo, int32_t *hi) {
+    const int64_t p = (int64_t)kv_len - q_len + i;
+    int64_t h = causal ? p + 1 : kv_len;
+    int64_t l = window_left >= 0 ? p - window_left : 0;
+    if (h > kv_len) h = kv_len;
+    if (l < 0) l = 0;
+    if (h < l) h = l;
+    *lo = (int32_t)l;
+    *hi = (int32_t)h;
+}
+
+/* Dimensions of one run, derived from the caps (kind-specific widths). */
+typedef struct fi_cpu_geom {
+    int32_t mla;       /* 1: MLA (q_nope.ckv + q_pe.kpe, V = ckv) */
+    int32_t num_qo_heads, num_kv_heads, group, page_size;
+    int32_t d_main;    /* width of q and k: head_dim_qk, MLA 512 (q_nope / ckv) */
+    int32_t d_rope;    /* MLA 64 (q_pe / kpe), else 0 */
+    int32_t d_vo;      /* width of v and out */
+} fi_cpu_geom;
+
+/* Check the run arguments against the caps before anything is written:
+ * required pointers (q, k, out, page_table; MLA q_rope + k_rope; others v),
+ * dtypes (inputs F32/F16/BF16, out F32/F16/BF16, lse F32, page_table I32) and logical
+ * shapes (q/out/lse at least q_tokens rows, k/v at least caps->num_pages pages).
+ * @return FI_OK and *geom, or FI_ERR_NULL_ARGUMENT / FI_ERR_UNSUPPORTED_DTYPE /
+ *   FI_ERR_SHAPE_MISMATCH. */
+fi_status fi_cpu_check_args(const fi_caps *caps, const fi_attn_args *args, int32_t q_tokens,
+                            fi_cpu_geom *geom);
+
+/* bmm1 / bmm2 scale of a run: the pointer, when given, overrides the value. */
+static inline float fi_cpu_bmm1_scale(const fi_attn_args *a) {
+    return a->bmm1_scale_ptr ? *a->bmm1_scale_ptr : a->bmm1_scale;
+}
+static inline float fi_cpu_bmm2_scale(const fi_attn_args *a) {
+    return a->bmm2_scale_ptr ? *a->bmm2_scale_ptr : a->bmm2_scale;
+}
+
+#endif /* FIATTN_CPU_REF_COMMON_H */
