@@ -1,0 +1,98 @@
+/*
+ * planner/caps.c - fi_caps_validate (planner/validate.h) and fi_workspace_size (fiattn.h).
+ *
+ * Supported sets (fiattn.h fi_caps comment):
+ *   MLA_DECODE  H_kv 1, H_q in {16,32,64,128}, head_dim_qk 576, head_dim_vo 512
+ *   GQA_DECODE  H_q % H_kv == 0, group 1..16, head_dim 64/128/256 (qk == vo)
+ *   CONTEXT     as GQA_DECODE
+ *   page_size   {1,16,32,64,128} for every kind
+ *   dtypes      q, kv: F32 (CPU reference), F16, BF16, E4M3 (xqa_mla); o: F32, F16, BF16
+ */
+#include <cuda_runtime_api.h>
+
+#include "planner/validate.h"
+#include "planner/caps_internal.h"
+#include "workspace/layout.h"
+
+static int page_size_ok(int32_t p) {
+    return p == 1 || p == 16 || p == 32 || p == 64 || p == 128;
+}
+
+static int in_dtype_ok(fi_dtype d) {
+    return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16 || d == FI_DTYPE_E4M3;
+}
+
+static int out_dtype_ok(fi_dtype d) {
+    return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16;
+}
+
+fi_status fi_caps_validate(const fi_caps *caps) {
+    if (!caps)
+        return FI_ERR_NULL_ARGUMENT;
+    if (caps->kind != FI_KIND_MLA_DECODE && caps->kind != FI_KIND_GQA_DECODE &&
+        caps->kind != FI_KIND_CONTEXT)
+        return FI_ERR_UNSUPPORTED_KIND;
+    if (caps->max_batch <= 0 || caps->max_q_tokens <= 0 || caps->num_pages <= 0 ||
+        caps->num_ctas < 0 || caps->num_qo_heads <= 0 || caps->num_kv_heads <= 0 ||
+        caps->page_size <= 0)
+        return FI_ERR_INVALID_CAPS;
+    if (caps->num_qo_heads % caps->num_kv_heads != 0)
+        return FI_ERR_INVALID_CAPS;
+    const int32_t group = caps->num_qo_heads / caps->num_kv_heads;
+    if (caps->kind == FI_KIND_MLA_DECODE) {
+        const int32_t h = caps->num_qo_heads;
+        if (caps->num_kv_heads != 1 || (h != 16 && h != 32 && h != 64 && h != 128))
+            return FI_ERR_UNSUPPORTED_HEADS;
+        if (caps->head_dim_qk != 576 || caps->head_dim_vo != 512)
+            return FI_ERR_UNSUPPORTED_HEAD_DIM;
+    } else {
+        if (group < 1 || group > 16 || caps->num_qo_heads > INT16_MAX)
+            return FI_ERR_UNSUPPORTED_HEADS;
+        const int32_t d = caps->head_dim_qk;
+        if ((d != 64 && d != 128 && d != 256) || caps->head_dim_vo != d)
+            return FI_ERR_UNSUPPORTED_HEAD_DIM;
+    }
+    if (!page_size_ok(caps->page_size))
+        return FI_ERR_UNSUPPORTED_PAGE_SIZE;
+    if (!in_dtype_ok(caps->q_dtype) || !in_dtype_ok(caps->kv_dtype) ||
+        !out_dtype_ok(caps->o_dtype))
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    return FI_OK;
+}
+
+fi_status fi_caps_resolve(const fi_caps *caps, fi_caps *resolved, int *cuda_error) {
+    *cuda_error = 0;
+    fi_status st = fi_caps_validate(caps);
+    if (st != FI_OK)
+        return st;
+    fi_caps c = *caps;
+    if (c.num_ctas == 0) {
+        /* One CTA per SM for now; the executor's occupancy query may raise this later. */
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            sms <= 0) {
+            (void)cudaGetLastError(); /* clear the sticky-free error so later calls work */
+            return FI_ERR_NO_DEVICE;
+        }
+        c.num_ctas = sms;
+    }
+    *resolved = c;
+    return FI_OK;
+}
+
+fi_status fi_workspace_size(const fi_caps *caps, size_t *bytes) {
+    if (!caps || !bytes)
+        return FI_ERR_NULL_ARGUMENT;
+    fi_caps c;
+    int cuda_error;
+    fi_status st = fi_caps_resolve(caps, &c, &cuda_error);
+    if (st != FI_OK)
+        return st;
+    fi_layout l;
+    st = fi_layout_compute(&c, &l);
+    if (st != FI_OK)
+        return st;
+    *bytes = l.total_bytes;
+    return FI_OK;
+}

@@ -1,0 +1,38 @@
+/*
+ * planner/cost_model.h - the planner's cost model, in one place.
+ *
+ * Cost of one work item (a tile, or a piece of a split tile), in units of "KV tokens":
+ *     cost = kv_tokens + FI_COST_ALPHA * rows + FI_COST_BETA
+ * kv_tokens: keys the item reads (after causal / window_left trimming); rows: query rows x
+ * heads of the tile (its Q load and output write); beta: fixed per-item overhead
+ * (prologue, work-list read, Q load latency, output or partial write).
+ * (docs/DESIGN.md "Partitioning"; the same form as FlashMLA's get_mla_metadata scheduler,
+ * which charges each request its KV blocks plus a fixed overhead of a few blocks.)
+ *
+ * THE CONSTANTS BELOW ARE FIRST GUESSES.  They are to be calibrated from measured kernel
+ * times (time per item vs kv_tokens and rows on the GPU executor: slope = 1 token, alpha
+ * and beta from the intercepts), then only this file changes.
+ */
+#ifndef FIATTN_PLANNER_COST_MODEL_H
+#define FIATTN_PLANNER_COST_MODEL_H
+
+/* KV tile of the executor, tokens: split points are rounded to multiples of this (absolute
+ * request-local token index), so a piece starts on a KV tile boundary of the kernel. */
+#define FI_KV_TILE_TOKENS 64
+
+/* No piece of a split tile is shorter than this many KV tokens (4 KV tiles), so merge
+ * traffic (fp32 partial O + LSE per piece) stays small next to the attention work. */
+#define FI_MIN_CHUNK_TOKENS 256
+
+/* Cost per tile row (query row x head), in KV-token units.  Guess. */
+#define FI_COST_ALPHA 1
+
+/* Fixed cost per item, in KV-token units (2 KV tiles).  Guess. */
+#define FI_COST_BETA 128
+
+/* Cost of one item: kv_tokens keys over `rows` tile rows. */
+static inline int64_t fi_cost_item(int64_t kv_tokens, int64_t rows) {
+    return kv_tokens + (int64_t)FI_COST_ALPHA * rows + FI_COST_BETA;
+}
+
+#endif /* FIATTN_PLANNER_COST_MODEL_H */

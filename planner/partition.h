@@ -1,0 +1,35 @@
+/*
+ * planner/partition.h - balanced split-k: tiles -> work items, CTA ranges, merge groups.
+ *
+ * Algorithm: the contiguous cost walk of FlashMLA's decode scheduler (get_mla_metadata /
+ * get_decoding_sched_meta: requests in order, each SM takes the next fixed "payload" of
+ * KV blocks plus per-request overhead, cutting a request where an SM boundary falls) with
+ * flash-decoding's split-KV merge (Dao et al. 2023): a cut tile's pieces write fp32
+ * partials that the last CTA of the group merges in split order.  planner/partition.c has
+ * the details (budget, rounding, floor).
+ */
+#ifndef FIATTN_PLANNER_PARTITION_H
+#define FIATTN_PLANNER_PARTITION_H
+
+#include "planner/plan_internal.h"
+
+typedef struct fi_partition_result {
+    int32_t num_items;
+    int32_t num_groups;
+    int32_t num_slots;
+    int64_t budget;        /* cost per CTA the walk aimed at */
+    int64_t total_cost;    /* sum of item costs (a cut adds one item's overhead) */
+    int64_t max_cta_cost;
+} fi_partition_result;
+
+/* Partition tiles[0 .. num_tiles) (tile order) over l->num_ctas CTAs.
+ * Writes work_indptr[num_ctas + 1], items[< l->max_items], groups[< l->max_groups],
+ * cta_cost[num_ctas] and *res.  total_cost: sum of the tiles' costs.
+ * @return FI_OK; FI_ERR_PLAN_OVER_CAPS if a layout bound (items, groups, slots) would be
+ *   exceeded (err filled; nothing is written past a bound).  O(tiles + num_ctas). */
+fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
+                       const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
+                       fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
+                       fi_error_detail *err);
+
+#endif

@@ -1,0 +1,184 @@
+/*
+ * planner/plan.c - plan lifetime and accessors: fi_plan_create, fi_plan_create_owned,
+ * fi_plan_destroy, fi_plan_error, fi_plan_caps, fi_plan_get_view, fi_plan_balance
+ * (fiattn.h).  fi_plan_update is in planner/plan_update.c.
+ *
+ * Host-only plans (workspace NULL, bytes 0) make no CUDA call (unless caps.num_ctas is 0,
+ * which asks the device for its SM count); their staging comes from the allocator.
+ * Device plans: two cudaHostAlloc staging buffers, two timing-free events, and the
+ * semaphore region zeroed once with cudaMemset + cudaDeviceSynchronize (the only sync).
+ */
+#include <cuda_runtime_api.h>
+#include <string.h>
+
+#include "planner/caps_internal.h"
+#include "planner/host_alloc.h"
+#include "planner/plan_internal.h"
+
+static fi_status cuda_status(cudaError_t e) {
+    (void)cudaGetLastError(); /* clear a non-sticky error so later calls are not poisoned */
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+        return FI_ERR_NO_DEVICE;
+    return FI_ERR_CUDA;
+}
+
+static void release(fi_plan *p) {
+    const fi_allocator *a = &p->alloc;
+    const int device = p->workspace != NULL;
+    for (int i = 0; i < 2; i++) {
+        if (device) {
+            if (p->staging_event[i]) {
+                if (p->staging_pending[i])
+                    cudaEventSynchronize((cudaEvent_t)p->staging_event[i]);
+                cudaEventDestroy((cudaEvent_t)p->staging_event[i]);
+            }
+            if (p->staging[i])
+                cudaFreeHost(p->staging[i]);
+        } else {
+            fi_host_free(a, p->staging[i]);
+        }
+    }
+    if (p->owns_workspace && p->workspace)
+        cudaFree(p->workspace);
+    fi_host_free(a, p->tiles);
+    fi_host_free(a, p->cta_cost);
+    fi_allocator copy = *a;
+    fi_host_free(&copy, p);
+}
+
+static fi_status create_device_parts(fi_plan *p) {
+    const size_t bytes = p->layout.plan_bytes;
+    cudaError_t e;
+    for (int i = 0; i < 2; i++) {
+        void *h = NULL;
+        e = cudaHostAlloc(&h, bytes, cudaHostAllocDefault);
+        if (e != cudaSuccess)
+            return cuda_status(e);
+        p->staging[i] = h;
+        memset(h, 0, bytes);
+        cudaEvent_t ev;
+        e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (e != cudaSuccess)
+            return cuda_status(e);
+        p->staging_event[i] = ev;
+    }
+    /* Semaphores self-reset after each merge (DESIGN.md), so they are zeroed only here. */
+    e = cudaMemset((unsigned char *)p->workspace + p->layout.off_semaphores, 0,
+                   sizeof(uint32_t) * (size_t)p->layout.max_groups);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    return e == cudaSuccess ? FI_OK : cuda_status(e);
+}
+
+fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_bytes,
+                         const fi_allocator *allocator, fi_plan **plan) {
+    if (!caps || !plan)
+        return FI_ERR_NULL_ARGUMENT;
+    fi_caps c;
+    int cuda_error;
+    fi_status st = fi_caps_resolve(caps, &c, &cuda_error);
+    if (st != FI_OK)
+        return st;
+    fi_layout l;
+    st = fi_layout_compute(&c, &l);
+    if (st != FI_OK)
+        return st;
+    const int host = workspace == NULL && workspace_bytes == 0;
+    if (!host) {
+        if (!workspace)
+            return FI_ERR_NULL_ARGUMENT;
+        if ((uintptr_t)workspace % FI_WORKSPACE_ALIGN != 0)
+            return FI_ERR_WORKSPACE_MISALIGNED;
+        if (workspace_bytes < l.total_bytes)
+            return FI_ERR_WORKSPACE_TOO_SMALL;
+    }
+    fi_allocator a = {0};
+    if (allocator && allocator->alloc && allocator->free)
+        a = *allocator;
+    fi_plan *p = fi_host_alloc(&a, sizeof *p, 64);
+    if (!p)
+        return FI_ERR_OUT_OF_MEMORY;
+    memset(p, 0, sizeof *p);
+    p->caps = c;
+    p->layout = l;
+    p->alloc = a;
+    p->workspace = workspace;
+    p->err = (fi_error_detail){FI_OK, -1, -1, -1, 0};
+    p->tiles = fi_host_alloc(&a, sizeof(fi_tile) * (size_t)l.max_tiles, 64);
+    p->cta_cost = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.num_ctas, 64);
+    if (!p->tiles || !p->cta_cost) {
+        release(p);
+        return FI_ERR_OUT_OF_MEMORY;
+    }
+    if (host) {
+        for (int i = 0; i < 2; i++) {
+            p->staging[i] = fi_host_alloc(&a, l.plan_bytes, FI_WORKSPACE_ALIGN);
+            if (!p->staging[i]) {
+                release(p);
+                return FI_ERR_OUT_OF_MEMORY;
+            }
+            /* Zeroed once: padding and unused regions then copy as zeros forever. */
+            memset(p->staging[i], 0, l.plan_bytes);
+        }
+    } else {
+        st = create_device_parts(p);
+        if (st != FI_OK) {
+            release(p);
+            return st;
+        }
+    }
+    *plan = p;
+    return FI_OK;
+}
+
+fi_status fi_plan_create_owned(const fi_caps *caps, const fi_allocator *allocator,
+                               fi_plan **plan) {
+    if (!caps || !plan)
+        return FI_ERR_NULL_ARGUMENT;
+    size_t bytes;
+    fi_status st = fi_workspace_size(caps, &bytes);
+    if (st != FI_OK)
+        return st;
+    void *ws = NULL;
+    cudaError_t e = cudaMalloc(&ws, bytes);
+    if (e != cudaSuccess)
+        return cuda_status(e);
+    st = fi_plan_create(caps, ws, bytes, allocator, plan);
+    if (st != FI_OK) {
+        cudaFree(ws);
+        return st;
+    }
+    (*plan)->owns_workspace = 1;
+    return FI_OK;
+}
+
+void fi_plan_destroy(fi_plan *plan) {
+    if (plan)
+        release(plan);
+}
+
+fi_error_detail fi_plan_error(const fi_plan *plan) {
+    if (!plan)
+        return (fi_error_detail){FI_ERR_NULL_ARGUMENT, -1, -1, -1, 0};
+    return plan->err;
+}
+
+const fi_caps *fi_plan_caps(const fi_plan *plan) { return plan ? &plan->caps : NULL; }
+
+fi_status fi_plan_get_view(const fi_plan *plan, fi_plan_view *view) {
+    if (!plan || !view)
+        return FI_ERR_NULL_ARGUMENT;
+    if (!plan->planned)
+        return FI_ERR_NOT_PLANNED;
+    unsigned char *base = plan->staging[plan->cur];
+    const fi_layout *l = &plan->layout;
+    view->header = fi_stage_header(base, l);
+    view->work_indptr = fi_stage_work_indptr(base, l);
+    view->items = fi_stage_items(base, l);
+    view->groups = fi_stage_groups(base, l);
+    view->requests = fi_stage_requests(base, l);
+    view->num_ctas = l->num_ctas;
+    return FI_OK;
+}
+
+double fi_plan_balance(const fi_plan *plan) { return plan ? plan->balance : 0.0; }

@@ -1,0 +1,72 @@
+/* planner/tiles.c - tiles of a batch: geometry, order, trimmed KV range, cost (tiles.h). */
+#include "planner/tiles.h"
+
+#include "planner/cost_model.h"
+
+void fi_tile_kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,
+                      int32_t causal, int32_t window_left, int32_t *lo, int32_t *hi) {
+    /* Row i sits at position p = kv_len - q_len + i (query block aligned to the end). */
+    const int64_t p_first = (int64_t)kv_len - q_len + q_begin;
+    const int64_t p_last = (int64_t)kv_len - q_len + q_end - 1;
+    int64_t h = causal ? p_last + 1 : kv_len;
+    int64_t l = window_left >= 0 ? p_first - window_left : 0;
+    if (l < 0)
+        l = 0;
+    if (h > kv_len)
+        h = kv_len;
+    if (l >= h) {
+        *lo = *hi = 0;
+        return;
+    }
+    *lo = (int32_t)l;
+    *hi = (int32_t)h;
+}
+
+fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
+                         int32_t batch_size, int32_t causal, int32_t window_left,
+                         fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
+                         int64_t *total_cost, fi_error_detail *err) {
+    const int32_t tile_rows = fi_tile_rows(caps);
+    const int32_t h_kv = caps->num_kv_heads;
+    const int32_t group = caps->num_qo_heads / h_kv;
+    /* q rows per tile and heads per tile */
+    const int32_t q_step = group >= tile_rows ? 1 : tile_rows / group;
+    const int32_t h_step = group >= tile_rows ? tile_rows : group;
+    int32_t n = 0;
+    int64_t total = 0;
+    for (int32_t b = 0; b < batch_size; b++) {
+        const fi_request_info *r = &requests[b];
+        for (int32_t kvh = 0; kvh < h_kv; kvh++) {
+            const int32_t h0 = kvh * group, h1 = h0 + group;
+            for (int32_t q0 = 0; q0 < r->q_len; q0 += q_step) {
+                const int32_t q1 = q0 + q_step < r->q_len ? q0 + q_step : r->q_len;
+                int32_t lo, hi;
+                fi_tile_kv_range(r->q_len, r->kv_len, q0, q1, causal, window_left, &lo, &hi);
+                for (int32_t hb = h0; hb < h1; hb += h_step) {
+                    const int32_t he = hb + h_step < h1 ? hb + h_step : h1;
+                    if (n >= max_tiles) {
+                        err->status = FI_ERR_PLAN_OVER_CAPS;
+                        err->request = b;
+                        err->needed = (int64_t)n + 1;
+                        err->limit = max_tiles;
+                        err->cuda_error = 0;
+                        return FI_ERR_PLAN_OVER_CAPS;
+                    }
+                    fi_tile *t = &tiles[n++];
+                    t->request = b;
+                    t->head_begin = (int16_t)hb;
+                    t->head_end = (int16_t)he;
+                    t->q_begin = q0;
+                    t->q_end = q1;
+                    t->kv_begin = lo;
+                    t->kv_end = hi;
+                    t->cost = fi_cost_item(hi - lo, (int64_t)(q1 - q0) * (he - hb));
+                    total += t->cost;
+                }
+            }
+        }
+    }
+    *num_tiles = n;
+    *total_cost = total;
+    return FI_OK;
+}

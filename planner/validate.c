@@ -1,0 +1,174 @@
+/*
+ * planner/validate.c - fi_batch_validate: check any fi_batch form against the caps and
+ * normalise it into the per-request table (fi_request_info) the executor reads.
+ *
+ * One pass over the requests, O(B + used pages).  Only the pages a request actually uses
+ * (ceil(kv_len / page_size)) are checked, both K and V rows for a 3-D [B, 2, P] table;
+ * unused tail entries of a block-table row may hold anything (often -1).
+ * Rules and the status each one returns: planner/validate.h.
+ */
+#include "planner/validate.h"
+
+static fi_status fail(fi_error_detail *err, fi_status st, int32_t request, int64_t needed,
+                      int64_t limit) {
+    err->status = st;
+    err->request = request;
+    err->needed = needed;
+    err->limit = limit;
+    err->cuda_error = 0;
+    return st;
+}
+
+/* Scalar checks of the batch that do not depend on a request. */
+static fi_status check_scalars(const fi_caps *caps, const fi_batch *b, fi_error_detail *err) {
+    if (b->form != FI_FORM_BLOCK_TABLES && b->form != FI_FORM_INDPTR &&
+        b->form != FI_FORM_CUM_SEQ_LENS)
+        return fail(err, FI_ERR_INVALID_FORM, -1, b->form, -1);
+    if (b->batch_size < 0)
+        return fail(err, FI_ERR_INVALID_ARGUMENT, -1, b->batch_size, 0);
+    if (b->batch_size > caps->max_batch)
+        return fail(err, FI_ERR_BATCH_OVER_CAPS, -1, b->batch_size, caps->max_batch);
+    if (b->window_left < -1)
+        return fail(err, FI_ERR_INVALID_WINDOW, -1, b->window_left, -1);
+    if (b->causal != 0 && b->causal != 1)
+        return fail(err, FI_ERR_INVALID_ARGUMENT, -1, b->causal, 1);
+    switch (b->form) {
+    case FI_FORM_BLOCK_TABLES:
+        if (!b->block_tables || !b->seq_lens)
+            return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
+        if (b->q_len_per_request < 0)
+            return fail(err, FI_ERR_NEGATIVE_LENGTH, -1, b->q_len_per_request, 0);
+        break;
+    case FI_FORM_INDPTR:
+        if (!b->qo_indptr || !b->kv_indptr || !b->kv_indices || !b->kv_len)
+            return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
+        if (b->qo_indptr[0] != 0 || b->kv_indptr[0] != 0)
+            return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, 0, -1, -1);
+        break;
+    case FI_FORM_CUM_SEQ_LENS:
+        if (!b->block_tables || !b->cum_seq_lens_q || !b->cum_seq_lens_kv)
+            return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
+        if (b->cum_seq_lens_q[0] != 0 || b->cum_seq_lens_kv[0] != 0)
+            return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, 0, -1, -1);
+        break;
+    }
+    if (b->form != FI_FORM_INDPTR) {
+        if (b->max_pages_per_seq < 0)
+            return fail(err, FI_ERR_INVALID_ARGUMENT, -1, b->max_pages_per_seq, 0);
+        if (b->kv_split_pages != 0 && b->kv_split_pages != 1)
+            return fail(err, FI_ERR_INVALID_ARGUMENT, -1, b->kv_split_pages, 1);
+    }
+    return FI_OK;
+}
+
+static int q_len_ok(const fi_caps *caps, int64_t q_len) {
+    if (caps->kind == FI_KIND_CONTEXT)
+        return q_len >= 0;
+    return q_len >= 1 && q_len <= 8;
+}
+
+/* Every used page index of a row in [0, num_pages). */
+static fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t used, int32_t b,
+                             fi_error_detail *err) {
+    for (int64_t i = 0; i < used; i++) {
+        const int32_t p = row[i];
+        if (p < 0 || p >= caps->num_pages)
+            return fail(err, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, b, p, caps->num_pages);
+    }
+    return FI_OK;
+}
+
+fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
+                            fi_request_info *requests, int32_t *total_q_tokens,
+                            fi_error_detail *err) {
+    fi_error_detail local;
+    if (!err)
+        err = &local;
+    if (!caps || !batch || !requests || !total_q_tokens)
+        return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
+    fi_status st = check_scalars(caps, batch, err);
+    if (st != FI_OK)
+        return st;
+
+    const fi_batch *bt = batch;
+    /* Block-table row stride in elements; unused (0) for the INDPTR form. */
+    const int64_t P = bt->form == FI_FORM_INDPTR ? 0 : bt->max_pages_per_seq;
+    const int64_t row_stride = P * (bt->form != FI_FORM_INDPTR && bt->kv_split_pages ? 2 : 1);
+    const int32_t *table = bt->form == FI_FORM_INDPTR ? bt->kv_indices : bt->block_tables;
+    int64_t total_q = 0;
+    for (int32_t b = 0; b < bt->batch_size; b++) {
+        int64_t q_off, q_len, kv_len, row, avail;
+        switch (bt->form) {
+        case FI_FORM_BLOCK_TABLES:
+            q_len = bt->q_len_per_request;
+            q_off = (int64_t)b * q_len;
+            kv_len = bt->seq_lens[b];
+            row = b * row_stride;
+            avail = P;
+            break;
+        case FI_FORM_INDPTR:
+            q_off = bt->qo_indptr[b];
+            q_len = (int64_t)bt->qo_indptr[b + 1] - bt->qo_indptr[b];
+            avail = (int64_t)bt->kv_indptr[b + 1] - bt->kv_indptr[b];
+            if (q_len < 0)
+                return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->qo_indptr[b + 1],
+                            bt->qo_indptr[b]);
+            if (avail < 0)
+                return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->kv_indptr[b + 1],
+                            bt->kv_indptr[b]);
+            kv_len = bt->kv_len[b];
+            row = bt->kv_indptr[b];
+            break;
+        default: /* FI_FORM_CUM_SEQ_LENS */
+            q_off = bt->cum_seq_lens_q[b];
+            q_len = (int64_t)bt->cum_seq_lens_q[b + 1] - bt->cum_seq_lens_q[b];
+            kv_len = (int64_t)bt->cum_seq_lens_kv[b + 1] - bt->cum_seq_lens_kv[b];
+            if (q_len < 0)
+                return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->cum_seq_lens_q[b + 1],
+                            bt->cum_seq_lens_q[b]);
+            if (kv_len < 0)
+                return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->cum_seq_lens_kv[b + 1],
+                            bt->cum_seq_lens_kv[b]);
+            if (bt->seq_lens) {
+                if (bt->seq_lens[b] < 0)
+                    return fail(err, FI_ERR_NEGATIVE_LENGTH, b, bt->seq_lens[b], 0);
+                if (bt->seq_lens[b] != kv_len)
+                    return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, bt->seq_lens[b], kv_len);
+            }
+            row = b * row_stride;
+            avail = P;
+            break;
+        }
+        if (kv_len < 0)
+            return fail(err, FI_ERR_NEGATIVE_LENGTH, b, kv_len, 0);
+        if (!q_len_ok(caps, q_len))
+            return fail(err, FI_ERR_Q_LEN_UNSUPPORTED, b, q_len,
+                        caps->kind == FI_KIND_CONTEXT ? -1 : 8);
+        if (bt->causal && kv_len > 0 && q_len > kv_len)
+            return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, q_len, kv_len);
+        total_q += q_len;
+        if (total_q > caps->max_q_tokens)
+            return fail(err, FI_ERR_Q_TOKENS_OVER_CAPS, b, total_q, caps->max_q_tokens);
+        const int64_t used = (kv_len + caps->page_size - 1) / caps->page_size;
+        if (used > avail)
+            return fail(err, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, used, avail);
+        if (row + row_stride > INT32_MAX || q_off + q_len > INT32_MAX)
+            return fail(err, FI_ERR_INVALID_ARGUMENT, b, row, INT32_MAX);
+        st = check_pages(caps, table + row, used, b, err);
+        if (st == FI_OK && bt->form != FI_FORM_INDPTR && bt->kv_split_pages)
+            st = check_pages(caps, table + row + P, used, b, err);
+        if (st != FI_OK)
+            return st;
+        requests[b].q_offset = (int32_t)q_off;
+        requests[b].q_len = (int32_t)q_len;
+        requests[b].kv_len = (int32_t)kv_len;
+        requests[b].page_row_offset = (int32_t)row;
+    }
+    *total_q_tokens = (int32_t)total_q;
+    err->status = FI_OK;
+    err->request = -1;
+    err->needed = -1;
+    err->limit = -1;
+    err->cuda_error = 0;
+    return FI_OK;
+}
