@@ -1,5 +1,5 @@
 /*
- * planner/plan_internal.h - the opaque fi_plan, shared by the planner (planner/*.c), the
+ * planner/plan_internal.h - the opaque fi_plan, shared by the planner (planner/), the
  * CPU reference executor (executor/cpu/) and the GPU launcher (executor/run.c).
  * Not installed.
  *

@@ -23,8 +23,10 @@ fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout) {
     if (group >= l.tile_rows)
         tiles = (int64_t)caps->num_kv_heads * caps->max_q_tokens * ceil_div64(group, l.tile_rows);
     else
+        /* a tile holds tile_rows / group whole query rows (integer division: group 3 of 64
+         * gives 21 rows), so count q-row tiles per KV head with that step */
         tiles = (int64_t)caps->num_kv_heads *
-                (ceil_div64((int64_t)caps->max_q_tokens * group, l.tile_rows) + caps->max_batch);
+                (ceil_div64((int64_t)caps->max_q_tokens, l.tile_rows / group) + caps->max_batch);
     const int64_t cuts = (int64_t)caps->num_ctas - 1;
     const int64_t items = tiles + cuts;
     if (items > INT32_MAX / 2 || cuts < 0)

@@ -17,7 +17,7 @@
  *     semaphores   uint32 [max_groups]   zeroed once at create, self-resetting after
  *
  * Bounds (derived for the contiguous cost walk of planner/partition.c):
- *   q tiles      T <= H_kv * (ceil(max_q_tokens * group / tile_rows) + max_batch)
+ *   q tiles      T <= H_kv * (ceil(max_q_tokens / (tile_rows / group)) + max_batch)
  *                  (each request's rows are cut into tiles; the ceil adds < 1 tile/request)
  *                  when group >= tile_rows: T <= H_kv * max_q_tokens * ceil(group/tile_rows)
  *   cuts         C <= num_ctas - 1        (the walk cuts a tile only at a CTA boundary)
