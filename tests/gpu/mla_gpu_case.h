@@ -1,0 +1,554 @@
+/*
+ * tests/gpu/mla_gpu_case.h - one MLA decode problem on the GPU and on the fp64 reference,
+ * shared by tests/gpu/test_mla_gpu.c and bench/bench_mla.c (header-only, static inline).
+ *
+ * A case owns:
+ *   - the batch (viz/batch.h fibatch: lengths, shuffled page ids, block_tables or
+ *     qo_indptr/kv_indptr/kv_indices);
+ *   - host bf16/fp16 inputs with fresh random values in [-1, 1) and their device copies, in
+ *     the layout of the reference API the form belongs to:
+ *       FI_FORM_BLOCK_TABLES (trtllm_batch_decode_with_kv_cache_mla, concatenated):
+ *         query [B, q_len, H, 576] = q_nope 512 ++ q_rope 64, kv_cache [pages, page_size, 576]
+ *         = ckv 512 ++ kpe 64; passed as a 512-wide and a 64-wide strided view (+512 elems);
+ *       FI_FORM_INDPTR (BatchMLAPagedAttentionWrapper, split):
+ *         q_nope [tokens, H, 512], q_pe [tokens, H, 64], ckv [pages, page_size, 512],
+ *         kpe [pages, page_size, 64], each contiguous;
+ *   - out [tokens, H, 512] (q dtype) and lse [tokens, H] fp32 on the device, poisoned with
+ *     NaN (all bytes 0xFF) before every run;
+ *   - a device plan (caller-owned cudaMalloc'd workspace) updated on the case's stream;
+ *   - the fp64 truth (fi_naive_attention on the host inputs) in fp32 host arrays.
+ * Checking (mla_case_check): no NaN anywhere; per (token, head) row
+ * ||out - ref|| / ||ref|| <= tol, rows whose reference is exactly zero (no key) must be
+ * exactly zero; lse |gpu - ref| <= tol * max(1, |ref|), -inf exactly where the reference
+ * is -inf.  Functions return 0 / a message, never abort, so a bench can use them too.
+ */
+#ifndef FI_TESTS_GPU_MLA_GPU_CASE_H
+#define FI_TESTS_GPU_MLA_GPU_CASE_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "fiattn.h"
+#include "fiattn_ref.h"
+#include "fiattn_run.h"
+#include "common/rng.h"
+#include "viz/batch.h"
+
+#define MLA_D_CKV 512
+#define MLA_D_KPE 64
+#define MLA_D_QK 576
+
+/* ---- small numeric helpers ----------------------------------------------------------- */
+
+static inline uint16_t mla_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float mla_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t mla_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (ax < 0x38800000u) {                                    /* below 2^-14: subnormal */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f)); /* units of 2^-24, RNE */
+    }
+    uint32_t h = ((((ax >> 23) - 127u + 15u)) << 10) | ((ax & 0x7fffffu) >> 13);
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* carry may bump the exponent */
+    return (uint16_t)(sign | h);
+}
+
+static inline float mla_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float f = ldexpf((float)m, -24);
+        return sign ? -f : f;
+    }
+    uint32_t u = e == 31 ? (sign | 0x7f800000u | (m << 13))
+                         : (sign | ((e - 15u + 127u) << 23) | (m << 13));
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t mla_from_f32(fi_dtype dt, float f) {
+    return dt == FI_DTYPE_F16 ? mla_f32_to_f16(f) : mla_f32_to_bf16(f);
+}
+static inline float mla_to_f32(fi_dtype dt, uint16_t h) {
+    return dt == FI_DTYPE_F16 ? mla_f16_to_f32(h) : mla_bf16_to_f32(h);
+}
+
+/* Fill n 16-bit elements with uniform [-1, 1) values of dtype dt. */
+static inline void mla_fill_random(uint16_t *p, int64_t n, fi_dtype dt, fi_rng *rng) {
+    for (int64_t i = 0; i < n; i++) p[i] = mla_from_f32(dt, fi_rng_float(rng));
+}
+
+/* 1 when a CUDA device is usable (tests skip, benches exit 0, otherwise). */
+static inline int mla_gpu_available(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static inline void mla_msg(char *msg, size_t cap, const char *fmt, ...) {
+    if (!msg || !cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* Evaluate a CUDA call; on failure write the message and return -1 from the caller. */
+#define MLA_CUDA(call, msg, cap)                                                            \
+    do {                                                                                    \
+        cudaError_t mla_e_ = (call);                                                        \
+        if (mla_e_ != cudaSuccess) {                                                        \
+            mla_msg((msg), (cap), "%s:%d %s -> %s", __FILE__, __LINE__, #call,              \
+                    cudaGetErrorString(mla_e_));                                            \
+            return -1;                                                                      \
+        }                                                                                   \
+    } while (0)
+
+static inline fi_tensor mla_tensor(void *data, fi_dtype dt, int32_t ndim, const int64_t *shape,
+                                   const int64_t *stride) {
+    fi_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dt;
+    t.ndim = ndim;
+    for (int32_t i = 0; i < ndim; i++) {
+        t.shape[i] = shape[i];
+        t.stride[i] = stride[i];
+    }
+    return t;
+}
+
+/* ---- the case ------------------------------------------------------------------------ */
+
+typedef struct mla_opts {
+    fi_dtype dtype;          /* FI_DTYPE_BF16 or FI_DTYPE_F16: q, kv and out */
+    int32_t heads;           /* H_q: 16, 32, 64, 128 */
+    int32_t page_size;       /* 1, 16, 32, 64 */
+    fi_batch_form form;      /* BLOCK_TABLES (concatenated tensors) or INDPTR (split) */
+    int32_t causal;
+    int32_t num_ctas;        /* 0: the device's choice */
+    int32_t sinks;           /* 1: random sinks [H] in [-2, 3) */
+    int32_t return_lse;      /* 1: pass lse */
+    int32_t scale_ptr;       /* 1: bmm1/bmm2 scales through device pointers */
+    int32_t max_batch;       /* caps.max_batch (0: the batch size) */
+    int32_t max_q_tokens;    /* caps.max_q_tokens (0: the batch's tokens) */
+    int32_t extra_pages;     /* caps.num_pages = pages used + this */
+} mla_opts;
+
+typedef struct mla_case {
+    mla_opts o;
+    fibatch fb;
+    int32_t B, tokens, num_pages, P; /* P: block_tables row length (BLOCK_TABLES) */
+    int32_t *q_offset;               /* [B] first token of request b */
+    /* host inputs (16-bit elements); in the concatenated form h_qr / h_kr are NULL */
+    uint16_t *h_q, *h_qr, *h_kv, *h_kr;
+    int64_t n_q, n_qr, n_kv, n_kr;   /* element counts of the four buffers */
+    float *h_sinks;                  /* [H] or NULL */
+    float bmm1_scale, bmm2_scale;
+    float h_scales[2];               /* host copies for the reference's pointer path */
+    /* device */
+    void *d_q, *d_qr, *d_kv, *d_kr, *d_out, *d_lse, *d_ws;
+    int32_t *d_pt;
+    float *d_sinks, *d_scales;       /* d_scales[0] bmm1, [1] bmm2 */
+    size_t ws_bytes, out_bytes, lse_bytes;
+    cudaStream_t stream;
+    fi_plan *plan;
+    /* results */
+    uint16_t *h_out;                 /* [tokens, H, 512] GPU output copied back */
+    float *h_lse;                    /* [tokens, H] */
+    float *ref_out, *ref_lse;        /* fp64 truth rounded to fp32 */
+} mla_case;
+
+static inline fi_caps mla_caps(const mla_opts *o, int32_t B, int32_t tokens, int32_t pages) {
+    fi_caps c;
+    memset(&c, 0, sizeof c);
+    c.kind = FI_KIND_MLA_DECODE;
+    c.max_batch = o->max_batch > 0 ? o->max_batch : B;
+    c.max_q_tokens = o->max_q_tokens > 0 ? o->max_q_tokens : tokens;
+    c.num_pages = pages + o->extra_pages;
+    c.page_size = o->page_size;
+    c.num_qo_heads = o->heads;
+    c.num_kv_heads = 1;
+    c.head_dim_qk = MLA_D_QK;
+    c.head_dim_vo = MLA_D_CKV;
+    c.q_dtype = c.kv_dtype = c.o_dtype = o->dtype;
+    c.num_ctas = o->num_ctas;
+    return c;
+}
+
+/* Tensor views of the case; device = 1: device pointers (fi_run), 0: host (reference). */
+static inline fi_attn_args mla_case_args(const mla_case *c, int device) {
+    const int64_t H = c->o.heads, ps = c->o.page_size, T = c->tokens, NP = c->num_pages;
+    const fi_dtype dt = c->o.dtype;
+    uint16_t *q = device ? (uint16_t *)c->d_q : c->h_q;
+    uint16_t *kv = device ? (uint16_t *)c->d_kv : c->h_kv;
+    fi_attn_args a;
+    memset(&a, 0, sizeof a);
+    if (c->o.form == FI_FORM_BLOCK_TABLES) { /* concatenated 576-wide rows, two views */
+        int64_t qs[3] = {T, H, MLA_D_CKV}, qst[3] = {H * MLA_D_QK, MLA_D_QK, 1};
+        int64_t rs[3] = {T, H, MLA_D_KPE};
+        int64_t ks[4] = {NP, ps, 1, MLA_D_CKV}, kst[4] = {ps * MLA_D_QK, MLA_D_QK, MLA_D_QK, 1};
+        int64_t kr[4] = {NP, ps, 1, MLA_D_KPE};
+        a.q = mla_tensor(q, dt, 3, qs, qst);
+        a.q_rope = mla_tensor(q + MLA_D_CKV, dt, 3, rs, qst);
+        a.k = mla_tensor(kv, dt, 4, ks, kst);
+        a.k_rope = mla_tensor(kv + MLA_D_CKV, dt, 4, kr, kst);
+        int64_t ts[2] = {c->B, c->P}, tst[2] = {c->P, 1};
+        a.page_table = mla_tensor(device ? (void *)c->d_pt : (void *)c->fb.page_table,
+                                  FI_DTYPE_I32, 2, ts, tst);
+    } else { /* split, each contiguous */
+        uint16_t *qr = device ? (uint16_t *)c->d_qr : c->h_qr;
+        uint16_t *kr = device ? (uint16_t *)c->d_kr : c->h_kr;
+        int64_t qs[3] = {T, H, MLA_D_CKV}, qst[3] = {H * MLA_D_CKV, MLA_D_CKV, 1};
+        int64_t rs[3] = {T, H, MLA_D_KPE}, rst[3] = {H * MLA_D_KPE, MLA_D_KPE, 1};
+        int64_t ks[4] = {NP, ps, 1, MLA_D_CKV}, kst[4] = {ps * MLA_D_CKV, MLA_D_CKV, MLA_D_CKV, 1};
+        int64_t krs[4] = {NP, ps, 1, MLA_D_KPE}, krt[4] = {ps * MLA_D_KPE, MLA_D_KPE, MLA_D_KPE, 1};
+        a.q = mla_tensor(q, dt, 3, qs, qst);
+        a.q_rope = mla_tensor(qr, dt, 3, rs, rst);
+        a.k = mla_tensor(kv, dt, 4, ks, kst);
+        a.k_rope = mla_tensor(kr, dt, 4, krs, krt);
+        int64_t n = c->fb.page_table_len > 0 ? c->fb.page_table_len : 1, one = 1;
+        a.page_table = mla_tensor(device ? (void *)c->d_pt : (void *)c->fb.page_table,
+                                  FI_DTYPE_I32, 1, &n, &one);
+    }
+    int64_t os[3] = {T, H, MLA_D_CKV}, ost[3] = {H * MLA_D_CKV, MLA_D_CKV, 1};
+    int64_t ls[2] = {T, H}, lst[2] = {H, 1};
+    if (device) {
+        a.out = mla_tensor(c->d_out, dt, 3, os, ost);
+        if (c->o.return_lse) a.lse = mla_tensor(c->d_lse, FI_DTYPE_F32, 2, ls, lst);
+        a.sinks = c->o.sinks ? c->d_sinks : NULL;
+        if (c->o.scale_ptr) {
+            a.bmm1_scale_ptr = c->d_scales;
+            a.bmm2_scale_ptr = c->d_scales + 1;
+        }
+    } else {
+        a.out = mla_tensor(c->ref_out, FI_DTYPE_F32, 3, os, ost);
+        a.lse = mla_tensor(c->ref_lse, FI_DTYPE_F32, 2, ls, lst);
+        a.sinks = c->o.sinks ? c->h_sinks : NULL;
+        if (c->o.scale_ptr) {
+            a.bmm1_scale_ptr = &c->h_scales[0];
+            a.bmm2_scale_ptr = &c->h_scales[1];
+        }
+    }
+    /* the value fields hold garbage-free copies too; with pointers set they must be ignored */
+    a.bmm1_scale = c->o.scale_ptr ? 1000.0f : c->bmm1_scale;
+    a.bmm2_scale = c->o.scale_ptr ? -1000.0f : c->bmm2_scale;
+    return a;
+}
+
+static inline void mla_case_free(mla_case *c) {
+    if (!c) return;
+    if (c->plan) fi_plan_destroy(c->plan);
+    void *dev[] = {c->d_q, c->d_qr, c->d_kv, c->d_kr, c->d_out, c->d_lse, c->d_ws,
+                   c->d_pt, c->d_sinks, c->d_scales};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) cudaFree(dev[i]);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c->q_offset);
+    free(c->h_q);
+    free(c->h_qr);
+    free(c->h_kv);
+    free(c->h_kr);
+    free(c->h_sinks);
+    free(c->h_out);
+    free(c->h_lse);
+    free(c->ref_out);
+    free(c->ref_lse);
+    fibatch_free(&c->fb);
+    memset(c, 0, sizeof *c);
+}
+
+/* Copy the host inputs (q, kv, page table, sinks, scales) to the device buffers. */
+static inline int mla_case_upload(mla_case *c, char *msg, size_t cap) {
+    MLA_CUDA(cudaMemcpy(c->d_q, c->h_q, (size_t)c->n_q * 2, cudaMemcpyHostToDevice), msg, cap);
+    MLA_CUDA(cudaMemcpy(c->d_kv, c->h_kv, (size_t)c->n_kv * 2, cudaMemcpyHostToDevice), msg, cap);
+    if (c->h_qr)
+        MLA_CUDA(cudaMemcpy(c->d_qr, c->h_qr, (size_t)c->n_qr * 2, cudaMemcpyHostToDevice), msg, cap);
+    if (c->h_kr)
+        MLA_CUDA(cudaMemcpy(c->d_kr, c->h_kr, (size_t)c->n_kr * 2, cudaMemcpyHostToDevice), msg, cap);
+    if (c->fb.page_table_len > 0)
+        MLA_CUDA(cudaMemcpy(c->d_pt, c->fb.page_table, (size_t)c->fb.page_table_len * 4,
+                            cudaMemcpyHostToDevice), msg, cap);
+    if (c->h_sinks)
+        MLA_CUDA(cudaMemcpy(c->d_sinks, c->h_sinks, (size_t)c->o.heads * 4,
+                            cudaMemcpyHostToDevice), msg, cap);
+    c->h_scales[0] = c->bmm1_scale;
+    c->h_scales[1] = c->bmm2_scale;
+    MLA_CUDA(cudaMemcpy(c->d_scales, c->h_scales, 8, cudaMemcpyHostToDevice), msg, cap);
+    return 0;
+}
+
+/* Build a case: batch of n requests with q_len[n], kv_len[n] (BLOCK_TABLES needs a uniform
+ * q_len), random inputs, device buffers, a planned device plan.  0 on success, else -1 and
+ * a message (the case is then freed). */
+static inline int mla_case_init(mla_case *c, const mla_opts *o, const int32_t *q_len,
+                                const int32_t *kv_len, int32_t n, fi_rng *rng, char *msg,
+                                size_t cap) {
+    memset(c, 0, sizeof *c);
+    c->o = *o;
+    fibatch_opts bo = fibatch_default_opts();
+    bo.form = o->form;
+    bo.page_size = o->page_size;
+    bo.shuffle = 1;
+    bo.seed = fi_rng_next(rng);
+    bo.causal = o->causal;
+    bo.window_left = -1;
+    fibatch_status bs = fibatch_build(&bo, q_len, kv_len, n, NULL, &c->fb);
+    if (bs != FIBATCH_OK) {
+        mla_msg(msg, cap, "fibatch_build: %s", fibatch_status_name(bs));
+        return -1;
+    }
+    c->B = n;
+    c->tokens = c->fb.total_q_tokens;
+    c->num_pages = c->fb.num_pages + o->extra_pages;
+    c->P = o->form == FI_FORM_BLOCK_TABLES ? c->fb.batch.max_pages_per_seq : 0;
+    const int64_t H = o->heads, T = c->tokens, ps = o->page_size, NP = c->num_pages;
+    int rc = -1;
+    c->q_offset = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    if (!c->q_offset) goto fail_mem;
+    for (int32_t b = 0, t = 0; b < n; t += q_len[b], b++) c->q_offset[b] = t;
+    if (o->form == FI_FORM_BLOCK_TABLES) {
+        c->n_q = T * H * MLA_D_QK;
+        c->n_kv = NP * ps * MLA_D_QK;
+    } else {
+        c->n_q = T * H * MLA_D_CKV;
+        c->n_qr = T * H * MLA_D_KPE;
+        c->n_kv = NP * ps * MLA_D_CKV;
+        c->n_kr = NP * ps * MLA_D_KPE;
+    }
+    c->h_q = (uint16_t *)malloc((size_t)c->n_q * 2);
+    c->h_kv = (uint16_t *)malloc((size_t)c->n_kv * 2);
+    if (!c->h_q || !c->h_kv) goto fail_mem;
+    if (c->n_qr) {
+        c->h_qr = (uint16_t *)malloc((size_t)c->n_qr * 2);
+        c->h_kr = (uint16_t *)malloc((size_t)c->n_kr * 2);
+        if (!c->h_qr || !c->h_kr) goto fail_mem;
+        mla_fill_random(c->h_qr, c->n_qr, o->dtype, rng);
+        mla_fill_random(c->h_kr, c->n_kr, o->dtype, rng);
+    }
+    mla_fill_random(c->h_q, c->n_q, o->dtype, rng);
+    mla_fill_random(c->h_kv, c->n_kv, o->dtype, rng);
+    /* scores ~ bmm1 * N(0, 576/9): std 0.4 .. 1.6, so the softmax is neither flat nor one-hot */
+    c->bmm1_scale = 0.05f + 0.15f * (fi_rng_float(rng) + 1.0f) * 0.5f;
+    c->bmm2_scale = 0.5f + 0.75f * (fi_rng_float(rng) + 1.0f);
+    if (o->sinks) {
+        c->h_sinks = (float *)malloc(sizeof(float) * (size_t)H);
+        if (!c->h_sinks) goto fail_mem;
+        for (int64_t h = 0; h < H; h++) c->h_sinks[h] = 0.5f + 2.5f * fi_rng_float(rng);
+    }
+    c->out_bytes = (size_t)(T * H * MLA_D_CKV * 2);
+    c->lse_bytes = (size_t)(T * H * 4);
+    c->h_out = (uint16_t *)malloc(c->out_bytes);
+    c->h_lse = (float *)malloc(c->lse_bytes);
+    c->ref_out = (float *)malloc(sizeof(float) * (size_t)(T * H * MLA_D_CKV));
+    c->ref_lse = (float *)malloc(c->lse_bytes);
+    if (!c->h_out || !c->h_lse || !c->ref_out || !c->ref_lse) goto fail_mem;
+
+#define MLA_TRY(call)                                                                       \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess) {                                                            \
+            mla_msg(msg, cap, "%s -> %s", #call, cudaGetErrorString(e_));                   \
+            goto fail;                                                                      \
+        }                                                                                   \
+    } while (0)
+    MLA_TRY(cudaStreamCreate(&c->stream));
+    MLA_TRY(cudaMalloc(&c->d_q, (size_t)c->n_q * 2));
+    MLA_TRY(cudaMalloc(&c->d_kv, (size_t)c->n_kv * 2));
+    if (c->n_qr) {
+        MLA_TRY(cudaMalloc(&c->d_qr, (size_t)c->n_qr * 2));
+        MLA_TRY(cudaMalloc(&c->d_kr, (size_t)c->n_kr * 2));
+    }
+    MLA_TRY(cudaMalloc((void **)&c->d_pt, (size_t)(c->fb.page_table_len > 0 ? c->fb.page_table_len : 1) * 4));
+    MLA_TRY(cudaMalloc(&c->d_out, c->out_bytes));
+    MLA_TRY(cudaMalloc(&c->d_lse, c->lse_bytes));
+    MLA_TRY(cudaMalloc((void **)&c->d_sinks, sizeof(float) * (size_t)H));
+    MLA_TRY(cudaMalloc((void **)&c->d_scales, 2 * sizeof(float)));
+#undef MLA_TRY
+    if (mla_case_upload(c, msg, cap)) goto fail;
+
+    fi_caps caps = mla_caps(o, n, c->tokens, c->num_pages);
+    fi_status st = fi_workspace_size(&caps, &c->ws_bytes);
+    if (st != FI_OK) {
+        mla_msg(msg, cap, "fi_workspace_size: %s", fi_status_name(st));
+        goto fail;
+    }
+    if (cudaMalloc(&c->d_ws, c->ws_bytes) != cudaSuccess) {
+        mla_msg(msg, cap, "cudaMalloc workspace %zu bytes failed", c->ws_bytes);
+        goto fail;
+    }
+    st = fi_plan_create(&caps, c->d_ws, c->ws_bytes, NULL, &c->plan);
+    if (st != FI_OK) {
+        mla_msg(msg, cap, "fi_plan_create: %s", fi_status_name(st));
+        goto fail;
+    }
+    st = fi_plan_update(c->plan, &c->fb.batch, c->stream);
+    if (st != FI_OK) {
+        fi_error_detail d = fi_plan_error(c->plan);
+        mla_msg(msg, cap, "fi_plan_update: %s (request %d needed %lld limit %lld)",
+                fi_status_name(st), d.request, (long long)d.needed, (long long)d.limit);
+        goto fail;
+    }
+    return 0;
+fail_mem:
+    mla_msg(msg, cap, "host allocation failed");
+fail:
+    mla_case_free(c);
+    return rc;
+}
+
+/* Poison out and lse (NaN bytes) on the case's stream. */
+static inline int mla_case_poison(mla_case *c, char *msg, size_t cap) {
+    MLA_CUDA(cudaMemsetAsync(c->d_out, 0xff, c->out_bytes, c->stream), msg, cap);
+    MLA_CUDA(cudaMemsetAsync(c->d_lse, 0xff, c->lse_bytes, c->stream), msg, cap);
+    return 0;
+}
+
+/* Poison, fi_run with the given args, synchronise.  0 on success. */
+static inline int mla_case_run_args(mla_case *c, const fi_attn_args *a, char *msg, size_t cap) {
+    if (mla_case_poison(c, msg, cap)) return -1;
+    fi_status st = fi_run(c->plan, a, c->stream);
+    if (st != FI_OK) {
+        mla_msg(msg, cap, "fi_run: %s (cuda %d)", fi_status_name(st),
+                fi_plan_error(c->plan).cuda_error);
+        return -1;
+    }
+    MLA_CUDA(cudaStreamSynchronize(c->stream), msg, cap);
+    return 0;
+}
+
+static inline int mla_case_run(mla_case *c, char *msg, size_t cap) {
+    fi_attn_args a = mla_case_args(c, 1);
+    return mla_case_run_args(c, &a, msg, cap);
+}
+
+/* The fp64 truth into ref_out / ref_lse (always with lse). */
+static inline int mla_case_reference(mla_case *c, char *msg, size_t cap) {
+    fi_caps caps = mla_caps(&c->o, c->B, c->tokens, c->num_pages);
+    fi_attn_args a = mla_case_args(c, 0);
+    fi_status st = fi_naive_attention(&caps, &c->fb.batch, &a);
+    if (st != FI_OK) {
+        mla_msg(msg, cap, "fi_naive_attention: %s", fi_status_name(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* Copy the device outputs to h_out / h_lse. */
+static inline int mla_case_download(mla_case *c, char *msg, size_t cap) {
+    MLA_CUDA(cudaMemcpy(c->h_out, c->d_out, c->out_bytes, cudaMemcpyDeviceToHost), msg, cap);
+    MLA_CUDA(cudaMemcpy(c->h_lse, c->d_lse, c->lse_bytes, cudaMemcpyDeviceToHost), msg, cap);
+    return 0;
+}
+
+/* Compare rows of requests [b0, b1) of the GPU output (h_out/h_lse, after download) with
+ * ref_out / ref_lse at the same token rows.  *worst_out / *worst_lse: largest errors seen.
+ * 0 if every row is within tol, else -1 and the first bad row in msg. */
+static inline int mla_case_compare(const mla_case *c, int32_t b0, int32_t b1, double tol,
+                                   double *worst_out, double *worst_lse, char *msg, size_t cap) {
+    const int64_t H = c->o.heads;
+    double wo = 0.0, wl = 0.0;
+    for (int32_t b = b0; b < b1; b++) {
+        for (int32_t i = 0; i < c->fb.q_lens[b]; i++) {
+            int64_t t = c->q_offset[b] + i;
+            for (int64_t h = 0; h < H; h++) {
+                const uint16_t *o = c->h_out + (t * H + h) * MLA_D_CKV;
+                const float *r = c->ref_out + (t * H + h) * MLA_D_CKV;
+                double dd = 0.0, rr = 0.0, oo = 0.0;
+                for (int d = 0; d < MLA_D_CKV; d++) {
+                    double x = mla_to_f32(c->o.dtype, o[d]);
+                    if (isnan(x) || isinf(x)) {
+                        mla_msg(msg, cap, "request %d q row %d head %lld dim %d: %g (NaN poison "
+                                "not overwritten or bad value); kv_len %d", b, i, (long long)h,
+                                d, x, c->fb.kv_lens[b]);
+                        return -1;
+                    }
+                    dd += (x - r[d]) * (x - r[d]);
+                    rr += (double)r[d] * r[d];
+                    oo += x * x;
+                }
+                double rel = rr > 0.0 ? sqrt(dd / rr) : sqrt(oo);
+                if (rel > wo) wo = rel;
+                if (rel > tol || (rr == 0.0 && oo != 0.0)) {
+                    mla_msg(msg, cap, "request %d q row %d head %lld: rel err %.3e > %.1e "
+                            "(|ref| %.3e |out| %.3e) kv_len %d q_len %d", b, i, (long long)h,
+                            rel, tol, sqrt(rr), sqrt(oo), c->fb.kv_lens[b], c->fb.q_lens[b]);
+                    return -1;
+                }
+                if (!c->o.return_lse) continue;
+                double l = c->h_lse[t * H + h], lr = c->ref_lse[t * H + h];
+                if (isinf(lr) && lr < 0) {
+                    if (!(isinf(l) && l < 0)) {
+                        mla_msg(msg, cap, "request %d q row %d head %lld: lse %g, want -inf",
+                                b, i, (long long)h, l);
+                        return -1;
+                    }
+                    continue;
+                }
+                double e = fabs(l - lr) / fmax(1.0, fabs(lr));
+                if (isnan(l) || e > tol) {
+                    mla_msg(msg, cap, "request %d q row %d head %lld: lse %g ref %g (err %.3e)",
+                            b, i, (long long)h, l, lr, e);
+                    return -1;
+                }
+                if (e > wl) wl = e;
+            }
+        }
+    }
+    if (worst_out && wo > *worst_out) *worst_out = wo;
+    if (worst_lse && wl > *worst_lse) *worst_lse = wl;
+    return 0;
+}
+
+/* Download and compare every request. */
+static inline int mla_case_check(mla_case *c, double tol, double *worst_out, double *worst_lse,
+                                 char *msg, size_t cap) {
+    if (mla_case_download(c, msg, cap)) return -1;
+    return mla_case_compare(c, 0, c->B, tol, worst_out, worst_lse, msg, cap);
+}
+
+/* One line naming the case, for logs and failure messages. */
+static inline void mla_case_name(const mla_case *c, char *buf, size_t cap) {
+    fi_plan_view v;
+    int groups = -1, items = -1;
+    if (c->plan && fi_plan_get_view(c->plan, &v) == FI_OK) {
+        groups = v.header->num_groups;
+        items = v.header->num_items;
+    }
+    int32_t maxkv = 0;
+    for (int32_t b = 0; b < c->B; b++)
+        if (c->fb.kv_lens[b] > maxkv) maxkv = c->fb.kv_lens[b];
+    snprintf(buf, cap, "%s %s H=%d page_size=%d B=%d tokens=%d max_kv=%d causal=%d ctas=%d "
+             "sinks=%d lse=%d scale_ptr=%d items=%d groups=%d",
+             c->o.dtype == FI_DTYPE_F16 ? "f16" : "bf16",
+             c->o.form == FI_FORM_BLOCK_TABLES ? "concat/block_tables" : "split/indptr",
+             c->o.heads, c->o.page_size, c->B, c->tokens, maxkv, c->o.causal,
+             c->plan ? fi_plan_caps(c->plan)->num_ctas : -1, c->o.sinks, c->o.return_lse,
+             c->o.scale_ptr, items, groups);
+}
+
+#endif /* FI_TESTS_GPU_MLA_GPU_CASE_H */
