@@ -47,7 +47,9 @@ TOOL_LIBS   := -ljemalloc
 endif
 GV_CFLAGS := $(shell $(PKG_CONFIG) --cflags libgvc libcgraph 2>/dev/null)
 GV_LIBS   := $(shell $(PKG_CONFIG) --libs libgvc libcgraph 2>/dev/null || echo -lgvc -lcgraph -lcdt)
-GV_PLUGIN_LIBS := $(shell ls $$($(PKG_CONFIG) --variable=libdir libgvc 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)/graphviz/libgvplugin_dot_layout.so* >/dev/null 2>&1 && echo -Wl,--no-as-needed -lgvplugin_dot_layout -lgvplugin_core)
+# The plugins live in <libdir>/graphviz/, off the linker's and the loader's default paths.
+GV_PLUGIN_DIR := $(shell $(PKG_CONFIG) --variable=libdir libgvc 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)/graphviz
+GV_PLUGIN_LIBS := $(shell ls $(GV_PLUGIN_DIR)/libgvplugin_dot_layout.so* >/dev/null 2>&1 && echo -L$(GV_PLUGIN_DIR) -Wl,-rpath,$(GV_PLUGIN_DIR) -Wl,--no-as-needed -lgvplugin_dot_layout -lgvplugin_core)
 CMOCKA_LIBS := -lcmocka
 
 # ---- sources ---------------------------------------------------------------------------

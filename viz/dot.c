@@ -1,0 +1,175 @@
+/*
+ * viz/dot.c - the plan as a graph (cgraph), written as DOT or rendered to SVG (gvc).
+ *
+ * Picture: one cluster "cluster_cta<c>" per CTA holding its work items top to bottom in
+ * execution order (dotted edges); an item's label gives request, query heads, query rows
+ * and KV range; the items of a split tile share a colour and have edges into one diamond
+ * merge node per merge group.  Large plans stay readable: at most FIPLAN_DOT_MAX_CTAS CTAs
+ * and FIPLAN_DOT_MAX_ITEMS items are drawn, the rest is one note node with the counts.
+ *
+ * SVG rendering registers the dot layout and core (svg) plugins in-process through
+ * gvContextPlugins with an lt_symlist_t table (what libtool's lt_preloaded_symbols does for
+ * the dot binary), so it works without the system plugin config file.  The plugin symbols
+ * are weak: if the Makefile did not link the plugin libraries, fiplan falls back to
+ * demand loading (gvContext) and still works where graphviz is configured.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <graphviz/cgraph.h>
+#include <graphviz/gvc.h>
+#include <graphviz/gvplugin.h>
+
+#include "viz/fiplan.h"
+
+extern gvplugin_library_t gvplugin_dot_layout_LTX_library __attribute__((weak));
+extern gvplugin_library_t gvplugin_core_LTX_library __attribute__((weak));
+
+/* Fill colours for merge groups (cycled); unsplit items are white. */
+static const char *const k_palette[] = {
+    "#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462",
+    "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f",
+};
+#define PALETTE_N ((int)(sizeof k_palette / sizeof k_palette[0]))
+
+static void set(void *obj, const char *name, const char *value) {
+    agsafeset(obj, (char *)name, (char *)value, (char *)"");
+}
+
+/* Build the graph of the current plan.  NULL on failure. */
+static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
+    fi_plan_view v;
+    if (fi_plan_get_view(plan, &v) != FI_OK) return NULL;
+    const fi_caps *caps = fi_plan_caps(plan);
+    Agraph_t *g = agopen((char *)"fiplan", Agdirected, NULL);
+    if (!g) return NULL;
+    char buf[512], name[64];
+
+    snprintf(buf, sizeof buf,
+             "fiattn plan: %s, %d requests, %d work items on %d CTAs, %d merge groups, "
+             "balance %.3f (max/mean CTA cost)",
+             fiplan_kind_name(caps->kind), st->batch_size, st->num_items, st->num_ctas,
+             st->num_groups, st->balance);
+    set(g, "label", buf);
+    set(g, "labelloc", "t");
+    set(g, "fontname", "Helvetica");
+    set(g, "rankdir", "TB");
+    set(g, "nodesep", "0.15");
+    set(g, "ranksep", "0.3");
+    agattr(g, AGNODE, (char *)"shape", (char *)"box");
+    agattr(g, AGNODE, (char *)"style", (char *)"filled");
+    agattr(g, AGNODE, (char *)"fillcolor", (char *)"white");
+    agattr(g, AGNODE, (char *)"fontname", (char *)"Helvetica");
+    agattr(g, AGNODE, (char *)"fontsize", (char *)"10");
+
+    /* Merge nodes are created lazily, when a drawn item of their group appears. */
+    Agnode_t *merge_cache[256];
+    int32_t merge_cached = v.header->num_groups < 256 ? v.header->num_groups : 256;
+    for (int32_t i = 0; i < merge_cached; i++) merge_cache[i] = NULL;
+
+    int32_t drawn_ctas = 0, drawn_items = 0;
+    int32_t ctas = v.num_ctas;
+    for (int32_t c = 0; c < ctas; c++) {
+        int32_t b = v.work_indptr[c], e = v.work_indptr[c + 1];
+        if (drawn_ctas >= FIPLAN_DOT_MAX_CTAS || drawn_items + (e - b) > FIPLAN_DOT_MAX_ITEMS)
+            break;
+        drawn_ctas++;
+        snprintf(name, sizeof name, "cluster_cta%d", c);
+        Agraph_t *sub = agsubg(g, name, 1);
+        snprintf(buf, sizeof buf, "CTA %d", c);
+        set(sub, "label", buf);
+        set(sub, "style", "rounded");
+        set(sub, "color", "gray50");
+        if (b == e) { /* an idle CTA still shows up */
+            snprintf(name, sizeof name, "idle%d", c);
+            Agnode_t *n = agnode(sub, name, 1);
+            set(n, "label", "idle");
+            set(n, "shape", "plaintext");
+            set(n, "style", "");
+        }
+        Agnode_t *prev = NULL;
+        for (int32_t i = b; i < e; i++, drawn_items++) {
+            const fi_work_item *it = &v.items[i];
+            snprintf(name, sizeof name, "item%d", i);
+            Agnode_t *n = agnode(sub, name, 1);
+            snprintf(buf, sizeof buf, "r%d  h%d-%d\\nq %d-%d  kv %d-%d", it->request,
+                     it->head_begin, it->head_end - 1, it->q_begin, it->q_end - 1,
+                     it->kv_begin, it->kv_end);
+            set(n, "label", buf);
+            if (it->merge_group >= 0) {
+                set(n, "fillcolor", k_palette[it->merge_group % PALETTE_N]);
+                Agnode_t *m = it->merge_group < merge_cached ? merge_cache[it->merge_group] : NULL;
+                if (!m) {
+                    const fi_merge_group *gr = &v.groups[it->merge_group];
+                    snprintf(name, sizeof name, "merge%d", it->merge_group);
+                    m = agnode(g, name, 1);
+                    snprintf(buf, sizeof buf, "merge g%d\\nr%d h%d-%d q %d-%d\\n%d splits",
+                             it->merge_group, gr->request, gr->head_begin, gr->head_end - 1,
+                             gr->q_begin, gr->q_end - 1, gr->num_splits);
+                    set(m, "label", buf);
+                    set(m, "shape", "diamond");
+                    set(m, "fillcolor", k_palette[it->merge_group % PALETTE_N]);
+                    if (it->merge_group < merge_cached) merge_cache[it->merge_group] = m;
+                }
+                snprintf(name, sizeof name, "s%d", i);
+                Agedge_t *ed = agedge(g, n, m, name, 1);
+                snprintf(buf, sizeof buf, "slot %d", it->out_slot);
+                set(ed, "xlabel", buf);
+                set(ed, "fontsize", "8");
+            }
+            if (prev) {
+                snprintf(name, sizeof name, "o%d", i);
+                Agedge_t *ed = agedge(g, prev, n, name, 1);
+                set(ed, "style", "dotted");
+                set(ed, "arrowhead", "none");
+            }
+            prev = n;
+        }
+    }
+    if (drawn_ctas < ctas) {
+        Agnode_t *n = agnode(g, (char *)"not_drawn", 1);
+        snprintf(buf, sizeof buf, "%d more CTAs, %d more items\\nnot drawn (see --json)",
+                 ctas - drawn_ctas, v.header->num_items - drawn_items);
+        set(n, "label", buf);
+        set(n, "shape", "note");
+        set(n, "fillcolor", "gray90");
+    }
+    return g;
+}
+
+int fiplan_write_dot(const fi_plan *plan, const fiplan_stats *st, FILE *f) {
+    Agraph_t *g = build_graph(plan, st);
+    if (!g) return -1;
+    int rc = agwrite(g, f) == 0 ? 0 : -1;
+    agclose(g);
+    if (fflush(f) != 0) rc = -1;
+    return rc;
+}
+
+int fiplan_write_svg(const fi_plan *plan, const fiplan_stats *st, const char *path) {
+    lt_symlist_t builtins[3];
+    int k = 0;
+    if (&gvplugin_dot_layout_LTX_library && &gvplugin_core_LTX_library) {
+        builtins[k++] = (lt_symlist_t){"gvplugin_dot_layout_LTX_library",
+                                       (void *)&gvplugin_dot_layout_LTX_library};
+        builtins[k++] = (lt_symlist_t){"gvplugin_core_LTX_library",
+                                       (void *)&gvplugin_core_LTX_library};
+    }
+    builtins[k] = (lt_symlist_t){NULL, NULL};
+    /* Linked plugins: no demand loading (no config file needed); else the system's. */
+    GVC_t *gvc = k ? gvContextPlugins(builtins, 0) : gvContext();
+    if (!gvc) {
+        fprintf(stderr, "fiplan: graphviz context failed\n");
+        return -1;
+    }
+    Agraph_t *g = build_graph(plan, st);
+    int rc = -1;
+    if (g && gvLayout(gvc, g, "dot") == 0) {
+        rc = gvRenderFilename(gvc, g, "svg", path) == 0 ? 0 : -1;
+        gvFreeLayout(gvc, g);
+    }
+    if (rc != 0) fprintf(stderr, "fiplan: rendering %s with graphviz failed\n", path);
+    if (g) agclose(g);
+    gvFreeContext(gvc);
+    return rc;
+}

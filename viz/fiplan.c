@@ -1,0 +1,393 @@
+/*
+ * viz/fiplan.c - fiplan: plan one batch from a request trace (or explicit lengths), print
+ * the plan's statistics and plan-update time, draw it (DOT / SVG), dump it (JSON), and
+ * optionally execute it and check it against the naive reference.
+ *
+ * Exit status: 0 ok, 1 error (bad trace, plan or execution failure, error over tolerance),
+ * 2 usage.  `fiplan --help` lists the options.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "viz/batch.h"
+#include "viz/fiplan.h"
+#include "viz/trace.h"
+
+typedef enum { MODE_DECODE, MODE_PREFILL, MODE_MIXED } fiplan_mode;
+
+typedef struct options {
+    const char *trace_path;     /* NULL: embedded excerpt */
+    fiplan_mode mode;
+    int32_t batch, step, first, q_len, prefix, num_prefill;
+    int32_t *lengths, num_lengths;
+    int32_t kind;               /* 0: by mode */
+    int32_t heads, kv_heads, head_dim, page_size, ctas, window_left, causal;
+    int32_t form;               /* 0: by kind and lengths */
+    int32_t shuffle;
+    uint64_t seed;
+    int32_t repeat;
+    int dot;                    /* 1: --dot given */
+    const char *dot_path;       /* NULL: stdout */
+    const char *svg_path;
+    int json;
+    const char *json_path;
+    int execute, force_cpu;
+} options;
+
+static void usage(FILE *f) {
+    fputs(
+        "usage: fiplan [options]\n"
+        "Plan one attention batch with fiattn and show the plan.\n\n"
+        "batch (default: decode snapshot of 8 requests from the embedded Azure excerpt)\n"
+        "  --trace FILE        Azure-format CSV (TIMESTAMP,ContextTokens,GeneratedTokens)\n"
+        "  --mode M            decode | prefill | mixed                     [decode]\n"
+        "  --batch N           requests                                     [8]\n"
+        "  --first I           first trace row                              [0]\n"
+        "  --step S            decode step of the snapshot                  [0]\n"
+        "  --lengths L,L,...   explicit kv lengths instead of a trace\n"
+        "  --q-len N           decode/--lengths: query rows per request (MTP depth) [1];\n"
+        "                      mixed: prefill chunk [256]\n"
+        "  --prefix P          prefill: cached prefix tokens                [0]\n"
+        "  --prefill N         mixed: requests carrying a prompt chunk      [batch/4]\n"
+        "shape\n"
+        "  --kind K            mla | gqa | context           [decode: mla, else context]\n"
+        "  --heads H           query heads            [mla 128, gqa/context 32]\n"
+        "  --kv-heads H        KV heads               [mla 1, gqa/context 8]\n"
+        "  --head-dim D        gqa/context head dim   [128] (MLA is 576/512)\n"
+        "  --page-size P       tokens per page        [64]\n"
+        "  --ctas N            persistent CTAs        [132]\n"
+        "  --window-left W     sliding window (-1 unlimited) [-1]\n"
+        "  --causal 0|1        [1]\n"
+        "  --form F            block_tables | indptr | cum_seq_lens  [by kind]\n"
+        "  --shuffle           random page ids (seeded)\n"
+        "  --seed N            data / page seed       [1]\n"
+        "output\n"
+        "  --dot[=FILE]        plan as Graphviz DOT (stdout without FILE)\n"
+        "  --svg FILE          plan rendered to SVG\n"
+        "  --json[=FILE]       plan and statistics as JSON (stdout without FILE)\n"
+        "  --execute           run the plan (GPU for MLA when present, else the CPU\n"
+        "                      reference) and report ||out-ref||/||ref|| vs the naive reference\n"
+        "  --cpu               with --execute: always the CPU reference executor\n"
+        "  --repeat N          plan updates timed (median reported), 0 = none [200]\n"
+        "  --help\n"
+        "exit status: 0 ok, 1 error, 2 usage\n",
+        f);
+}
+
+/* Whole-string integer in [lo, hi]. */
+static int parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return 0;
+    *out = (int32_t)v;
+    return 1;
+}
+
+static int parse_lengths(const char *s, options *o) {
+    int32_t n = 1;
+    for (const char *c = s; *c; c++) n += *c == ',';
+    o->lengths = fiplan_alloc((size_t)n * sizeof(int32_t));
+    if (!o->lengths) return 0;
+    char buf[32];
+    const char *c = s;
+    for (int32_t i = 0; i < n; i++) {
+        const char *e = strchr(c, ',');
+        size_t len = e ? (size_t)(e - c) : strlen(c);
+        if (len == 0 || len >= sizeof buf) return 0;
+        memcpy(buf, c, len);
+        buf[len] = 0;
+        if (!parse_int(buf, 0, 1 << 30, &o->lengths[i])) return 0;
+        c = e ? e + 1 : c + len;
+    }
+    o->num_lengths = n;
+    return 1;
+}
+
+enum {
+    OPT_TRACE = 256, OPT_MODE, OPT_BATCH, OPT_STEP, OPT_FIRST, OPT_LENGTHS, OPT_QLEN,
+    OPT_PREFIX, OPT_PREFILL, OPT_KIND, OPT_HEADS, OPT_KVHEADS, OPT_HEADDIM, OPT_PAGESIZE,
+    OPT_CTAS, OPT_WINDOW, OPT_CAUSAL, OPT_FORM, OPT_SHUFFLE, OPT_SEED, OPT_DOT, OPT_SVG,
+    OPT_JSON, OPT_EXECUTE, OPT_CPU, OPT_REPEAT, OPT_HELP,
+};
+
+/* @return 0 ok, 2 usage error (message printed), 3 --help. */
+static int parse_options(int argc, char **argv, options *o) {
+    static const struct option longopts[] = {
+        {"trace", required_argument, 0, OPT_TRACE}, {"mode", required_argument, 0, OPT_MODE},
+        {"batch", required_argument, 0, OPT_BATCH}, {"step", required_argument, 0, OPT_STEP},
+        {"first", required_argument, 0, OPT_FIRST},
+        {"lengths", required_argument, 0, OPT_LENGTHS},
+        {"q-len", required_argument, 0, OPT_QLEN}, {"prefix", required_argument, 0, OPT_PREFIX},
+        {"prefill", required_argument, 0, OPT_PREFILL},
+        {"kind", required_argument, 0, OPT_KIND}, {"heads", required_argument, 0, OPT_HEADS},
+        {"kv-heads", required_argument, 0, OPT_KVHEADS},
+        {"head-dim", required_argument, 0, OPT_HEADDIM},
+        {"page-size", required_argument, 0, OPT_PAGESIZE},
+        {"ctas", required_argument, 0, OPT_CTAS},
+        {"window-left", required_argument, 0, OPT_WINDOW},
+        {"causal", required_argument, 0, OPT_CAUSAL}, {"form", required_argument, 0, OPT_FORM},
+        {"shuffle", no_argument, 0, OPT_SHUFFLE}, {"seed", required_argument, 0, OPT_SEED},
+        {"dot", optional_argument, 0, OPT_DOT}, {"svg", required_argument, 0, OPT_SVG},
+        {"json", optional_argument, 0, OPT_JSON}, {"execute", no_argument, 0, OPT_EXECUTE},
+        {"cpu", no_argument, 0, OPT_CPU}, {"repeat", required_argument, 0, OPT_REPEAT},
+        {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0},
+    };
+    const int32_t big = 1 << 30;
+    int c, ok = 1;
+    int32_t seed32 = 1;
+    opterr = 0;
+    while (ok && (c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_TRACE: o->trace_path = optarg; break;
+        case OPT_MODE:
+            if (!strcmp(optarg, "decode")) o->mode = MODE_DECODE;
+            else if (!strcmp(optarg, "prefill")) o->mode = MODE_PREFILL;
+            else if (!strcmp(optarg, "mixed")) o->mode = MODE_MIXED;
+            else ok = 0;
+            break;
+        case OPT_BATCH: ok = parse_int(optarg, 1, 1 << 20, &o->batch); break;
+        case OPT_STEP: ok = parse_int(optarg, 0, 1 << 20, &o->step); break;
+        case OPT_FIRST: ok = parse_int(optarg, 0, big, &o->first); break;
+        case OPT_LENGTHS: ok = parse_lengths(optarg, o); break;
+        case OPT_QLEN: ok = parse_int(optarg, 1, big, &o->q_len); break;
+        case OPT_PREFIX: ok = parse_int(optarg, 0, big, &o->prefix); break;
+        case OPT_PREFILL: ok = parse_int(optarg, 0, 1 << 20, &o->num_prefill); break;
+        case OPT_KIND:
+            if (!strcmp(optarg, "mla")) o->kind = FI_KIND_MLA_DECODE;
+            else if (!strcmp(optarg, "gqa")) o->kind = FI_KIND_GQA_DECODE;
+            else if (!strcmp(optarg, "context")) o->kind = FI_KIND_CONTEXT;
+            else ok = 0;
+            break;
+        case OPT_HEADS: ok = parse_int(optarg, 1, 4096, &o->heads); break;
+        case OPT_KVHEADS: ok = parse_int(optarg, 1, 4096, &o->kv_heads); break;
+        case OPT_HEADDIM: ok = parse_int(optarg, 1, 4096, &o->head_dim); break;
+        case OPT_PAGESIZE: ok = parse_int(optarg, 1, 1 << 16, &o->page_size); break;
+        case OPT_CTAS: ok = parse_int(optarg, 1, 1 << 16, &o->ctas); break;
+        case OPT_WINDOW: ok = parse_int(optarg, -1, big, &o->window_left); break;
+        case OPT_CAUSAL: ok = parse_int(optarg, 0, 1, &o->causal); break;
+        case OPT_FORM:
+            if (!strcmp(optarg, "block_tables")) o->form = FI_FORM_BLOCK_TABLES;
+            else if (!strcmp(optarg, "indptr")) o->form = FI_FORM_INDPTR;
+            else if (!strcmp(optarg, "cum_seq_lens")) o->form = FI_FORM_CUM_SEQ_LENS;
+            else ok = 0;
+            break;
+        case OPT_SHUFFLE: o->shuffle = 1; break;
+        case OPT_SEED: ok = parse_int(optarg, 0, INT32_MAX, &seed32); o->seed = (uint64_t)seed32; break;
+        case OPT_DOT: o->dot = 1; o->dot_path = optarg; break;
+        case OPT_SVG: o->svg_path = optarg; break;
+        case OPT_JSON: o->json = 1; o->json_path = optarg; break;
+        case OPT_EXECUTE: o->execute = 1; break;
+        case OPT_CPU: o->force_cpu = 1; break;
+        case OPT_REPEAT: ok = parse_int(optarg, 0, 1 << 24, &o->repeat); break;
+        case OPT_HELP: return 3;
+        default: ok = 0; break;
+        }
+        if (!ok) {
+            if (c == '?' || c == ':') fprintf(stderr, "fiplan: unknown option or missing value: %s\n", argv[optind - 1]);
+            else fprintf(stderr, "fiplan: bad value for %s: '%s'\n", argv[optind - 1], optarg ? optarg : "");
+        }
+    }
+    if (ok && optind < argc) {
+        fprintf(stderr, "fiplan: unexpected argument '%s'\n", argv[optind]);
+        ok = 0;
+    }
+    if (ok && o->dot && !o->dot_path && o->json && !o->json_path) {
+        fprintf(stderr, "fiplan: --dot and --json cannot both go to stdout\n");
+        ok = 0;
+    }
+    return ok ? 0 : 2;
+}
+
+/* Per-request lengths from the options.  @return 0 or 1 (message printed). */
+static int build_lengths(const options *o, fitrace_lens *l) {
+    int32_t n = o->num_lengths ? o->num_lengths : o->batch;
+    l->n = n;
+    l->q_len = fiplan_alloc((size_t)n * sizeof(int32_t));
+    l->kv_len = fiplan_alloc((size_t)n * sizeof(int32_t));
+    l->source = fiplan_alloc((size_t)n * sizeof(int32_t));
+    if (!l->q_len || !l->kv_len || !l->source) {
+        fprintf(stderr, "fiplan: out of memory\n");
+        return 1;
+    }
+    if (o->num_lengths) {
+        int32_t q = o->q_len ? o->q_len : 1;
+        for (int32_t i = 0; i < n; i++) {
+            l->kv_len[i] = o->lengths[i];
+            /* causal needs q_len <= kv_len */
+            l->q_len[i] = o->causal && q > o->lengths[i] ? o->lengths[i] : q;
+            l->source[i] = -1;
+        }
+        return 0;
+    }
+    fitrace *t = NULL;
+    fitrace_error err = {0, NULL};
+    fitrace_status s = o->trace_path ? fitrace_load(o->trace_path, fiplan_allocator(), &t, &err)
+                                     : fitrace_load_default(fiplan_allocator(), &t);
+    if (s != FITRACE_OK) {
+        fprintf(stderr, "fiplan: cannot load trace %s: %s", o->trace_path ? o->trace_path : "(embedded)",
+                fitrace_status_name(s));
+        if (err.line) fprintf(stderr, " at line %d (%s)", err.line, err.reason);
+        fputc('\n', stderr);
+        return 1;
+    }
+    int32_t first = o->first % t->num_requests;
+    switch (o->mode) {
+    case MODE_DECODE: s = fitrace_decode(t, first, o->step, o->q_len ? o->q_len : 1, l); break;
+    case MODE_PREFILL: s = fitrace_prefill(t, first, o->prefix, l); break;
+    case MODE_MIXED: {
+        int32_t np = o->num_prefill >= 0 ? o->num_prefill : n / 4;
+        if (np > n) np = n;
+        s = fitrace_mixed(t, first, np, o->q_len ? o->q_len : 256, o->step, 1, l);
+        break;
+    }
+    }
+    fitrace_free(t);
+    if (s != FITRACE_OK) {
+        fprintf(stderr, "fiplan: cannot build the batch: %s\n", fitrace_status_name(s));
+        return 1;
+    }
+    return 0;
+}
+
+static FILE *open_out(const char *path, FILE *dflt) {
+    if (!path) return dflt;
+    FILE *f = fopen(path, "w");
+    if (!f) fprintf(stderr, "fiplan: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    memset(&o, 0, sizeof o);
+    o.batch = 8;
+    o.page_size = 64;
+    o.ctas = 132;
+    o.window_left = -1;
+    o.causal = 1;
+    o.num_prefill = -1;
+    o.seed = 1;
+    o.repeat = 200;
+    int pr = parse_options(argc, argv, &o);
+    if (pr == 3) {
+        usage(stdout);
+        return 0;
+    }
+    if (pr) {
+        fputs("fiplan: try --help\n", stderr);
+        return 2;
+    }
+    fi_kind kind = o.kind ? (fi_kind)o.kind : o.mode == MODE_DECODE ? FI_KIND_MLA_DECODE : FI_KIND_CONTEXT;
+    int mla = kind == FI_KIND_MLA_DECODE;
+
+    fitrace_lens l;
+    memset(&l, 0, sizeof l);
+    if (build_lengths(&o, &l)) return 1;
+
+    int uniform_q = 1;
+    for (int32_t i = 1; i < l.n; i++) uniform_q &= l.q_len[i] == l.q_len[0];
+    fibatch_opts bo = fibatch_default_opts();
+    bo.form = o.form ? (fi_batch_form)o.form
+              : kind == FI_KIND_CONTEXT ? FI_FORM_CUM_SEQ_LENS
+              : uniform_q ? FI_FORM_BLOCK_TABLES : FI_FORM_INDPTR;
+    bo.page_size = o.page_size;
+    bo.shuffle = o.shuffle;
+    bo.seed = o.seed;
+    bo.causal = o.causal;
+    bo.window_left = o.window_left;
+    fibatch b;
+    fibatch_status bs = fibatch_build(&bo, l.q_len, l.kv_len, l.n, fiplan_allocator(), &b);
+    if (bs != FIBATCH_OK) {
+        fprintf(stderr, "fiplan: cannot build the batch: %s%s\n", fibatch_status_name(bs),
+                bs == FIBATCH_ERR_NONUNIFORM ? " (block_tables needs one q_len: use --form indptr)" : "");
+        return 1;
+    }
+
+    fi_caps caps;
+    memset(&caps, 0, sizeof caps);
+    caps.kind = kind;
+    caps.max_batch = l.n;
+    caps.max_q_tokens = b.total_q_tokens > 0 ? b.total_q_tokens : 1;
+    caps.num_pages = b.num_pages;
+    caps.page_size = o.page_size;
+    caps.num_qo_heads = o.heads ? o.heads : mla ? 128 : 32;
+    caps.num_kv_heads = o.kv_heads ? o.kv_heads : mla ? 1 : 8;
+    caps.head_dim_qk = mla ? 576 : (o.head_dim ? o.head_dim : 128);
+    caps.head_dim_vo = mla ? 512 : caps.head_dim_qk;
+    caps.q_dtype = caps.kv_dtype = caps.o_dtype = FI_DTYPE_F32;
+    caps.num_ctas = o.ctas;
+
+    int rc = 0;
+    fi_plan *plan = NULL;
+    fi_status s = fi_plan_create(&caps, NULL, 0, fiplan_allocator(), &plan);
+    if (s != FI_OK) {
+        fprintf(stderr, "fiplan: fi_plan_create: %s\n", fi_status_name(s));
+        fibatch_free(&b);
+        return 1;
+    }
+    s = fi_plan_update(plan, &b.batch, NULL);
+    if (s != FI_OK) {
+        fi_error_detail d = fi_plan_error(plan);
+        fprintf(stderr, "fiplan: fi_plan_update: %s (request %d, needed %lld, limit %lld)\n",
+                fi_status_name(s), d.request, (long long)d.needed, (long long)d.limit);
+        rc = 1;
+        goto out;
+    }
+    fiplan_stats st;
+    fiplan_stats_of(plan, &st);
+    if (o.repeat > 0) {
+        fiplan_stats timed = st;
+        if (fiplan_time_updates(plan, &b.batch, NULL, o.repeat, &timed) == FI_OK) {
+            st.update_us_median = timed.update_us_median;
+            st.update_us_min = timed.update_us_min;
+            st.update_us_max = timed.update_us_max;
+            st.update_repeats = timed.update_repeats;
+        }
+    }
+
+    fiplan_exec_result ex;
+    memset(&ex, 0, sizeof ex);
+    if (o.execute) {
+        s = fiplan_execute(&caps, &b, plan, o.seed, o.force_cpu, &ex);
+        if (s != FI_OK) rc = 1;
+        else if (ex.nonfinite != 0 || !(ex.rel_err <= ex.tolerance)) rc = 1;
+    }
+
+    /* The summary yields stdout to a DOT / JSON stream written there. */
+    FILE *sf = (o.dot && !o.dot_path) || (o.json && !o.json_path) ? stderr : stdout;
+    fiplan_print_summary(sf, &caps, &b, &st);
+    fprintf(sf, "host memory    %s\n", fiplan_allocator_name());
+    if (ex.ran)
+        fprintf(sf, "execute        %s: ||out-ref||/||ref|| = %.3g (lse %.3g, non-finite "
+                    "mismatches %lld, tolerance %.0e) in %.1f ms: %s\n",
+                ex.on_gpu ? "GPU fi_run (bf16)" : "CPU fi_ref_run (fp32)", ex.rel_err,
+                ex.lse_rel_err, (long long)ex.nonfinite, ex.tolerance, ex.exec_ms,
+                rc == 0 ? "PASS" : "FAIL");
+
+    if (o.dot) {
+        FILE *f = open_out(o.dot_path, stdout);
+        if (!f || fiplan_write_dot(plan, &st, f) != 0) rc = 1;
+        if (f && f != stdout) fclose(f);
+    }
+    if (o.svg_path) {
+        if (fiplan_write_svg(plan, &st, o.svg_path) != 0) rc = 1;
+        else fprintf(sf, "svg            %s\n", o.svg_path);
+    }
+    if (o.json) {
+        FILE *f = open_out(o.json_path, stdout);
+        if (!f || fiplan_write_json(f, plan, &caps, &b, &st, &ex) != 0) rc = 1;
+        if (f && f != stdout && fclose(f) != 0) rc = 1;
+    }
+out:
+    fi_plan_destroy(plan);
+    fibatch_free(&b);
+    fiplan_free(l.q_len);
+    fiplan_free(l.kv_len);
+    fiplan_free(l.source);
+    fiplan_free(o.lengths);
+    return rc;
+}
