@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh - everything the GPU machine does in one call (device time is scarce):
+# build, executor self-check, compute-sanitizer (memcheck + racecheck) on a small split case,
+# the cmocka GPU tests, and the benches.  Logs go to $OUT (or ./gpu_out); a summary is last.
+#   source .device/setup.sh && scripts/gpu_check.sh [quick]
+set -u
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+J=$(nproc)
+sum() { echo "$*" | tee -a "$OUT/summary.txt"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.limit,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+git log -1 --format='commit %h %s' 2>/dev/null | tee -a "$OUT/summary.txt"
+
+# 1. executor self-check program (hand-built plans; independent of the planner)
+mkdir -p build/scripts
+if [ -f scripts/mla_check.cu ]; then
+  nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Iinclude -I. \
+       -o build/scripts/mla_check scripts/mla_check.cu executor/cuda/*.cu > "$OUT/build_check.log" 2>&1 \
+    && sum "build mla_check: ok" || { sum "build mla_check: FAIL"; tail -20 "$OUT/build_check.log"; }
+  if [ -x build/scripts/mla_check ]; then
+    timeout 240 build/scripts/mla_check > "$OUT/check.log" 2>&1; rc=$?
+    grep -E "FAIL|cases|error" "$OUT/check.log" | tail -15
+    sum "mla_check sweep rc=$rc: $(tail -1 "$OUT/check.log")"
+    if [ "${1:-}" != "quick" ]; then
+      timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build/scripts/mla_check small > "$OUT/memcheck.log" 2>&1
+      sum "memcheck rc=$? : $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+      timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 build/scripts/mla_check small > "$OUT/racecheck.log" 2>&1
+      sum "racecheck rc=$? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
+    fi
+    timeout 300 build/scripts/mla_check bench scripts/trace_snapshot.txt > "$OUT/bench_check.log" 2>&1
+    sum "mla_check bench rc=$?"
+  fi
+fi
+
+# 2. the library, GPU tests and benches of the tree (when they exist)
+make NO_JEMALLOC=1 -j"$J" build/libfiattn.a > "$OUT/build_lib.log" 2>&1 && sum "build lib: ok" || { sum "build lib: FAIL"; grep -m5 error "$OUT/build_lib.log"; }
+if ls tests/gpu/test_*.c > /dev/null 2>&1; then
+  timeout 300 make NO_JEMALLOC=1 -j"$J" gpu-test > "$OUT/gpu_test.log" 2>&1
+  sum "make gpu-test rc=$? : $(grep -cE '^\[  PASSED|OK \]' "$OUT/gpu_test.log") ok lines, $(grep -cE 'FAILED|ERROR' "$OUT/gpu_test.log") fail lines"
+  grep -E "FAILED|ERROR|Error|error" "$OUT/gpu_test.log" | head -20
+fi
+if ls bench/*.c bench/*.cu > /dev/null 2>&1 && [ "${1:-}" != "quick" ]; then
+  make NO_JEMALLOC=1 -j"$J" bench > "$OUT/build_bench.log" 2>&1 || sum "build bench: FAIL"
+  for b in build/bench/*; do
+    [ -x "$b" ] || continue
+    timeout 200 "$b" > "$OUT/$(basename "$b").log" 2>&1; sum "$(basename "$b") rc=$?"
+  done
+fi
+echo "===== bench (mla_check) ====="
+cat "$OUT/bench_check.log" 2>/dev/null
+echo "===== summary ====="
+cat "$OUT/summary.txt"
