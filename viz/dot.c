@@ -3,9 +3,10 @@
  *
  * Picture: one cluster "cluster_cta<c>" per CTA holding its work items top to bottom in
  * execution order (dotted edges); an item's label gives request, query heads, query rows
- * and KV range; the items of a split tile share a colour and have edges into one diamond
- * merge node per merge group.  Large plans stay readable: at most FIPLAN_DOT_MAX_CTAS CTAs
- * and FIPLAN_DOT_MAX_ITEMS items are drawn, the rest is one note node with the counts.
+ * and KV range as half-open intervals; the items of a split tile share a colour and have edges into one diamond
+ * merge node per merge group.  Large plans stay readable: idle CTAs are only counted, at
+ * most FIPLAN_DOT_MAX_CTAS busy CTAs and FIPLAN_DOT_MAX_ITEMS items are drawn, and one note
+ * node gives the counts of what was left out.
  *
  * SVG rendering registers the dot layout and core (svg) plugins in-process through
  * gvContextPlugins with an lt_symlist_t table (what libtool's lt_preloaded_symbols does for
@@ -67,12 +68,18 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
     int32_t merge_cached = v.header->num_groups < 256 ? v.header->num_groups : 256;
     for (int32_t i = 0; i < merge_cached; i++) merge_cache[i] = NULL;
 
-    int32_t drawn_ctas = 0, drawn_items = 0;
-    int32_t ctas = v.num_ctas;
-    for (int32_t c = 0; c < ctas; c++) {
+    int32_t drawn_ctas = 0, drawn_items = 0, idle_ctas = 0, skipped_ctas = 0, skipped_items = 0;
+    for (int32_t c = 0; c < v.num_ctas; c++) {
         int32_t b = v.work_indptr[c], e = v.work_indptr[c + 1];
-        if (drawn_ctas >= FIPLAN_DOT_MAX_CTAS || drawn_items + (e - b) > FIPLAN_DOT_MAX_ITEMS)
-            break;
+        if (b == e) { /* idle CTAs are counted, not drawn */
+            idle_ctas++;
+            continue;
+        }
+        if (drawn_ctas >= FIPLAN_DOT_MAX_CTAS || drawn_items + (e - b) > FIPLAN_DOT_MAX_ITEMS) {
+            skipped_ctas++;
+            skipped_items += e - b;
+            continue;
+        }
         drawn_ctas++;
         snprintf(name, sizeof name, "cluster_cta%d", c);
         Agraph_t *sub = agsubg(g, name, 1);
@@ -80,21 +87,14 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
         set(sub, "label", buf);
         set(sub, "style", "rounded");
         set(sub, "color", "gray50");
-        if (b == e) { /* an idle CTA still shows up */
-            snprintf(name, sizeof name, "idle%d", c);
-            Agnode_t *n = agnode(sub, name, 1);
-            set(n, "label", "idle");
-            set(n, "shape", "plaintext");
-            set(n, "style", "");
-        }
         Agnode_t *prev = NULL;
         for (int32_t i = b; i < e; i++, drawn_items++) {
             const fi_work_item *it = &v.items[i];
             snprintf(name, sizeof name, "item%d", i);
             Agnode_t *n = agnode(sub, name, 1);
-            snprintf(buf, sizeof buf, "r%d  h%d-%d\\nq %d-%d  kv %d-%d", it->request,
-                     it->head_begin, it->head_end - 1, it->q_begin, it->q_end - 1,
-                     it->kv_begin, it->kv_end);
+            snprintf(buf, sizeof buf, "r%d  h[%d,%d)\\nq[%d,%d)  kv[%d,%d)", it->request,
+                     it->head_begin, it->head_end, it->q_begin, it->q_end, it->kv_begin,
+                     it->kv_end);
             set(n, "label", buf);
             if (it->merge_group >= 0) {
                 set(n, "fillcolor", k_palette[it->merge_group % PALETTE_N]);
@@ -103,9 +103,9 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
                     const fi_merge_group *gr = &v.groups[it->merge_group];
                     snprintf(name, sizeof name, "merge%d", it->merge_group);
                     m = agnode(g, name, 1);
-                    snprintf(buf, sizeof buf, "merge g%d\\nr%d h%d-%d q %d-%d\\n%d splits",
-                             it->merge_group, gr->request, gr->head_begin, gr->head_end - 1,
-                             gr->q_begin, gr->q_end - 1, gr->num_splits);
+                    snprintf(buf, sizeof buf, "merge g%d\\nr%d h[%d,%d) q[%d,%d)\\n%d splits",
+                             it->merge_group, gr->request, gr->head_begin, gr->head_end,
+                             gr->q_begin, gr->q_end, gr->num_splits);
                     set(m, "label", buf);
                     set(m, "shape", "diamond");
                     set(m, "fillcolor", k_palette[it->merge_group % PALETTE_N]);
@@ -126,10 +126,10 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
             prev = n;
         }
     }
-    if (drawn_ctas < ctas) {
+    if (skipped_ctas > 0 || idle_ctas > 0) {
         Agnode_t *n = agnode(g, (char *)"not_drawn", 1);
-        snprintf(buf, sizeof buf, "%d more CTAs, %d more items\\nnot drawn (see --json)",
-                 ctas - drawn_ctas, v.header->num_items - drawn_items);
+        snprintf(buf, sizeof buf, "%d busy CTAs (%d items) not drawn (see --json)\\n%d idle CTAs",
+                 skipped_ctas, skipped_items, idle_ctas);
         set(n, "label", buf);
         set(n, "shape", "note");
         set(n, "fillcolor", "gray90");
