@@ -1,0 +1,520 @@
+/*
+ * tests/test_plan_validation.c - every bad input gets its own fi_status, the error detail
+ * names the request and numbers, and the previous plan's view stays byte-identical.
+ * Also: caps / workspace errors at create, NULL arguments, host plans never touch CUDA.
+ * Random lengths each run (seed printed; FI_TEST_SEED replays).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/batchgen.h"
+#include "fiattn.h"
+
+static uint64_t g_seed;
+
+/* Copy of every region the view exposes, to prove an error changed nothing. */
+typedef struct snapshot {
+    unsigned char *bytes;
+    size_t len;
+} snapshot;
+
+static void append(snapshot *s, const void *p, size_t n) {
+    s->bytes = realloc(s->bytes, s->len + n + 1);
+    assert_non_null(s->bytes);
+    memcpy(s->bytes + s->len, p, n);
+    s->len += n;
+}
+
+static snapshot take(const fi_plan *p) {
+    snapshot s = {0};
+    fi_plan_view v;
+    memset(&v, 0, sizeof v); /* padding after num_ctas */
+    assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+    append(&s, &v, sizeof v); /* the pointers themselves */
+    append(&s, v.header, sizeof *v.header);
+    append(&s, v.work_indptr, sizeof(int32_t) * (size_t)(v.num_ctas + 1));
+    append(&s, v.items, sizeof(fi_work_item) * (size_t)v.header->num_items);
+    append(&s, v.groups, sizeof(fi_merge_group) * (size_t)v.header->num_groups);
+    append(&s, v.requests, sizeof(fi_request_info) * (size_t)v.header->batch_size);
+    double bal = fi_plan_balance(p);
+    append(&s, &bal, sizeof bal);
+    return s;
+}
+
+/* A plan over fixed caps planned with a random valid batch of `form`. */
+typedef struct fixture {
+    fi_caps caps;
+    batchgen_batch good;
+    fi_plan *plan;
+    const fi_batch *recover; /* a batch the plan accepts (NULL: good.batch) */
+} fixture;
+
+static void setup(fixture *f, fi_rng *rng, fi_kind kind, fi_batch_form form, int kv_split) {
+    memset(f, 0, sizeof *f);
+    fi_caps c = {0};
+    c.kind = kind;
+    c.max_batch = 8;
+    c.max_q_tokens = kind == FI_KIND_CONTEXT ? 512 : 64;
+    c.page_size = 16;
+    if (kind == FI_KIND_MLA_DECODE) {
+        c.num_qo_heads = 64;
+        c.num_kv_heads = 1;
+        c.head_dim_qk = 576;
+        c.head_dim_vo = 512;
+    } else {
+        c.num_qo_heads = 8;
+        c.num_kv_heads = 2;
+        c.head_dim_qk = c.head_dim_vo = 128;
+    }
+    c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
+    c.num_ctas = fi_rng_int(rng, 1, 16);
+    int32_t q[8], kv[8];
+    const int32_t n = fi_rng_int(rng, 3, 8);
+    const int32_t uq = fi_rng_int(rng, 1, 4);
+    for (int32_t b = 0; b < n; b++) {
+        kv[b] = fi_rng_int(rng, 20, 700);
+        q[b] = kind == FI_KIND_CONTEXT ? fi_rng_int(rng, 1, 20)
+               : form == FI_FORM_BLOCK_TABLES ? uq : fi_rng_int(rng, 1, 8);
+    }
+    assert_int_equal(batchgen_from_lens(rng, &c, form, q, kv, n, kv_split, 1, 1, -1, &f->good), 0);
+    f->caps = f->good.caps;
+    f->caps.max_batch = 8;
+    f->caps.max_q_tokens = c.max_q_tokens;
+    f->caps.num_pages = f->good.caps.num_pages;
+    assert_int_equal(fi_plan_create(&f->caps, NULL, 0, NULL, &f->plan), FI_OK);
+    assert_int_equal(fi_plan_update(f->plan, &f->good.batch, NULL), FI_OK);
+}
+
+static void teardown(fixture *f) {
+    fi_plan_destroy(f->plan);
+    batchgen_free(&f->good);
+}
+
+/* Update with `bad` must return `want` (request `req`, or any if -2) and change nothing. */
+static void expect_rejected(fixture *f, const fi_batch *bad, fi_status want, int32_t req,
+                            const char *what) {
+    snapshot before = take(f->plan);
+    fi_status st = fi_plan_update(f->plan, bad, NULL);
+    if (st != want)
+        fail_msg("seed %llu: %s: got %s, want %s", (unsigned long long)g_seed, what,
+                 fi_status_name(st), fi_status_name(want));
+    fi_error_detail d = fi_plan_error(f->plan);
+    assert_int_equal(d.status, want);
+    if (req != -2 && d.request != req)
+        fail_msg("seed %llu: %s: detail.request %d, want %d", (unsigned long long)g_seed, what,
+                 d.request, req);
+    snapshot after = take(f->plan);
+    assert_int_equal(before.len, after.len);
+    if (memcmp(before.bytes, after.bytes, before.len) != 0) {
+        size_t at = 0;
+        while (before.bytes[at] == after.bytes[at]) at++;
+        print_message("first differing byte %zu of %zu\n", at, before.len);
+    }
+    if (memcmp(before.bytes, after.bytes, before.len) != 0)
+        fail_msg("seed %llu: %s changed the previous plan", (unsigned long long)g_seed, what);
+    free(before.bytes);
+    free(after.bytes);
+    /* and the plan still accepts a good batch afterwards, with a clean detail */
+    assert_int_equal(fi_plan_update(f->plan, f->recover ? f->recover : &f->good.batch, NULL),
+                     FI_OK);
+    assert_int_equal(fi_plan_error(f->plan).status, FI_OK);
+    assert_int_equal(fi_plan_error(f->plan).request, -1);
+}
+
+/* A writable copy of the good batch's arrays. */
+typedef struct copy {
+    fi_batch b;
+    int32_t *table, *seq, *qi, *ki, *kvl;
+} copy;
+
+static int32_t *dup32(const int32_t *p, int64_t n) {
+    if (!p)
+        return NULL;
+    int32_t *d = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    assert_non_null(d);
+    memcpy(d, p, sizeof(int32_t) * (size_t)n);
+    return d;
+}
+
+static copy make_copy(const batchgen_batch *g) {
+    copy c = {0};
+    const int32_t n = g->batch.batch_size;
+    c.b = g->batch;
+    c.table = dup32(g->page_table, g->page_table_len);
+    c.seq = dup32(g->seq_lens, n);
+    c.qi = dup32(g->q_indptr, n + 1);
+    c.ki = dup32(g->kv_indptr, n + 1);
+    c.kvl = dup32(g->kv_len, n);
+    if (c.b.block_tables) c.b.block_tables = c.table;
+    if (c.b.kv_indices) c.b.kv_indices = c.table;
+    if (c.b.seq_lens) c.b.seq_lens = c.seq;
+    if (c.b.qo_indptr) c.b.qo_indptr = c.qi;
+    if (c.b.cum_seq_lens_q) c.b.cum_seq_lens_q = c.qi;
+    if (c.b.kv_indptr) c.b.kv_indptr = c.ki;
+    if (c.b.cum_seq_lens_kv) c.b.cum_seq_lens_kv = c.ki;
+    if (c.b.kv_len) c.b.kv_len = c.kvl;
+    return c;
+}
+
+static void free_copy(copy *c) {
+    free(c->table);
+    free(c->seq);
+    free(c->qi);
+    free(c->ki);
+    free(c->kvl);
+}
+
+static const fi_batch_form k_forms[] = {FI_FORM_BLOCK_TABLES, FI_FORM_INDPTR,
+                                        FI_FORM_CUM_SEQ_LENS};
+
+static fi_kind kind_for(fi_batch_form form, int i) {
+    if (form == FI_FORM_CUM_SEQ_LENS) return FI_KIND_CONTEXT;
+    return i % 2 ? FI_KIND_MLA_DECODE : FI_KIND_GQA_DECODE;
+}
+
+static void plan_rejects_page_index_out_of_range(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 1};
+    for (int i = 0; i < 60; i++) {
+        const fi_batch_form form = k_forms[i % 3];
+        const int split = form != FI_FORM_INDPTR && (i / 3) % 2;
+        fixture f;
+        setup(&f, &rng, kind_for(form, i), form, split);
+        const batchgen_batch *g = &f.good;
+        const int32_t b = fi_rng_int(&rng, 0, g->batch.batch_size - 1);
+        const int32_t used = (g->kv_len[b] + f.caps.page_size - 1) / f.caps.page_size;
+        const int32_t page = fi_rng_int(&rng, 0, used - 1);
+        const int v_row = split && fi_rng_int(&rng, 0, 1);
+        copy c = make_copy(g);
+        int32_t *slot = &c.table[g->page_row[b] + (v_row ? g->batch.max_pages_per_seq : 0) + page];
+        *slot = fi_rng_int(&rng, 0, 1) ? f.caps.num_pages : -1 - fi_rng_int(&rng, 0, 5);
+        expect_rejected(&f, &c.b, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, b, "page index out of range");
+        free_copy(&c);
+        /* an unused entry past the used pages is never read */
+        c = make_copy(g);
+        if (form != FI_FORM_INDPTR && used < g->batch.max_pages_per_seq) {
+            c.table[g->page_row[b] + used] = -77;
+            assert_int_equal(fi_plan_update(f.plan, &c.b, NULL), FI_OK);
+        }
+        free_copy(&c);
+        teardown(&f);
+    }
+}
+
+static void plan_rejects_seq_len_beyond_pages(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 2};
+    for (int i = 0; i < 30; i++) {
+        const fi_batch_form form = k_forms[i % 3];
+        fixture f;
+        setup(&f, &rng, kind_for(form, i), form, 0);
+        const batchgen_batch *g = &f.good;
+        const int32_t b = fi_rng_int(&rng, 0, g->batch.batch_size - 1);
+        copy c = make_copy(g);
+        int32_t pages = form == FI_FORM_INDPTR ? g->kv_indptr[b + 1] - g->kv_indptr[b]
+                                               : g->batch.max_pages_per_seq;
+        const int32_t too_long = pages * f.caps.page_size + 1;
+        if (form == FI_FORM_BLOCK_TABLES) {
+            c.seq[b] = too_long;
+        } else if (form == FI_FORM_INDPTR) {
+            c.kvl[b] = too_long;
+        } else {
+            for (int32_t k = b + 1; k <= g->batch.batch_size; k++)
+                c.ki[k] += too_long - g->kv_len[b];
+            c.b.seq_lens = NULL;
+        }
+        expect_rejected(&f, &c.b, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, "seq_len beyond pages");
+        free_copy(&c);
+        teardown(&f);
+    }
+}
+
+static void plan_rejects_negative_lengths(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 3};
+    for (int i = 0; i < 30; i++) {
+        const fi_batch_form form = k_forms[i % 3];
+        fixture f;
+        setup(&f, &rng, kind_for(form, i), form, 0);
+        const batchgen_batch *g = &f.good;
+        const int32_t b = fi_rng_int(&rng, 0, g->batch.batch_size - 1);
+        copy c = make_copy(g);
+        if (form == FI_FORM_BLOCK_TABLES) {
+            c.seq[b] = -fi_rng_int(&rng, 1, 100);
+            expect_rejected(&f, &c.b, FI_ERR_NEGATIVE_LENGTH, b, "negative seq_len");
+            c.seq[b] = g->seq_lens[b];
+            c.b.q_len_per_request = -1;
+            expect_rejected(&f, &c.b, FI_ERR_NEGATIVE_LENGTH, -1, "negative q_len_per_request");
+        } else if (form == FI_FORM_INDPTR) {
+            c.kvl[b] = -fi_rng_int(&rng, 1, 100);
+            expect_rejected(&f, &c.b, FI_ERR_NEGATIVE_LENGTH, b, "negative kv_len");
+        } else {
+            c.b.seq_lens = c.seq;
+            c.seq[b] = -1;
+            expect_rejected(&f, &c.b, FI_ERR_NEGATIVE_LENGTH, b, "negative seq_lens");
+        }
+        free_copy(&c);
+        teardown(&f);
+    }
+}
+
+static void plan_rejects_non_monotone_indptr(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 4};
+    for (int i = 0; i < 30; i++) {
+        const fi_batch_form form = i % 2 ? FI_FORM_INDPTR : FI_FORM_CUM_SEQ_LENS;
+        fixture f;
+        setup(&f, &rng, kind_for(form, i), form, 0);
+        const batchgen_batch *g = &f.good;
+        const int32_t n = g->batch.batch_size;
+        const int32_t b = fi_rng_int(&rng, 0, n - 1);
+        copy c = make_copy(g);
+        int32_t *arr = fi_rng_int(&rng, 0, 1) ? c.qi : c.ki;
+        /* make entry b+1 smaller than entry b: request b gets a negative length */
+        arr[b + 1] = arr[b] - fi_rng_int(&rng, 1, 5);
+        expect_rejected(&f, &c.b, FI_ERR_INDPTR_NOT_MONOTONE, b, "decreasing indptr");
+        free_copy(&c);
+        c = make_copy(g);
+        c.qi[0] = 1;
+        expect_rejected(&f, &c.b, FI_ERR_INDPTR_NOT_MONOTONE, 0, "indptr not starting at 0");
+        free_copy(&c);
+        teardown(&f);
+    }
+}
+
+static void plan_rejects_inconsistent_lengths(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 5};
+    for (int i = 0; i < 20; i++) {
+        fixture f;
+        setup(&f, &rng, FI_KIND_CONTEXT, FI_FORM_CUM_SEQ_LENS, 0);
+        const batchgen_batch *g = &f.good;
+        const int32_t b = fi_rng_int(&rng, 0, g->batch.batch_size - 1);
+        copy c = make_copy(g);
+        c.b.seq_lens = c.seq;
+        c.seq[b] += fi_rng_int(&rng, 1, 3);
+        expect_rejected(&f, &c.b, FI_ERR_INCONSISTENT_LENGTHS, b, "seq_lens != cum diff");
+        free_copy(&c);
+        teardown(&f);
+        /* causal query block longer than its (non-empty) KV */
+        setup(&f, &rng, FI_KIND_GQA_DECODE, FI_FORM_INDPTR, 0);
+        c = make_copy(&f.good);
+        const int32_t b2 = fi_rng_int(&rng, 0, f.good.batch.batch_size - 1);
+        const int32_t q = f.good.q_len[b2];
+        if (q >= 2) {
+            c.kvl[b2] = q - 1;
+            expect_rejected(&f, &c.b, FI_ERR_INCONSISTENT_LENGTHS, b2, "q_len > kv_len");
+        }
+        c.kvl[b2] = 0; /* an empty request is valid */
+        assert_int_equal(fi_plan_update(f.plan, &c.b, NULL), FI_OK);
+        free_copy(&c);
+        teardown(&f);
+    }
+}
+
+static void plan_rejects_batch_and_q_tokens_over_caps(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 6};
+    for (int i = 0; i < 15; i++) {
+        fixture f;
+        setup(&f, &rng, FI_KIND_GQA_DECODE, FI_FORM_INDPTR, 0);
+        const batchgen_batch *g = &f.good;
+        fi_batch bad = g->batch;
+        bad.batch_size = f.caps.max_batch + fi_rng_int(&rng, 1, 10);
+        expect_rejected(&f, &bad, FI_ERR_BATCH_OVER_CAPS, -1, "batch over caps");
+        assert_int_equal(fi_plan_update(f.plan, &bad, NULL), FI_ERR_BATCH_OVER_CAPS);
+        assert_int_equal(fi_plan_error(f.plan).needed, bad.batch_size);
+        assert_int_equal(fi_plan_error(f.plan).limit, f.caps.max_batch);
+        teardown(&f);
+        /* q tokens: a plan whose max_q_tokens is one below the batch's */
+        setup(&f, &rng, FI_KIND_GQA_DECODE, FI_FORM_INDPTR, 0);
+        fi_caps small = f.caps;
+        small.max_q_tokens = f.good.total_q_tokens - 1;
+        fi_plan *p2 = NULL;
+        assert_int_equal(fi_plan_create(&small, NULL, 0, NULL, &p2), FI_OK);
+        fi_plan *keep = f.plan;
+        f.plan = p2;
+        fi_batch fewer = f.good.batch;
+        fewer.batch_size -= 1; /* fits (every request has q_len >= 1) */
+        if (f.good.total_q_tokens - f.good.q_len[fewer.batch_size] <= small.max_q_tokens) {
+            assert_int_equal(fi_plan_update(p2, &fewer, NULL), FI_OK);
+            f.recover = &fewer;
+            expect_rejected(&f, &f.good.batch, FI_ERR_Q_TOKENS_OVER_CAPS,
+                            f.good.batch.batch_size - 1, "q tokens over caps");
+        }
+        fi_plan_destroy(p2);
+        f.plan = keep;
+        f.recover = NULL;
+        teardown(&f);
+    }
+}
+
+static void plan_rejects_bad_scalars(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 7};
+    for (int i = 0; i < 15; i++) {
+        const fi_batch_form form = k_forms[i % 3];
+        fixture f;
+        setup(&f, &rng, kind_for(form, i), form, 0);
+        fi_batch bad = f.good.batch;
+        bad.window_left = -2 - fi_rng_int(&rng, 0, 100);
+        expect_rejected(&f, &bad, FI_ERR_INVALID_WINDOW, -1, "window_left < -1");
+        bad = f.good.batch;
+        bad.form = (fi_batch_form)(4 + fi_rng_int(&rng, 0, 5));
+        expect_rejected(&f, &bad, FI_ERR_INVALID_FORM, -1, "unknown form");
+        bad = f.good.batch;
+        bad.causal = 2;
+        expect_rejected(&f, &bad, FI_ERR_INVALID_ARGUMENT, -1, "causal 2");
+        bad = f.good.batch;
+        bad.batch_size = -1;
+        expect_rejected(&f, &bad, FI_ERR_INVALID_ARGUMENT, -1, "negative batch_size");
+        if (form == FI_FORM_BLOCK_TABLES && f.caps.kind != FI_KIND_CONTEXT) {
+            bad = f.good.batch;
+            bad.q_len_per_request = 9;
+            expect_rejected(&f, &bad, FI_ERR_Q_LEN_UNSUPPORTED, 0, "MTP depth 9");
+        }
+        /* NULL arrays of the form */
+        bad = f.good.batch;
+        if (form == FI_FORM_INDPTR)
+            bad.kv_indices = NULL;
+        else
+            bad.block_tables = NULL;
+        expect_rejected(&f, &bad, FI_ERR_NULL_ARGUMENT, -1, "NULL page table");
+        expect_rejected(&f, NULL, FI_ERR_NULL_ARGUMENT, -1, "NULL batch");
+        teardown(&f);
+    }
+}
+
+static void create_rejects_unsupported_caps(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 8};
+    for (int i = 0; i < 50; i++) {
+        fi_caps good;
+        batchgen_caps(&rng, (fi_kind)0, &good);
+        good.max_batch = 4;
+        good.max_q_tokens = 32;
+        good.num_pages = 64;
+        good.num_ctas = fi_rng_int(&rng, 1, 200);
+        size_t bytes = 0;
+        assert_int_equal(fi_workspace_size(&good, &bytes), FI_OK);
+        assert_true(bytes > 0 && bytes % 256 == 0);
+        struct { fi_caps c; fi_status want; } cases[12];
+        int n = 0;
+        cases[n].c = good; cases[n].c.head_dim_qk = good.kind == FI_KIND_MLA_DECODE ? 512 : 96;
+        cases[n++].want = FI_ERR_UNSUPPORTED_HEAD_DIM;
+        cases[n].c = good; cases[n].c.head_dim_vo = 32; cases[n++].want = FI_ERR_UNSUPPORTED_HEAD_DIM;
+        cases[n].c = good; cases[n].c.page_size = (int32_t[]){2, 8, 48, 256}[fi_rng_int(&rng, 0, 3)];
+        cases[n++].want = FI_ERR_UNSUPPORTED_PAGE_SIZE;
+        cases[n].c = good; cases[n].c.kv_dtype = FI_DTYPE_I32; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
+        cases[n].c = good; cases[n].c.o_dtype = FI_DTYPE_E4M3; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
+        cases[n].c = good; cases[n].c.q_dtype = (fi_dtype)0; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
+        cases[n].c = good; cases[n].c.kind = (fi_kind)9; cases[n++].want = FI_ERR_UNSUPPORTED_KIND;
+        cases[n].c = good; cases[n].c.max_batch = 0; cases[n++].want = FI_ERR_INVALID_CAPS;
+        cases[n].c = good; cases[n].c.num_ctas = -1; cases[n++].want = FI_ERR_INVALID_CAPS;
+        cases[n].c = good;
+        if (good.kind == FI_KIND_MLA_DECODE) cases[n].c.num_qo_heads = 48;
+        else { cases[n].c.num_kv_heads = 1; cases[n].c.num_qo_heads = 17; }
+        cases[n++].want = FI_ERR_UNSUPPORTED_HEADS;
+        cases[n].c = good; cases[n].c.num_qo_heads = good.num_kv_heads * 3 + 1;
+        cases[n].c.num_kv_heads = good.kind == FI_KIND_MLA_DECODE ? 1 : 3;
+        cases[n++].want = good.kind == FI_KIND_MLA_DECODE ? FI_ERR_UNSUPPORTED_HEADS
+                                                           : FI_ERR_INVALID_CAPS;
+        for (int k = 0; k < n; k++) {
+            fi_plan *sentinel = (fi_plan *)(uintptr_t)0x1234;
+            fi_plan *p = sentinel;
+            size_t b2 = 77;
+            fi_status s1 = fi_workspace_size(&cases[k].c, &b2);
+            fi_status s2 = fi_plan_create(&cases[k].c, NULL, 0, NULL, &p);
+            if (s1 != cases[k].want || s2 != cases[k].want)
+                fail_msg("seed %llu case %d: got %s / %s want %s", (unsigned long long)g_seed, k,
+                         fi_status_name(s1), fi_status_name(s2), fi_status_name(cases[k].want));
+            assert_true(p == sentinel);
+            assert_int_equal(b2, 77);
+        }
+        /* workspace too small / misaligned: checked before any CUDA call */
+        fi_plan *p = NULL;
+        void *fake = (void *)(uintptr_t)0x100000;
+        assert_int_equal(fi_plan_create(&good, fake, bytes - 1, NULL, &p), FI_ERR_WORKSPACE_TOO_SMALL);
+        assert_int_equal(fi_plan_create(&good, (char *)fake + 16, bytes, NULL, &p),
+                         FI_ERR_WORKSPACE_MISALIGNED);
+        assert_null(p);
+    }
+    size_t bytes;
+    assert_int_equal(fi_workspace_size(NULL, &bytes), FI_ERR_NULL_ARGUMENT);
+    fi_plan *p = NULL;
+    assert_int_equal(fi_plan_create(NULL, NULL, 0, NULL, &p), FI_ERR_NULL_ARGUMENT);
+}
+
+static void plan_view_needs_a_successful_update(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 9};
+    fixture f;
+    setup(&f, &rng, FI_KIND_MLA_DECODE, FI_FORM_BLOCK_TABLES, 0);
+    fi_plan *p = NULL;
+    assert_int_equal(fi_plan_create(&f.caps, NULL, 0, NULL, &p), FI_OK);
+    fi_plan_view v;
+    assert_int_equal(fi_plan_get_view(p, &v), FI_ERR_NOT_PLANNED);
+    assert_true(fi_plan_balance(p) == 0.0);
+    fi_batch bad = f.good.batch;
+    bad.window_left = -3;
+    assert_int_equal(fi_plan_update(p, &bad, NULL), FI_ERR_INVALID_WINDOW);
+    assert_int_equal(fi_plan_get_view(p, &v), FI_ERR_NOT_PLANNED);
+    assert_int_equal(fi_plan_get_view(NULL, &v), FI_ERR_NULL_ARGUMENT);
+    assert_int_equal(fi_plan_update(NULL, &bad, NULL), FI_ERR_NULL_ARGUMENT);
+    assert_null(fi_plan_caps(NULL));
+    assert_int_equal(fi_plan_caps(p)->num_ctas, f.caps.num_ctas);
+    fi_plan_destroy(p);
+    fi_plan_destroy(NULL);
+    teardown(&f);
+}
+
+/* A host plan makes no CUDA call: a garbage stream handle is never looked at. */
+static void host_plan_update_never_needs_a_gpu(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 10};
+    for (int i = 0; i < 20; i++) {
+        fixture f;
+        setup(&f, &rng, kind_for(k_forms[i % 3], i), k_forms[i % 3], 0);
+        void *garbage_stream = (void *)(uintptr_t)(0xdead0000u + (unsigned)i);
+        assert_int_equal(fi_plan_update(f.plan, &f.good.batch, garbage_stream), FI_OK);
+        teardown(&f);
+    }
+}
+
+static void status_names_are_unique_and_total(void **state) {
+    (void)state;
+    for (int s = 0; s <= FI_ERR_HOST_PLAN; s++) {
+        const char *n = fi_status_name((fi_status)s);
+        assert_non_null(n);
+        assert_string_not_equal(n, "FI_STATUS_UNKNOWN");
+        for (int t = 0; t < s; t++)
+            assert_string_not_equal(n, fi_status_name((fi_status)t));
+    }
+    assert_string_equal(fi_status_name(FI_ERR_BATCH_OVER_CAPS), "FI_ERR_BATCH_OVER_CAPS");
+    assert_string_equal(fi_status_name((fi_status)999), "FI_STATUS_UNKNOWN");
+}
+
+int main(void) {
+    g_seed = fi_test_seed();
+    printf("FI_TEST_SEED=%llu\n", (unsigned long long)g_seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(plan_rejects_page_index_out_of_range),
+        cmocka_unit_test(plan_rejects_seq_len_beyond_pages),
+        cmocka_unit_test(plan_rejects_negative_lengths),
+        cmocka_unit_test(plan_rejects_non_monotone_indptr),
+        cmocka_unit_test(plan_rejects_inconsistent_lengths),
+        cmocka_unit_test(plan_rejects_batch_and_q_tokens_over_caps),
+        cmocka_unit_test(plan_rejects_bad_scalars),
+        cmocka_unit_test(create_rejects_unsupported_caps),
+        cmocka_unit_test(plan_view_needs_a_successful_update),
+        cmocka_unit_test(host_plan_update_never_needs_a_gpu),
+        cmocka_unit_test(status_names_are_unique_and_total),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
