@@ -1,0 +1,395 @@
+/*
+ * bench/bench_mla.c - MLA paged decode (fi_run, concatenated trtllm layout, bf16, page_size
+ * 64) on the cases of issue 3, checked before timed:
+ *
+ *   h16_q1     batch 128 x kv_len 4096, heads 16,  q_len 1
+ *   h128_q1    batch 128 x kv_len 4096, heads 128, q_len 1
+ *   h128_q2    batch 128 x kv_len 4096, heads 128, q_len 2 (causal MTP)
+ *   trace128   decode snapshot of 128 requests of the bundled Azure trace, heads 16, q_len 1
+ *   b1_32k_h16 / b1_32k_h128   batch 1 x kv_len 32768 (split-k decides everything)
+ *
+ * Correctness first: one fi_run on NaN-poisoned outputs; every output element must be
+ * finite, and a few requests (first, last, longest) are compared with fi_naive_attention
+ * (fp64) on a one-request sub-batch (the full fp64 reference of 128 x 4096 x 128 heads would
+ * take minutes on the CPU).  A failing case is reported and not timed (exit status 1).
+ *
+ * Timing: fi_run captured once per input set in a CUDA graph; up to 4 input sets (q, KV
+ * cache, out at distinct addresses, same values) are rotated so replays do not reuse L2.
+ * Each replay is timed alone between two cudaEvents, median of --reps (>= 50):
+ *   b2b    replays back to back;
+ *   flush  a cudaMemsetAsync over a buffer of 4x the L2 size before each replay, outside
+ *          the timed region (L2 holds none of the inputs).
+ * Figures: GB/s = (KV bytes of the tokens the batch reads, each once, 576 x 2 bytes per
+ * token + q + out) / time; TFLOP/s = 2 x sum over rows of visible keys x (576 + 512) / time;
+ * fractions of the ceilings measured by bench/ceilings in the same run (--read-tbps,
+ * --tflops, or env FI_CEIL_READ_TBPS / FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it).
+ *
+ * Usage: bench_mla [--reps N] [--sets N] [--case SUBSTR] [--read-tbps X] [--tflops Y]
+ * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
+ * GBps <x> TFLOPs <x> read_frac <x> mma_frac <x>".  No GPU: prints "skip" and exits 0.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu/mla_gpu_case.h"
+#include "viz/trace.h"
+
+#define PAGE_SIZE 64
+#define MAX_SETS 4
+#define MSG 512
+
+typedef struct bench_case {
+    const char *name;
+    int32_t batch, heads, q_len, kv_len; /* kv_len < 0: trace snapshot */
+} bench_case;
+
+static const bench_case CASES[] = {
+    {"h16_q1", 128, 16, 1, 4096},      {"h128_q1", 128, 128, 1, 4096},
+    {"h128_q2", 128, 128, 2, 4096},    {"trace128", 128, 16, 1, -1},
+    {"b1_32k_h16", 1, 16, 1, 32768},   {"b1_32k_h128", 1, 128, 1, 32768},
+};
+
+typedef struct cfg {
+    int reps, sets, sms;
+    const char *only;
+    double read_tbps, tflops;
+} cfg;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Fold a failed CUDA call into a message and return -1 from the calling function. */
+#define CK(call) MLA_CUDA(call, msg, cap)
+
+/* fp64 check of request b alone: a one-request sub-batch whose views start at b's rows. */
+static int check_request(mla_case *c, int32_t b, double *worst, char *msg, size_t cap) {
+    const int64_t H = c->o.heads, q0 = c->q_offset[b], ql = c->fb.q_lens[b];
+    fi_batch sub = c->fb.batch;
+    sub.batch_size = 1;
+    sub.block_tables = c->fb.page_table + (int64_t)b * c->P;
+    sub.seq_lens = c->fb.kv_lens + b;
+    fi_caps caps = mla_caps(&c->o, 1, (int32_t)ql, c->num_pages);
+    fi_attn_args a = mla_case_args(c, 0);
+    a.q.data = c->h_q + q0 * H * MLA_D_QK;
+    a.q_rope.data = c->h_q + q0 * H * MLA_D_QK + MLA_D_CKV;
+    a.q.shape[0] = a.q_rope.shape[0] = ql;
+    a.page_table.shape[0] = 1;
+    a.page_table.data = (void *)sub.block_tables;
+    a.out.data = c->ref_out + q0 * H * MLA_D_CKV;
+    a.out.shape[0] = ql;
+    a.lse.data = c->ref_lse + q0 * H;
+    a.lse.shape[0] = ql;
+    fi_status st = fi_naive_attention(&caps, &sub, &a);
+    if (st != FI_OK) {
+        mla_msg(msg, cap, "fi_naive_attention request %d: %s", b, fi_status_name(st));
+        return -1;
+    }
+    double wl = 0;
+    return mla_case_compare(c, b, b + 1, 1e-2, worst, &wl, msg, cap);
+}
+
+static int check_case(mla_case *c, char *msg, size_t cap) {
+    if (mla_case_run(c, msg, cap) || mla_case_download(c, msg, cap)) return -1;
+    const int64_t n = (int64_t)c->tokens * c->o.heads * MLA_D_CKV;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(mla_bf16_to_f32(c->h_out[i]))) {
+            mla_msg(msg, cap, "out element %lld not finite (poison left or NaN)", (long long)i);
+            return -1;
+        }
+    int32_t longest = 0;
+    for (int32_t b = 1; b < c->B; b++)
+        if (c->fb.kv_lens[b] > c->fb.kv_lens[longest]) longest = b;
+    int32_t pick[3] = {0, c->B - 1, longest};
+    double worst = 0;
+    for (int k = 0; k < 3; k++) {
+        if (k > 0 && (pick[k] == pick[0] || (k == 2 && pick[2] == pick[1]))) continue;
+        if (check_request(c, pick[k], &worst, msg, cap)) return -1;
+    }
+    printf("# check: requests %d %d %d vs fp64: worst row rel err %.2e\n", pick[0], pick[1],
+           pick[2], worst);
+    return 0;
+}
+
+/* Input sets: set 0 is the case's own buffers, the others device copies of them. */
+typedef struct sets {
+    int n;
+    void *q[MAX_SETS], *kv[MAX_SETS], *out[MAX_SETS];
+    cudaGraphExec_t exec[MAX_SETS];
+    cudaGraph_t graph[MAX_SETS];
+} sets;
+
+static void sets_free(sets *s) {
+    for (int i = 0; i < s->n; i++) {
+        if (s->exec[i]) cudaGraphExecDestroy(s->exec[i]);
+        if (s->graph[i]) cudaGraphDestroy(s->graph[i]);
+        if (i > 0) {
+            cudaFree(s->q[i]);
+            cudaFree(s->kv[i]);
+            cudaFree(s->out[i]);
+        }
+    }
+    memset(s, 0, sizeof *s);
+}
+
+static int sets_build(mla_case *c, int want, sets *s, char *msg, size_t cap) {
+    memset(s, 0, sizeof *s);
+    size_t qb = (size_t)c->n_q * 2, kb = (size_t)c->n_kv * 2, free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    size_t per = qb + kb + c->out_bytes;
+    int n = want < 1 ? 1 : want > MAX_SETS ? MAX_SETS : want;
+    while (n > 1 && (size_t)(n - 1) * per > free_b / 2) n--;
+    for (int i = 0; i < n; i++) {
+        if (i == 0) {
+            s->q[0] = c->d_q;
+            s->kv[0] = c->d_kv;
+            s->out[0] = c->d_out;
+        } else {
+            CK(cudaMalloc(&s->q[i], qb));
+            CK(cudaMalloc(&s->kv[i], kb));
+            CK(cudaMalloc(&s->out[i], c->out_bytes));
+            s->n = i + 1; /* so sets_free releases what exists */
+            CK(cudaMemcpy(s->q[i], c->d_q, qb, cudaMemcpyDeviceToDevice));
+            CK(cudaMemcpy(s->kv[i], c->d_kv, kb, cudaMemcpyDeviceToDevice));
+        }
+        s->n = i + 1;
+        fi_attn_args a = mla_case_args(c, 1);
+        a.q.data = s->q[i];
+        a.q_rope.data = (uint16_t *)s->q[i] + MLA_D_CKV;
+        a.k.data = s->kv[i];
+        a.k_rope.data = (uint16_t *)s->kv[i] + MLA_D_CKV;
+        a.out.data = s->out[i];
+        CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
+        fi_status st = fi_run(c->plan, &a, c->stream);
+        CK(cudaStreamEndCapture(c->stream, &s->graph[i]));
+        if (st != FI_OK) {
+            mla_msg(msg, cap, "fi_run under capture: %s", fi_status_name(st));
+            return -1;
+        }
+        CK(cudaGraphInstantiate(&s->exec[i], s->graph[i], 0));
+    }
+    return 0;
+}
+
+/* Median seconds of reps replays; flush_bytes > 0: memset that many bytes before each. */
+static int time_replays(mla_case *c, const sets *s, int reps, void *flush, size_t flush_bytes,
+                        double *median_s, char *msg, size_t cap) {
+    cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)reps * 2, sizeof(cudaEvent_t));
+    double *t = (double *)malloc(sizeof(double) * (size_t)reps);
+    if (!ev || !t) {
+        free(ev);
+        free(t);
+        mla_msg(msg, cap, "host allocation failed");
+        return -1;
+    }
+    int rc = -1;
+    for (int i = 0; i < 2 * reps; i++)
+        if (cudaEventCreate(&ev[i]) != cudaSuccess) goto out;
+    for (int w = 0; w < 10; w++) /* warm up: clocks, instruction cache, TLBs */
+        if (cudaGraphLaunch(s->exec[w % s->n], c->stream) != cudaSuccess) goto out;
+    for (int i = 0; i < reps; i++) {
+        if (flush_bytes && cudaMemsetAsync(flush, i & 0xff, flush_bytes, c->stream) != cudaSuccess)
+            goto out;
+        if (cudaEventRecord(ev[2 * i], c->stream) != cudaSuccess ||
+            cudaGraphLaunch(s->exec[i % s->n], c->stream) != cudaSuccess ||
+            cudaEventRecord(ev[2 * i + 1], c->stream) != cudaSuccess)
+            goto out;
+    }
+    if (cudaStreamSynchronize(c->stream) != cudaSuccess) goto out;
+    for (int i = 0; i < reps; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) != cudaSuccess) goto out;
+        t[i] = ms * 1e-3;
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    *median_s = t[reps / 2];
+    rc = 0;
+out:
+    if (rc) mla_msg(msg, cap, "timing: %s", cudaGetErrorString(cudaGetLastError()));
+    for (int i = 0; i < 2 * reps; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    free(ev);
+    free(t);
+    return rc;
+}
+
+/* Lengths of a case: uniform, or the trace decode snapshot (step 100 from row 0). */
+static int case_lengths(const bench_case *bc, int32_t *q, int32_t *kv, char *msg, size_t cap) {
+    if (bc->kv_len >= 0) {
+        for (int32_t b = 0; b < bc->batch; b++) {
+            q[b] = bc->q_len;
+            kv[b] = bc->kv_len;
+        }
+        return 0;
+    }
+    fitrace *tr = NULL;
+    if (fitrace_load_default(NULL, &tr) != FITRACE_OK) {
+        mla_msg(msg, cap, "fitrace_load_default failed");
+        return -1;
+    }
+    int32_t *src = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
+    fitrace_lens l = {bc->batch, q, kv, src};
+    fitrace_status st = src ? fitrace_decode(tr, 0, 100, bc->q_len, &l) : FITRACE_ERR_NOMEM;
+    free(src);
+    fitrace_free(tr);
+    if (st != FITRACE_OK) {
+        mla_msg(msg, cap, "fitrace_decode: %s", fitrace_status_name(st));
+        return -1;
+    }
+    return 0;
+}
+
+static void print_row(const bench_case *bc, const char *mode, double s, double bytes,
+                      double flops, const cfg *g) {
+    double gbps = bytes / s / 1e9, tf = flops / s / 1e12;
+    double rf = g->read_tbps > 0 ? gbps / (g->read_tbps * 1e3) : NAN;
+    double mf = g->tflops > 0 ? tf / g->tflops : NAN;
+    printf("| %-12s | %-5s | %9.1f | %8.1f | %6.1f%% | %8.1f | %6.1f%% |\n", bc->name, mode,
+           s * 1e6, gbps, rf * 100, tf, mf * 100);
+    fprintf(stderr, "result %s %s us %.2f GBps %.1f TFLOPs %.2f read_frac %.4f mma_frac %.4f\n",
+            bc->name, mode, s * 1e6, gbps, tf, rf, mf);
+}
+
+static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flush_bytes,
+                    fi_rng *rng, int *header_done) {
+    char msg[MSG];
+    const size_t cap = sizeof msg;
+    int32_t *q = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
+    int32_t *kv = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
+    if (!q || !kv || case_lengths(bc, q, kv, msg, cap)) {
+        free(q);
+        free(kv);
+        fprintf(stderr, "%s: %s\n", bc->name, q && kv ? msg : "allocation failed");
+        return -1;
+    }
+    mla_opts o;
+    memset(&o, 0, sizeof o);
+    o.dtype = FI_DTYPE_BF16;
+    o.heads = bc->heads;
+    o.page_size = PAGE_SIZE;
+    o.form = FI_FORM_BLOCK_TABLES;
+    o.causal = bc->q_len > 1;
+    o.num_ctas = g->sms;
+    o.return_lse = 0;
+    mla_case c;
+    int rc = mla_case_init(&c, &o, q, kv, bc->batch, rng, msg, cap);
+    if (rc) {
+        fprintf(stderr, "%s: init: %s\n", bc->name, msg);
+        free(q);
+        free(kv);
+        return -1;
+    }
+    /* bytes and flops of the batch */
+    double kv_tokens = 0, flops = 0;
+    for (int32_t b = 0; b < bc->batch; b++) {
+        kv_tokens += kv[b];
+        for (int32_t i = 0; i < q[b]; i++) {
+            double visible = o.causal ? kv[b] - q[b] + i + 1 : kv[b];
+            flops += 2.0 * bc->heads * visible * (MLA_D_QK + MLA_D_CKV);
+        }
+    }
+    double bytes = kv_tokens * MLA_D_QK * 2 + (double)c.tokens * bc->heads * MLA_D_QK * 2 +
+                   (double)c.out_bytes;
+    fi_plan_view v;
+    fi_plan_get_view(c.plan, &v);
+    printf("# %s: B=%d H=%d q_len=%d kv mean %.0f max %d; plan: ctas %d items %d groups %d "
+           "kv_chunk %d balance %.3f\n", bc->name, bc->batch, bc->heads, bc->q_len,
+           kv_tokens / bc->batch, c.fb.max_kv_len, v.num_ctas, v.header->num_items,
+           v.header->num_groups, v.header->kv_chunk, fi_plan_balance(c.plan));
+    rc = check_case(&c, msg, cap);
+    if (rc) {
+        printf("# %s: CHECK FAILED, not timed: %s\n", bc->name, msg);
+    } else {
+        sets s;
+        double t_b2b = 0, t_fl = 0;
+        rc = sets_build(&c, g->sets, &s, msg, cap);
+        if (!rc) rc = time_replays(&c, &s, g->reps, NULL, 0, &t_b2b, msg, cap);
+        if (!rc) rc = time_replays(&c, &s, g->reps, flush, flush_bytes, &t_fl, msg, cap);
+        int nsets = s.n;
+        sets_free(&s);
+        if (rc) {
+            printf("# %s: TIMING FAILED: %s\n", bc->name, msg);
+        } else {
+            printf("# %s: %d input sets rotated, %d replays each mode\n", bc->name, nsets, g->reps);
+            if (!*header_done) {
+                printf("| case         | mode  | median us |     GB/s | %%read  |  TFLOP/s | %%mma   |\n");
+                printf("|--------------|-------|-----------|----------|---------|----------|---------|\n");
+                *header_done = 1;
+            }
+            print_row(bc, "b2b", t_b2b, bytes, flops, g);
+            print_row(bc, "flush", t_fl, bytes, flops, g);
+        }
+    }
+    fflush(stdout);
+    mla_case_free(&c);
+    free(q);
+    free(kv);
+    return rc;
+}
+
+static double env_double(const char *name) {
+    const char *s = getenv(name);
+    return s && *s ? atof(s) : 0.0;
+}
+
+int main(int argc, char **argv) {
+    cfg g = {100, MAX_SETS, 0, NULL, env_double("FI_CEIL_READ_TBPS"),
+             env_double("FI_CEIL_BF16_TFLOPS")};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!val) {
+            fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--case SUBSTR] "
+                            "[--read-tbps X] [--tflops Y]\n");
+            return 2;
+        }
+        if (!strcmp(a, "--reps")) g.reps = atoi(val);
+        else if (!strcmp(a, "--sets")) g.sets = atoi(val);
+        else if (!strcmp(a, "--case")) g.only = val;
+        else if (!strcmp(a, "--read-tbps")) g.read_tbps = atof(val);
+        else if (!strcmp(a, "--tflops")) g.tflops = atof(val);
+        else {
+            fprintf(stderr, "bench_mla: unknown option %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (g.reps < 50) g.reps = 50;
+    if (!mla_gpu_available()) {
+        printf("skip no CUDA device\n");
+        return 0;
+    }
+    int l2 = 0, dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
+        fprintf(stderr, "bench_mla: device query failed\n");
+        return 1;
+    }
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, dev);
+    uint64_t seed = fi_test_seed();
+    fi_rng rng = {seed};
+    printf("# bench_mla: %s, %d SMs, L2 %d MiB; planner num_ctas = %d; seed %llu\n", prop.name,
+           g.sms, l2 >> 20, g.sms, (unsigned long long)seed);
+    printf("# ceilings: read %.3f TB/s, bf16 mma %.1f TFLOP/s (%s)\n", g.read_tbps, g.tflops,
+           g.read_tbps > 0 ? "measured by bench/ceilings" : "not given: fractions are nan");
+    size_t flush_bytes = (size_t)4 * (size_t)l2;
+    void *flush = NULL;
+    if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
+        fprintf(stderr, "bench_mla: cannot allocate the L2 flush buffer\n");
+        return 1;
+    }
+    int header = 0, failed = 0;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        if (g.only && !strstr(CASES[i].name, g.only)) continue;
+        if (run_case(&CASES[i], &g, flush, flush_bytes, &rng, &header)) failed = 1;
+    }
+    cudaFree(flush);
+    return failed;
+}

@@ -1,0 +1,191 @@
+/*
+ * bench/ceilings.cu - the two ceilings an attention kernel is measured against, taken on the
+ * same GPU in the same run as the benchmark (clocks and power limits drift between runs).
+ *
+ *   read_TBps    streaming read bandwidth: a grid-stride kernel of 16-byte loads (uint4),
+ *                UNROLL independent loads in flight per thread, over a >= 1 GiB buffer
+ *                (far beyond L2), median of REPEATS timed runs (cudaEvent).  A plain
+ *                reduction (torch.sum) stays below this; it is the number to divide by.
+ *   bf16_TFLOPs  cublasGemmEx, bf16 in / bf16 out, fp32 accumulation, M = N = K = 8192,
+ *                random data in [-1, 1) (zeros would let the tensor cores idle at lower
+ *                power and read high), median of REPEATS, 2 M N K flops per product.
+ *
+ * Output: human lines on stderr, machine-readable lines on stdout:
+ *   device <name> sms <n> l2_bytes <n>
+ *   ceiling read_TBps <x>
+ *   ceiling bf16_TFLOPs <x>
+ * Usage: ceilings [read_GiB (default 2)].  Exit 0 with "skip" on stdout when no GPU.
+ */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(call)                                                                            \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess) {                                                            \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                    \
+                    cudaGetErrorString(e_));                                                \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+#define CB(call)                                                                            \
+    do {                                                                                    \
+        cublasStatus_t s_ = (call);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                  \
+            fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #call,      \
+                    (int)s_);                                                               \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+static const int REPEATS = 21;
+static const int UNROLL = 8;
+
+/* Sum of 16-byte words, grid-stride; n16 = number of uint4.  The XOR result is stored only
+ * when it equals an impossible sentinel, so the loads cannot be removed but nothing is
+ * written in practice. */
+__global__ void __launch_bounds__(256) stream_read(const uint4 *__restrict__ p, size_t n16,
+                                                  unsigned *sink) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned acc = 0;
+    for (; i + (UNROLL - 1) * stride < n16; i += UNROLL * stride) {
+        uint4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) v[u] = __ldcs(p + i + u * stride); /* streaming */
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += stride) {
+        uint4 v = __ldcs(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+/* Deterministic pseudo-random bf16 in [-1, 1) (hash of the index). */
+__global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned x = (unsigned)i * 2654435761u ^ seed;
+        x ^= x >> 16;
+        x *= 0x7feb352du;
+        x ^= x >> 15;
+        x *= 0x846ca68bu;
+        x ^= x >> 16;
+        p[i] = __float2bfloat16((float)(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+static double read_ceiling(double gib, int sms) {
+    size_t bytes = (size_t)(gib * 1073741824.0);
+    bytes &= ~(size_t)4095;
+    size_t n16 = bytes / 16;
+    uint4 *buf = nullptr;
+    unsigned *sink = nullptr;
+    CK(cudaMalloc(&buf, bytes));
+    CK(cudaMalloc(&sink, sizeof(unsigned)));
+    CK(cudaMemset(buf, 0x5a, bytes));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stream_read, 256, 0));
+    int grid = sms * per_sm;
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    stream_read<<<grid, 256>>>(buf, n16, sink); /* warm up */
+    CK(cudaGetLastError());
+    std::vector<double> t;
+    for (int r = 0; r < REPEATS; r++) {
+        CK(cudaEventRecord(a));
+        stream_read<<<grid, 256>>>(buf, n16, sink);
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e-3);
+    }
+    double s = median(t);
+    fprintf(stderr, "stream read: %.2f GiB, grid %d x 256, median %.1f us over %d\n", gib, grid,
+            s * 1e6, REPEATS);
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaFree(buf));
+    CK(cudaFree(sink));
+    return (double)bytes / s / 1e12;
+}
+
+static double gemm_ceiling(void) {
+    const int n = 8192;
+    const size_t elems = (size_t)n * n;
+    __nv_bfloat16 *A, *B, *C;
+    CK(cudaMalloc(&A, elems * 2));
+    CK(cudaMalloc(&B, elems * 2));
+    CK(cudaMalloc(&C, elems * 2));
+    fill_bf16<<<1024, 256>>>(A, elems, 12345u);
+    fill_bf16<<<1024, 256>>>(B, elems, 67890u);
+    CK(cudaGetLastError());
+    cublasHandle_t h;
+    CB(cublasCreate(&h));
+    const float alpha = 1.0f, beta = 0.0f;
+    auto gemm = [&]() {
+        CB(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, A, CUDA_R_16BF, n, B,
+                        CUDA_R_16BF, n, &beta, C, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT));
+    };
+    for (int w = 0; w < 3; w++) gemm();
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<double> t;
+    for (int r = 0; r < REPEATS; r++) {
+        CK(cudaEventRecord(a));
+        gemm();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e-3);
+    }
+    double s = median(t);
+    fprintf(stderr, "bf16 gemm %d^3: median %.1f us over %d\n", n, s * 1e6, REPEATS);
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CB(cublasDestroy(h));
+    CK(cudaFree(A));
+    CK(cudaFree(B));
+    CK(cudaFree(C));
+    return 2.0 * n * (double)n * n / s / 1e12;
+}
+
+int main(int argc, char **argv) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("skip no CUDA device\n");
+        return 0;
+    }
+    double gib = argc > 1 ? atof(argv[1]) : 2.0;
+    if (gib < 1.0) gib = 1.0; /* the ceiling must not fit in any cache */
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    for (char *c = prop.name; *c; c++)
+        if (*c == ' ') *c = '_'; /* one token, for the parser */
+    printf("device %s sms %d l2_bytes %d\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize);
+    fflush(stdout);
+    double tbps = read_ceiling(gib, prop.multiProcessorCount);
+    printf("ceiling read_TBps %.3f\n", tbps);
+    fflush(stdout);
+    double tflops = gemm_ceiling();
+    printf("ceiling bf16_TFLOPs %.1f\n", tflops);
+    return 0;
+}
