@@ -1,0 +1,108 @@
+#!/bin/sh
+# tests/cli_test.sh - end-to-end checks of the fiplan tool (run by `make test`).
+#   FIPLAN=build/fiplan sh tests/cli_test.sh
+# Needs graphviz's `dot` and python3 (json.tool).  Prints one line per check and a final
+# "N passed, N failed"; exits 1 if anything failed.
+FIPLAN=${FIPLAN:-build/fiplan}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/fiplan_cli.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -s "$TMP/err" ] && sed 's/^/     /' "$TMP/err" | tail -5; }
+
+# check NAME CMD...: CMD must succeed.
+check() {
+    name=$1; shift
+    if "$@" 2>"$TMP/err"; then ok "$name"; else bad "$name"; fi
+}
+
+# exit_code WANT NAME ARGS...: fiplan ARGS must exit with WANT.
+exit_code() {
+    want=$1; name=$2; shift 2
+    "$FIPLAN" "$@" >/dev/null 2>"$TMP/err"
+    got=$?
+    if [ "$got" -eq "$want" ]; then ok "$name (exit $got)"; else bad "$name: exit $got, want $want"; fi
+}
+
+dot_parses() { "$FIPLAN" --repeat 0 --dot "$@" 2>/dev/null | dot -Tsvg >/dev/null; }
+json_parses() { "$FIPLAN" --repeat 3 --json "$@" 2>/dev/null | python3 -m json.tool >/dev/null; }
+
+# The JSON of an --execute run must say pass with rel_err below the bound.
+execute_below() {
+    bound=$1; shift
+    "$FIPLAN" --repeat 0 --execute --cpu --json "$@" >"$TMP/x.json" 2>"$TMP/err" || return 1
+    python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1]))["execute"]
+ok = e["device"] == "cpu" and e["pass"] and e["rel_err"] is not None and e["rel_err"] < float(sys.argv[2]) \
+     and e["nonfinite_mismatches"] == 0
+print("     rel_err %.3g lse_rel_err %s" % (e["rel_err"], e["lse_rel_err"]))
+sys.exit(0 if ok else 1)' "$TMP/x.json" "$bound"
+}
+
+svg_written() {
+    rm -f "$TMP/p.svg"
+    "$FIPLAN" --repeat 0 --svg "$TMP/p.svg" "$@" >/dev/null 2>"$TMP/err" &&
+        head -c 200 "$TMP/p.svg" | grep -q '<?xml' && grep -q '<svg' "$TMP/p.svg" &&
+        grep -q 'cluster_cta' "$TMP/p.svg"
+}
+
+# A large plan stays readable: at most 64 CTA clusters drawn, plus the note node.
+dot_is_capped() {
+    "$FIPLAN" --repeat 0 --batch 1024 --step 300 --dot 2>/dev/null >"$TMP/big.dot" || return 1
+    n=$(grep -c 'subgraph cluster_cta' "$TMP/big.dot")
+    [ "$n" -ge 1 ] && [ "$n" -le 64 ] && grep -q not_drawn "$TMP/big.dot" && dot -Tsvg "$TMP/big.dot" >/dev/null
+}
+
+# The JSON plan covers every request's KV range for each head chunk (summed item lengths).
+json_covers_kv() {
+    "$FIPLAN" --repeat 0 --json "$@" >"$TMP/c.json" 2>"$TMP/err" || return 1
+    python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+kv = d["batch"]["kv_len"]; q = d["batch"]["q_len"]
+cov = {}
+for r, hb, he, qb, qe, kb, ke, slot, grp in d["plan"]["items"]:
+    cov[(r, hb, qb)] = cov.get((r, hb, qb), 0) + (ke - kb)
+# every tile of request r reads at most kv_len keys; decode rows (q 1, causal) read all
+ok = all(v <= kv[r] for (r, hb, qb), v in cov.items())
+ok = ok and all(cov.get((r, 0, 0), 0) == kv[r] for r in range(len(kv)) if q[r] == 1)
+sys.exit(0 if ok else 1)' "$TMP/c.json"
+}
+
+bad_trace() {
+    printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,12,x\n' >"$TMP/bad.csv"
+    "$FIPLAN" --trace "$TMP/bad.csv" --repeat 0 >/dev/null 2>"$TMP/err"
+    [ $? -eq 1 ] && grep -q 'line 2' "$TMP/err"
+}
+
+check "dot output parses (decode, embedded trace)" dot_parses
+check "dot output parses (prefill, context kind)" dot_parses --mode prefill --batch 4 --prefix 128
+check "dot output parses (mixed, context kind)" dot_parses --mode mixed --batch 16 --step 20
+check "dot output parses (gqa, explicit lengths, shuffled pages)" dot_parses --kind gqa --lengths 100,2000,37,5000 --shuffle
+check "dot output of a 1024-request plan is capped at 64 CTAs" dot_is_capped
+check "json output parses (decode)" json_parses
+check "json output parses (mixed, cum_seq_lens form)" json_parses --mode mixed --kind context --batch 12 --form cum_seq_lens
+check "json plan covers every decode request's keys" json_covers_kv --batch 64 --step 50 --ctas 32
+check "svg file written" svg_written --batch 16 --ctas 24
+check "execute on CPU below 1e-5 (MLA decode, default batch)" execute_below 1e-5
+check "execute on CPU below 1e-5 (MLA, MTP 2, indptr, 16 heads)" execute_below 1e-5 --heads 16 --q-len 2 --form indptr --batch 6 --step 30
+check "execute on CPU below 1e-5 (GQA decode, window_left 100)" execute_below 1e-5 --kind gqa --lengths 300,1,900,2500 --window-left 100 --ctas 16
+check "execute on CPU below 1e-5 (context, cached prefix)" execute_below 1e-5 --kind context --lengths 300,700,65 --q-len 40 --heads 8 --kv-heads 2 --head-dim 64 --page-size 16
+exit_code 0 "--help" --help
+exit_code 2 "unknown option" --bogus
+exit_code 2 "--batch 0" --batch 0
+exit_code 2 "--mode nonsense" --mode nonsense
+exit_code 2 "--kind nonsense" --kind nonsense
+exit_code 2 "--lengths with an empty entry" --lengths 1,,2
+exit_code 2 "--page-size not a number" --page-size 6x4
+exit_code 2 "stray argument" extra
+exit_code 2 "missing value" --batch
+exit_code 1 "missing trace file" --trace /nonexistent/trace.csv
+exit_code 1 "unsupported page size (library rejects)" --page-size 48 --repeat 0
+check "malformed trace row reported with its line (exit 1)" bad_trace
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
