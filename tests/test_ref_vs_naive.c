@@ -254,7 +254,7 @@ static void naive_matches_hand_computed_softmax(void **state) {
  * [q_len (causal) or 0, kv_hi], except one random request with kv_len in
  * [FI_TEST_LONG_KV, 2 * FI_TEST_LONG_KV]: long enough (> 2 x the planner's minimum chunk)
  * that the plan splits it when CTAs are many. */
-#define FI_TEST_LONG_KV 600
+#define FI_TEST_LONG_KV 1000
 static void random_lengths(int32_t B, int32_t q_lo, int32_t q_hi, int32_t uniform_q,
                            int32_t kv_hi, int32_t causal, int32_t *q_lens, int32_t *kv_lens) {
     const int32_t q0 = fi_rng_int(&g_rng, q_lo, q_hi);
@@ -368,7 +368,7 @@ static void ref_matches_naive_with_empty_requests(void **state) {
         for (int32_t sinks = 0; sinks < 2; ++sinks) {
             const int32_t B = 4;
             const int32_t q_lens[4] = {2, 2, 2, 2};
-            int32_t kv_lens[4] = {0, fi_rng_int(&g_rng, 600, 1200), 0, fi_rng_int(&g_rng, 1, 50)};
+            int32_t kv_lens[4] = {0, fi_rng_int(&g_rng, 1000, 2000), 0, fi_rng_int(&g_rng, 1, 50)};
             fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 8, 2, 64, 16, 64, B, 8);
             caps.num_ctas = k_ctas[ci];
             test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 64, 0, 0, -1);
