@@ -7,9 +7,10 @@
  *   partition and the merge without a GPU.
  * fi_naive_attention: fp64 attention with no plan at all; defines the right answer.
  *
- * Both take the fi_attn_args of fiattn_run.h with host pointers: tensors FI_DTYPE_F32
- * (fi_naive_attention also F16/BF16), page_table FI_DTYPE_I32, scale pointers and sinks
- * host fp32.  Semantics: fiattn_run.h.
+ * Both take the fi_attn_args of fiattn_run.h with host pointers: q/q_rope/k/k_rope/v
+ * FI_DTYPE_F32, F16 or BF16 (any element strides), out F32/F16/BF16 (rounded to nearest
+ * even at the end), lse F32, page_table FI_DTYPE_I32, scale pointers and sinks host fp32.
+ * Semantics: fiattn_run.h.  Neither writes anything when it returns an error.
  */
 #ifndef FIATTN_REF_H
 #define FIATTN_REF_H
@@ -23,12 +24,15 @@ extern "C" {
 /* Execute a host or device plan's current host view on the CPU.
  * Scratch (partials) is allocated with the plan's allocator for the call and freed.
  * @return FI_OK; FI_ERR_NOT_PLANNED; FI_ERR_NULL_ARGUMENT; FI_ERR_SHAPE_MISMATCH;
- *   FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_OUT_OF_MEMORY.  Writes out (and lse) rows of the plan. */
+ *   FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_OUT_OF_MEMORY; FI_ERR_PLAN_OVER_CAPS (an item or
+ *   group indexes outside the plan's requests / rows / slots: a planner bug).
+ *   Writes out (and lse) rows of the plan. */
 fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args);
 
 /* Naive fp64 attention straight from a batch description (no plan).
- * caps: kind, heads, dims, page_size as for the plan.  out/lse: host F32 tensors.
- * @return FI_OK or the same validation statuses as fi_plan_update, FI_ERR_OUT_OF_MEMORY. */
+ * caps: kind, heads, dims, page_size as for the plan.  Scratch from libc malloc.
+ * @return FI_OK, the same validation statuses as fi_plan_update, the argument statuses of
+ *   fi_ref_run, or FI_ERR_OUT_OF_MEMORY. */
 fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
                              const fi_attn_args *args);
 

@@ -108,7 +108,7 @@ static void update_row(ref_ctx *x, int32_t lr, int32_t t0, int32_t n) {
     const float *q = x->q_tile + (size_t)lr * x->d_qk;
     const float *vb = x->g->mla ? x->k_blk : x->v_blk;
     const size_t v_ld = x->g->mla ? (size_t)x->d_qk : (size_t)d_vo;
-    float s[FI_REF_KV_BLOCK];
+    float s[FI_REF_KV_BLOCK] = {0};
     float bm = -INFINITY;
     for (int32_t j = jlo; j < jhi; ++j) {
         const float *k = x->k_blk + (size_t)(j - t0) * x->d_qk;
@@ -259,7 +259,7 @@ fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args) {
                        (size_t)FI_REF_KV_BLOCK * (x.d_qk + g.d_vo) + tr * g.d_vo + 2 * tr;
     const size_t bytes = sizeof(float) * n_f + sizeof(int32_t) * 2 * tr;
     const fi_allocator *al = &plan->alloc;
-    float *base = al->alloc ? al->alloc(al->ctx, bytes, 64) : malloc(bytes);
+    void *base = al->alloc ? al->alloc(al->ctx, bytes, 64) : malloc(bytes);
     if (!base) return FI_ERR_OUT_OF_MEMORY;
     float *p = base;
     x.partial_o = p;   p += slots * tr * g.d_vo;
@@ -270,7 +270,7 @@ fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args) {
     x.acc = p;         p += tr * g.d_vo;
     x.m = p;           p += tr;
     x.l = p;           p += tr;
-    x.lo = (int32_t *)p;
+    x.lo = (int32_t *)((unsigned char *)base + sizeof(float) * n_f);
     x.hi = x.lo + tr;
 
     for (int32_t c = 0; c < view.num_ctas; ++c)
