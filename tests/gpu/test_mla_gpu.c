@@ -204,7 +204,7 @@ static void mla_split_merge_matches_reference_few_and_many_ctas(void **state) {
     split_case(&c, 8, 16, 3, 1, 1500, 2500, &rng);      /* 3 tiles on 8 CTAs */
     check_case(&c);
     mla_case_free(&c);
-    split_case(&c, 8, 64, 5, 2, 600, 2000, &rng);       /* MTP, 2 tiles per request */
+    split_case(&c, 8, 64, 3, 2, 1500, 3000, &rng);      /* MTP, 2 tiles per request */
     check_case(&c);
     mla_case_free(&c);
     split_case(&c, 132, 16, 1, 1, 3000, 4000, &rng);    /* batch 1: split-k decides */
@@ -597,7 +597,7 @@ static void sanitize_small_case(void **state) {
     REQUIRE_GPU();
     fi_rng rng = test_rng(9);
     mla_case c;
-    split_case(&c, 8, 16, 2, 2, 300, 500, &rng);
+    split_case(&c, 8, 16, 2, 2, 700, 900, &rng); /* >= 2 pieces of >= 256 keys */
     check_case(&c);
     mla_case_free(&c);
 }
