@@ -20,9 +20,12 @@
  * request-local token index), so a piece starts on a KV tile boundary of the kernel. */
 #define FI_KV_TILE_TOKENS 64
 
-/* No piece of a split tile is shorter than this many KV tokens (4 KV tiles), so merge
- * traffic (fp32 partial O + LSE per piece) stays small next to the attention work. */
-#define FI_MIN_CHUNK_TOKENS 256
+/* No piece of a split tile is shorter than this many KV tokens (2 KV tiles), so merge
+ * traffic (fp32 partial O + LSE per piece) stays small next to the attention work.  It is
+ * also the partition's coarsest grain: on trace decode snapshots (128 requests, 132 CTAs,
+ * about one request per CTA) 128 gives balance <= ~1.07, 256 gave up to 1.4 with the plain
+ * walk.  Guess, like the costs below. */
+#define FI_MIN_CHUNK_TOKENS 128
 
 /* Cost per tile row (query row x head), in KV-token units.  Guess. */
 #define FI_COST_ALPHA 1

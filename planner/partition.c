@@ -1,24 +1,28 @@
 /*
- * planner/partition.c - contiguous cost walk (FlashMLA get_mla_metadata scheduler) with
- * flash-decoding split-KV.
+ * planner/partition.c - contiguous cost walk (FlashMLA get_mla_metadata /
+ * get_decoding_sched_meta scheduler) with flash-decoding split-KV (Dao et al. 2023).
  *
- * 1. Budget: B = max(ceil((total_cost + cuts * piece_overhead) / num_ctas), floor), where
- *    piece_overhead = cost of an empty full tile (each cut adds one item's alpha*rows + beta)
- *    and floor = FI_MIN_CHUNK_TOKENS.  `cuts` is unknown before walking, so the walk runs
- *    once with cuts = 0 and, if it cut, once more with the cuts it made (O(2 * tiles)).
- * 2. Walk the tiles in plan order.  CTA c ends at the global target (c + 1) * B of the
- *    cumulative cost (global targets, so rounding errors do not pile up on the last CTA).
- *    A tile (or its remaining piece) that fits before the target goes to CTA c whole.
- *    Otherwise it is cut where the target falls, the cut rounded to the nearest multiple of
- *    FI_KV_TILE_TOKENS (request-local token index); if either piece would be shorter than
- *    FI_MIN_CHUNK_TOKENS there is no cut and the boundary moves instead: the tile goes to
- *    CTA c whole if that overshoots the target less than stopping short undershoots it, else
- *    CTA c ends before it.  The last CTA takes the rest.  A CTA's range may be empty.
- * 3. Cuts happen only at CTA boundaries, so cuts <= num_ctas - 1, which gives the bounds of
- *    workspace/layout.h (items <= tiles + cuts, groups <= cuts, slots <= 2 * cuts); they are
- *    still checked on every write.
- * A cut tile becomes one fi_merge_group: consecutive items (pieces in KV order, which are
- * the last item of one CTA and the first of the next ones) with consecutive partial slots.
+ * Tiles are walked in plan order; each CTA takes the next run of cost, and a tile that
+ * straddles a CTA boundary is cut there (split-KV), the cut on a multiple of
+ * FI_KV_TILE_TOKENS (request-local token index) with no piece shorter than
+ * FI_MIN_CHUNK_TOKENS (when the boundary would leave one, it moves instead).
+ * 1. Global walk: budget B = max(ceil((total_cost + cut overhead) / num_ctas), floor);
+ *    CTA c ends near the global target (c + 1) * B (so rounding errors do not pile up),
+ *    choosing whichever misses the target least: stop before the tile, take it whole, or
+ *    cut it (clamped to the floor).  The last CTA takes the rest.  Each cut adds one item
+ *    overhead (alpha * rows + beta), so B is recomputed from the previous walk's cuts
+ *    (<= 4 walks) and the best kept.
+ * 2. Capped walk: the smallest cap C in [mean, global max) such that "each CTA takes as
+ *    much as fits under C, cutting the tile below C" covers all tiles with num_ctas CTAs,
+ *    found by bisection to 1/256 of the mean (<= 8 walks).  This is what brings balance
+ *    (max CTA cost / mean) from ~1.15 to ~1.05 when requests are about one CTA long.
+ *    If no cap is found the global walk stands.
+ * Each walk is O(tiles + num_ctas), so a plan costs at most ~13 walks.
+ * Cuts happen only at CTA boundaries, so cuts <= num_ctas - 1, which gives the bounds of
+ * workspace/layout.h (items <= tiles + cuts, groups <= cuts, slots <= 2 * cuts); they are
+ * still checked on every write.  A CTA's range may be empty.
+ * A cut tile becomes one fi_merge_group: consecutive items (pieces in KV order: the last
+ * item of one CTA and the first of the next ones) with consecutive partial slots.
  * Unsplit items have out_slot = merge_group = -1.  Empty tiles (kv_begin == kv_end) still
  * become items, so every output row is written.
  */
@@ -38,6 +42,7 @@ typedef struct walk {
     int64_t target;   /* cumulative cost at which CTA c ends */
     int64_t budget;
     int32_t ni, ng, ns, cuts;
+    int64_t cut_overhead; /* sum of the extra per-item cost the cuts added */
 } walk;
 
 static fi_status over_caps(walk *w, int64_t needed, int64_t limit) {
@@ -49,10 +54,12 @@ static fi_status over_caps(walk *w, int64_t needed, int64_t limit) {
     return FI_ERR_PLAN_OVER_CAPS;
 }
 
-static void close_cta(walk *w) {
+/* End CTA c.  cap: the next CTA may take up to budget from where this one ended;
+ * else its end target is the next global multiple of the budget. */
+static void close_cta(walk *w, int cap) {
     w->indptr[w->c + 1] = w->ni;
     w->c++;
-    w->target += w->budget;
+    w->target = cap ? w->cum + w->budget : w->target + w->budget;
 }
 
 /* Emit piece [kv0, kv1) of tile t on CTA w->c.  split: the piece belongs to a merge group
@@ -100,18 +107,31 @@ static fi_status emit(walk *w, const fi_tile *t, int32_t kv0, int32_t kv1, int s
     return FI_OK;
 }
 
-/* Nearest multiple of the KV tile (x >= 0). */
+/* Nearest / next / previous multiple of the KV tile (x >= 0). */
 static int64_t round_kv_tile(int64_t x) {
     return (x + FI_KV_TILE_TOKENS / 2) / FI_KV_TILE_TOKENS * FI_KV_TILE_TOKENS;
 }
+static int64_t round_up_kv_tile(int64_t x) {
+    return (x + FI_KV_TILE_TOKENS - 1) / FI_KV_TILE_TOKENS * FI_KV_TILE_TOKENS;
+}
+static int64_t round_down_kv_tile(int64_t x) {
+    return x < 0 ? -1 : x / FI_KV_TILE_TOKENS * FI_KV_TILE_TOKENS;
+}
 
-static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
+/* Walk the tiles once with w->budget.  cap == 0: global targets (CTA c ends near
+ * (c + 1) * budget, the last CTA takes the rest).  cap == 1: no CTA exceeds budget (each
+ * takes as much as fits, cutting the tile below the cap); *feasible = 0 if the tiles do
+ * not fit in num_ctas CTAs (outputs are then partial and must be rebuilt). */
+static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles, int cap,
+                            int *feasible) {
     const int32_t n = w->l->num_ctas;
     w->c = 0;
     w->cum = 0;
     w->target = w->budget;
     w->ni = w->ng = w->ns = w->cuts = 0;
+    w->cut_overhead = 0;
     w->indptr[0] = 0;
+    *feasible = 1;
     for (int32_t c = 0; c < n; c++)
         w->cta_cost[c] = 0;
     for (int32_t i = 0; i < num_tiles; i++) {
@@ -122,26 +142,58 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
         int32_t g = -1;
         for (;;) {
             const int64_t rest_cost = (int64_t)(t->kv_end - pos) + overhead;
-            if (w->c < n - 1 && w->cum + rest_cost > w->target) {
-                const int64_t fit = w->target - w->cum - overhead;
-                if (fit > 0) {
-                    const int64_t cut = round_kv_tile(pos + fit);
-                    if (cut - pos >= FI_MIN_CHUNK_TOKENS &&
-                        t->kv_end - cut >= FI_MIN_CHUNK_TOKENS) {
-                        fi_status st = emit(w, t, pos, (int32_t)cut, 1, &g, overhead);
-                        if (st != FI_OK)
-                            return st;
-                        w->cuts++;
-                        pos = (int32_t)cut;
-                        close_cta(w);
-                        continue;
+            const int last = w->c == n - 1;
+            if ((cap || !last) && w->cum + rest_cost > w->target) {
+                /* Possible cut points: KV tile multiples leaving both pieces >= floor. */
+                const int64_t lo = round_up_kv_tile((int64_t)pos + FI_MIN_CHUNK_TOKENS);
+                const int64_t hi = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
+                const int64_t room = w->target - w->cum - overhead; /* KV tokens that fit */
+                int64_t cut = -1;
+                int close = 0;
+                if (cap) {
+                    if (last) { /* the rest does not fit in the last CTA */
+                        *feasible = 0;
+                        return FI_OK;
                     }
+                    /* Largest cut that stays under the cap, else end the CTA here. */
+                    int64_t want = room >= 0 ? round_down_kv_tile(pos + room) : -1;
+                    if (want > hi)
+                        want = hi;
+                    if (lo <= hi && want >= lo)
+                        cut = want;
+                    else
+                        close = 1;
+                } else {
+                    /* Three ways to end CTA c near its target; take the one that misses it
+                     * least: stop before this piece, take it whole, or cut it where the
+                     * target falls (clamped so no piece is below the floor). */
+                    const int64_t under = w->target - w->cum;
+                    const int64_t over = w->cum + rest_cost - w->target;
+                    int64_t best = under < over ? under : over;
+                    if (lo <= hi) {
+                        int64_t want = round_kv_tile(pos + (room > 0 ? room : 0));
+                        want = want < lo ? lo : want > hi ? hi : want;
+                        int64_t miss = w->cum + (want - pos) + overhead - w->target;
+                        miss = miss < 0 ? -miss : miss;
+                        if (miss < best) {
+                            best = miss;
+                            cut = want;
+                        }
+                    }
+                    close = cut < 0 && best == under;
                 }
-                /* No cut: move the boundary to whichever side misses the target less. */
-                const int64_t over = w->cum + rest_cost - w->target;
-                const int64_t under = w->target - w->cum;
-                if (over >= under) {
-                    close_cta(w);
+                if (cut >= 0) {
+                    fi_status st = emit(w, t, pos, (int32_t)cut, 1, &g, overhead);
+                    if (st != FI_OK)
+                        return st;
+                    w->cuts++;
+                    w->cut_overhead += overhead;
+                    pos = (int32_t)cut;
+                    close_cta(w, cap);
+                    continue;
+                }
+                if (close) {
+                    close_cta(w, cap);
                     continue;
                 }
             }
@@ -156,38 +208,94 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
     return FI_OK;
 }
 
+static int64_t max_cta_cost(const int64_t *cta_cost, int64_t n) {
+    int64_t max = 0;
+    for (int64_t c = 0; c < n; c++)
+        max = cta_cost[c] > max ? cta_cost[c] : max;
+    return max;
+}
+
+/* Global-target walks: each cut adds one item overhead, which the budget must include or
+ * the last CTA collects it all; the number of cuts depends on the budget, so iterate a few
+ * walks (budget from the previous walk's cut overhead).  Returns the budget with the
+ * lowest max CTA cost in *best_budget and that cost in *best_max. */
+static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
+                              int64_t total_cost, int64_t *best_budget, int64_t *best_max) {
+    const int64_t n = w->l->num_ctas;
+    int64_t budget = (total_cost + n - 1) / n;
+    int feasible;
+    *best_max = INT64_MAX;
+    for (int pass = 0; pass < 4; pass++) {
+        w->budget = budget < FI_MIN_CHUNK_TOKENS ? FI_MIN_CHUNK_TOKENS : budget;
+        fi_status st = walk_tiles(w, tiles, num_tiles, 0, &feasible);
+        if (st != FI_OK)
+            return st;
+        const int64_t max = max_cta_cost(w->cta_cost, n);
+        if (max < *best_max) {
+            *best_max = max;
+            *best_budget = w->budget;
+        }
+        const int64_t next = (total_cost + w->cut_overhead + n - 1) / n;
+        if (w->cuts == 0 || next == budget)
+            break;
+        budget = next;
+    }
+    return FI_OK;
+}
+
 fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
                        const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err) {
     const int64_t n = l->num_ctas;
-    const int64_t piece_overhead = fi_cost_item(0, l->tile_rows);
-    walk w = {l, work_indptr, items, groups, cta_cost, err, 0, 0, 0, 0, 0, 0, 0, 0};
-    w.budget = (total_cost + n - 1) / n;
-    if (w.budget < FI_MIN_CHUNK_TOKENS)
-        w.budget = FI_MIN_CHUNK_TOKENS;
-    fi_status st = walk_tiles(&w, tiles, num_tiles);
-    if (st == FI_OK && w.cuts > 0) {
-        /* Second pass: make room for the overhead of the cuts the first pass made. */
-        const int64_t b2 = (total_cost + w.cuts * piece_overhead + n - 1) / n;
-        if (b2 > w.budget) {
-            w.budget = b2;
-            st = walk_tiles(&w, tiles, num_tiles);
+    walk w = {l, work_indptr, items, groups, cta_cost, err, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t g_budget = 0, g_max = 0;
+    fi_status st = global_walks(&w, tiles, num_tiles, total_cost, &g_budget, &g_max);
+    if (st != FI_OK)
+        return st;
+    /* Then the smallest cap that fits, by bisection between the mean (a lower bound) and
+     * the global walk's max (about feasible), to 1/256 of the mean: lowers the max CTA
+     * cost where tiles are about one CTA long and the boundaries cannot all fall on the
+     * targets.  At most FI_CAP_STEPS walks. */
+    enum { FI_CAP_STEPS = 8 };
+    int64_t lo = (total_cost + n - 1) / n, hi = g_max - 1, best_cap = -1;
+    const int64_t tol = lo / 256 + 1;
+    int feasible = 0, last_feasible = 0;
+    for (int step = 0; step < FI_CAP_STEPS && lo <= hi; step++) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        w.budget = mid;
+        st = walk_tiles(&w, tiles, num_tiles, 1, &feasible);
+        if (st != FI_OK)
+            return st;
+        last_feasible = feasible;
+        if (feasible) {
+            best_cap = mid;
+            hi = mid - 1;
+        } else {
+            lo = mid + 1;
         }
+        if (hi - lo < tol)
+            break;
+    }
+    if (best_cap >= 0) {
+        if (!last_feasible || w.budget != best_cap) {
+            w.budget = best_cap;
+            st = walk_tiles(&w, tiles, num_tiles, 1, &feasible);
+        }
+    } else {
+        w.budget = g_budget;
+        st = walk_tiles(&w, tiles, num_tiles, 0, &feasible);
     }
     if (st != FI_OK)
         return st;
-    int64_t total = 0, max = 0;
-    for (int64_t c = 0; c < n; c++) {
+    int64_t total = 0;
+    for (int64_t c = 0; c < n; c++)
         total += cta_cost[c];
-        if (cta_cost[c] > max)
-            max = cta_cost[c];
-    }
     res->num_items = w.ni;
     res->num_groups = w.ng;
     res->num_slots = w.ns;
     res->budget = w.budget;
     res->total_cost = total;
-    res->max_cta_cost = max;
+    res->max_cta_cost = max_cta_cost(cta_cost, n);
     return FI_OK;
 }

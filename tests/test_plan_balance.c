@@ -1,0 +1,118 @@
+/*
+ * tests/test_plan_balance.c - on decode snapshots of the bundled Azure conversation trace
+ * (viz/trace.h, embedded excerpt) the plan's balance (max CTA cost / mean, cost model of
+ * planner/cost_model.h) at 132 CTAs (H100 SXM SMs) is <= 1.10, for MLA (H_q 16..128) and
+ * GQA decode, batch 128, MTP 1 and 4, at random snapshot steps and trace offsets.
+ * Also checks the reported balance against one recomputed from the view.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/rng.h"
+#include "fiattn.h"
+#include "planner/cost_model.h"
+#include "viz/batch.h"
+#include "viz/trace.h"
+
+static uint64_t g_seed;
+
+/* max/mean of per-CTA cost recomputed from the items (independent of the planner's sums) */
+static double view_balance(const fi_plan_view *v) {
+    int64_t total = 0, max = 0;
+    for (int32_t c = 0; c < v->num_ctas; c++) {
+        int64_t cost = 0;
+        for (int32_t k = v->work_indptr[c]; k < v->work_indptr[c + 1]; k++) {
+            const fi_work_item *it = &v->items[k];
+            cost += fi_cost_item(it->kv_end - it->kv_begin,
+                                 (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin));
+        }
+        total += cost;
+        if (cost > max)
+            max = cost;
+    }
+    return total > 0 ? (double)max * v->num_ctas / (double)total : 1.0;
+}
+
+static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, int32_t mtp) {
+    fitrace *tr = NULL;
+    assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
+    fi_rng rng = {g_seed ^ (uint64_t)(hq * 131 + mtp)};
+    enum { B = 128 };
+    int32_t q[B], kv[B], src[B];
+    double worst = 0;
+    for (int it = 0; it < 12; it++) {
+        const int32_t first = fi_rng_int(&rng, 0, tr->num_requests - 1);
+        const int32_t step = fi_rng_int(&rng, 0, 2000);
+        fitrace_lens lens = {B, q, kv, src};
+        assert_int_equal(fitrace_decode(tr, first, step, mtp, &lens), FITRACE_OK);
+        fibatch_opts bo = fibatch_default_opts();
+        bo.form = it % 2 ? FI_FORM_INDPTR : FI_FORM_BLOCK_TABLES;
+        bo.shuffle = 1;
+        bo.seed = g_seed + (uint64_t)it;
+        fibatch fb;
+        assert_int_equal(fibatch_build(&bo, q, kv, B, NULL, &fb), FIBATCH_OK);
+        fi_caps c = {0};
+        c.kind = kind;
+        c.max_batch = B;
+        c.max_q_tokens = B * mtp;
+        c.num_pages = fb.num_pages;
+        c.page_size = bo.page_size;
+        c.num_qo_heads = hq;
+        c.num_kv_heads = hkv;
+        c.head_dim_qk = kind == FI_KIND_MLA_DECODE ? 576 : dim;
+        c.head_dim_vo = kind == FI_KIND_MLA_DECODE ? 512 : dim;
+        c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
+        c.num_ctas = 132;
+        fi_plan *p = NULL;
+        assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+        assert_int_equal(fi_plan_update(p, &fb.batch, NULL), FI_OK);
+        fi_plan_view v;
+        assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+        const double bal = fi_plan_balance(p);
+        const double recomputed = view_balance(&v);
+        assert_true(bal > recomputed - 1e-9 && bal < recomputed + 1e-9);
+        if (bal > worst)
+            worst = bal;
+        if (bal > 1.10)
+            fail_msg("seed %llu: kind %d H_q %d mtp %d first %d step %d: balance %.3f > 1.10 "
+                     "(items %d groups %d max %lld total %lld)",
+                     (unsigned long long)g_seed, (int)kind, hq, mtp, first, step, bal,
+                     v.header->num_items, v.header->num_groups,
+                     (long long)v.header->max_cta_cost, (long long)v.header->total_cost);
+        fi_plan_destroy(p);
+        fibatch_free(&fb);
+    }
+    printf("kind %d H_q %d H_kv %d mtp %d: worst balance %.3f\n", (int)kind, hq, hkv, mtp, worst);
+    fitrace_free(tr);
+}
+
+static void plan_balance_on_trace_mla(void **state) {
+    (void)state;
+    for (int32_t hq = 16; hq <= 128; hq *= 2) {
+        check_snapshots(FI_KIND_MLA_DECODE, hq, 1, 0, 1);
+        check_snapshots(FI_KIND_MLA_DECODE, hq, 1, 0, 4);
+    }
+}
+
+static void plan_balance_on_trace_gqa(void **state) {
+    (void)state;
+    check_snapshots(FI_KIND_GQA_DECODE, 32, 8, 128, 1);
+    check_snapshots(FI_KIND_GQA_DECODE, 64, 8, 128, 4);
+    check_snapshots(FI_KIND_GQA_DECODE, 8, 1, 128, 1);
+}
+
+int main(void) {
+    g_seed = fi_test_seed();
+    printf("FI_TEST_SEED=%llu\n", (unsigned long long)g_seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(plan_balance_on_trace_mla),
+        cmocka_unit_test(plan_balance_on_trace_gqa),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
