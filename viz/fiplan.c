@@ -273,20 +273,29 @@ int main(int argc, char **argv) {
     o.seed = 1;
     o.repeat = 200;
     int pr = parse_options(argc, argv, &o);
-    if (pr == 3) {
-        usage(stdout);
-        return 0;
-    }
     if (pr) {
+        fiplan_free(o.lengths);
+        if (pr == 3) {
+            usage(stdout);
+            return 0;
+        }
         fputs("fiplan: try --help\n", stderr);
         return 2;
     }
     fi_kind kind = o.kind ? (fi_kind)o.kind : o.mode == MODE_DECODE ? FI_KIND_MLA_DECODE : FI_KIND_CONTEXT;
     int mla = kind == FI_KIND_MLA_DECODE;
 
+    /* Everything below is released at `out`, whatever failed. */
+    int rc = 0;
+    fi_plan *plan = NULL;
+    fibatch b;
+    memset(&b, 0, sizeof b);
     fitrace_lens l;
     memset(&l, 0, sizeof l);
-    if (build_lengths(&o, &l)) return 1;
+    if (build_lengths(&o, &l)) {
+        rc = 1;
+        goto out;
+    }
 
     int uniform_q = 1;
     for (int32_t i = 1; i < l.n; i++) uniform_q &= l.q_len[i] == l.q_len[0];
@@ -299,12 +308,12 @@ int main(int argc, char **argv) {
     bo.seed = o.seed;
     bo.causal = o.causal;
     bo.window_left = o.window_left;
-    fibatch b;
     fibatch_status bs = fibatch_build(&bo, l.q_len, l.kv_len, l.n, fiplan_allocator(), &b);
     if (bs != FIBATCH_OK) {
         fprintf(stderr, "fiplan: cannot build the batch: %s%s\n", fibatch_status_name(bs),
                 bs == FIBATCH_ERR_NONUNIFORM ? " (block_tables needs one q_len: use --form indptr)" : "");
-        return 1;
+        rc = 1;
+        goto out;
     }
 
     fi_caps caps;
@@ -321,13 +330,11 @@ int main(int argc, char **argv) {
     caps.q_dtype = caps.kv_dtype = caps.o_dtype = FI_DTYPE_F32;
     caps.num_ctas = o.ctas;
 
-    int rc = 0;
-    fi_plan *plan = NULL;
     fi_status s = fi_plan_create(&caps, NULL, 0, fiplan_allocator(), &plan);
     if (s != FI_OK) {
         fprintf(stderr, "fiplan: fi_plan_create: %s\n", fi_status_name(s));
-        fibatch_free(&b);
-        return 1;
+        rc = 1;
+        goto out;
     }
     s = fi_plan_update(plan, &b.batch, NULL);
     if (s != FI_OK) {
