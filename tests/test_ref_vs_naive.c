@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "common/batchgen.h"
 #include "common/rng.h"
 #include "common/tensors.h"
 #include "fiattn.h"
@@ -120,10 +121,10 @@ typedef struct case_stats {
 
 /* Run naive and ref on the same random inputs and compare.  tol: relative tolerance on
  * out (fp32 outputs 1e-5; 16-bit outputs differ by rounding ties). */
-static void check_case(const char *label, const fi_caps *caps, const test_batch *tb,
+static void check_case(const char *label, const fi_caps *caps, const fi_batch *batch,
                        const fi_test_attn_opts *opts, double tol, case_stats *stats) {
     fi_test_attn ta;
-    assert_int_equal(fi_test_attn_make(&ta, caps, &tb->batch, opts, &g_rng), 0);
+    assert_int_equal(fi_test_attn_make(&ta, caps, batch, opts, &g_rng), 0);
     fi_tensor ref_out, ref_lse;
     assert_int_equal(fi_test_attn_alloc_outputs(&ta, &ref_out, &ref_lse), 0);
     fi_attn_args ref_args = ta.args;
@@ -137,13 +138,13 @@ static void check_case(const char *label, const fi_caps *caps, const test_batch 
         fi_tensor_poison(&ta.args.lse);
         fi_tensor_poison(&ref_lse);
     }
-    fi_status st = fi_naive_attention(caps, &tb->batch, &ta.args);
+    fi_status st = fi_naive_attention(caps, batch, &ta.args);
     if (st != FI_OK) fail_msg("%s: naive returned %s", label, fi_status_name(st));
 
     fi_plan *plan = NULL;
     st = fi_plan_create(caps, NULL, 0, NULL, &plan);
     if (st != FI_OK) fail_msg("%s: plan_create returned %s", label, fi_status_name(st));
-    st = fi_plan_update(plan, &tb->batch, NULL);
+    st = fi_plan_update(plan, batch, NULL);
     if (st != FI_OK) fail_msg("%s: plan_update returned %s", label, fi_status_name(st));
     fi_plan_view view;
     assert_int_equal(fi_plan_get_view(plan, &view), FI_OK);
@@ -289,7 +290,7 @@ static void ref_matches_naive_mla_decode(void **state) {
                                       .bmm1_scale = 0.05f, .bmm2_scale = 1.5f};
             snprintf(label, sizeof label, "mla ctas %d ps %d variant %d window %d", caps.num_ctas,
                      ps, variant, window);
-            check_case(label, &caps, &tb, &opts, 1e-5, &st);
+            check_case(label, &caps, &tb.batch, &opts, 1e-5, &st);
             test_batch_free(&tb);
         }
     }
@@ -322,7 +323,7 @@ static void ref_matches_naive_gqa_decode(void **state) {
             snprintf(label, sizeof label,
                      "gqa ctas %d group %d D %d ps %d q_len %d 3d %d hnd %d sinks %d window %d",
                      caps.num_ctas, group, D, ps, q_lens[0], split, hnd, sinks, window);
-            check_case(label, &caps, &tb, &opts, 1e-5, &st);
+            check_case(label, &caps, &tb.batch, &opts, 1e-5, &st);
             test_batch_free(&tb);
         }
     }
@@ -351,7 +352,7 @@ static void ref_matches_naive_context(void **state) {
                                       .bmm1_scale = 0.2f};
             snprintf(label, sizeof label, "context ctas %d group %d variant %d window %d",
                      caps.num_ctas, group, variant, window);
-            check_case(label, &caps, &tb, &opts, 1e-5, &st);
+            check_case(label, &caps, &tb.batch, &opts, 1e-5, &st);
             test_batch_free(&tb);
         }
     }
@@ -374,7 +375,7 @@ static void ref_matches_naive_with_empty_requests(void **state) {
             test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 64, 0, 0, -1);
             fi_test_attn_opts opts = {.sinks = sinks};
             snprintf(label, sizeof label, "empty ctas %d sinks %d", caps.num_ctas, sinks);
-            check_case(label, &caps, &tb, &opts, 1e-5, &st);
+            check_case(label, &caps, &tb.batch, &opts, 1e-5, &st);
             test_batch_free(&tb);
         }
     }
@@ -395,9 +396,49 @@ static void ref_matches_naive_16bit_outputs(void **state) {
         caps.o_dtype = o == 0 ? FI_DTYPE_BF16 : FI_DTYPE_F16;
         caps.q_dtype = caps.kv_dtype = caps.o_dtype;
         test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 40, 0, 1, -1);
-        check_case(o == 0 ? "bf16 out" : "f16 out", &caps, &tb, NULL, o == 0 ? 4e-3 : 5e-4, &st);
+        check_case(o == 0 ? "bf16 out" : "f16 out", &caps, &tb.batch, NULL, o == 0 ? 4e-3 : 5e-4, &st);
         test_batch_free(&tb);
     }
+}
+
+/* Batches of the shared generator (every form and kind, page-boundary kv lengths, kv_len
+ * 0, q_len 0 context requests, 3-D tables, shuffled pages, random CTA counts 1..160),
+ * heads trimmed so that the fp64 naive stays fast; batches over a work budget are
+ * skipped, at least 20 are checked. */
+static void ref_matches_naive_on_generated_batches(void **state) {
+    (void)state;
+    case_stats st = {0};
+    char label[300];
+    for (int32_t attempt = 0; attempt < 400 && st.cases < 20; ++attempt) {
+        batchgen_opts o = {.max_batch = 6, .max_kv_len = 1500,
+                           .shape = (batchgen_shape)fi_rng_int(&g_rng, BATCHGEN_RANDOM,
+                                                               BATCHGEN_KV_EDGES)};
+        batchgen_batch gb;
+        assert_int_equal(batchgen_make(&g_rng, &o, &gb), 0);
+        fi_caps caps = gb.caps;
+        if (caps.kind == FI_KIND_MLA_DECODE) {
+            caps.num_qo_heads = 16;
+        } else {
+            const int32_t group = caps.num_qo_heads / caps.num_kv_heads;
+            caps.num_kv_heads = caps.num_kv_heads > 2 ? 2 : caps.num_kv_heads;
+            caps.num_qo_heads = caps.num_kv_heads * group;
+        }
+        double work = 0.0;   /* multiply-adds of the naive, upper bound */
+        for (int32_t b = 0; b < gb.batch.batch_size; ++b)
+            work += (double)gb.q_len[b] * gb.kv_len[b] * caps.num_qo_heads *
+                    (caps.head_dim_qk + caps.head_dim_vo);
+        if (work > 3e7) {
+            batchgen_free(&gb);
+            continue;
+        }
+        fi_test_attn_opts opts = {.hnd = fi_rng_int(&g_rng, 0, 1), .sinks = fi_rng_int(&g_rng, 0, 1),
+                                  .scale_ptrs = fi_rng_int(&g_rng, 0, 1)};
+        snprintf(label, sizeof label, "generated: %s", batchgen_describe(&gb));
+        check_case(label, &caps, &gb.batch, &opts, 1e-5, &st);
+        batchgen_free(&gb);
+    }
+    assert_true(st.cases >= 20);
+    printf("generated batches: %d checked, %d with splits\n", st.cases, st.split_cases);
 }
 
 /* ---- errors leave the outputs untouched ------------------------------------------------------ */
@@ -500,6 +541,7 @@ int main(void) {
         cmocka_unit_test(ref_matches_naive_context),
         cmocka_unit_test(ref_matches_naive_with_empty_requests),
         cmocka_unit_test(ref_matches_naive_16bit_outputs),
+        cmocka_unit_test(ref_matches_naive_on_generated_batches),
         cmocka_unit_test(references_reject_bad_arguments_and_write_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
