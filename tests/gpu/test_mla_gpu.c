@@ -274,25 +274,26 @@ static void mla_graph_decode_loop_follows_trace_every_step(void **state) {
     fitrace *tr = NULL;
     assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
 
-    /* All 64 steps' lengths up front: pick a start row whose requests stay <= LOOP_MAX_KV. */
+    /* All 64 steps' lengths up front: pick a start row whose requests stay <= LOOP_MAX_KV
+     * and where at least one request finishes and is replaced within the 64 steps. */
     static int32_t kv[LOOP_STEPS][LOOP_B], src[LOOP_STEPS][LOOP_B];
-    int32_t ql[LOOP_B], first = -1, max_kv = 0;
-    for (int attempt = 0; attempt < 200 && first < 0; attempt++) {
+    int32_t ql[LOOP_B], first = -1, max_kv = 0, replaced = 0;
+    for (int attempt = 0; attempt < 1000 && first < 0; attempt++) {
         int32_t f = fi_rng_int(&rng, 0, tr->num_requests - 1);
         max_kv = 0;
+        replaced = 0;
         for (int32_t s = 0; s < LOOP_STEPS; s++) {
             fitrace_lens l = {LOOP_B, ql, kv[s], src[s]};
             assert_int_equal(fitrace_decode(tr, f, s, 1, &l), FITRACE_OK);
-            for (int b = 0; b < LOOP_B; b++)
+            for (int b = 0; b < LOOP_B; b++) {
                 if (kv[s][b] > max_kv) max_kv = kv[s][b];
+                if (s > 0) replaced += src[s][b] != src[s - 1][b];
+            }
         }
-        if (max_kv <= LOOP_MAX_KV) first = f;
+        if (max_kv <= LOOP_MAX_KV && replaced > 0) first = f;
     }
     fitrace_free(tr);
     assert_true(first >= 0);
-    int replaced = 0;
-    for (int32_t s = 1; s < LOOP_STEPS; s++)
-        for (int b = 0; b < LOOP_B; b++) replaced += src[s][b] != src[s - 1][b];
     print_message("  trace rows from %d, max kv_len %d, %d requests replaced in %d steps\n",
                   first, max_kv, replaced, LOOP_STEPS);
 
