@@ -14,7 +14,7 @@
  *    (<= 4 walks) and the best kept.
  * 2. Capped walk: the smallest cap C in [mean, global max) such that "each CTA takes as
  *    much as fits under C, cutting the tile below C" covers all tiles with num_ctas CTAs,
- *    found by bisection to 1/256 of the mean (<= 8 walks).  This is what brings balance
+ *    found by bisection to 1/128 of the mean (<= 8 walks).  This is what brings balance
  *    (max CTA cost / mean) from ~1.15 to ~1.05 when requests are about one CTA long.
  *    If no cap is found the global walk stands.
  * Each walk is O(tiles + num_ctas), so a plan costs at most ~13 walks.
@@ -43,6 +43,7 @@ typedef struct walk {
     int64_t budget;
     int32_t ni, ng, ns, cuts;
     int64_t cut_overhead; /* sum of the extra per-item cost the cuts added */
+    int dry;              /* 1: only costs and counts (trial walks), no items / groups */
 } walk;
 
 static fi_status over_caps(walk *w, int64_t needed, int64_t limit) {
@@ -57,7 +58,8 @@ static fi_status over_caps(walk *w, int64_t needed, int64_t limit) {
 /* End CTA c.  cap: the next CTA may take up to budget from where this one ended;
  * else its end target is the next global multiple of the budget. */
 static void close_cta(walk *w, int cap) {
-    w->indptr[w->c + 1] = w->ni;
+    if (!w->dry)
+        w->indptr[w->c + 1] = w->ni;
     w->c++;
     w->target = cap ? w->cum + w->budget : w->target + w->budget;
 }
@@ -66,39 +68,48 @@ static void close_cta(walk *w, int cap) {
  * (*g, created on its first piece). */
 static fi_status emit(walk *w, const fi_tile *t, int32_t kv0, int32_t kv1, int split,
                       int32_t *g, int64_t overhead) {
-    if (w->ni >= w->l->max_items)
-        return over_caps(w, (int64_t)w->ni + 1, w->l->max_items);
-    fi_work_item *it = &w->items[w->ni];
-    it->request = t->request;
-    it->head_begin = t->head_begin;
-    it->head_end = t->head_end;
-    it->q_begin = t->q_begin;
-    it->q_end = t->q_end;
-    it->kv_begin = kv0;
-    it->kv_end = kv1;
-    it->out_slot = -1;
-    it->merge_group = -1;
-    if (split) {
-        if (*g < 0) {
-            if (w->ng >= w->l->max_groups)
-                return over_caps(w, (int64_t)w->ng + 1, w->l->max_groups);
-            fi_merge_group *mg = &w->groups[w->ng];
-            mg->request = t->request;
-            mg->head_begin = t->head_begin;
-            mg->head_end = t->head_end;
-            mg->q_begin = t->q_begin;
-            mg->q_end = t->q_end;
-            mg->first_slot = w->ns;
-            mg->num_splits = 0;
-            mg->first_item = w->ni;
-            mg->reserved = 0;
-            *g = w->ng++;
+    if (w->dry) {
+        /* Trial walk: count only (bounds hold by construction; the real walk checks). */
+        if (split) {
+            if (*g < 0)
+                *g = w->ng++;
+            w->ns++;
         }
-        if (w->ns >= w->l->max_slots)
-            return over_caps(w, (int64_t)w->ns + 1, w->l->max_slots);
-        it->out_slot = w->ns++;
-        it->merge_group = *g;
-        w->groups[*g].num_splits++;
+    } else {
+        if (w->ni >= w->l->max_items)
+            return over_caps(w, (int64_t)w->ni + 1, w->l->max_items);
+        fi_work_item *it = &w->items[w->ni];
+        it->request = t->request;
+        it->head_begin = t->head_begin;
+        it->head_end = t->head_end;
+        it->q_begin = t->q_begin;
+        it->q_end = t->q_end;
+        it->kv_begin = kv0;
+        it->kv_end = kv1;
+        it->out_slot = -1;
+        it->merge_group = -1;
+        if (split) {
+            if (*g < 0) {
+                if (w->ng >= w->l->max_groups)
+                    return over_caps(w, (int64_t)w->ng + 1, w->l->max_groups);
+                fi_merge_group *mg = &w->groups[w->ng];
+                mg->request = t->request;
+                mg->head_begin = t->head_begin;
+                mg->head_end = t->head_end;
+                mg->q_begin = t->q_begin;
+                mg->q_end = t->q_end;
+                mg->first_slot = w->ns;
+                mg->num_splits = 0;
+                mg->first_item = w->ni;
+                mg->reserved = 0;
+                *g = w->ng++;
+            }
+            if (w->ns >= w->l->max_slots)
+                return over_caps(w, (int64_t)w->ns + 1, w->l->max_slots);
+            it->out_slot = w->ns++;
+            it->merge_group = *g;
+            w->groups[*g].num_splits++;
+        }
     }
     const int64_t cost = (int64_t)(kv1 - kv0) + overhead;
     w->cta_cost[w->c] += cost;
@@ -203,8 +214,9 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles, in
             break;
         }
     }
-    for (int32_t c = w->c + 1; c <= n; c++)
-        w->indptr[c] = w->ni;
+    if (!w->dry)
+        for (int32_t c = w->c + 1; c <= n; c++)
+            w->indptr[c] = w->ni;
     return FI_OK;
 }
 
@@ -225,7 +237,7 @@ static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
     int64_t budget = (total_cost + n - 1) / n;
     int feasible;
     *best_max = INT64_MAX;
-    for (int pass = 0; pass < 4; pass++) {
+    for (int pass = 0; pass < 2; pass++) {
         w->budget = budget < FI_MIN_CHUNK_TOKENS ? FI_MIN_CHUNK_TOKENS : budget;
         fi_status st = walk_tiles(w, tiles, num_tiles, 0, &feasible);
         if (st != FI_OK)
@@ -243,45 +255,108 @@ static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
     return FI_OK;
 }
 
+/* Dry capped walk in O(num_ctas * log(tiles)): the same decisions as walk_tiles(cap = 1)
+ * but whole tiles are skipped with a binary search over prefix[] (prefix sums of tile
+ * costs).  @return 1 if every tile fits in num_ctas CTAs of at most `cap` each. */
+static int cap_fits(const fi_tile *tiles, const int64_t *prefix, int32_t num_tiles,
+                    int32_t n, int64_t cap) {
+    int32_t i = 0;
+    int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
+    for (int32_t c = 0; c < n; c++) {
+        int64_t rem = cap;
+        for (;;) {
+            if (i == num_tiles)
+                return 1;
+            const fi_tile *t = &tiles[i];
+            const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
+            const int64_t rest = (int64_t)(t->kv_end - pos) + overhead;
+            if (rest <= rem) {
+                rem -= rest;
+                i++;
+                /* largest j with prefix[j] - prefix[i] <= rem: tiles i .. j-1 fit whole */
+                int32_t a = i, b = num_tiles;
+                const int64_t lim = prefix[i] + rem;
+                while (a < b) {
+                    const int32_t m = a + (b - a + 1) / 2;
+                    if (prefix[m] <= lim)
+                        a = m;
+                    else
+                        b = m - 1;
+                }
+                rem -= prefix[a] - prefix[i];
+                i = a;
+                if (i < num_tiles)
+                    pos = tiles[i].kv_begin;
+                continue;
+            }
+            if (c == n - 1)
+                return 0;
+            const int64_t lo = round_up_kv_tile((int64_t)pos + FI_MIN_CHUNK_TOKENS);
+            const int64_t hi = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
+            const int64_t room = rem - overhead;
+            int64_t want = room >= 0 ? round_down_kv_tile(pos + room) : -1;
+            if (want > hi)
+                want = hi;
+            if (lo <= hi && want >= lo)
+                pos = (int32_t)want;
+            break; /* next CTA */
+        }
+    }
+    return i == num_tiles;
+}
+
 fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                       const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
+                       int64_t *prefix, const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err) {
     const int64_t n = l->num_ctas;
-    walk w = {l, work_indptr, items, groups, cta_cost, err, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t g_budget = 0, g_max = 0;
-    fi_status st = global_walks(&w, tiles, num_tiles, total_cost, &g_budget, &g_max);
-    if (st != FI_OK)
-        return st;
-    /* Then the smallest cap that fits, by bisection between the mean (a lower bound) and
-     * the global walk's max (about feasible), to 1/256 of the mean: lowers the max CTA
-     * cost where tiles are about one CTA long and the boundaries cannot all fall on the
-     * targets.  At most FI_CAP_STEPS walks. */
-    enum { FI_CAP_STEPS = 8 };
-    int64_t lo = (total_cost + n - 1) / n, hi = g_max - 1, best_cap = -1;
-    const int64_t tol = lo / 256 + 1;
-    int feasible = 0, last_feasible = 0;
-    for (int step = 0; step < FI_CAP_STEPS && lo <= hi; step++) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        w.budget = mid;
-        st = walk_tiles(&w, tiles, num_tiles, 1, &feasible);
+    walk w = {.l = l, .indptr = work_indptr, .items = items, .groups = groups,
+              .cta_cost = cta_cost, .err = err, .dry = 1};
+    /* The smallest cap that fits, by bisection to 1/128 of the mean, between the mean (a
+     * lower bound) and a cap that always fits: the mean with every boundary cut, plus the
+     * most a CTA can leave unused (an uncuttable tile < 2 floors + 2 KV tiles, or a piece
+     * below the floor, plus one item overhead).  Each trial is a dry O(num_ctas log tiles)
+     * walk (cap_fits).  Lowers the max CTA cost where tiles are about one CTA long. */
+    enum { FI_CAP_STEPS = 16 };
+    int64_t oh_max = 0;
+    prefix[0] = 0;
+    for (int32_t i = 0; i < num_tiles; i++) {
+        prefix[i + 1] = prefix[i] + tiles[i].cost;
+        const int64_t oh = tiles[i].cost - (tiles[i].kv_end - tiles[i].kv_begin);
+        oh_max = oh > oh_max ? oh : oh_max;
+    }
+    int64_t lo = (total_cost + n - 1) / n;
+    int64_t hi = (total_cost + (n - 1) * oh_max + n - 1) / n + 2 * FI_MIN_CHUNK_TOKENS +
+                 2 * FI_KV_TILE_TOKENS + oh_max;
+    int64_t best_cap = -1;
+    const int64_t tol = lo / 128 + 1;
+    if (cap_fits(tiles, prefix, num_tiles, (int32_t)n, hi)) {
+        best_cap = hi;
+        hi--;
+        for (int step = 0; step < FI_CAP_STEPS && lo <= hi && hi - lo >= tol; step++) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (cap_fits(tiles, prefix, num_tiles, (int32_t)n, mid)) {
+                best_cap = mid;
+                hi = mid - 1;
+            } else {
+                lo = mid + 1;
+            }
+        }
+    }
+    int feasible = 0;
+    fi_status st = FI_OK;
+    int64_t g_budget = 0;
+    if (best_cap < 0) { /* not expected; the global walk always succeeds */
+        int64_t g_max = 0;
+        st = global_walks(&w, tiles, num_tiles, total_cost, &g_budget, &g_max);
         if (st != FI_OK)
             return st;
-        last_feasible = feasible;
-        if (feasible) {
-            best_cap = mid;
-            hi = mid - 1;
-        } else {
-            lo = mid + 1;
-        }
-        if (hi - lo < tol)
-            break;
     }
+    /* The real walk, writing items, groups and CTA ranges (trial walks were dry). */
+    w.dry = 0;
     if (best_cap >= 0) {
-        if (!last_feasible || w.budget != best_cap) {
-            w.budget = best_cap;
-            st = walk_tiles(&w, tiles, num_tiles, 1, &feasible);
-        }
+        w.budget = best_cap;
+        st = walk_tiles(&w, tiles, num_tiles, 1, &feasible);
     } else {
         w.budget = g_budget;
         st = walk_tiles(&w, tiles, num_tiles, 0, &feasible);

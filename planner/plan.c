@@ -42,6 +42,7 @@ static void release(fi_plan *p) {
         cudaFree(p->workspace);
     fi_host_free(a, p->tiles);
     fi_host_free(a, p->cta_cost);
+    fi_host_free(a, p->tile_prefix);
     fi_allocator copy = *a;
     fi_host_free(&copy, p);
 }
@@ -106,7 +107,8 @@ fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_
     p->err = (fi_error_detail){FI_OK, -1, -1, -1, 0};
     p->tiles = fi_host_alloc(&a, sizeof(fi_tile) * (size_t)l.max_tiles, 64);
     p->cta_cost = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.num_ctas, 64);
-    if (!p->tiles || !p->cta_cost) {
+    p->tile_prefix = fi_host_alloc(&a, sizeof(int64_t) * ((size_t)l.max_tiles + 1), 64);
+    if (!p->tiles || !p->cta_cost || !p->tile_prefix) {
         release(p);
         return FI_ERR_OUT_OF_MEMORY;
     }

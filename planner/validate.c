@@ -67,10 +67,25 @@ static int q_len_ok(const fi_caps *caps, int64_t q_len) {
     return q_len >= 1 && q_len <= 8;
 }
 
-/* Every used page index of a row in [0, num_pages). */
+/* Every used page index of a row in [0, num_pages): a branch-free scan (vectorises), then
+ * a second look only when something is out of range, to report which. */
 static fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t used, int32_t b,
                              fi_error_detail *err) {
-    for (int64_t i = 0; i < used; i++) {
+    const uint32_t limit = (uint32_t)caps->num_pages;
+    uint32_t bad = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= used; i += 4) { /* negative indices wrap to >= limit */
+        b0 |= (uint32_t)row[i] >= limit;
+        b1 |= (uint32_t)row[i + 1] >= limit;
+        b2 |= (uint32_t)row[i + 2] >= limit;
+        b3 |= (uint32_t)row[i + 3] >= limit;
+    }
+    for (; i < used; i++)
+        bad |= (uint32_t)row[i] >= limit;
+    bad |= b0 | b1 | b2 | b3;
+    if (!bad)
+        return FI_OK;
+    for (i = 0; i < used; i++) {
         const int32_t p = row[i];
         if (p < 0 || p >= caps->num_pages)
             return fail(err, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, b, p, caps->num_pages);
