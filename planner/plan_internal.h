@@ -40,6 +40,7 @@ struct fi_plan {
     int planned;               /* 1 after the first successful update */
     fi_tile *tiles;            /* scratch [layout.max_tiles] */
     int64_t *cta_cost;         /* scratch [num_ctas] */
+    int64_t *tile_prefix;      /* scratch [max_tiles + 1]: prefix sums of tile costs */
     fi_error_detail err;
     double balance;
 };
