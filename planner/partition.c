@@ -6,18 +6,18 @@
  * straddles a CTA boundary is cut there (split-KV), the cut on a multiple of
  * FI_KV_TILE_TOKENS (request-local token index) with no piece shorter than
  * FI_MIN_CHUNK_TOKENS (when the boundary would leave one, it moves instead).
- * 1. Global walk: budget B = max(ceil((total_cost + cut overhead) / num_ctas), floor);
- *    CTA c ends near the global target (c + 1) * B (so rounding errors do not pile up),
- *    choosing whichever misses the target least: stop before the tile, take it whole, or
- *    cut it (clamped to the floor).  The last CTA takes the rest.  Each cut adds one item
- *    overhead (alpha * rows + beta), so B is recomputed from the previous walk's cuts
- *    (<= 4 walks) and the best kept.
- * 2. Capped walk: the smallest cap C in [mean, global max) such that "each CTA takes as
- *    much as fits under C, cutting the tile below C" covers all tiles with num_ctas CTAs,
- *    found by bisection to 1/128 of the mean (<= 8 walks).  This is what brings balance
- *    (max CTA cost / mean) from ~1.15 to ~1.05 when requests are about one CTA long.
- *    If no cap is found the global walk stands.
- * Each walk is O(tiles + num_ctas), so a plan costs at most ~13 walks.
+ * 1. Capped walk (the plan): the smallest cap C such that "each CTA takes as much as fits
+ *    under C, cutting the tile below C" covers all tiles with num_ctas CTAs, found by
+ *    bisection (to 1/128 of the mean cost) between the mean and a cap that always fits.
+ *    Trials are dry and skip whole tiles by binary search over prefix sums of tile costs
+ *    (O(num_ctas log tiles) each); then one real walk writes the plan.  Balance (max CTA
+ *    cost / mean) on trace decode snapshots: ~1.01-1.07 (tests/test_plan_balance.c).
+ * 2. Global walk (fallback if no cap is found, not expected): budget
+ *    B = max(ceil((total_cost + cut overhead) / num_ctas), floor); CTA c ends near the
+ *    global target (c + 1) * B, choosing whichever misses it least: stop before the tile,
+ *    take it whole, or cut it (clamped to the floor); the last CTA takes the rest.  Each cut
+ *    adds one item overhead (alpha * rows + beta), so B is recomputed from the previous
+ *    walk's cuts (<= 2 walks).
  * Cuts happen only at CTA boundaries, so cuts <= num_ctas - 1, which gives the bounds of
  * workspace/layout.h (items <= tiles + cuts, groups <= cuts, slots <= 2 * cuts); they are
  * still checked on every write.  A CTA's range may be empty.
@@ -29,6 +29,8 @@
 #include "planner/partition.h"
 
 #include "planner/cost_model.h"
+
+int fi_partition_test_force_global = 0;
 
 typedef struct walk {
     const fi_layout *l;
@@ -330,7 +332,7 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
                  2 * FI_KV_TILE_TOKENS + oh_max;
     int64_t best_cap = -1;
     const int64_t tol = lo / 128 + 1;
-    if (cap_fits(tiles, prefix, num_tiles, (int32_t)n, hi)) {
+    if (!fi_partition_test_force_global && cap_fits(tiles, prefix, num_tiles, (int32_t)n, hi)) {
         best_cap = hi;
         hi--;
         for (int step = 0; step < FI_CAP_STEPS && lo <= hi && hi - lo >= tol; step++) {

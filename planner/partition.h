@@ -33,4 +33,8 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err);
 
+/* Test hook: nonzero makes fi_partition use the global-target walk (its fallback) instead
+ * of the capped bisection, so tests can cover both.  Not for production use. */
+extern int fi_partition_test_force_global;
+
 #endif

@@ -22,6 +22,7 @@
 #include "common/batchgen.h"
 #include "fiattn.h"
 #include "planner/cost_model.h"
+#include "planner/partition.h"
 #include "workspace/layout.h"
 
 static uint64_t g_seed;
@@ -290,6 +291,17 @@ static void plan_covers_windows_and_non_causal(void **state) {
     }
 }
 
+static void plan_covers_every_kv_token_once_global_walk(void **state) {
+    (void)state;
+    fi_partition_test_force_global = 1;
+    run_many(1000, NULL);
+    batchgen_opts o = {0};
+    o.shape = BATCHGEN_LONG_TAIL;
+    o.max_batch = 128;
+    run_many(30, &o);
+    fi_partition_test_force_global = 0;
+}
+
 static void plan_with_one_cta_never_splits(void **state) {
     (void)state;
     fi_rng rng = {g_seed + 7};
@@ -319,6 +331,7 @@ int main(void) {
         cmocka_unit_test(plan_covers_long_request_among_short_ones),
         cmocka_unit_test(plan_covers_max_batch),
         cmocka_unit_test(plan_covers_windows_and_non_causal),
+        cmocka_unit_test(plan_covers_every_kv_token_once_global_walk),
         cmocka_unit_test(plan_with_one_cta_never_splits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
