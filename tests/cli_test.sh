@@ -82,6 +82,17 @@ bad_trace() {
     [ $? -eq 1 ] && grep -q 'line 2' "$TMP/err"
 }
 
+# examples/decode_cpu.c must keep compiling against the public headers and pass.
+example_runs() {
+    bdir=$(dirname "$FIPLAN")
+    [ -f "$bdir/libfiattn.a" ] || return 1
+    san=""
+    case "$bdir" in *asan*) san="-fsanitize=address,undefined" ;; esac
+    ${CC:-cc} -std=c11 -Wall -Wextra -Werror $san -Iinclude examples/decode_cpu.c "$bdir/libfiattn.a" \
+        -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm \
+        -o "$TMP/decode_cpu" && "$TMP/decode_cpu" >"$TMP/ex.txt" && grep -q 'ref|| = ' "$TMP/ex.txt"
+}
+
 check "dot output parses (decode, embedded trace)" dot_parses
 check "dot output parses (prefill, context kind)" dot_parses --mode prefill --batch 4 --prefix 128
 check "dot output parses (mixed, context kind)" dot_parses --mode mixed --batch 16 --step 20
@@ -95,6 +106,7 @@ check "execute on CPU below 1e-5 (MLA decode, default batch)" execute_below 1e-5
 check "execute on CPU below 1e-5 (MLA, MTP 2, indptr, 16 heads)" execute_below 1e-5 --heads 16 --q-len 2 --form indptr --batch 6 --step 30
 check "execute on CPU below 1e-5 (GQA decode, window_left 100)" execute_below 1e-5 --kind gqa --lengths 300,1,900,2500 --window-left 100 --ctas 16
 check "execute on CPU below 1e-5 (context, cached prefix)" execute_below 1e-5 --kind context --lengths 300,700,65 --q-len 40 --heads 8 --kv-heads 2 --head-dim 64 --page-size 16
+check "examples/decode_cpu.c builds and passes" example_runs
 exit_code 0 "--help" --help
 exit_code 2 "unknown option" --bogus
 exit_code 2 "--batch 0" --batch 0
