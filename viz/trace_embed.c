@@ -6,6 +6,7 @@
  * no xxd, no ld -r -b binary: the plain and the sanitizer builds work alike.
  */
 #include <stddef.h>
+#include <stdint.h>
 
 #include "viz/trace.h"
 
@@ -16,16 +17,20 @@ __asm__(".pushsection .rodata\n"
         ".hidden fitrace_embedded_begin\n"
         "fitrace_embedded_begin:\n"
         ".incbin \"data/azure_conv_2048.csv\"\n"
-        ".globl fitrace_embedded_end\n"
-        ".hidden fitrace_embedded_end\n"
         "fitrace_embedded_end:\n"
         ".byte 0\n"
+        ".balign 8\n"
+        ".globl fitrace_embedded_size\n"
+        ".hidden fitrace_embedded_size\n"
+        "fitrace_embedded_size:\n"
+        ".quad fitrace_embedded_end - fitrace_embedded_begin\n"
         ".popsection\n");
 
+/* The size is computed by the assembler, so C never subtracts pointers to two objects. */
 extern const char fitrace_embedded_begin[];
-extern const char fitrace_embedded_end[];
+extern const uint64_t fitrace_embedded_size;
 
 const char *fitrace_default_csv(size_t *len) {
-    if (len) *len = (size_t)(fitrace_embedded_end - fitrace_embedded_begin);
+    if (len) *len = (size_t)fitrace_embedded_size;
     return fitrace_embedded_begin;
 }
