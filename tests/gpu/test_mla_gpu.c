@@ -277,7 +277,7 @@ static void mla_graph_decode_loop_follows_trace_every_step(void **state) {
     /* All 64 steps' lengths up front: pick a start row whose requests stay <= LOOP_MAX_KV
      * and where at least one request finishes and is replaced within the 64 steps. */
     static int32_t kv[LOOP_STEPS][LOOP_B], src[LOOP_STEPS][LOOP_B];
-    int32_t ql[LOOP_B], first = -1, max_kv = 0, replaced = 0;
+    int32_t ql[LOOP_B] = {0}, first = -1, max_kv = 0, replaced = 0;
     for (int attempt = 0; attempt < 1000 && first < 0; attempt++) {
         int32_t f = fi_rng_int(&rng, 0, tr->num_requests - 1);
         max_kv = 0;
