@@ -84,6 +84,10 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
     if (device) {
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         e = cudaStreamIsCapturing(s, &cs);
+        if (e == cudaErrorStreamCaptureImplicit || e == cudaErrorStreamCaptureUnsupported) {
+            (void)cudaGetLastError(); /* the legacy stream while another stream captures */
+            return set_err(plan, FI_ERR_STREAM_CAPTURING, (int32_t)e);
+        }
         if (e != cudaSuccess)
             return set_err(plan, FI_ERR_CUDA, (int32_t)e);
         if (cs != cudaStreamCaptureStatusNone)
