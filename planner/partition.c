@@ -275,9 +275,15 @@ static int cap_fits(const fi_tile *tiles, const int64_t *prefix, int32_t num_til
             if (rest <= rem) {
                 rem -= rest;
                 i++;
-                /* largest j with prefix[j] - prefix[i] <= rem: tiles i .. j-1 fit whole */
-                int32_t a = i, b = num_tiles;
+                /* largest j with prefix[j] - prefix[i] <= rem: tiles i .. j-1 fit whole.
+                 * Galloping then bisection: O(log(j - i)), usually a step or two. */
                 const int64_t lim = prefix[i] + rem;
+                int32_t a = i, step = 1;
+                while (step <= num_tiles - a && prefix[a + step] <= lim) {
+                    a += step;
+                    step *= 2;
+                }
+                int32_t b = step <= num_tiles - a ? a + step - 1 : num_tiles;
                 while (a < b) {
                     const int32_t m = a + (b - a + 1) / 2;
                     if (prefix[m] <= lim)
