@@ -44,7 +44,7 @@ static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, 
     assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
     fi_rng rng = {g_seed ^ (uint64_t)(hq * 131 + mtp)};
     enum { B = 128 };
-    int32_t q[B], kv[B], src[B];
+    int32_t q[B] = {0}, kv[B] = {0}, src[B] = {0};
     double worst = 0;
     for (int it = 0; it < 12; it++) {
         const int32_t first = fi_rng_int(&rng, 0, tr->num_requests - 1);

@@ -487,6 +487,34 @@ static void host_plan_update_never_needs_a_gpu(void **state) {
     }
 }
 
+/* num_ctas 0 asks the current CUDA device: its SM count, or FI_ERR_NO_DEVICE without one
+ * (this CI machine); never another status, and *bytes untouched on error. */
+static void num_ctas_zero_resolves_or_reports_no_device(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 11};
+    fi_caps c;
+    batchgen_caps(&rng, (fi_kind)0, &c);
+    c.max_batch = 4;
+    c.max_q_tokens = 32;
+    c.num_pages = 64;
+    c.num_ctas = 0;
+    size_t bytes = 12345;
+    const fi_status st = fi_workspace_size(&c, &bytes);
+    assert_true(st == FI_OK || st == FI_ERR_NO_DEVICE);
+    if (st == FI_OK) {
+        assert_true(bytes > 0 && bytes % 256 == 0);
+        fi_plan *p = NULL;
+        assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+        assert_true(fi_plan_caps(p)->num_ctas > 0);
+        fi_plan_destroy(p);
+    } else {
+        assert_int_equal(bytes, 12345);
+        fi_plan *p = (fi_plan *)(uintptr_t)0x42;
+        assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_ERR_NO_DEVICE);
+        assert_true(p == (fi_plan *)(uintptr_t)0x42);
+    }
+}
+
 static void status_names_are_unique_and_total(void **state) {
     (void)state;
     for (int s = 0; s <= FI_ERR_HOST_PLAN; s++) {
@@ -514,6 +542,7 @@ int main(void) {
         cmocka_unit_test(create_rejects_unsupported_caps),
         cmocka_unit_test(plan_view_needs_a_successful_update),
         cmocka_unit_test(host_plan_update_never_needs_a_gpu),
+        cmocka_unit_test(num_ctas_zero_resolves_or_reports_no_device),
         cmocka_unit_test(status_names_are_unique_and_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
