@@ -487,6 +487,27 @@ static void host_plan_update_never_needs_a_gpu(void **state) {
     }
 }
 
+/* batch_size 0 is a valid, empty plan: no items, every CTA range empty. */
+static void empty_batch_plans_nothing(void **state) {
+    (void)state;
+    fi_rng rng = {g_seed + 12};
+    for (int i = 0; i < 3; i++) {
+        fixture f;
+        setup(&f, &rng, kind_for(k_forms[i], i), k_forms[i], 0);
+        fi_batch empty = f.good.batch;
+        empty.batch_size = 0;
+        assert_int_equal(fi_plan_update(f.plan, &empty, NULL), FI_OK);
+        fi_plan_view v;
+        assert_int_equal(fi_plan_get_view(f.plan, &v), FI_OK);
+        assert_int_equal(v.header->num_items, 0);
+        assert_int_equal(v.header->batch_size, 0);
+        assert_int_equal(v.header->total_q_tokens, 0);
+        for (int32_t c = 0; c <= v.num_ctas; c++)
+            assert_int_equal(v.work_indptr[c], 0);
+        teardown(&f);
+    }
+}
+
 /* num_ctas 0 asks the current CUDA device: its SM count, or FI_ERR_NO_DEVICE without one
  * (this CI machine); never another status, and *bytes untouched on error. */
 static void num_ctas_zero_resolves_or_reports_no_device(void **state) {
@@ -542,6 +563,7 @@ int main(void) {
         cmocka_unit_test(create_rejects_unsupported_caps),
         cmocka_unit_test(plan_view_needs_a_successful_update),
         cmocka_unit_test(host_plan_update_never_needs_a_gpu),
+        cmocka_unit_test(empty_batch_plans_nothing),
         cmocka_unit_test(num_ctas_zero_resolves_or_reports_no_device),
         cmocka_unit_test(status_names_are_unique_and_total),
     };
