@@ -365,12 +365,22 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
     if (best_cap >= 0) {
         w.budget = best_cap;
         st = walk_tiles(&w, tiles, num_tiles, 1, &feasible);
+        if (st != FI_OK)
+            return st;
+        if (!feasible) { /* cap_fits and walk_tiles disagree: a bug, never a partial plan */
+            w.err->status = FI_ERR_PLAN_OVER_CAPS;
+            w.err->request = -1;
+            w.err->needed = best_cap;
+            w.err->limit = -1;
+            w.err->cuda_error = 0;
+            return FI_ERR_PLAN_OVER_CAPS;
+        }
     } else {
         w.budget = g_budget;
         st = walk_tiles(&w, tiles, num_tiles, 0, &feasible);
+        if (st != FI_OK)
+            return st;
     }
-    if (st != FI_OK)
-        return st;
     int64_t total = 0;
     for (int64_t c = 0; c < n; c++)
         total += cta_cost[c];
