@@ -18,11 +18,23 @@
 #include "fiattn_ref.h"
 #include "planner/validate.h"
 
+/* Speed (the GPU tests check whole batches against this): rows are done in blocks of up
+ * to NAIVE_ROWS (query row, head) pairs of one request and KV head, keys converted to fp64
+ * NAIVE_KEYS at a time once per row block, and the inner loops register-blocked (8 rows
+ * per key, 8 output dims per row).  Each row's softmax is still the exact two-pass one
+ * above, every sum taken in order (over d for a logit, over keys for den and out). */
+#define NAIVE_ROWS 64
+#define NAIVE_KEYS 128
+
 /* Per-call fp64 scratch. */
 typedef struct naive_scratch {
-    double *q;      /* [d_main + d_rope]  one query row */
-    double *s;      /* [max kv_len]        logits of the row's keys */
-    double *acc;    /* [d_vo]              sum_j exp(s_j - m) v_j */
+    double *qt;     /* [d_qk][NAIVE_ROWS]     query rows, transposed (MLA: nope ++ rope) */
+    double *dot;    /* [NAIVE_ROWS]           q_i . k_j of the current key */
+    double *s;      /* [NAIVE_ROWS][max_kv]   logits of each row's keys [lo, hi) */
+    double *kv;     /* [NAIVE_KEYS][d_qk + d_vo] converted K (++ V) rows of a key chunk */
+    double *acc;    /* [NAIVE_ROWS][d_vo]     sum_j exp(s_j - m) v_j */
+    double *m;      /* [NAIVE_ROWS]           max logit (incl. sink) */
+    int32_t *row_q, *row_h, *lo, *hi;  /* [NAIVE_ROWS] */
 } naive_scratch;
 
 typedef struct naive_run {
@@ -30,66 +42,134 @@ typedef struct naive_run {
     const fi_attn_args *a;
     const int32_t *page_table;
     int32_t v_row_offset;   /* + P for the V row of a [B, 2, P] table, else 0 */
+    int32_t d_qk;           /* d_main + d_rope */
+    int32_t max_kv;         /* row stride of scratch.s */
     double bmm1, bmm2;
 } naive_run;
 
-static void store_row(const naive_run *n, int32_t tok, int32_t h, const double *acc,
-                      double scale, double lse) {
-    const fi_tensor *o = &n->a->out;
-    for (int32_t d = 0; d < n->g->d_vo; ++d)
-        fi_elem_store(o, fi_off3(o, tok, h, d), (float)(acc ? acc[d] * scale : 0.0));
-    if (n->a->lse.data)
-        ((float *)n->a->lse.data)[fi_off2(&n->a->lse, tok, h)] = (float)lse;
-}
-
-/* One (query token, head) row over keys [lo, hi) of request r. */
-static void naive_row(const naive_run *n, const fi_request_info *r, int32_t tok, int32_t h,
-                      int32_t lo, int32_t hi, naive_scratch *w) {
-    const fi_cpu_geom *g = n->g;
-    const fi_attn_args *a = n->a;
-    const int32_t kvh = h / g->group;
-    const int has_sink = a->sinks != NULL;
-    if (lo >= hi && !has_sink) {
-        store_row(n, tok, h, NULL, 0.0, -INFINITY);
-        return;
-    }
-    for (int32_t d = 0; d < g->d_main; ++d)
-        w->q[d] = fi_elem_load(&a->q, fi_off3(&a->q, tok, h, d));
-    for (int32_t d = 0; d < g->d_rope; ++d)
-        w->q[g->d_main + d] = fi_elem_load(&a->q_rope, fi_off3(&a->q_rope, tok, h, d));
-
-    double m = has_sink ? (double)a->sinks[h] : -INFINITY;
-    for (int32_t j = lo; j < hi; ++j) {
-        const int32_t page = fi_kv_page(n->page_table, r->page_row_offset, g->page_size, j);
-        const int32_t slot = j % g->page_size;
-        double dot = 0.0;
+/* Convert keys [t0, t0 + n) of request r, KV head kvh into w->kv: row j holds k (d_qk:
+ * main ++ rope) then v (d_vo; MLA: ckv again, V is the K page). */
+static void load_keys(const naive_run *x, const fi_request_info *r, int32_t kvh, int32_t t0,
+                      int32_t n, naive_scratch *w) {
+    const fi_cpu_geom *g = x->g;
+    const fi_attn_args *a = x->a;
+    const int32_t ld = x->d_qk + g->d_vo;
+    for (int32_t j = 0; j < n; ++j) {
+        const int32_t t = t0 + j, slot = t % g->page_size;
+        const int32_t kp = fi_kv_page(x->page_table, r->page_row_offset, g->page_size, t);
+        double *row = w->kv + (size_t)j * ld;
         for (int32_t d = 0; d < g->d_main; ++d)
-            dot += w->q[d] * fi_elem_load(&a->k, fi_off4(&a->k, page, slot, kvh, d));
+            row[d] = fi_elem_load(&a->k, fi_off4(&a->k, kp, slot, kvh, d));
         for (int32_t d = 0; d < g->d_rope; ++d)
-            dot += w->q[g->d_main + d] *
-                   fi_elem_load(&a->k_rope, fi_off4(&a->k_rope, page, slot, 0, d));
-        w->s[j - lo] = n->bmm1 * dot;
-        if (w->s[j - lo] > m) m = w->s[j - lo];
-    }
-
-    double den = has_sink ? exp((double)a->sinks[h] - m) : 0.0;
-    for (int32_t d = 0; d < g->d_vo; ++d) w->acc[d] = 0.0;
-    for (int32_t j = lo; j < hi; ++j) {
-        const double p = exp(w->s[j - lo] - m);
-        den += p;
-        const int32_t slot = j % g->page_size;
-        if (g->mla) {  /* V is ckv: the K page */
-            const int32_t page = fi_kv_page(n->page_table, r->page_row_offset, g->page_size, j);
-            for (int32_t d = 0; d < g->d_vo; ++d)
-                w->acc[d] += p * fi_elem_load(&a->k, fi_off4(&a->k, page, slot, 0, d));
+            row[g->d_main + d] = fi_elem_load(&a->k_rope, fi_off4(&a->k_rope, kp, slot, 0, d));
+        if (g->mla) {
+            for (int32_t d = 0; d < g->d_vo; ++d) row[x->d_qk + d] = row[d];
         } else {
-            const int32_t page = fi_kv_page(n->page_table, r->page_row_offset + n->v_row_offset,
-                                            g->page_size, j);
+            const int32_t vp = fi_kv_page(x->page_table, r->page_row_offset + x->v_row_offset,
+                                          g->page_size, t);
             for (int32_t d = 0; d < g->d_vo; ++d)
-                w->acc[d] += p * fi_elem_load(&a->v, fi_off4(&a->v, page, slot, kvh, d));
+                row[x->d_qk + d] = fi_elem_load(&a->v, fi_off4(&a->v, vp, slot, kvh, d));
         }
     }
-    store_row(n, tok, h, w->acc, n->bmm2 / den, m + log(den));
+}
+
+static void store_row(const naive_run *x, int32_t tok, int32_t h, const double *acc,
+                      double scale, double lse) {
+    const fi_tensor *o = &x->a->out;
+    for (int32_t d = 0; d < x->g->d_vo; ++d)
+        fi_elem_store(o, fi_off3(o, tok, h, d), (float)(acc ? acc[d] * scale : 0.0));
+    if (x->a->lse.data)
+        ((float *)x->a->lse.data)[fi_off2(&x->a->lse, tok, h)] = (float)lse;
+}
+
+/* Rows w->row_q/row_h [0, n) of request r (all under KV head kvh): logits of every key of
+ * each row's range, then m, den and the weighted sum of v, then the output. */
+static void naive_rows(const naive_run *x, const fi_request_info *r, int32_t kvh, int32_t n,
+                       naive_scratch *w) {
+    const fi_cpu_geom *g = x->g;
+    const fi_attn_args *a = x->a;
+    const int32_t ld = x->d_qk + g->d_vo;
+    int32_t lo = INT32_MAX, hi = 0;   /* union of the rows' ranges */
+    for (int32_t d = 0; d < x->d_qk; ++d)   /* unused rows of a short block: zeros */
+        for (int32_t i = n; i < NAIVE_ROWS; ++i) w->qt[(size_t)d * NAIVE_ROWS + i] = 0.0;
+    for (int32_t i = 0; i < n; ++i) {
+        const int32_t tok = r->q_offset + w->row_q[i], h = w->row_h[i];
+        for (int32_t d = 0; d < g->d_main; ++d)
+            w->qt[(size_t)d * NAIVE_ROWS + i] = fi_elem_load(&a->q, fi_off3(&a->q, tok, h, d));
+        for (int32_t d = 0; d < g->d_rope; ++d)
+            w->qt[(size_t)(g->d_main + d) * NAIVE_ROWS + i] =
+                fi_elem_load(&a->q_rope, fi_off3(&a->q_rope, tok, h, d));
+        w->m[i] = a->sinks ? (double)a->sinks[h] : -INFINITY;
+        for (int32_t d = 0; d < g->d_vo; ++d) w->acc[(size_t)i * g->d_vo + d] = 0.0;
+        if (w->lo[i] < w->hi[i]) {
+            if (w->lo[i] < lo) lo = w->lo[i];
+            if (w->hi[i] > hi) hi = w->hi[i];
+        }
+    }
+    /* pass 1: logits and max.  dot_i = sum_d q_i[d] k_j[d] for 8 rows at once (padding
+     * rows are zero), kept for the rows whose range holds key j. */
+    for (int32_t t0 = lo; t0 < hi; t0 += NAIVE_KEYS) {
+        const int32_t nk = hi - t0 < NAIVE_KEYS ? hi - t0 : NAIVE_KEYS;
+        load_keys(x, r, kvh, t0, nk, w);
+        for (int32_t j = t0; j < t0 + nk; ++j) {
+            const double *k = w->kv + (size_t)(j - t0) * ld;
+            double *dot = w->dot;
+            for (int32_t i0 = 0; i0 < n; i0 += 8) {   /* 8 rows at a time, in registers */
+                double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+                for (int32_t d = 0; d < x->d_qk; ++d) {
+                    const double kd = k[d];
+                    const double *qd = w->qt + (size_t)d * NAIVE_ROWS + i0;
+                    a0 += qd[0] * kd; a1 += qd[1] * kd; a2 += qd[2] * kd; a3 += qd[3] * kd;
+                    a4 += qd[4] * kd; a5 += qd[5] * kd; a6 += qd[6] * kd; a7 += qd[7] * kd;
+                }
+                dot[i0] = a0; dot[i0 + 1] = a1; dot[i0 + 2] = a2; dot[i0 + 3] = a3;
+                dot[i0 + 4] = a4; dot[i0 + 5] = a5; dot[i0 + 6] = a6; dot[i0 + 7] = a7;
+            }
+            for (int32_t i = 0; i < n; ++i) {
+                if (j < w->lo[i] || j >= w->hi[i]) continue;
+                double *s = w->s + (size_t)i * x->max_kv;
+                s[j] = x->bmm1 * dot[i];
+                if (s[j] > w->m[i]) w->m[i] = s[j];
+            }
+        }
+    }
+    /* pass 2: p_j = exp(s_j - m) (stored over s_j), acc += p_j v_j (keys converted again:
+     * no kv_len-sized fp64 copy of the cache) */
+    for (int32_t t0 = lo; t0 < hi; t0 += NAIVE_KEYS) {
+        const int32_t nk = hi - t0 < NAIVE_KEYS ? hi - t0 : NAIVE_KEYS;
+        load_keys(x, r, kvh, t0, nk, w);
+        for (int32_t i = 0; i < n; ++i) {
+            const int32_t j0 = w->lo[i] > t0 ? w->lo[i] : t0;
+            const int32_t j1 = w->hi[i] < t0 + nk ? w->hi[i] : t0 + nk;
+            double *s = w->s + (size_t)i * x->max_kv;
+            double *acc = w->acc + (size_t)i * g->d_vo;
+            for (int32_t j = j0; j < j1; ++j) s[j] = exp(s[j] - w->m[i]);
+            for (int32_t d0 = 0; d0 < g->d_vo; d0 += 8) {   /* d_vo % 64 == 0 */
+                double a0 = acc[d0], a1 = acc[d0 + 1], a2 = acc[d0 + 2], a3 = acc[d0 + 3];
+                double a4 = acc[d0 + 4], a5 = acc[d0 + 5], a6 = acc[d0 + 6], a7 = acc[d0 + 7];
+                for (int32_t j = j0; j < j1; ++j) {   /* keys in order, per output dim */
+                    const double p = s[j];
+                    const double *v = w->kv + (size_t)(j - t0) * ld + x->d_qk + d0;
+                    a0 += p * v[0]; a1 += p * v[1]; a2 += p * v[2]; a3 += p * v[3];
+                    a4 += p * v[4]; a5 += p * v[5]; a6 += p * v[6]; a7 += p * v[7];
+                }
+                acc[d0] = a0; acc[d0 + 1] = a1; acc[d0 + 2] = a2; acc[d0 + 3] = a3;
+                acc[d0 + 4] = a4; acc[d0 + 5] = a5; acc[d0 + 6] = a6; acc[d0 + 7] = a7;
+            }
+        }
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        const int32_t tok = r->q_offset + w->row_q[i], h = w->row_h[i];
+        if (w->lo[i] >= w->hi[i] && !a->sinks) {
+            store_row(x, tok, h, NULL, 0.0, -INFINITY);
+            continue;
+        }
+        /* den summed in key order over the stored p_j */
+        double den = a->sinks ? exp((double)a->sinks[h] - w->m[i]) : 0.0;
+        const double *s = w->s + (size_t)i * x->max_kv;
+        for (int32_t j = w->lo[i]; j < w->hi[i]; ++j) den += s[j];
+        store_row(x, tok, h, w->acc + (size_t)i * g->d_vo, x->bmm2 / den, w->m[i] + log(den));
+    }
 }
 
 fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
@@ -114,37 +194,62 @@ fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
     int32_t max_kv = 1;
     for (int32_t b = 0; b < batch->batch_size; ++b)
         if (req[b].kv_len > max_kv) max_kv = req[b].kv_len;
-    naive_scratch w;
-    w.q = malloc(sizeof(double) * (size_t)(g.d_main + g.d_rope));
-    w.s = malloc(sizeof(double) * (size_t)max_kv);
-    w.acc = malloc(sizeof(double) * (size_t)g.d_vo);
-    if (!w.q || !w.s || !w.acc) {
+    const size_t d_qk = (size_t)(g.d_main + g.d_rope);
+    naive_scratch w = {0};
+    w.qt = malloc(sizeof(double) * NAIVE_ROWS * d_qk);
+    w.dot = malloc(sizeof(double) * NAIVE_ROWS);
+    w.s = malloc(sizeof(double) * NAIVE_ROWS * (size_t)max_kv);
+    w.kv = malloc(sizeof(double) * NAIVE_KEYS * (d_qk + (size_t)g.d_vo));
+    w.acc = malloc(sizeof(double) * NAIVE_ROWS * (size_t)g.d_vo);
+    w.m = malloc(sizeof(double) * NAIVE_ROWS);
+    w.row_q = malloc(sizeof(int32_t) * 4 * NAIVE_ROWS);
+    if (!w.qt || !w.dot || !w.s || !w.kv || !w.acc || !w.m || !w.row_q) {
         st = FI_ERR_OUT_OF_MEMORY;
         goto done;
     }
+    w.row_h = w.row_q + NAIVE_ROWS;
+    w.lo = w.row_h + NAIVE_ROWS;
+    w.hi = w.lo + NAIVE_ROWS;
 
-    naive_run n = {
+    naive_run x = {
         .g = &g,
         .a = args,
         .page_table = (const int32_t *)args->page_table.data,
         .v_row_offset = (batch->form != FI_FORM_INDPTR && batch->kv_split_pages)
                             ? batch->max_pages_per_seq : 0,
+        .d_qk = (int32_t)d_qk,
+        .max_kv = max_kv,
         .bmm1 = fi_cpu_bmm1_scale(args),
         .bmm2 = fi_cpu_bmm2_scale(args),
     };
+    /* rows (i, h) of each request and KV head, in blocks of NAIVE_ROWS */
     for (int32_t b = 0; b < batch->batch_size; ++b) {
         const fi_request_info *r = &req[b];
-        for (int32_t i = 0; i < r->q_len; ++i) {
-            int32_t lo, hi;
-            fi_row_kv_range(batch->causal, batch->window_left, r->q_len, r->kv_len, i, &lo, &hi);
-            for (int32_t h = 0; h < g.num_qo_heads; ++h)
-                naive_row(&n, r, r->q_offset + i, h, lo, hi, &w);
+        for (int32_t kvh = 0; kvh < g.num_kv_heads; ++kvh) {
+            int32_t n = 0;
+            for (int32_t i = 0; i < r->q_len; ++i) {
+                for (int32_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
+                    w.row_q[n] = i;
+                    w.row_h[n] = h;
+                    fi_row_kv_range(batch->causal, batch->window_left, r->q_len, r->kv_len, i,
+                                    &w.lo[n], &w.hi[n]);
+                    if (++n == NAIVE_ROWS) {
+                        naive_rows(&x, r, kvh, n, &w);
+                        n = 0;
+                    }
+                }
+            }
+            if (n > 0) naive_rows(&x, r, kvh, n, &w);
         }
     }
 done:
-    free(w.q);
+    free(w.qt);
+    free(w.dot);
     free(w.s);
+    free(w.kv);
     free(w.acc);
+    free(w.m);
+    free(w.row_q);
     free(req);
     return st;
 }

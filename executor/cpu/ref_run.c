@@ -99,34 +99,72 @@ static void load_kv_block(ref_ctx *x, const fi_request_info *r, int32_t kvh, int
     }
 }
 
-/* Online-softmax update of local row lr with block keys [t0, t0 + n), masked to the row. */
+/* s[j - t0] = bmm1 * (q . k_j) for keys j in [jlo, jhi); four keys at a time so the
+ * partial sums stay in registers, each dot still summed in d order. */
+static void row_logits(const ref_ctx *x, const float *q, int32_t t0, int32_t jlo, int32_t jhi,
+                       float *s) {
+    const size_t ld = (size_t)x->d_qk;
+    int32_t j = jlo;
+    for (; j + 4 <= jhi; j += 4) {
+        const float *k0 = x->k_blk + (size_t)(j - t0) * ld;
+        const float *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        for (int32_t d = 0; d < x->d_qk; ++d) {
+            a0 += q[d] * k0[d];
+            a1 += q[d] * k1[d];
+            a2 += q[d] * k2[d];
+            a3 += q[d] * k3[d];
+        }
+        s[j - t0] = x->bmm1 * a0;
+        s[j + 1 - t0] = x->bmm1 * a1;
+        s[j + 2 - t0] = x->bmm1 * a2;
+        s[j + 3 - t0] = x->bmm1 * a3;
+    }
+    for (; j < jhi; ++j) {
+        const float *k = x->k_blk + (size_t)(j - t0) * ld;
+        float a = 0.0f;
+        for (int32_t d = 0; d < x->d_qk; ++d) a += q[d] * k[d];
+        s[j - t0] = x->bmm1 * a;
+    }
+}
+
+/* Online-softmax update of local row lr with block keys [t0, t0 + n), masked to the row:
+ *   m_new = max(m, max_j s_j);  l = l e^(m - m_new) + sum_j e^(s_j - m_new);
+ *   acc = acc e^(m - m_new) + sum_j e^(s_j - m_new) v_j   (keys in order per dim). */
 static void update_row(ref_ctx *x, int32_t lr, int32_t t0, int32_t n) {
     const int32_t jlo = x->lo[lr] > t0 ? x->lo[lr] : t0;
     const int32_t jhi = x->hi[lr] < t0 + n ? x->hi[lr] : t0 + n;
     if (jlo >= jhi) return;
     const int32_t d_vo = x->g->d_vo;
-    const float *q = x->q_tile + (size_t)lr * x->d_qk;
     const float *vb = x->g->mla ? x->k_blk : x->v_blk;
     const size_t v_ld = x->g->mla ? (size_t)x->d_qk : (size_t)d_vo;
     float s[FI_REF_KV_BLOCK] = {0};
+    row_logits(x, x->q_tile + (size_t)lr * x->d_qk, t0, jlo, jhi, s);
     float bm = -INFINITY;
-    for (int32_t j = jlo; j < jhi; ++j) {
-        const float *k = x->k_blk + (size_t)(j - t0) * x->d_qk;
-        float dot = 0.0f;
-        for (int32_t d = 0; d < x->d_qk; ++d) dot += q[d] * k[d];
-        s[j - t0] = x->bmm1 * dot;
-        if (s[j - t0] > bm) bm = s[j - t0];
-    }
+    for (int32_t j = jlo; j < jhi; ++j) bm = s[j - t0] > bm ? s[j - t0] : bm;
     const float m_new = bm > x->m[lr] ? bm : x->m[lr];
     const float rescale = expf(x->m[lr] - m_new);   /* 0 on the row's first block */
-    float *acc = x->acc + (size_t)lr * d_vo;
     float l = x->l[lr] * rescale;
-    for (int32_t d = 0; d < d_vo; ++d) acc[d] *= rescale;
     for (int32_t j = jlo; j < jhi; ++j) {
-        const float p = expf(s[j - t0] - m_new);
-        const float *v = vb + (size_t)(j - t0) * v_ld;
-        l += p;
-        for (int32_t d = 0; d < d_vo; ++d) acc[d] += p * v[d];
+        s[j - t0] = expf(s[j - t0] - m_new);
+        l += s[j - t0];
+    }
+    float *acc = x->acc + (size_t)lr * d_vo;
+    for (int32_t d0 = 0; d0 < d_vo; d0 += 4) {   /* d_vo % 64 == 0; 4 dims in registers */
+        float a0 = acc[d0] * rescale, a1 = acc[d0 + 1] * rescale;
+        float a2 = acc[d0 + 2] * rescale, a3 = acc[d0 + 3] * rescale;
+        for (int32_t j = jlo; j < jhi; ++j) {
+            const float p = s[j - t0];
+            const float *v = vb + (size_t)(j - t0) * v_ld + d0;
+            a0 += p * v[0];
+            a1 += p * v[1];
+            a2 += p * v[2];
+            a3 += p * v[3];
+        }
+        acc[d0] = a0;
+        acc[d0 + 1] = a1;
+        acc[d0 + 2] = a2;
+        acc[d0 + 3] = a3;
     }
     x->m[lr] = m_new;
     x->l[lr] = l;
