@@ -500,6 +500,51 @@ static void references_reject_bad_arguments_and_write_nothing(void **state) {
     test_batch_free(&tb);
 }
 
+/* Counting allocator: fi_ref_run takes its scratch from the plan's hooks and gives all
+ * of it back before returning. */
+typedef struct count_alloc {
+    int64_t allocs, frees;
+} count_alloc;
+
+static void *count_alloc_fn(void *ctx, size_t bytes, size_t alignment) {
+    void *p = NULL;
+    if (posix_memalign(&p, alignment < sizeof(void *) ? sizeof(void *) : alignment, bytes))
+        return NULL;
+    ((count_alloc *)ctx)->allocs++;
+    return p;
+}
+
+static void count_free_fn(void *ctx, void *p) {
+    ((count_alloc *)ctx)->frees++;
+    free(p);
+}
+
+static void ref_run_scratch_comes_from_the_plan_allocator(void **state) {
+    (void)state;
+    const int32_t B = 2, q_lens[2] = {1, 1}, kv_lens[2] = {1500, 900};
+    fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 8, 2, 64, 16, 200, B, 2);
+    caps.num_ctas = 16;
+    test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 200, 0, 1, -1);
+    fi_test_attn ta;
+    assert_int_equal(fi_test_attn_make(&ta, &caps, &tb.batch, NULL, &g_rng), 0);
+    count_alloc ctr = {0, 0};
+    const fi_allocator al = {count_alloc_fn, count_free_fn, &ctr};
+    fi_plan *plan = NULL;
+    assert_int_equal(fi_plan_create(&caps, NULL, 0, &al, &plan), FI_OK);
+    assert_int_equal(fi_plan_update(plan, &tb.batch, NULL), FI_OK);
+    fi_plan_view view;
+    assert_int_equal(fi_plan_get_view(plan, &view), FI_OK);
+    assert_true(view.header->num_slots > 0);   /* partials needed */
+    const count_alloc before = ctr;
+    assert_int_equal(fi_ref_run(plan, &ta.args), FI_OK);
+    assert_true(ctr.allocs > before.allocs);
+    assert_int_equal(ctr.allocs - before.allocs, ctr.frees - before.frees);
+    fi_plan_destroy(plan);
+    assert_int_equal(ctr.allocs, ctr.frees);
+    fi_test_attn_free(&ta);
+    test_batch_free(&tb);
+}
+
 /* ---- the conversions the references read and write with --------------------------------------- */
 
 static void bf16_and_f16_round_to_nearest_even(void **state) {
@@ -543,6 +588,7 @@ int main(void) {
         cmocka_unit_test(ref_matches_naive_16bit_outputs),
         cmocka_unit_test(ref_matches_naive_on_generated_batches),
         cmocka_unit_test(references_reject_bad_arguments_and_write_nothing),
+        cmocka_unit_test(ref_run_scratch_comes_from_the_plan_allocator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

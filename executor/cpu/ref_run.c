@@ -16,11 +16,11 @@
  * merge without a GPU.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "executor/cpu/ref_common.h"
 #include "fiattn_ref.h"
+#include "planner/host_alloc.h"
 #include "planner/plan_internal.h"
 
 /* Keys per inner block: the executor's KV tile. */
@@ -296,8 +296,7 @@ fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args) {
     const size_t n_f = slots * tr * g.d_vo + slots * tr + tr * x.d_qk +
                        (size_t)FI_REF_KV_BLOCK * (x.d_qk + g.d_vo) + tr * g.d_vo + 2 * tr;
     const size_t bytes = sizeof(float) * n_f + sizeof(int32_t) * 2 * tr;
-    const fi_allocator *al = &plan->alloc;
-    void *base = al->alloc ? al->alloc(al->ctx, bytes, 64) : malloc(bytes);
+    void *base = fi_host_alloc(&plan->alloc, bytes, 64);
     if (!base) return FI_ERR_OUT_OF_MEMORY;
     float *p = base;
     x.partial_o = p;   p += slots * tr * g.d_vo;
@@ -316,7 +315,6 @@ fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args) {
             run_item(&x, &view.items[i]);
     for (int32_t gi = 0; gi < hd->num_groups; ++gi) merge_group(&x, &view.groups[gi]);
 
-    if (al->free) al->free(al->ctx, base);   /* NULL member = libc (fiattn.h) */
-    else free(base);
+    fi_host_free(&plan->alloc, base);
     return FI_OK;
 }
