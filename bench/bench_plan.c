@@ -12,7 +12,9 @@
  *           plan bytes and its event record (no sync; the staging double buffer waits
  *           only if the copy of two updates ago is still pending).
  * Targets (docs/DESIGN.md): < 10 us at 128 requests, < 60 us at 1024.
- *   make build/bench/bench_plan && build/bench/bench_plan [--step S] [--repeats N]
+ *   make build/bench/bench_plan && build/bench/bench_plan [--step S] [--repeats N] [--batch B]
+ * --batch B runs only the row of B requests (e.g. under valgrind --tool=callgrind
+ * --toggle-collect=fi_plan_update, whose instruction counts do not depend on machine load).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,10 +92,11 @@ static int check_plan(const fi_plan *plan, const fibatch *b) {
 }
 
 int main(int argc, char **argv) {
-    int step = 200, repeats = 2000;
+    int step = 200, repeats = 2000, only = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--step")) step = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch")) only = atoi(argv[i + 1]);
     }
     if (repeats < 10) repeats = 10;
     int ngpu = 0;
@@ -113,6 +116,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && rc == 0; k++) {
         int n = sizes[k];
+        if (only > 0 && n != only)
+            continue;
         int32_t *q = malloc((size_t)n * 4), *kv = malloc((size_t)n * 4), *src = malloc((size_t)n * 4);
         fitrace_lens l = {n, q, kv, src};
         fibatch b;

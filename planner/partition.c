@@ -57,13 +57,13 @@ static fi_status over_caps(walk *w, int64_t needed, int64_t limit) {
     return FI_ERR_PLAN_OVER_CAPS;
 }
 
-/* End CTA c.  cap: the next CTA may take up to budget from where this one ended;
- * else its end target is the next global multiple of the budget. */
-static void close_cta(walk *w, int cap) {
+/* End CTA c of the global walk; CTA c + 1 ends near the next global multiple of the
+ * budget. */
+static void close_cta(walk *w) {
     if (!w->dry)
         w->indptr[w->c + 1] = w->ni;
     w->c++;
-    w->target = cap ? w->cum + w->budget : w->target + w->budget;
+    w->target += w->budget;
 }
 
 /* Emit piece [kv0, kv1) of tile t on CTA w->c.  split: the piece belongs to a merge group
@@ -131,12 +131,22 @@ static int64_t round_down_kv_tile(int64_t x) {
     return x < 0 ? -1 : x / FI_KV_TILE_TOKENS * FI_KV_TILE_TOKENS;
 }
 
-/* Walk the tiles once with w->budget.  cap == 0: global targets (CTA c ends near
- * (c + 1) * budget, the last CTA takes the rest).  cap == 1: no CTA exceeds budget (each
- * takes as much as fits, cutting the tile below the cap); *feasible = 0 if the tiles do
- * not fit in num_ctas CTAs (outputs are then partial and must be rebuilt). */
-static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles, int cap,
-                            int *feasible) {
+/* Capped walk's cut of a tile whose rest [pos, kv_end) (plus `overhead`) does not fit in
+ * the rem cost units left on the CTA: the largest KV tile multiple that fits and leaves
+ * both pieces >= the floor, or -1 (no such cut: the CTA ends before this tile). */
+static inline int64_t cap_cut(int32_t pos, int32_t kv_end, int64_t overhead, int64_t rem) {
+    const int64_t lo = round_up_kv_tile((int64_t)pos + FI_MIN_CHUNK_TOKENS);
+    const int64_t hi = round_down_kv_tile((int64_t)kv_end - FI_MIN_CHUNK_TOKENS);
+    const int64_t room = rem - overhead; /* KV tokens that fit */
+    int64_t want = room >= 0 ? round_down_kv_tile(pos + room) : -1;
+    if (want > hi)
+        want = hi;
+    return lo <= hi && want >= lo ? want : -1;
+}
+
+/* Global-target walk (the fallback) with w->budget: CTA c ends near (c + 1) * budget, the
+ * last CTA takes the rest. */
+static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
     const int32_t n = w->l->num_ctas;
     w->c = 0;
     w->cum = 0;
@@ -144,7 +154,6 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles, in
     w->ni = w->ng = w->ns = w->cuts = 0;
     w->cut_overhead = 0;
     w->indptr[0] = 0;
-    *feasible = 1;
     for (int32_t c = 0; c < n; c++)
         w->cta_cost[c] = 0;
     for (int32_t i = 0; i < num_tiles; i++) {
@@ -155,45 +164,26 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles, in
         int32_t g = -1;
         for (;;) {
             const int64_t rest_cost = (int64_t)(t->kv_end - pos) + overhead;
-            const int last = w->c == n - 1;
-            if ((cap || !last) && w->cum + rest_cost > w->target) {
-                /* Possible cut points: KV tile multiples leaving both pieces >= floor. */
+            if (w->c != n - 1 && w->cum + rest_cost > w->target) {
+                /* Three ways to end CTA c near its target; take the one that misses it
+                 * least: stop before this piece, take it whole, or cut it where the
+                 * target falls (clamped so no piece is below the floor). */
                 const int64_t lo = round_up_kv_tile((int64_t)pos + FI_MIN_CHUNK_TOKENS);
                 const int64_t hi = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
                 const int64_t room = w->target - w->cum - overhead; /* KV tokens that fit */
+                const int64_t under = w->target - w->cum;
+                const int64_t over = w->cum + rest_cost - w->target;
+                int64_t best = under < over ? under : over;
                 int64_t cut = -1;
-                int close = 0;
-                if (cap) {
-                    if (last) { /* the rest does not fit in the last CTA */
-                        *feasible = 0;
-                        return FI_OK;
-                    }
-                    /* Largest cut that stays under the cap, else end the CTA here. */
-                    int64_t want = room >= 0 ? round_down_kv_tile(pos + room) : -1;
-                    if (want > hi)
-                        want = hi;
-                    if (lo <= hi && want >= lo)
+                if (lo <= hi) {
+                    int64_t want = round_kv_tile(pos + (room > 0 ? room : 0));
+                    want = want < lo ? lo : want > hi ? hi : want;
+                    int64_t miss = w->cum + (want - pos) + overhead - w->target;
+                    miss = miss < 0 ? -miss : miss;
+                    if (miss < best) {
+                        best = miss;
                         cut = want;
-                    else
-                        close = 1;
-                } else {
-                    /* Three ways to end CTA c near its target; take the one that misses it
-                     * least: stop before this piece, take it whole, or cut it where the
-                     * target falls (clamped so no piece is below the floor). */
-                    const int64_t under = w->target - w->cum;
-                    const int64_t over = w->cum + rest_cost - w->target;
-                    int64_t best = under < over ? under : over;
-                    if (lo <= hi) {
-                        int64_t want = round_kv_tile(pos + (room > 0 ? room : 0));
-                        want = want < lo ? lo : want > hi ? hi : want;
-                        int64_t miss = w->cum + (want - pos) + overhead - w->target;
-                        miss = miss < 0 ? -miss : miss;
-                        if (miss < best) {
-                            best = miss;
-                            cut = want;
-                        }
                     }
-                    close = cut < 0 && best == under;
                 }
                 if (cut >= 0) {
                     fi_status st = emit(w, t, pos, (int32_t)cut, 1, &g, overhead);
@@ -202,11 +192,11 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles, in
                     w->cuts++;
                     w->cut_overhead += overhead;
                     pos = (int32_t)cut;
-                    close_cta(w, cap);
+                    close_cta(w);
                     continue;
                 }
-                if (close) {
-                    close_cta(w, cap);
+                if (best == under) {
+                    close_cta(w);
                     continue;
                 }
             }
@@ -237,11 +227,10 @@ static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
                               int64_t total_cost, int64_t *best_budget, int64_t *best_max) {
     const int64_t n = w->l->num_ctas;
     int64_t budget = (total_cost + n - 1) / n;
-    int feasible;
     *best_max = INT64_MAX;
     for (int pass = 0; pass < 2; pass++) {
         w->budget = budget < FI_MIN_CHUNK_TOKENS ? FI_MIN_CHUNK_TOKENS : budget;
-        fi_status st = walk_tiles(w, tiles, num_tiles, 0, &feasible);
+        fi_status st = walk_tiles(w, tiles, num_tiles);
         if (st != FI_OK)
             return st;
         const int64_t max = max_cta_cost(w->cta_cost, n);
@@ -257,60 +246,174 @@ static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
     return FI_OK;
 }
 
-/* Dry capped walk in O(num_ctas * log(tiles)): the same decisions as walk_tiles(cap = 1)
- * but whole tiles are skipped with a binary search over prefix[] (prefix sums of tile
- * costs).  @return 1 if every tile fits in num_ctas CTAs of at most `cap` each. */
-static int cap_fits(const fi_tile *tiles, const int64_t *prefix, int32_t num_tiles,
-                    int32_t n, int64_t cap) {
+/* Dry capped trial in O(num_ctas * log(tiles)): the decisions of cap_walk (each CTA takes
+ * as much as fits under `cap`, cutting the tile below the cap), but whole tiles are
+ * skipped with a galloping search over prefix[] (prefix sums of tile costs).
+ * @return the largest CTA cost of that walk (<= cap) if every tile fits in n CTAs, else -1.
+ * The walk under the returned cost makes the same decisions (every CTA's content still
+ * fits and nothing more does), so the caller may lower its upper bound to it. */
+static int64_t cap_trial(const fi_tile *tiles, const int64_t *prefix, int32_t num_tiles,
+                         int32_t n, int64_t cap, int64_t *est) {
     int32_t i = 0;
     int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
+    int64_t max = 0;
     for (int32_t c = 0; c < n; c++) {
+        if (i == num_tiles)
+            return max;
+        /* Cost still to place (the rest of tile i and every later tile; cuts only add):
+         * more than the remaining CTAs can hold means no fit. */
+        const int64_t left = prefix[num_tiles] - prefix[i] - (pos - tiles[i].kv_begin);
+        if (left > (int64_t)(n - c) * cap) {
+            /* Guess of the cap that fits: CTAs 0 .. c-1 held `waste` less tile cost
+             * than c caps (room left unused, cut overhead); assume the rest lose as much
+             * per CTA and spread the shortfall over all n. */
+            const int64_t waste = (int64_t)c * cap - (prefix[num_tiles] - left);
+            const int64_t per = c > 0 ? (waste + c - 1) / c : 0;
+            *est = cap + (left - (int64_t)(n - c) * (cap - per) + n - 1) / n;
+            return -1;
+        }
         int64_t rem = cap;
+        int took = 0;
         for (;;) {
-            if (i == num_tiles)
-                return 1;
             const fi_tile *t = &tiles[i];
             const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
             const int64_t rest = (int64_t)(t->kv_end - pos) + overhead;
             if (rest <= rem) {
                 rem -= rest;
                 i++;
-                /* largest j with prefix[j] - prefix[i] <= rem: tiles i .. j-1 fit whole.
-                 * Galloping then bisection: O(log(j - i)), usually a step or two. */
+                took = 1;
+                /* largest a with prefix[a] - prefix[i] <= rem: tiles i .. a-1 fit whole.
+                 * Galloping then bisection: O(log(a - i)), usually a step or two. */
                 const int64_t lim = prefix[i] + rem;
-                int32_t a = i, step = 1;
-                while (step <= num_tiles - a && prefix[a + step] <= lim) {
-                    a += step;
+                int32_t a2 = i, step = 1;
+                while (step <= num_tiles - a2 && prefix[a2 + step] <= lim) {
+                    a2 += step;
                     step *= 2;
                 }
-                int32_t b = step <= num_tiles - a ? a + step - 1 : num_tiles;
-                while (a < b) {
-                    const int32_t m = a + (b - a + 1) / 2;
+                int32_t b = step <= num_tiles - a2 ? a2 + step - 1 : num_tiles;
+                while (a2 < b) {
+                    const int32_t m = a2 + (b - a2 + 1) / 2;
                     if (prefix[m] <= lim)
-                        a = m;
+                        a2 = m;
                     else
                         b = m - 1;
                 }
-                rem -= prefix[a] - prefix[i];
-                i = a;
-                if (i < num_tiles)
-                    pos = tiles[i].kv_begin;
+                rem -= prefix[a2] - prefix[i];
+                i = a2;
+                if (i == num_tiles) {
+                    const int64_t used = cap - rem;
+                    return used > max ? used : max;
+                }
+                pos = tiles[i].kv_begin;
                 continue;
             }
-            if (c == n - 1)
-                return 0;
-            const int64_t lo = round_up_kv_tile((int64_t)pos + FI_MIN_CHUNK_TOKENS);
-            const int64_t hi = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
-            const int64_t room = rem - overhead;
-            int64_t want = room >= 0 ? round_down_kv_tile(pos + room) : -1;
-            if (want > hi)
-                want = hi;
-            if (lo <= hi && want >= lo)
-                pos = (int32_t)want;
+            const int64_t cut = cap_cut(pos, t->kv_end, overhead, rem);
+            if (cut >= 0) {
+                rem -= (cut - pos) + overhead;
+                pos = (int32_t)cut;
+            } else if (!took) {
+                return -1; /* an empty CTA: every later one would end empty too */
+            }
             break; /* next CTA */
         }
+        const int64_t used = cap - rem;
+        max = used > max ? used : max;
     }
-    return i == num_tiles;
+    if (i == num_tiles)
+        return max;
+    *est = cap + (prefix[num_tiles] - prefix[i] - (pos - tiles[i].kv_begin) + n - 1) / n;
+    return -1;
+}
+
+/* The capped walk that writes the plan (the decisions of cap_trial): items in tile order,
+ * a merge group per cut tile, CTA ranges and costs.  *fits = 0 if the tiles do not fit in
+ * num_ctas CTAs (outputs partial: the caller must fail). */
+static fi_status cap_walk(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l,
+                          int64_t cap, int32_t *indptr, fi_work_item *items,
+                          fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
+                          int *fits, fi_error_detail *err) {
+    const int32_t n = l->num_ctas;
+    int32_t c = 0, ni = 0, ng = 0, ns = 0;
+    int64_t rem = cap, total = 0, max = 0;
+    walk w = {.err = err};
+    *fits = 0;
+    indptr[0] = 0;
+    for (int32_t i = 0; i < num_tiles; i++) {
+        const fi_tile *t = &tiles[i];
+        const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
+        int32_t pos = t->kv_begin;
+        int32_t g = -1;
+        for (;;) {
+            int32_t end = t->kv_end;
+            int whole = 1;
+            if ((int64_t)(t->kv_end - pos) + overhead > rem) {
+                if (c == n - 1)
+                    return FI_OK; /* the rest does not fit in the last CTA */
+                const int64_t cut = cap_cut(pos, t->kv_end, overhead, rem);
+                if (cut < 0) { /* end the CTA before this tile */
+                    cta_cost[c] = cap - rem;
+                    total += cap - rem;
+                    max = cap - rem > max ? cap - rem : max;
+                    indptr[++c] = ni;
+                    rem = cap;
+                    continue;
+                }
+                end = (int32_t)cut;
+                whole = 0;
+            }
+            if (ni >= l->max_items)
+                return over_caps(&w, (int64_t)ni + 1, l->max_items);
+            fi_work_item *it = &items[ni];
+            it->request = t->request;
+            it->head_begin = t->head_begin;
+            it->head_end = t->head_end;
+            it->q_begin = t->q_begin;
+            it->q_end = t->q_end;
+            it->kv_begin = pos;
+            it->kv_end = end;
+            it->out_slot = -1;
+            it->merge_group = -1;
+            if (!whole || g >= 0) { /* a piece of a cut tile */
+                if (g < 0) {
+                    if (ng >= l->max_groups)
+                        return over_caps(&w, (int64_t)ng + 1, l->max_groups);
+                    groups[ng] = (fi_merge_group){t->request, t->head_begin, t->head_end,
+                                                  t->q_begin, t->q_end, ns, 0, ni, 0};
+                    g = ng++;
+                }
+                if (ns >= l->max_slots)
+                    return over_caps(&w, (int64_t)ns + 1, l->max_slots);
+                it->out_slot = ns++;
+                it->merge_group = g;
+                groups[g].num_splits++;
+            }
+            ni++;
+            rem -= (int64_t)(end - pos) + overhead;
+            if (whole)
+                break;
+            pos = end; /* the cut ends CTA c */
+            cta_cost[c] = cap - rem;
+            total += cap - rem;
+            max = cap - rem > max ? cap - rem : max;
+            indptr[++c] = ni;
+            rem = cap;
+        }
+    }
+    cta_cost[c] = cap - rem;
+    total += cap - rem;
+    max = cap - rem > max ? cap - rem : max;
+    for (int32_t k = c + 1; k < n; k++)
+        cta_cost[k] = 0;
+    for (int32_t k = c + 1; k <= n; k++)
+        indptr[k] = ni;
+    res->num_items = ni;
+    res->num_groups = ng;
+    res->num_slots = ns;
+    res->budget = cap;
+    res->total_cost = total;
+    res->max_cta_cost = max;
+    *fits = 1;
+    return FI_OK;
 }
 
 fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
@@ -318,69 +421,104 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err) {
     const int64_t n = l->num_ctas;
-    walk w = {.l = l, .indptr = work_indptr, .items = items, .groups = groups,
-              .cta_cost = cta_cost, .err = err, .dry = 1};
-    /* The smallest cap that fits, by bisection to 1/128 of the mean, between the mean (a
-     * lower bound) and a cap that always fits: the mean with every boundary cut, plus the
-     * most a CTA can leave unused (an uncuttable tile < 2 floors + 2 KV tiles, or a piece
-     * below the floor, plus one item overhead).  Each trial is a dry O(num_ctas log tiles)
-     * walk (cap_fits).  Lowers the max CTA cost where tiles are about one CTA long. */
-    enum { FI_CAP_STEPS = 16 };
-    int64_t oh_max = 0;
+    /* The smallest cap that fits, to within tol = 1/128 of the lower bound, by dry trials
+     * (cap_trial, O(num_ctas log tiles) each).  Bracket:
+     *   lo: max(mean cost per CTA, the largest piece some tile cannot avoid: an uncuttable
+     *       tile whole, else its shortest legal first or last piece) - no smaller cap fits;
+     *   hi: a cap that always fits: the mean with every boundary cut, plus the most a CTA
+     *       can leave unused (an uncuttable tile < 2 floors + 2 KV tiles, or a piece below
+     *       the floor, plus one item overhead).
+     * Search: gallop up from lo (lo + tol, + 2 tol, + 4 tol, ...) to the first cap that
+     * fits, then bisect; a trial that fits lowers hi to its achieved max CTA cost (the walk
+     * under that cost is the same walk).  Large batches usually fit at lo + tol (one
+     * trial); 128 decode requests take ~3-5. */
+    enum { FI_CAP_TRIALS = 40 }; /* bound on trials: both phases are logarithmic */
+    int64_t oh_max = 0, piece_min = 0;
     prefix[0] = 0;
     for (int32_t i = 0; i < num_tiles; i++) {
-        prefix[i + 1] = prefix[i] + tiles[i].cost;
-        const int64_t oh = tiles[i].cost - (tiles[i].kv_end - tiles[i].kv_begin);
+        const fi_tile *t = &tiles[i];
+        prefix[i + 1] = prefix[i] + t->cost;
+        const int64_t oh = t->cost - (t->kv_end - t->kv_begin);
         oh_max = oh > oh_max ? oh : oh_max;
+        const int64_t c0 = round_up_kv_tile((int64_t)t->kv_begin + FI_MIN_CHUNK_TOKENS);
+        const int64_t c1 = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
+        int64_t need = t->cost; /* uncuttable: whole */
+        if (c0 <= c1) {         /* first piece ends at >= c0, last starts at <= c1 */
+            const int64_t first = c0 - t->kv_begin, last = t->kv_end - c1;
+            need = (first > last ? first : last) + oh;
+        }
+        piece_min = need > piece_min ? need : piece_min;
     }
     int64_t lo = (total_cost + n - 1) / n;
+    lo = piece_min > lo ? piece_min : lo;
     int64_t hi = (total_cost + (n - 1) * oh_max + n - 1) / n + 2 * FI_MIN_CHUNK_TOKENS +
                  2 * FI_KV_TILE_TOKENS + oh_max;
+    hi = hi < lo ? lo : hi;
+    const int64_t tol = lo / 64 + 1;
     int64_t best_cap = -1;
-    const int64_t tol = lo / 128 + 1;
-    if (!fi_partition_test_force_global && cap_fits(tiles, prefix, num_tiles, (int32_t)n, hi)) {
-        best_cap = hi;
-        hi--;
-        for (int step = 0; step < FI_CAP_STEPS && lo <= hi && hi - lo >= tol; step++) {
-            const int64_t mid = lo + (hi - lo) / 2;
-            if (cap_fits(tiles, prefix, num_tiles, (int32_t)n, mid)) {
-                best_cap = mid;
-                hi = mid - 1;
+    int trials = 0;
+    int64_t est = 0;
+    if (!fi_partition_test_force_global) {
+        int64_t cand = lo + tol;
+        for (int64_t step = tol; trials < FI_CAP_TRIALS; step *= 2) { /* gallop */
+            cand = cand < hi ? cand : hi;
+            const int64_t m = cap_trial(tiles, prefix, num_tiles, (int32_t)n, cand, &est);
+            trials++;
+            if (m >= 0) {
+                best_cap = m;
+                hi = m - 1;
+                break;
+            }
+            if (cand == hi)
+                break; /* not expected: hi always fits */
+            lo = cand + 1;
+            /* next: the failed trial's guess, or at least the (doubling) step */
+            cand = lo + step > est ? lo + step : est;
+        }
+        /* Narrow [lo, hi] to below tol: first one step of tol under the best (the guess
+         * is usually that close), then bisection. */
+        for (int first = 1; best_cap >= 0 && trials < FI_CAP_TRIALS && hi - lo >= tol;
+             first = 0) {
+            const int64_t mid = first ? hi + 1 - tol : lo + (hi - lo) / 2;
+            const int64_t m = cap_trial(tiles, prefix, num_tiles, (int32_t)n, mid, &est);
+            trials++;
+            if (m >= 0) {
+                best_cap = m;
+                hi = m - 1;
             } else {
                 lo = mid + 1;
             }
         }
     }
-    int feasible = 0;
-    fi_status st = FI_OK;
-    int64_t g_budget = 0;
-    if (best_cap < 0) { /* not expected; the global walk always succeeds */
-        int64_t g_max = 0;
-        st = global_walks(&w, tiles, num_tiles, total_cost, &g_budget, &g_max);
-        if (st != FI_OK)
-            return st;
-    }
-    /* The real walk, writing items, groups and CTA ranges (trial walks were dry). */
-    w.dry = 0;
     if (best_cap >= 0) {
-        w.budget = best_cap;
-        st = walk_tiles(&w, tiles, num_tiles, 1, &feasible);
+        /* The real walk, writing items, groups and CTA ranges (trials were dry). */
+        int fits = 0;
+        fi_status st = cap_walk(tiles, num_tiles, l, best_cap, work_indptr, items, groups,
+                                cta_cost, res, &fits, err);
         if (st != FI_OK)
             return st;
-        if (!feasible) { /* cap_fits and walk_tiles disagree: a bug, never a partial plan */
-            w.err->status = FI_ERR_PLAN_OVER_CAPS;
-            w.err->request = -1;
-            w.err->needed = best_cap;
-            w.err->limit = -1;
-            w.err->cuda_error = 0;
+        if (!fits) { /* cap_trial and cap_walk disagree: a bug, never a partial plan */
+            err->status = FI_ERR_PLAN_OVER_CAPS;
+            err->request = -1;
+            err->needed = best_cap;
+            err->limit = -1;
+            err->cuda_error = 0;
             return FI_ERR_PLAN_OVER_CAPS;
         }
-    } else {
-        w.budget = g_budget;
-        st = walk_tiles(&w, tiles, num_tiles, 0, &feasible);
-        if (st != FI_OK)
-            return st;
+        return FI_OK;
     }
+    /* Fallback (not expected; tests force it): global-target walks, then the real one. */
+    walk w = {.l = l, .indptr = work_indptr, .items = items, .groups = groups,
+              .cta_cost = cta_cost, .err = err, .dry = 1};
+    int64_t g_budget = 0, g_max = 0;
+    fi_status st = global_walks(&w, tiles, num_tiles, total_cost, &g_budget, &g_max);
+    if (st != FI_OK)
+        return st;
+    w.dry = 0;
+    w.budget = g_budget;
+    st = walk_tiles(&w, tiles, num_tiles);
+    if (st != FI_OK)
+        return st;
     int64_t total = 0;
     for (int64_t c = 0; c < n; c++)
         total += cta_cost[c];
