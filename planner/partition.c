@@ -120,15 +120,18 @@ static fi_status emit(walk *w, const fi_tile *t, int32_t kv0, int32_t kv1, int s
     return FI_OK;
 }
 
-/* Nearest / next / previous multiple of the KV tile (x >= 0). */
-static int64_t round_kv_tile(int64_t x) {
-    return (x + FI_KV_TILE_TOKENS / 2) / FI_KV_TILE_TOKENS * FI_KV_TILE_TOKENS;
+/* Nearest / next / previous multiple of the KV tile (x >= 0; a power of two, so masks). */
+_Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0,
+               "FI_KV_TILE_TOKENS must be a power of two");
+#define FI_KV_TILE_MASK (~(int64_t)(FI_KV_TILE_TOKENS - 1))
+static inline int64_t round_kv_tile(int64_t x) {
+    return (x + FI_KV_TILE_TOKENS / 2) & FI_KV_TILE_MASK;
 }
-static int64_t round_up_kv_tile(int64_t x) {
-    return (x + FI_KV_TILE_TOKENS - 1) / FI_KV_TILE_TOKENS * FI_KV_TILE_TOKENS;
+static inline int64_t round_up_kv_tile(int64_t x) {
+    return (x + FI_KV_TILE_TOKENS - 1) & FI_KV_TILE_MASK;
 }
-static int64_t round_down_kv_tile(int64_t x) {
-    return x < 0 ? -1 : x / FI_KV_TILE_TOKENS * FI_KV_TILE_TOKENS;
+static inline int64_t round_down_kv_tile(int64_t x) { /* -1 for x < 0 */
+    return x < 0 ? -1 : x & FI_KV_TILE_MASK;
 }
 
 /* Capped walk's cut of a tile whose rest [pos, kv_end) (plus `overhead`) does not fit in

@@ -3,8 +3,9 @@
 
 #include "planner/cost_model.h"
 
-void fi_tile_kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,
-                      int32_t causal, int32_t window_left, int32_t *lo, int32_t *hi) {
+/* Inlined into the tile loop (fi_tiles_build), exported for tests (fi_tile_kv_range). */
+static inline void kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,
+                            int32_t causal, int32_t window_left, int32_t *lo, int32_t *hi) {
     /* Row i sits at position p = kv_len - q_len + i (query block aligned to the end). */
     const int64_t p_first = (int64_t)kv_len - q_len + q_begin;
     const int64_t p_last = (int64_t)kv_len - q_len + q_end - 1;
@@ -20,6 +21,11 @@ void fi_tile_kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_
     }
     *lo = (int32_t)l;
     *hi = (int32_t)h;
+}
+
+void fi_tile_kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,
+                      int32_t causal, int32_t window_left, int32_t *lo, int32_t *hi) {
+    kv_range(q_len, kv_len, q_begin, q_end, causal, window_left, lo, hi);
 }
 
 fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
@@ -41,7 +47,7 @@ fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
             for (int32_t q0 = 0; q0 < r->q_len; q0 += q_step) {
                 const int32_t q1 = q0 + q_step < r->q_len ? q0 + q_step : r->q_len;
                 int32_t lo, hi;
-                fi_tile_kv_range(r->q_len, r->kv_len, q0, q1, causal, window_left, &lo, &hi);
+                kv_range(r->q_len, r->kv_len, q0, q1, causal, window_left, &lo, &hi);
                 for (int32_t hb = h0; hb < h1; hb += h_step) {
                     const int32_t he = hb + h_step < h1 ? hb + h_step : h1;
                     if (n >= max_tiles) {
@@ -52,16 +58,9 @@ fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
                         err->cuda_error = 0;
                         return FI_ERR_PLAN_OVER_CAPS;
                     }
-                    fi_tile *t = &tiles[n++];
-                    t->request = b;
-                    t->head_begin = (int16_t)hb;
-                    t->head_end = (int16_t)he;
-                    t->q_begin = q0;
-                    t->q_end = q1;
-                    t->kv_begin = lo;
-                    t->kv_end = hi;
-                    t->cost = fi_cost_item(hi - lo, (int64_t)(q1 - q0) * (he - hb));
-                    total += t->cost;
+                    const int64_t cost = fi_cost_item(hi - lo, (int64_t)(q1 - q0) * (he - hb));
+                    tiles[n++] = (fi_tile){b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
+                    total += cost;
                 }
             }
         }

@@ -9,6 +9,10 @@
  */
 #include "planner/validate.h"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 static fi_status fail(fi_error_detail *err, fi_status st, int32_t request, int64_t needed,
                       int64_t limit) {
     err->status = st;
@@ -67,22 +71,30 @@ static int q_len_ok(const fi_caps *caps, int64_t q_len) {
     return q_len >= 1 && q_len <= 8;
 }
 
-/* Every used page index of a row in [0, num_pages): a branch-free scan (vectorises), then
- * a second look only when something is out of range, to report which. */
+/* Every used page index of a row in [0, num_pages): a branch-free scan (SSE2, 8 indices
+ * per step: unsigned compare via the sign-flip trick, negatives wrap to >= limit), then a
+ * second look only when something is out of range, to report which. */
 static fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t used, int32_t b,
                              fi_error_detail *err) {
     const uint32_t limit = (uint32_t)caps->num_pages;
-    uint32_t bad = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    uint32_t bad = 0;
     int64_t i = 0;
-    for (; i + 4 <= used; i += 4) { /* negative indices wrap to >= limit */
-        b0 |= (uint32_t)row[i] >= limit;
-        b1 |= (uint32_t)row[i + 1] >= limit;
-        b2 |= (uint32_t)row[i + 2] >= limit;
-        b3 |= (uint32_t)row[i + 3] >= limit;
+#ifdef __SSE2__
+    const __m128i flip = _mm_set1_epi32(INT32_MIN);
+    const __m128i top = _mm_set1_epi32((int32_t)((limit - 1u) ^ 0x80000000u)); /* limit >= 1 */
+    __m128i acc = _mm_setzero_si128();
+    if (limit > 0) {
+        for (; i + 8 <= used; i += 8) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)(row + i));
+            const __m128i c = _mm_loadu_si128((const __m128i *)(row + i + 4));
+            acc = _mm_or_si128(acc, _mm_cmpgt_epi32(_mm_xor_si128(a, flip), top));
+            acc = _mm_or_si128(acc, _mm_cmpgt_epi32(_mm_xor_si128(c, flip), top));
+        }
+        bad = (uint32_t)_mm_movemask_epi8(acc);
     }
+#endif
     for (; i < used; i++)
         bad |= (uint32_t)row[i] >= limit;
-    bad |= b0 | b1 | b2 | b3;
     if (!bad)
         return FI_OK;
     for (i = 0; i < used; i++) {
