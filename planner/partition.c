@@ -436,24 +436,31 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
      * under that cost is the same walk).  Large batches usually fit at lo + tol (one
      * trial); 128 decode requests take ~3-5. */
     enum { FI_CAP_TRIALS = 40 }; /* bound on trials: both phases are logarithmic */
-    int64_t oh_max = 0, piece_min = 0;
+    int64_t oh_max = 0;
     prefix[0] = 0;
     for (int32_t i = 0; i < num_tiles; i++) {
-        const fi_tile *t = &tiles[i];
-        prefix[i + 1] = prefix[i] + t->cost;
-        const int64_t oh = t->cost - (t->kv_end - t->kv_begin);
+        prefix[i + 1] = prefix[i] + tiles[i].cost;
+        const int64_t oh = tiles[i].cost - (tiles[i].kv_end - tiles[i].kv_begin);
         oh_max = oh > oh_max ? oh : oh_max;
-        const int64_t c0 = round_up_kv_tile((int64_t)t->kv_begin + FI_MIN_CHUNK_TOKENS);
-        const int64_t c1 = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
-        int64_t need = t->cost; /* uncuttable: whole */
-        if (c0 <= c1) {         /* first piece ends at >= c0, last starts at <= c1 */
-            const int64_t first = c0 - t->kv_begin, last = t->kv_end - c1;
-            need = (first > last ? first : last) + oh;
-        }
-        piece_min = need > piece_min ? need : piece_min;
     }
     int64_t lo = (total_cost + n - 1) / n;
-    lo = piece_min > lo ? piece_min : lo;
+    /* The piece bound is below 2 floors + 2 KV tiles + oh_max (an uncuttable tile is
+     * shorter than that; a cut piece's minimum is one floor + one KV tile), so it only
+     * matters (and is only computed) when the mean is below that. */
+    if (lo < 2 * FI_MIN_CHUNK_TOKENS + 2 * FI_KV_TILE_TOKENS + oh_max) {
+        for (int32_t i = 0; i < num_tiles; i++) {
+            const fi_tile *t = &tiles[i];
+            const int64_t oh = t->cost - (t->kv_end - t->kv_begin);
+            const int64_t c0 = round_up_kv_tile((int64_t)t->kv_begin + FI_MIN_CHUNK_TOKENS);
+            const int64_t c1 = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
+            int64_t need = t->cost; /* uncuttable: whole */
+            if (c0 <= c1) {         /* first piece ends at >= c0, last starts at <= c1 */
+                const int64_t first = c0 - t->kv_begin, last = t->kv_end - c1;
+                need = (first > last ? first : last) + oh;
+            }
+            lo = need > lo ? need : lo;
+        }
+    }
     int64_t hi = (total_cost + (n - 1) * oh_max + n - 1) / n + 2 * FI_MIN_CHUNK_TOKENS +
                  2 * FI_KV_TILE_TOKENS + oh_max;
     hi = hi < lo ? lo : hi;

@@ -41,13 +41,13 @@ fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
     int32_t n = 0;
     int64_t total = 0;
     for (int32_t b = 0; b < batch_size; b++) {
-        const fi_request_info *r = &requests[b];
+        const int32_t q_len = requests[b].q_len, kv_len = requests[b].kv_len;
         for (int32_t kvh = 0; kvh < h_kv; kvh++) {
             const int32_t h0 = kvh * group, h1 = h0 + group;
-            for (int32_t q0 = 0; q0 < r->q_len; q0 += q_step) {
-                const int32_t q1 = q0 + q_step < r->q_len ? q0 + q_step : r->q_len;
+            for (int32_t q0 = 0; q0 < q_len; q0 += q_step) {
+                const int32_t q1 = q0 + q_step < q_len ? q0 + q_step : q_len;
                 int32_t lo, hi;
-                kv_range(r->q_len, r->kv_len, q0, q1, causal, window_left, &lo, &hi);
+                kv_range(q_len, kv_len, q0, q1, causal, window_left, &lo, &hi);
                 for (int32_t hb = h0; hb < h1; hb += h_step) {
                     const int32_t he = hb + h_step < h1 ? hb + h_step : h1;
                     if (n >= max_tiles) {

@@ -90,6 +90,13 @@ static fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t us
             acc = _mm_or_si128(acc, _mm_cmpgt_epi32(_mm_xor_si128(a, flip), top));
             acc = _mm_or_si128(acc, _mm_cmpgt_epi32(_mm_xor_si128(c, flip), top));
         }
+        if (i < used && used >= 8) { /* the tail: the last 8 again (overlap is harmless) */
+            const __m128i a = _mm_loadu_si128((const __m128i *)(row + used - 8));
+            const __m128i c = _mm_loadu_si128((const __m128i *)(row + used - 4));
+            acc = _mm_or_si128(acc, _mm_cmpgt_epi32(_mm_xor_si128(a, flip), top));
+            acc = _mm_or_si128(acc, _mm_cmpgt_epi32(_mm_xor_si128(c, flip), top));
+            i = used;
+        }
         bad = (uint32_t)_mm_movemask_epi8(acc);
     }
 #endif
