@@ -335,7 +335,10 @@ static fi_status cap_walk(const fi_tile *tiles, int32_t num_tiles, const fi_layo
                           int64_t cap, int32_t *indptr, fi_work_item *items,
                           fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                           int *fits, fi_error_detail *err) {
-    const int32_t n = l->num_ctas;
+    /* Bounds in locals: stores to items / groups may alias *l as far as the compiler
+     * knows, which would force reloads. */
+    const int32_t n = l->num_ctas, max_items = l->max_items, max_groups = l->max_groups,
+                  max_slots = l->max_slots;
     int32_t c = 0, ni = 0, ng = 0, ns = 0;
     int64_t rem = cap, total = 0, max = 0;
     walk w = {.err = err};
@@ -364,32 +367,25 @@ static fi_status cap_walk(const fi_tile *tiles, int32_t num_tiles, const fi_layo
                 end = (int32_t)cut;
                 whole = 0;
             }
-            if (ni >= l->max_items)
-                return over_caps(&w, (int64_t)ni + 1, l->max_items);
-            fi_work_item *it = &items[ni];
-            it->request = t->request;
-            it->head_begin = t->head_begin;
-            it->head_end = t->head_end;
-            it->q_begin = t->q_begin;
-            it->q_end = t->q_end;
-            it->kv_begin = pos;
-            it->kv_end = end;
-            it->out_slot = -1;
-            it->merge_group = -1;
+            if (ni >= max_items)
+                return over_caps(&w, (int64_t)ni + 1, max_items);
+            int32_t slot = -1;
             if (!whole || g >= 0) { /* a piece of a cut tile */
                 if (g < 0) {
-                    if (ng >= l->max_groups)
-                        return over_caps(&w, (int64_t)ng + 1, l->max_groups);
+                    if (ng >= max_groups)
+                        return over_caps(&w, (int64_t)ng + 1, max_groups);
                     groups[ng] = (fi_merge_group){t->request, t->head_begin, t->head_end,
                                                   t->q_begin, t->q_end, ns, 0, ni, 0};
                     g = ng++;
                 }
-                if (ns >= l->max_slots)
-                    return over_caps(&w, (int64_t)ns + 1, l->max_slots);
-                it->out_slot = ns++;
-                it->merge_group = g;
+                if (ns >= max_slots)
+                    return over_caps(&w, (int64_t)ns + 1, max_slots);
+                slot = ns++;
                 groups[g].num_splits++;
             }
+            items[ni] = (fi_work_item){t->request, t->head_begin, t->head_end, t->q_begin,
+                                       t->q_end,   pos,           end,         slot,
+                                       g};
             ni++;
             rem -= (int64_t)(end - pos) + overhead;
             if (whole)
