@@ -7,11 +7,15 @@
  * FI_KV_TILE_TOKENS (request-local token index) with no piece shorter than
  * FI_MIN_CHUNK_TOKENS (when the boundary would leave one, it moves instead).
  * 1. Capped walk (the plan): the smallest cap C such that "each CTA takes as much as fits
- *    under C, cutting the tile below C" covers all tiles with num_ctas CTAs, found by
- *    bisection (to 1/128 of the mean cost) between the mean and a cap that always fits.
- *    Trials are dry and skip whole tiles by binary search over prefix sums of tile costs
- *    (O(num_ctas log tiles) each); then one real walk writes the plan.  Balance (max CTA
- *    cost / mean) on trace decode snapshots: ~1.01-1.07 (tests/test_plan_balance.c).
+ *    under C, cutting the tile below C" covers all tiles with num_ctas CTAs, to within
+ *    1/64 of a lower bound (mean cost per CTA, or the largest piece a tile cannot avoid).
+ *    Dry trials (cap_trial) skip whole tiles by galloping search over prefix sums of tile
+ *    costs (O(num_ctas log tiles) each) and give up early when the cost left exceeds what
+ *    the remaining CTAs can hold; a failed trial also guesses the cap from the room its
+ *    CTAs wasted, a trial that fits returns its achieved max CTA cost (the walk under that
+ *    cap is the same), so trace decode batches take 1-3 trials (5 for 32 requests), then
+ *    one real walk (cap_walk) writes the plan.  Balance (max CTA cost / mean) on trace
+ *    decode snapshots: ~1.01-1.08 (tests/test_plan_balance.c).
  * 2. Global walk (fallback if no cap is found, not expected): budget
  *    B = max(ceil((total_cost + cut overhead) / num_ctas), floor); CTA c ends near the
  *    global target (c + 1) * B, choosing whichever misses it least: stop before the tile,
@@ -427,10 +431,12 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
      *   hi: a cap that always fits: the mean with every boundary cut, plus the most a CTA
      *       can leave unused (an uncuttable tile < 2 floors + 2 KV tiles, or a piece below
      *       the floor, plus one item overhead).
-     * Search: gallop up from lo (lo + tol, + 2 tol, + 4 tol, ...) to the first cap that
-     * fits, then bisect; a trial that fits lowers hi to its achieved max CTA cost (the walk
-     * under that cost is the same walk).  Large batches usually fit at lo + tol (one
-     * trial); 128 decode requests take ~3-5. */
+     * Search: try lo + tol; after a failure, the larger of the failed trial's guess and
+     * lo + a doubling step, until a cap fits; then one try tol below the best and
+     * bisection until hi - lo < tol.  A trial that fits lowers hi to its achieved max CTA
+     * cost (the walk under that cost is the same walk).  Trace decode snapshots: 1 trial
+     * at 1024 requests, 2 at 512, 3 at 128, 5 at 32.  tol 1/64 (not 1/128) saves about a
+     * trial for ~0.5% worse worst-case balance. */
     enum { FI_CAP_TRIALS = 40 }; /* bound on trials: both phases are logarithmic */
     int64_t oh_max = 0;
     prefix[0] = 0;

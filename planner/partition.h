@@ -27,7 +27,8 @@ typedef struct fi_partition_result {
  * Writes work_indptr[num_ctas + 1], items[< l->max_items], groups[< l->max_groups],
  * cta_cost[num_ctas] and *res.  total_cost: sum of the tiles' costs.
  * @return FI_OK; FI_ERR_PLAN_OVER_CAPS if a layout bound (items, groups, slots) would be
- *   exceeded (err filled; nothing is written past a bound).  O(tiles + num_ctas). */
+ *   exceeded (err filled; nothing is written past a bound).
+ * O(tiles + trials * num_ctas * log tiles); trials: 1-5 on trace decode batches. */
 fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
                        int64_t *prefix, const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
