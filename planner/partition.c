@@ -258,7 +258,8 @@ static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
  * skipped with a galloping search over prefix[] (prefix sums of tile costs).
  * @return the largest CTA cost of that walk (<= cap) if every tile fits in n CTAs, else -1.
  * The walk under the returned cost makes the same decisions (every CTA's content still
- * fits and nothing more does), so the caller may lower its upper bound to it. */
+ * fits and nothing more does), so the caller may lower its upper bound to it.
+ * On -1, *est: a guess of the cap that would fit (not a bound; 0: no guess). */
 static int64_t cap_trial(const fi_tile *tiles, const int64_t *prefix, int32_t num_tiles,
                          int32_t n, int64_t cap, int64_t *est) {
     int32_t i = 0;
@@ -319,7 +320,8 @@ static int64_t cap_trial(const fi_tile *tiles, const int64_t *prefix, int32_t nu
                 rem -= (cut - pos) + overhead;
                 pos = (int32_t)cut;
             } else if (!took) {
-                return -1; /* an empty CTA: every later one would end empty too */
+                *est = 0; /* an empty CTA: every later one would end empty too; no guess */
+                return -1;
             }
             break; /* next CTA */
         }
