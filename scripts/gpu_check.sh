@@ -28,11 +28,26 @@ if [ -f scripts/mla_check.cu ]; then
       timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 build/scripts/mla_check small > "$OUT/racecheck.log" 2>&1
       sum "racecheck rc=$? : $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" | tail -1)"
     fi
+    if [ "${1:-}" = "ncu" ]; then
+      timeout 200 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
+        --section MemoryWorkloadAnalysis --section LaunchStats -k regex:mla_decode --launch-count 2 \
+        build/scripts/mla_check one > "$OUT/ncu.log" 2>&1
+      sum "ncu rc=$?"
+    fi
+    if [ "${1:-}" = "stamps" ]; then
+      nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -lineinfo -DFIMLA_TIMING -Iinclude -I. \
+        -o build/scripts/mla_check_t scripts/mla_check.cu executor/cuda/*.cu && \
+      timeout 300 build/scripts/mla_check_t bench scripts/trace_snapshot.txt > "$OUT/bench_stamps.log" 2>&1
+      sum "stamps rc=$?"; cat "$OUT/bench_stamps.log"
+    fi
     timeout 300 build/scripts/mla_check bench scripts/trace_snapshot.txt > "$OUT/bench_check.log" 2>&1
     sum "mla_check bench rc=$?"
   fi
 fi
 
+if [ "${1:-}" = "ncu" ] && command -v cuobjdump > /dev/null; then
+  cuobjdump --dump-sass build/scripts/mla_check > "$OUT/sass.txt" 2>&1
+fi
 # 2. the library, GPU tests and benches of the tree (when they exist)
 make NO_JEMALLOC=1 -j"$J" build/libfiattn.a > "$OUT/build_lib.log" 2>&1 && sum "build lib: ok" || { sum "build lib: FAIL"; grep -m5 error "$OUT/build_lib.log"; }
 if ls tests/gpu/test_*.c > /dev/null 2>&1; then
@@ -51,3 +66,5 @@ echo "===== bench (mla_check) ====="
 cat "$OUT/bench_check.log" 2>/dev/null
 echo "===== summary ====="
 cat "$OUT/summary.txt"
+# at most 8 files come back from the device tool: pack the logs into one archive
+( cd "$OUT" && tar czf /tmp/logs.tgz --exclude=summary.txt . && find . -type f ! -name summary.txt ! -name bench_check.log -delete && mv /tmp/logs.tgz . )

@@ -42,6 +42,30 @@
 
 namespace fimla {
 
+#ifdef FIMLA_TIMING
+/* Debug only (scripts/mla_check built with -DFIMLA_TIMING): per-CTA %globaltimer stamps. */
+__device__ unsigned long long g_stamp[1024][4];
+__device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+#define FIMLA_STAMP(i) \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) g_stamp[blockIdx.x][i] = gtimer()
+/* Phase clocks of warp 0 (lane 0) summed over the CTA's steps: [0] data wait, [1] S,
+ * [2] sync after S, [3] softmax, [4] sync after softmax, [5] PV, [6] top sync, [7] steps. */
+__device__ unsigned long long g_phase[1024][8];
+#define FIMLA_PH_DECL long long ph_t = clock64(); long long ph_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#define FIMLA_PH(i) { long long n_ = clock64(); ph_acc[i] += n_ - ph_t; ph_t = n_; }
+#define FIMLA_PH_STORE \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) for (int q_ = 0; q_ < 8; ++q_) g_phase[blockIdx.x][q_] += ph_acc[q_];
+#else
+#define FIMLA_STAMP(i)
+#define FIMLA_PH_DECL
+#define FIMLA_PH(i)
+#define FIMLA_PH_STORE
+#endif
+
 constexpr int kThreads = 256;
 constexpr int kRows = 64;                 /* tile rows (fi_tile_rows for MLA) */
 constexpr int kDqk = 576;                 /* 512 ckv + 64 kpe */
@@ -49,17 +73,20 @@ constexpr int kDv = 512;
 constexpr int kChunksNope = kDv / 8;      /* 16-byte chunks of a 512-element row: 64 */
 constexpr int kChunks = kDqk / 8;         /* 72 */
 constexpr int kBlockN = 32;               /* KV tokens per block */
-constexpr int kStages = 3;
+constexpr int kMaxStages = 5;             /* ring depth when Q needs <= 32 rows */
 constexpr int kPitch = kDqk + 8;          /* elements per smem row: 1168 B, 292 words */
 constexpr int kPPitch = kBlockN + 8;      /* P row: 80 B */
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-constexpr size_t kSmemQ = (size_t)kRows * kPitch * 2;
-constexpr size_t kSmemKV = (size_t)kStages * kBlockN * kPitch * 2;
+/* Shared memory: [P 4x16 rows][row max / sums][flag] then Q (16 rows per live row group)
+ * then the KV ring, as many 32-token stages as fit (4 with 64 Q rows, 5 with <= 32). */
 constexpr size_t kSmemP = (size_t)4 * 16 * kPPitch * 2;
 constexpr size_t kSmemRed = (size_t)2 * 2 * kRows * sizeof(float); /* max and l, per half */
-constexpr size_t kSmemBytes = kSmemQ + kSmemKV + kSmemP + kSmemRed + 16;
+constexpr size_t kSmemFixed = (kSmemP + kSmemRed + 16 + 8 * kMaxStages + 127) / 128 * 128;
+constexpr size_t kStageBytes = (size_t)kBlockN * kPitch * 2;
+constexpr size_t kSmemBytes = 232448; /* the sm_90 opt-in maximum per block */
+static_assert(kSmemFixed + (size_t)kRows * kPitch * 2 + 4 * kStageBytes <= kSmemBytes, "smem");
 
 template <typename T> struct Dt;
 template <> struct Dt<__nv_bfloat16> {
@@ -115,6 +142,36 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+/* mbarrier + bulk-copy (TMA engine, no tensor map) helpers; addresses are shared::cta. */
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
+                                         uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 /* Self-resetting group semaphore: returns the old value; bound n-1 wraps to 0. */
 __device__ __forceinline__ uint32_t sem_inc(uint32_t *sem, uint32_t bound) {
     uint32_t old;
@@ -164,100 +221,197 @@ __device__ __forceinline__ void load_q(const fi_mla_params &p, T *sQ, const fi_w
     }
 }
 
-/* Gather KV tokens [t0, t0 + 32) of the request into one ring stage.  8 threads a token,
- * 9 chunks each, consecutive threads on consecutive 16 bytes. */
+/* Tokens of a block are spread over the 8 warps: warp w copies tokens 4w .. 4w+3, one a
+ * lane (lanes 0..3), so the bulk copies (uniform operands: the compiler loops over the
+ * lanes) cost each warp 8 issues a block. */
+constexpr int kTokPerWarp = kBlockN / (kThreads / 32);
+
+/* Page index of this lane's token of block b, -1 past the range or for lanes >= 4. */
+__device__ __forceinline__ int32_t fetch_page(const fi_mla_params &p, const fi_request_info &rq,
+                                              int kv_begin, int kv_end, int b, int nblk) {
+    const int lane = threadIdx.x & 31;
+    const int t = kv_begin + b * kBlockN + (threadIdx.x >> 5) * kTokPerWarp + lane;
+    if (lane >= kTokPerWarp || b >= nblk || t >= kv_end)
+        return -1;
+    return p.page_table[rq.page_row_offset + (t >> p.page_shift)];
+}
+
+/* Every warp: copy its 4 tokens of block b into the ring stage with two bulk copies a token
+ * (ckv 1024 B, kpe 128 B) and arrive on the stage's mbarrier (8 arrivals a phase) with
+ * the bytes it expects.  Rows past kv_end are zeroed with ordinary stores, ordered before
+ * the arrival by __syncwarp (P = 0 must not meet NaN bit patterns). */
 template <typename T>
-__device__ __forceinline__ void load_kv(const fi_mla_params &p, T *stage,
-                                        const fi_request_info &rq, int t0, int kv_end) {
-    const int tid = threadIdx.x;
-    const int j = tid >> 3, sub = tid & 7;
+__device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, uint32_t bar,
+                                            int t0, int kv_end, int32_t page) {
+    const int lane = threadIdx.x & 31;
+    const int j = (threadIdx.x >> 5) * kTokPerWarp + (lane & (kTokPerWarp - 1));
     const int t = t0 + j;
-    const bool valid = t < kv_end;
-    const T *ckv = (const T *)p.ckv;
-    const T *kpe = (const T *)p.kpe;
-    if (valid) {
-        const int64_t page = p.page_table[rq.page_row_offset + (t >> p.page_shift)];
-        const int slot = t & (p.page_size - 1);
-        ckv += page * p.ckv_stride_page + (int64_t)slot * p.ckv_stride_tok;
-        kpe += page * p.kpe_stride_page + (int64_t)slot * p.kpe_stride_tok;
+    T *row = stage + j * kPitch;
+    if (lane < kTokPerWarp && page < 0) {
+#pragma unroll 8
+        for (int c = 0; c < kChunks; ++c)
+            reinterpret_cast<uint4 *>(row)[c] = make_uint4(0, 0, 0, 0);
+        fence_proxy_async();
     }
-    const int bytes = valid ? 16 : 0;
-    T *dst = stage + j * kPitch;
-#pragma unroll
-    for (int k = 0; k < kChunks / 8; ++k) {
-        const int c = sub + 8 * k;
-        const T *src = c < kChunksNope ? ckv + c * 8 : kpe + (c - kChunksNope) * 8;
-        cp_async16(smem_u32(dst + c * 8), src, bytes);
+    __syncwarp();
+    if (lane == 0) {
+        const int w0 = t0 + (threadIdx.x >> 5) * kTokPerWarp;
+        const int nv = max(0, min(kTokPerWarp, kv_end - w0));
+        mbar_expect_tx(bar, (uint32_t)nv * (kDqk * 2));
+    }
+    if (lane < kTokPerWarp && page >= 0) {
+        const int slot = t & (p.page_size - 1);
+        const T *ckv = (const T *)p.ckv + (int64_t)page * p.ckv_stride_page + (int64_t)slot * p.ckv_stride_tok;
+        const T *kpe = (const T *)p.kpe + (int64_t)page * p.kpe_stride_page + (int64_t)slot * p.kpe_stride_tok;
+        bulk_g2s(smem_u32(row), ckv, kDv * 2, bar);
+        bulk_g2s(smem_u32(row + kDv), kpe, (kDqk - kDv) * 2, bar);
     }
 }
 
-/* Merge a split group's partial slots (in split order) into out / lse.  Whole CTA. */
+/* Merge a split group's partial slots (in split order) into out / lse.  Whole CTA.
+ * The partials sit in L2; every pass issues all its loads at once: (1) all partial LSEs
+ * into shared memory, (2) a warp a row reduces max and sum, (3) weights w_s =
+ * exp(lse_s - max) / sum, (4) each thread sums float4 columns of its rows, splits outer so
+ * its 8 rows' loads are in flight together.  kMergeChunk splits per round. */
+constexpr int kMergeChunk = 256;
 template <typename T>
-__device__ void merge_group(const fi_mla_params &p, const RunCtx &ctx, int g) {
+__device__ void merge_group(const fi_mla_params &p, const RunCtx &ctx, int g, float *sW,
+                            float *sRow) {
     const fi_merge_group grp = p.groups[g];
     const fi_request_info rq = p.requests[grp.request];
     const int nh = grp.head_end - grp.head_begin;
     const int M = (grp.q_end - grp.q_begin) * nh;
-    const int tid = threadIdx.x;
-    const int v4 = tid & 127; /* float4 column: dims 4*v4 .. 4*v4+3 */
-    for (int r = tid >> 7; r < M; r += 2) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int ns = grp.num_splits;
+    const float *plse = p.partial_lse + (int64_t)grp.first_slot * p.tile_rows;
+    /* Row max and sum over all splits (a warp a row, lanes stride the splits). */
+    for (int r = warp; r < M; r += kThreads / 32) {
         float mx = -CUDART_INF_F;
-        for (int s = 0; s < grp.num_splits; ++s)
-            mx = fmaxf(mx, __ldcg(p.partial_lse + (int64_t)(grp.first_slot + s) * p.tile_rows + r));
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s = lane; s < ns; s += 32)
+            mx = fmaxf(mx, __ldcg(plse + (int64_t)s * p.tile_rows + r));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         float sum = 0.f;
-        if (mx != -CUDART_INF_F) {
-            for (int s = 0; s < grp.num_splits; ++s) {
-                const int64_t slot = grp.first_slot + s;
-                const float w = expf(__ldcg(p.partial_lse + slot * p.tile_rows + r) - mx);
-                const float4 o = __ldcg(reinterpret_cast<const float4 *>(
-                                            p.partial_o + (slot * p.tile_rows + r) * kDv) +
-                                        v4);
-                sum += w;
-                acc.x += w * o.x;
-                acc.y += w * o.y;
-                acc.z += w * o.z;
-                acc.w += w * o.w;
+        if (mx != -CUDART_INF_F)
+            for (int s = lane; s < ns; s += 32)
+                sum += expf(__ldcg(plse + (int64_t)s * p.tile_rows + r) - mx);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) {
+            sRow[r] = mx;
+            sRow[kRows + r] = sum;
+        }
+    }
+    const int v4 = tid & 127; /* float4 column: dims 4*v4 .. 4*v4+3 */
+    const int64_t slot_f4 = (int64_t)p.tile_rows * kDv / 4;
+    /* Passes of 16 rows: thread rows r = 16 * pass + (tid >> 7) + 2 * i, i < 8. */
+    for (int pass = 0; pass * 16 < M; ++pass) {
+        const int r0 = pass * 16 + (tid >> 7);
+        float4 acc[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s0 = 0; s0 < ns; s0 += kMergeChunk) {
+            const int nc = min(kMergeChunk, ns - s0);
+            if (pass == 0 || ns > kMergeChunk) {
+                __syncthreads(); /* sRow ready; previous chunk's sW consumed */
+                for (int idx = tid; idx < nc * M; idx += kThreads) {
+                    const int s = idx / M, r = idx - s * M;
+                    const float mx = sRow[r];
+                    sW[s * kRows + r] =
+                        mx == -CUDART_INF_F
+                            ? 0.f
+                            : expf(__ldcg(plse + (int64_t)(s0 + s) * p.tile_rows + r) - mx) /
+                                  sRow[kRows + r];
+                }
+                __syncthreads();
+            }
+            const float4 *src = reinterpret_cast<const float4 *>(
+                                    p.partial_o + ((int64_t)(grp.first_slot + s0) * p.tile_rows + r0) * kDv) + v4;
+            for (int s = 0; s < nc; ++s) {
+                float4 o[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i)
+                    if (r0 + 2 * i < M)
+                        o[i] = __ldcg(src + s * slot_f4 + i * (kDv / 2));
+#pragma unroll
+                for (int i = 0; i < 8; ++i)
+                    if (r0 + 2 * i < M) {
+                        const float w = sW[s * kRows + r0 + 2 * i];
+                        acc[i].x += w * o[i].x;
+                        acc[i].y += w * o[i].y;
+                        acc[i].z += w * o[i].z;
+                        acc[i].w += w * o[i].w;
+                    }
             }
         }
-        const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sum);
-        const int h = grp.head_begin + r % nh;
-        const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
-        const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
-        /* sum_s w_s O_s / sum is the keys-only output; exp(lse_keys - lse) adds the sink. */
-        const float f = lse_keys == -CUDART_INF_F ? 0.f
-                                                  : ctx.scale2 / sum * expf(lse_keys - lse);
-        T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + v4 * 4;
-        uint2 packed;
-        packed.x = Dt<T>::pack(acc.x * f, acc.y * f);
-        packed.y = Dt<T>::pack(acc.z * f, acc.w * f);
-        *reinterpret_cast<uint2 *>(dst) = packed;
-        if (p.lse && v4 == 0)
-            p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = r0 + 2 * i;
+            if (r >= M)
+                continue;
+            const float mx = sRow[r];
+            const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + r]);
+            const int h = grp.head_begin + r % nh;
+            const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
+            const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
+            /* acc is the keys-only output; exp(lse_keys - lse) adds the sink. */
+            const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
+            T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + v4 * 4;
+            uint2 packed;
+            packed.x = Dt<T>::pack(acc[i].x * f, acc[i].y * f);
+            packed.y = Dt<T>::pack(acc[i].z * f, acc[i].w * f);
+            *reinterpret_cast<uint2 *>(dst) = packed;
+            if (p.lse && v4 == 0)
+                p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+        }
     }
 }
 
-/* One work item: attention of the tile over KV [kv_begin, kv_end), then its output. */
+template <int N> __device__ __forceinline__ void cp_async_wait_rt(int n) {
+    if (n >= N)
+        cp_async_wait<N>();
+    else if constexpr (N > 0)
+        cp_async_wait_rt<N - 1>(n);
+}
+
+/* One work item: attention of the tile over KV [kv_begin, kv_end), then its output.
+ * Warp pair wp = warp / 2 covers rows rg * 16 .. + 16 of the tile and, when the tile has
+ * one live row group (M <= 16: heads 16, q_len 1), the pairs 0 and 1 take alternate KV
+ * blocks (KP = 2 independent softmax states, combined at the end), so twice the warps
+ * work on the same bytes. */
 template <typename T>
 __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
                          unsigned char *smem) {
-    T *sQ = reinterpret_cast<T *>(smem);
-    T *sKV = reinterpret_cast<T *>(smem + kSmemQ);
-    T *sP = reinterpret_cast<T *>(smem + kSmemQ + kSmemKV);
-    float *sMax = reinterpret_cast<float *>(smem + kSmemQ + kSmemKV + kSmemP);
+    T *sP = reinterpret_cast<T *>(smem);
+    float *sMax = reinterpret_cast<float *>(smem + kSmemP);
     float *sL = sMax + 2 * kRows;
     int *sFlag = reinterpret_cast<int *>(sL + 2 * kRows);
-
+    T *sQ = reinterpret_cast<T *>(smem + kSmemFixed);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int rg = warp >> 1, wh = warp & 1;
+    const int wp = warp >> 1, wh = warp & 1;
     const int g = lane >> 2, q4 = lane & 3;
 
     const fi_request_info rq = p.requests[it.request];
     const int nh = it.head_end - it.head_begin;
     const int M = (it.q_end - it.q_begin) * nh;
-    const bool active = rg * 16 < M;
+#ifdef FIMLA_KP1
+    const int KP = 1;
+#else
+    const int KP = M <= 16 ? 2 : 1;           /* KV blocks computed at once */
+#endif
+    const int qrows = (M + 15) & ~15;
+    T *sKV = sQ + qrows * kPitch;
+    const int NS = min(kMaxStages, (int)((kSmemBytes - kSmemFixed - (size_t)qrows * kPitch * 2) /
+                                         kStageBytes));
+    const int AHEAD = NS - KP;                 /* blocks in flight beyond the current step */
+    const int rg = wp / KP, kvp = wp % KP;
+    const bool live = rg * 16 < M;
     const int kv_begin = it.kv_begin, kv_end = it.kv_end;
     const int nblk = (kv_end - kv_begin + kBlockN - 1) / kBlockN;
+    const int nstep = (nblk + KP - 1) / KP;
 
     /* Key bounds [lo, hi] of this thread's two rows (rg*16 + g and + 8). */
     int lo[2], hi[2];
@@ -276,14 +430,35 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         }
     }
 
-    /* Prologue of the ring: Q with block 0, then blocks 1 .. kStages-2. */
+    /* Ring: stage k has mbarrier bars[k]; block b lives in stage b % NS, its (b / NS)-th
+     * use, so it is complete at parity (b / NS) & 1.  The barriers are re-initialised per
+     * item (no copy is pending between items).  Warp 7 produces: page indices are fetched
+     * one step ahead of their copies, one token a lane. */
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sFlag + 2);
+    const uint32_t bar0 = smem_u32(bars);
+    const bool producer = true; /* every warp copies its share of each block */
+    if (tid < NS)
+        mbar_init(bar0 + tid * 8, kThreads / 32);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     load_q<T>(p, sQ, it, rq, nh, M);
+    cp_async_commit();
+    __syncthreads(); /* barriers initialised before any copy or wait */
+    int32_t pg[2] = {-1, -1};
+    if (producer) {
+        int32_t pp[kMaxStages];
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < nblk)
-            load_kv<T>(p, sKV + s * kBlockN * kPitch, rq, kv_begin + s * kBlockN, kv_end);
-        cp_async_commit();
+        for (int b = 0; b < kMaxStages; ++b)
+            pp[b] = b < AHEAD ? fetch_page(p, rq, kv_begin, kv_end, b, nblk) : -1;
+#pragma unroll
+        for (int b = 0; b < kMaxStages; ++b)
+            if (b < AHEAD && b < nblk)
+                issue_block<T>(p, sKV + (b % NS) * kBlockN * kPitch, bar0 + (b % NS) * 8,
+                               kv_begin + b * kBlockN, kv_end, pp[b]);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+            pg[i] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, AHEAD + i, nblk) : -1;
     }
+    cp_async_wait<0>(); /* Q */
 
     float acc[32][4];
 #pragma unroll
@@ -294,20 +469,32 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
 
     const uint32_t sQ_a = smem_u32(sQ + (rg * 16 + (lane & 15)) * kPitch + (lane >> 4) * 8);
     const uint32_t sP_a =
-        smem_u32(sP + (rg * 16 + (lane & 15)) * kPPitch + (lane >> 4) * 8);
+        smem_u32(sP + (wp * 16 + (lane & 15)) * kPPitch + (lane >> 4) * 8);
 
-    for (int b = 0; b < nblk; ++b) {
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
-        {
-            const int nb = b + kStages - 1;
-            if (nb < nblk)
-                load_kv<T>(p, sKV + (nb % kStages) * kBlockN * kPitch, rq,
-                           kv_begin + nb * kBlockN, kv_end);
-            cp_async_commit();
+    FIMLA_PH_DECL
+    for (int j = 0; j < nstep; ++j) {
+        FIMLA_PH(7);
+        __syncthreads(); /* step j-1 is done everywhere: its stages may be refilled */
+        FIMLA_PH(6);
+        if (producer) {
+            const int bn = AHEAD + j * KP;
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                if (i < KP && bn + i < nblk)
+                    issue_block<T>(p, sKV + ((bn + i) % NS) * kBlockN * kPitch,
+                                   bar0 + ((bn + i) % NS) * 8, kv_begin + (bn + i) * kBlockN,
+                                   kv_end, pg[i]);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                pg[i] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, bn + KP + i, nblk) : -1;
         }
-        const T *stage = sKV + (b % kStages) * kBlockN * kPitch;
+        const int b = j * KP + kvp;
+        const bool active = live && b < nblk;
+        const T *stage = sKV + (b % NS) * kBlockN * kPitch;
         const int t0 = kv_begin + b * kBlockN;
+        if (active)
+            mbar_wait(bar0 + (b % NS) * 8, (uint32_t)(b / NS) & 1u);
+        FIMLA_PH(0);
         float s[2][2][4]; /* [k parity][n8 tile][frag]: two chains per tile for ILP */
         if (active) {
 #pragma unroll
@@ -318,13 +505,24 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             /* B rows: tokens wh*16 + (lane>>4)*8 + (lane&7), k offset ((lane>>3)&1)*8. */
             const uint32_t sK_a = smem_u32(stage + (wh * 16 + (lane >> 4) * 8 + (lane & 7)) * kPitch +
                                            ((lane >> 3) & 1) * 8);
+            /* Fragments double-buffered one k-step ahead: the ldmatrix latency hides
+             * behind the previous step's mma (asm volatile keeps program order). */
+            uint32_t af[2][4], bf[2][4];
+            ldsm_x4(sQ_a, af[0]);
+            ldsm_x4(sK_a, bf[0]);
 #pragma unroll
             for (int k = 0; k < kDqk / 16; ++k) {
-                uint32_t af[4], bf[4];
-                ldsm_x4(sQ_a + k * 32, af);
-                ldsm_x4(sK_a + k * 32, bf);
-                Dt<T>::mma(s[k & 1][0], af, bf[0], bf[1]);
-                Dt<T>::mma(s[k & 1][1], af, bf[2], bf[3]);
+                const int c = k & 1;
+                if (k + 1 < kDqk / 16) {
+                    ldsm_x4(sQ_a + (k + 1) * 32, af[c ^ 1]);
+                    ldsm_x4(sK_a + (k + 1) * 32, bf[c ^ 1]);
+                }
+#ifndef FIMLA_ABL_NO_S
+                Dt<T>::mma(s[c][0], af[c], bf[c][0], bf[c][1]);
+                Dt<T>::mma(s[c][1], af[c], bf[c][2], bf[c][3]);
+#else
+                s[c][0][0] += __uint_as_float(af[c][0] ^ bf[c][0]) * 1e-30f;
+#endif
             }
             float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
@@ -345,17 +543,19 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                 mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
             }
             if (q4 == 0) {
-                sMax[wh * kRows + rg * 16 + g] = mloc[0];
-                sMax[wh * kRows + rg * 16 + g + 8] = mloc[1];
+                sMax[wh * kRows + wp * 16 + g] = mloc[0];
+                sMax[wh * kRows + wp * 16 + g + 8] = mloc[1];
             }
         }
+        FIMLA_PH(1);
         __syncthreads();
+        FIMLA_PH(2);
         if (active) {
             float alpha[2], m_use[2];
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-                const float mo = sMax[(wh ^ 1) * kRows + rg * 16 + g + 8 * i];
-                const float m_new = fmaxf(m_run[i], fmaxf(sMax[wh * kRows + rg * 16 + g + 8 * i], mo));
+                const float mo = sMax[(wh ^ 1) * kRows + wp * 16 + g + 8 * i];
+                const float m_new = fmaxf(m_run[i], fmaxf(sMax[wh * kRows + wp * 16 + g + 8 * i], mo));
                 m_use[i] = m_new == -CUDART_INF_F ? 0.f : m_new;
                 alpha[i] = exp2f(m_run[i] - m_use[i]);
                 m_run[i] = m_new;
@@ -369,7 +569,7 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                 const float p3 = exp2f(s[0][n][3] - m_use[1]);
                 rs[0] += p0 + p1;
                 rs[1] += p2 + p3;
-                T *row0 = sP + (rg * 16 + g) * kPPitch + wh * 16 + n * 8 + q4 * 2;
+                T *row0 = sP + (wp * 16 + g) * kPPitch + wh * 16 + n * 8 + q4 * 2;
                 *reinterpret_cast<uint32_t *>(row0) = Dt<T>::pack(p0, p1);
                 *reinterpret_cast<uint32_t *>(row0 + 8 * kPPitch) = Dt<T>::pack(p2, p3);
             }
@@ -379,6 +579,7 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                 rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
                 l_run[i] = l_run[i] * alpha[i] + rs[i];
             }
+#ifndef FIMLA_ABL_NO_ALPHA
 #pragma unroll
             for (int n = 0; n < 32; ++n) {
                 acc[n][0] *= alpha[0];
@@ -386,43 +587,102 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                 acc[n][2] *= alpha[1];
                 acc[n][3] *= alpha[1];
             }
+#endif
         }
+        FIMLA_PH(3);
         __syncthreads();
+        FIMLA_PH(4);
         if (active) {
             /* V = ckv: tokens are k, dims are n; ldmatrix.trans gives the col-major B frag. */
             const uint32_t sV_a = smem_u32(stage + (((lane >> 3) & 1) * 8 + (lane & 7)) * kPitch +
                                            wh * 256 + (lane >> 4) * 8);
+            uint32_t pf[2][4], vf[2][4];
+            ldsm_x4(sP_a, pf[0]);
+            ldsm_x4(sP_a + 32, pf[1]);
+            ldsm_x4_t(sV_a, vf[0]);
 #pragma unroll
-            for (int kk = 0; kk < 2; ++kk) {
-                uint32_t af[4];
-                ldsm_x4(sP_a + kk * 32, af);
+            for (int x = 0; x < 32; ++x) {
+                const int kk = x >> 4, nn = x & 15, c = x & 1;
+                if (x + 1 < 32)
+                    ldsm_x4_t(sV_a + (((x + 1) >> 4) * 16 * kPitch + ((x + 1) & 15) * 16) * 2,
+                              vf[c ^ 1]);
+#ifndef FIMLA_ABL_NO_PV
+                Dt<T>::mma(acc[2 * nn], pf[kk], vf[c][0], vf[c][1]);
+                Dt<T>::mma(acc[2 * nn + 1], pf[kk], vf[c][2], vf[c][3]);
+#else
+                acc[2 * nn][0] += __uint_as_float(pf[kk][0] ^ vf[c][0]) * 1e-30f;
+#endif
+            }
+        }
+        FIMLA_PH(5);
+    }
+    FIMLA_PH_STORE
+
+    /* Row sums: each half summed its own tokens under the pair's running max. */
+    if (live && q4 == 0) {
+        sL[wh * kRows + wp * 16 + g] = l_run[0];
+        sL[wh * kRows + wp * 16 + g + 8] = l_run[1];
+        if (wh == 0) {
+            sMax[wp * 16 + g] = m_run[0];
+            sMax[wp * 16 + g + 8] = m_run[1];
+        }
+    }
+    __syncthreads();
+    /* KP = 2: pair 1 hands its O (scaled to the common max) to pair 0 through the ring. */
+    float lt[2], mt[2];
 #pragma unroll
-                for (int nn = 0; nn < 16; ++nn) {
-                    uint32_t bf[4];
-                    ldsm_x4_t(sV_a + (kk * 16 * kPitch + nn * 16) * 2, bf);
-                    Dt<T>::mma(acc[2 * nn], af, bf[0], bf[1]);
-                    Dt<T>::mma(acc[2 * nn + 1], af, bf[2], bf[3]);
-                }
+    for (int i = 0; i < 2; ++i) {
+        const int r = g + 8 * i;
+        if (KP == 1) {
+            mt[i] = m_run[i];
+            lt[i] = sL[wp * 16 + r] + sL[kRows + wp * 16 + r];
+        } else {
+            const float ma = sMax[r], mb = sMax[16 + r];
+            mt[i] = fmaxf(ma, mb);
+            const float mu = mt[i] == -CUDART_INF_F ? 0.f : mt[i];
+            const float fa = exp2f(ma - mu), fb = exp2f(mb - mu);
+            lt[i] = (sL[r] + sL[kRows + r]) * fa + (sL[16 + r] + sL[kRows + 16 + r]) * fb;
+            const float f = exp2f(m_run[i] - mu); /* this pair's own factor */
+#pragma unroll
+            for (int n = 0; n < 32; ++n) {
+                acc[n][2 * i] *= f;
+                acc[n][2 * i + 1] *= f;
             }
         }
     }
-    cp_async_wait<0>();
-
-    /* Row sums: each half summed its own tokens under the shared running max. */
-    if (active && q4 == 0) {
-        sL[wh * kRows + rg * 16 + g] = l_run[0];
-        sL[wh * kRows + rg * 16 + g + 8] = l_run[1];
+    if (KP == 2) {
+        float *sO = reinterpret_cast<float *>(sKV); /* [2 halves][16 rows][256] fp32 */
+        if (wp == 1) {
+#pragma unroll
+            for (int n = 0; n < 32; ++n) {
+                float *o = sO + (wh * 16 + g) * 256 + n * 8 + q4 * 2;
+                *reinterpret_cast<float2 *>(o) = make_float2(acc[n][0], acc[n][1]);
+                *reinterpret_cast<float2 *>(o + 8 * 256) = make_float2(acc[n][2], acc[n][3]);
+            }
+        }
+        __syncthreads();
+        if (wp == 0) {
+#pragma unroll
+            for (int n = 0; n < 32; ++n) {
+                const float *o = sO + (wh * 16 + g) * 256 + n * 8 + q4 * 2;
+                const float2 a = *reinterpret_cast<const float2 *>(o);
+                const float2 c = *reinterpret_cast<const float2 *>(o + 8 * 256);
+                acc[n][0] += a.x;
+                acc[n][1] += a.y;
+                acc[n][2] += c.x;
+                acc[n][3] += c.y;
+            }
+        }
     }
-    __syncthreads();
     const bool split = it.out_slot >= 0;
-    if (active) {
+    if (live && kvp == 0) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const int r = rg * 16 + g + 8 * i;
             if (r >= M)
                 continue;
-            const float l = sL[r] + sL[kRows + r];
-            const float lse_keys = l > 0.f ? (m_run[i] + log2f(l)) * kLn2 : -CUDART_INF_F;
+            const float l = lt[i];
+            const float lse_keys = l > 0.f ? (mt[i] + log2f(l)) * kLn2 : -CUDART_INF_F;
             if (split) {
                 const float inv = l > 0.f ? 1.f / l : 0.f;
                 float *dst = p.partial_o + ((int64_t)it.out_slot * p.tile_rows + r) * kDv +
@@ -458,17 +718,20 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             *sFlag = old == (uint32_t)(n - 1);
         }
         __syncthreads();
+        FIMLA_STAMP(2);
         if (*sFlag) {
             __threadfence();
-            merge_group<T>(p, ctx, it.merge_group);
+            merge_group<T>(p, ctx, it.merge_group, reinterpret_cast<float *>(sKV), sMax);
         }
     }
-    __syncthreads(); /* smem (Q, ring, flags) is reused by the next item */
+    fence_proxy_async(); /* generic writes to the ring (sO, sW, zero rows) before the next TMA */
+    __syncthreads();     /* smem (Q, ring, flags, barriers) is reused by the next item */
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ fi_mla_params p) {
     extern __shared__ __align__(128) unsigned char smem[];
+    FIMLA_STAMP(0);
     /* Everything global (plan, q, KV, scales) may come from the previous kernel. */
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     RunCtx ctx;
@@ -477,10 +740,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
     ctx.causal = p.header->causal;
     ctx.window_left = p.header->window_left;
     const int i0 = p.work_indptr[blockIdx.x], i1 = p.work_indptr[blockIdx.x + 1];
+    FIMLA_STAMP(1);
     for (int i = i0; i < i1; ++i) {
         const fi_work_item it = p.items[i];
         run_item<T>(p, ctx, it, smem);
     }
+    FIMLA_STAMP(3);
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
