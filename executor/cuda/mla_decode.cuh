@@ -57,12 +57,19 @@ __device__ __forceinline__ unsigned long long gtimer() {
 __device__ unsigned long long g_phase[1024][8];
 #define FIMLA_PH_DECL long long ph_t = clock64(); long long ph_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #define FIMLA_PH(i) { long long n_ = clock64(); ph_acc[i] += n_ - ph_t; ph_t = n_; }
+/* Item phases (thread 0, summed over items): [0] prologue issued, [1] Q landed,
+ * [2] loop done, [3] combine + output written, [4] fence + semaphore, [5] merge. */
+__device__ unsigned long long g_item[1024][8];
+#define FIMLA_IT_DECL long long it_t = clock64();
+#define FIMLA_IT(i) { long long n_ = clock64(); if (threadIdx.x == 0 && blockIdx.x < 1024) g_item[blockIdx.x][i] += n_ - it_t; it_t = n_; }
 #define FIMLA_PH_STORE \
     if (threadIdx.x == 0 && blockIdx.x < 1024) for (int q_ = 0; q_ < 8; ++q_) g_phase[blockIdx.x][q_] += ph_acc[q_];
 #else
 #define FIMLA_STAMP(i)
 #define FIMLA_PH_DECL
 #define FIMLA_PH(i)
+#define FIMLA_IT_DECL
+#define FIMLA_IT(i)
 #define FIMLA_PH_STORE
 #endif
 
@@ -263,8 +270,13 @@ __device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, ui
         const int slot = t & (p.page_size - 1);
         const T *ckv = (const T *)p.ckv + (int64_t)page * p.ckv_stride_page + (int64_t)slot * p.ckv_stride_tok;
         const T *kpe = (const T *)p.kpe + (int64_t)page * p.kpe_stride_page + (int64_t)slot * p.kpe_stride_tok;
-        bulk_g2s(smem_u32(row), ckv, kDv * 2, bar);
-        bulk_g2s(smem_u32(row + kDv), kpe, (kDqk - kDv) * 2, bar);
+        if (kpe == ckv + kDv) {
+            /* Concatenated cache ([.., 576]): one copy a token. */
+            bulk_g2s(smem_u32(row), ckv, kDqk * 2, bar);
+        } else {
+            bulk_g2s(smem_u32(row), ckv, kDv * 2, bar);
+            bulk_g2s(smem_u32(row + kDv), kpe, (kDqk - kDv) * 2, bar);
+        }
     }
 }
 
@@ -330,21 +342,27 @@ __device__ void merge_group(const fi_mla_params &p, const RunCtx &ctx, int g, fl
             }
             const float4 *src = reinterpret_cast<const float4 *>(
                                     p.partial_o + ((int64_t)(grp.first_slot + s0) * p.tile_rows + r0) * kDv) + v4;
-            for (int s = 0; s < nc; ++s) {
-                float4 o[8];
+            /* Two splits x 8 rows = 16 independent loads in flight, summed in split order. */
+            constexpr int kU = 2;
+            for (int s = 0; s < nc; s += kU) {
+                float4 o[kU][8];
 #pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    if (r0 + 2 * i < M)
-                        o[i] = __ldcg(src + s * slot_f4 + i * (kDv / 2));
+                for (int u = 0; u < kU; ++u)
 #pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    if (r0 + 2 * i < M) {
-                        const float w = sW[s * kRows + r0 + 2 * i];
-                        acc[i].x += w * o[i].x;
-                        acc[i].y += w * o[i].y;
-                        acc[i].z += w * o[i].z;
-                        acc[i].w += w * o[i].w;
-                    }
+                    for (int i = 0; i < 8; ++i)
+                        if (s + u < nc && r0 + 2 * i < M)
+                            o[u][i] = __ldcg(src + (s + u) * slot_f4 + i * (kDv / 2));
+#pragma unroll
+                for (int u = 0; u < kU; ++u)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+                        if (s + u < nc && r0 + 2 * i < M) {
+                            const float w = sW[(s + u) * kRows + r0 + 2 * i];
+                            acc[i].x += w * o[u][i].x;
+                            acc[i].y += w * o[u][i].y;
+                            acc[i].z += w * o[u][i].z;
+                            acc[i].w += w * o[u][i].w;
+                        }
             }
         }
 #pragma unroll
@@ -397,11 +415,7 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     const fi_request_info rq = p.requests[it.request];
     const int nh = it.head_end - it.head_begin;
     const int M = (it.q_end - it.q_begin) * nh;
-#ifdef FIMLA_KP1
-    const int KP = 1;
-#else
     const int KP = M <= 16 ? 2 : 1;           /* KV blocks computed at once */
-#endif
     const int qrows = (M + 15) & ~15;
     T *sKV = sQ + qrows * kPitch;
     const int NS = min(kMaxStages, (int)((kSmemBytes - kSmemFixed - (size_t)qrows * kPitch * 2) /
@@ -434,6 +448,7 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
      * use, so it is complete at parity (b / NS) & 1.  The barriers are re-initialised per
      * item (no copy is pending between items).  Warp 7 produces: page indices are fetched
      * one step ahead of their copies, one token a lane. */
+    FIMLA_IT_DECL
     uint64_t *bars = reinterpret_cast<uint64_t *>(sFlag + 2);
     const uint32_t bar0 = smem_u32(bars);
     const bool producer = true; /* every warp copies its share of each block */
@@ -458,7 +473,9 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         for (int i = 0; i < 2; ++i)
             pg[i] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, AHEAD + i, nblk) : -1;
     }
+    FIMLA_IT(0);
     cp_async_wait<0>(); /* Q */
+    FIMLA_IT(1);
 
     float acc[32][4];
 #pragma unroll
@@ -517,12 +534,8 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                     ldsm_x4(sQ_a + (k + 1) * 32, af[c ^ 1]);
                     ldsm_x4(sK_a + (k + 1) * 32, bf[c ^ 1]);
                 }
-#ifndef FIMLA_ABL_NO_S
                 Dt<T>::mma(s[c][0], af[c], bf[c][0], bf[c][1]);
                 Dt<T>::mma(s[c][1], af[c], bf[c][2], bf[c][3]);
-#else
-                s[c][0][0] += __uint_as_float(af[c][0] ^ bf[c][0]) * 1e-30f;
-#endif
             }
             float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
@@ -579,7 +592,6 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                 rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
                 l_run[i] = l_run[i] * alpha[i] + rs[i];
             }
-#ifndef FIMLA_ABL_NO_ALPHA
 #pragma unroll
             for (int n = 0; n < 32; ++n) {
                 acc[n][0] *= alpha[0];
@@ -587,7 +599,6 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                 acc[n][2] *= alpha[1];
                 acc[n][3] *= alpha[1];
             }
-#endif
         }
         FIMLA_PH(3);
         __syncthreads();
@@ -606,17 +617,14 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                 if (x + 1 < 32)
                     ldsm_x4_t(sV_a + (((x + 1) >> 4) * 16 * kPitch + ((x + 1) & 15) * 16) * 2,
                               vf[c ^ 1]);
-#ifndef FIMLA_ABL_NO_PV
                 Dt<T>::mma(acc[2 * nn], pf[kk], vf[c][0], vf[c][1]);
                 Dt<T>::mma(acc[2 * nn + 1], pf[kk], vf[c][2], vf[c][3]);
-#else
-                acc[2 * nn][0] += __uint_as_float(pf[kk][0] ^ vf[c][0]) * 1e-30f;
-#endif
             }
         }
         FIMLA_PH(5);
     }
     FIMLA_PH_STORE
+    FIMLA_IT(2);
 
     /* Row sums: each half summed its own tokens under the pair's running max. */
     if (live && q4 == 0) {
@@ -709,6 +717,7 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             }
         }
     }
+    FIMLA_IT(3);
     if (split) {
         __threadfence();
         __syncthreads();
@@ -719,10 +728,12 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         }
         __syncthreads();
         FIMLA_STAMP(2);
+        FIMLA_IT(4);
         if (*sFlag) {
             __threadfence();
             merge_group<T>(p, ctx, it.merge_group, reinterpret_cast<float *>(sKV), sMax);
         }
+        FIMLA_IT(5);
     }
     fence_proxy_async(); /* generic writes to the ring (sO, sW, zero rows) before the next TMA */
     __syncthreads();     /* smem (Q, ring, flags, barriers) is reused by the next item */

@@ -11,9 +11,18 @@ extern "C" void fimla_read_stamps(unsigned long long *host, int n) {
     cudaMemcpyFromSymbol(host, fimla::g_stamp, sizeof(unsigned long long) * 4 * n);
 }
 extern "C" void fimla_phases(unsigned long long *host, int n, int reset) {
+    if (reset == 2) {
+        cudaMemcpyFromSymbol(host, fimla::g_item, sizeof(unsigned long long) * 8 * n);
+        return;
+    }
     if (reset) {
         static unsigned long long z[1024 * 8];
         cudaMemcpyToSymbol(fimla::g_phase, z, sizeof z);
+        cudaMemcpyToSymbol(fimla::g_item, z, sizeof z);
+        return;
+    }
+    if (reset == 2) {
+        cudaMemcpyFromSymbol(host, fimla::g_item, sizeof(unsigned long long) * 8 * n);
         return;
     }
     cudaMemcpyFromSymbol(host, fimla::g_phase, sizeof(unsigned long long) * 8 * n);
