@@ -1,5 +1,5 @@
 /*
- * executor/launch.h - C ABI of the CUDA launchers (implemented in executor/cuda/*.cu),
+ * executor/launch.h - C ABI of the CUDA launchers (implemented in executor/cuda/mla_launch.cu),
  * called by executor/run.c once every tensor was checked against the plan.
  */
 #ifndef FIATTN_EXECUTOR_LAUNCH_H

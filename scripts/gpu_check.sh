@@ -22,6 +22,8 @@ if [ -f scripts/mla_check.cu ]; then
     timeout 240 build/scripts/mla_check > "$OUT/check.log" 2>&1; rc=$?
     grep -E "FAIL|cases|error" "$OUT/check.log" | tail -15
     sum "mla_check sweep rc=$rc: $(tail -1 "$OUT/check.log")"
+    FIMLA_CONCAT=1 timeout 240 build/scripts/mla_check > "$OUT/check_concat.log" 2>&1
+    sum "mla_check sweep (concatenated cache) rc=$?: $(tail -1 "$OUT/check_concat.log")"
     if [ "${1:-}" != "quick" ]; then
       timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build/scripts/mla_check small > "$OUT/memcheck.log" 2>&1
       sum "memcheck rc=$? : $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
@@ -40,7 +42,7 @@ if [ -f scripts/mla_check.cu ]; then
       timeout 300 build/scripts/mla_check_t bench scripts/trace_snapshot.txt > "$OUT/bench_stamps.log" 2>&1
       sum "stamps rc=$?"; cat "$OUT/bench_stamps.log"
     fi
-    timeout 300 build/scripts/mla_check bench scripts/trace_snapshot.txt > "$OUT/bench_check.log" 2>&1
+    FIMLA_CONCAT=1 timeout 300 build/scripts/mla_check bench scripts/trace_snapshot.txt > "$OUT/bench_check.log" 2>&1
     sum "mla_check bench rc=$?"
   fi
 fi
@@ -55,14 +57,14 @@ if ls tests/gpu/test_*.c > /dev/null 2>&1; then
   sum "make gpu-test rc=$? : $(grep -cE '^\[  PASSED|OK \]' "$OUT/gpu_test.log") ok lines, $(grep -cE 'FAILED|ERROR' "$OUT/gpu_test.log") fail lines"
   grep -E "FAILED|ERROR|Error|error" "$OUT/gpu_test.log" | head -20
 fi
-if ls bench/*.c bench/*.cu > /dev/null 2>&1 && [ "${1:-}" != "quick" ]; then
+if [ -f bench/run_gpu_bench.sh ] && [ "${1:-}" != "quick" ]; then
   make NO_JEMALLOC=1 -j"$J" bench > "$OUT/build_bench.log" 2>&1 || sum "build bench: FAIL"
-  for b in build/bench/*; do
-    [ -x "$b" ] || continue
-    timeout 200 "$b" > "$OUT/$(basename "$b").log" 2>&1; sum "$(basename "$b") rc=$?"
-  done
+  NO_BUILD=1 timeout 400 sh bench/run_gpu_bench.sh > "$OUT/bench_mla.log" 2>&1
+  sum "run_gpu_bench rc=$?"
 fi
-echo "===== bench (mla_check) ====="
+echo "===== bench_mla (team bench, real planner) ====="
+cat "$OUT/bench_mla.log" 2>/dev/null | tail -40
+echo "===== bench (mla_check, hand-built plans) ====="
 cat "$OUT/bench_check.log" 2>/dev/null
 echo "===== summary ====="
 cat "$OUT/summary.txt"
