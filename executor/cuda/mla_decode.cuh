@@ -348,18 +348,31 @@ __device__ void merge_group(const fi_mla_params &p, const RunCtx &ctx, int g, fl
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int ns = grp.num_splits;
     const float *plse = p.partial_lse + (int64_t)grp.first_slot * p.tile_rows;
-    /* Row max and sum over all splits (a warp a row, lanes stride the splits). */
+    /* Row max and sum over all splits (a warp a row, lanes stride the splits).  With at
+     * most kMergeChunk splits the partial LSEs are first staged in shared memory by one
+     * parallel pass, so max, sum and weights cost one L2 round trip, not three. */
+    const bool staged = ns <= kMergeChunk;
+    if (staged) {
+        for (int idx = tid; idx < ns * M; idx += kThreads) {
+            const int s = idx / M, r = idx - s * M;
+            sW[s * kRows + r] = __ldcg(plse + (int64_t)s * p.tile_rows + r);
+        }
+        __syncthreads();
+    }
+    auto lse_at = [&](int s, int r) -> float {
+        return staged ? sW[s * kRows + r] : __ldcg(plse + (int64_t)s * p.tile_rows + r);
+    };
     for (int r = warp; r < M; r += kThreads / 32) {
         float mx = -CUDART_INF_F;
         for (int s = lane; s < ns; s += 32)
-            mx = fmaxf(mx, __ldcg(plse + (int64_t)s * p.tile_rows + r));
+            mx = fmaxf(mx, lse_at(s, r));
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         float sum = 0.f;
         if (mx != -CUDART_INF_F)
             for (int s = lane; s < ns; s += 32)
-                sum += expf(__ldcg(plse + (int64_t)s * p.tile_rows + r) - mx);
+                sum += expf(lse_at(s, r) - mx);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -387,8 +400,7 @@ __device__ void merge_group(const fi_mla_params &p, const RunCtx &ctx, int g, fl
                     sW[s * kRows + r] =
                         mx == -CUDART_INF_F
                             ? 0.f
-                            : expf(__ldcg(plse + (int64_t)(s0 + s) * p.tile_rows + r) - mx) /
-                                  sRow[kRows + r];
+                            : expf(lse_at(s0 + s, r) - mx) / sRow[kRows + r];
                 }
                 __syncthreads();
             }
@@ -664,6 +676,7 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             const int pt = wh * 32 + lane;
             for (int idx = pt; idx < (kBlockN - v0) * 72; idx += 64) {
                 const int r = v0 + idx / 72, ch = idx % 72;
+
                 *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(const_cast<T *>(stage)) +
                                            (ch >> 3) * kTileBytes + r * 128 + (ch & 7) * 16) =
                     make_uint4(0, 0, 0, 0);
