@@ -68,6 +68,11 @@ static fi_status check_cache(const fi_tensor *t, fi_dtype dtype, const fi_caps *
     return FI_OK;
 }
 
+/* Device address of a workspace region (pointer arithmetic only, never dereferenced here). */
+static void *ws_at(void *workspace, size_t offset) {
+    return (unsigned char *)workspace + offset;
+}
+
 static int log2_exact(int32_t v) {
     int s = 0;
     while ((1 << s) < v)
@@ -135,7 +140,7 @@ static fi_status check_mla_args(const fi_plan *plan, const fi_attn_args *a, fi_m
         ((uintptr_t)a->bmm2_scale_ptr & 3u) != 0)
         return FI_ERR_MISALIGNED_POINTER;
 
-    unsigned char *ws = (unsigned char *)plan->workspace;
+    void *ws = plan->workspace;
     const fi_layout *L = &plan->layout;
     fi_mla_params q = {0};
     q.q_nope = a->q.data;
@@ -162,14 +167,14 @@ static fi_status check_mla_args(const fi_plan *plan, const fi_attn_args *a, fi_m
     q.bmm1_scale_ptr = a->bmm1_scale_ptr;
     q.bmm2_scale_ptr = a->bmm2_scale_ptr;
     q.sinks = a->sinks;
-    q.header = (const fi_plan_header *)(ws + L->off_header);
-    q.work_indptr = (const int32_t *)(ws + L->off_work_indptr);
-    q.requests = (const fi_request_info *)(ws + L->off_requests);
-    q.groups = (const fi_merge_group *)(ws + L->off_groups);
-    q.items = (const fi_work_item *)(ws + L->off_items);
-    q.partial_o = (float *)(ws + L->off_partial_o);
-    q.partial_lse = (float *)(ws + L->off_partial_lse);
-    q.semaphores = (uint32_t *)(ws + L->off_semaphores);
+    q.header = ws_at(ws, L->off_header);
+    q.work_indptr = ws_at(ws, L->off_work_indptr);
+    q.requests = ws_at(ws, L->off_requests);
+    q.groups = ws_at(ws, L->off_groups);
+    q.items = ws_at(ws, L->off_items);
+    q.partial_o = ws_at(ws, L->off_partial_o);
+    q.partial_lse = ws_at(ws, L->off_partial_lse);
+    q.semaphores = ws_at(ws, L->off_semaphores);
     q.num_ctas = L->num_ctas;
     q.page_size = caps->page_size;
     q.page_shift = shift;
