@@ -81,16 +81,20 @@ fi_status fi_caps_resolve(const fi_caps *caps, fi_caps *resolved, int *cuda_erro
     return FI_OK;
 }
 
+fi_status fi_caps_resolve_layout(const fi_caps *caps, fi_caps *resolved, fi_layout *layout) {
+    int cuda_error;
+    fi_status st = fi_caps_resolve(caps, resolved, &cuda_error);
+    if (st != FI_OK)
+        return st;
+    return fi_layout_compute(resolved, layout);
+}
+
 fi_status fi_workspace_size(const fi_caps *caps, size_t *bytes) {
     if (!caps || !bytes)
         return FI_ERR_NULL_ARGUMENT;
     fi_caps c;
-    int cuda_error;
-    fi_status st = fi_caps_resolve(caps, &c, &cuda_error);
-    if (st != FI_OK)
-        return st;
     fi_layout l;
-    st = fi_layout_compute(&c, &l);
+    const fi_status st = fi_caps_resolve_layout(caps, &c, &l);
     if (st != FI_OK)
         return st;
     *bytes = l.total_bytes;

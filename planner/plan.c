@@ -76,12 +76,8 @@ fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_
     if (!caps || !plan)
         return FI_ERR_NULL_ARGUMENT;
     fi_caps c;
-    int cuda_error;
-    fi_status st = fi_caps_resolve(caps, &c, &cuda_error);
-    if (st != FI_OK)
-        return st;
     fi_layout l;
-    st = fi_layout_compute(&c, &l);
+    fi_status st = fi_caps_resolve_layout(caps, &c, &l);
     if (st != FI_OK)
         return st;
     const int host = workspace == NULL && workspace_bytes == 0;
