@@ -199,5 +199,9 @@ fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
     if (st != FI_OK)
         return st;
     const int e = fi_launch_mla_decode(&p, plan->caps.q_dtype, args->enable_pdl != 0, stream);
+    /* The in-kernel merge waits on other CTAs: a grid larger than what can be resident at
+     * once (caps.num_ctas > SMs x CTAs per SM) is refused before launch. */
+    if (e == (int)cudaErrorCooperativeLaunchTooLarge)
+        return FI_ERR_INVALID_ARGUMENT;
     return e == 0 ? FI_OK : FI_ERR_CUDA;
 }

@@ -25,13 +25,26 @@
  * also the partition's coarsest grain: on trace decode snapshots (128 requests, 132 CTAs,
  * about one request per CTA) 128 gives balance <= ~1.07, 256 gave up to 1.4 with the plain
  * walk.  Guess, like the costs below. */
+#ifndef FI_MIN_CHUNK_TOKENS /* -DFI_MIN_CHUNK_TOKENS=... overrides it (calibration builds) */
 #define FI_MIN_CHUNK_TOKENS 128
+#endif
 
 /* Cost per tile row (query row x head), in KV-token units.  Guess. */
+#ifndef FI_COST_ALPHA /* -DFI_COST_ALPHA=... overrides it (calibration builds) */
 #define FI_COST_ALPHA 1
+#endif
 
-/* Fixed cost per item, in KV-token units (2 KV tiles).  Guess. */
+/* Fixed cost per item, in KV-token units (2 KV tiles).  Calibrated 2026-11-21 on an H200
+ * against the trace snapshot (bench_mla trace128, 128 requests, h16, kv mean 837; builds
+ * with -DFI_COST_BETA, executor with the cooperative merge): beta 0: 82.7 us, 64: 75.1,
+ * 96: 71.7, 128: 70.2-72.1, 192: 71.5, 256: 76.3, 384: 78.7, 512: 81.8 (and 512 with
+ * min chunk 256: 79.1); min chunk 64 vs 128: same (72.0).  The uniform cases do not split
+ * and did not move.  The measured ~15-20 us fixed cost of an item (~300-400 tokens of
+ * streaming) is NOT what the planner should charge: a larger beta buys fewer, longer
+ * items at the price of balance, and balance wins on this trace.  Kept at 128. */
+#ifndef FI_COST_BETA /* -DFI_COST_BETA=... overrides it (calibration builds) */
 #define FI_COST_BETA 128
+#endif
 
 /* Cost of one item: kv_tokens keys over `rows` tile rows. */
 static inline int64_t fi_cost_item(int64_t kv_tokens, int64_t rows) {

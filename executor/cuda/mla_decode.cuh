@@ -23,11 +23,13 @@
  *    keys are all masked so far keeps m = -inf, l = 0, O = 0 (never NaN).
  *  - Unsplit item: out = bmm2 * O / l * exp(lse_keys - lse), lse = logaddexp(lse_keys, sink).
  *    Split item: fp32 partial O / l and lse_keys into its slot, then a threadfence and an
- *    `atom.acq_rel.gpu.inc` on the group's semaphore with bound n-1 (wraps back to 0: no
- *    reset between replays); the CTA that sees n-1 merges the group's slots in split order
- *    (deterministic) into out / lse.
- *  - PDL: nothing global is read before griddepcontrol.wait; launch_dependents once the CTA's
- *    last item is done.
+ *    `atom.acq_rel.gpu.inc` (arrival) on the group's counter.  Small groups: the last
+ *    arriver merges the group at once.  Larger ones: after its LAST item a CTA merges, for
+ *    each of its split items, that split's slice of the group's outputs once all n splits
+ *    have arrived (merge_phase / merge_slice: n CTAs share a group's merge; deterministic,
+ *    counters self-resetting, whole grid resident).
+ *  - PDL: nothing global is read before griddepcontrol.wait; launch_dependents at the very
+ *    end of the CTA (after its merges).
  * Sources of the method: FlashAttention-2 (Dao 2023) online softmax and warp tiling,
  * flash-decoding split-KV with LSE merge, FlashMLA's persistent decode scheduling.
  */
@@ -194,7 +196,7 @@ __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-/* Self-resetting group semaphore: returns the old value; bound n-1 wraps to 0. */
+/* Self-resetting group counter: returns the old value (old >= bound stores 0, else old+1). */
 __device__ __forceinline__ uint32_t sem_inc(uint32_t *sem, uint32_t bound) {
     uint32_t old;
     asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;\n"
@@ -202,6 +204,11 @@ __device__ __forceinline__ uint32_t sem_inc(uint32_t *sem, uint32_t bound) {
                  : "l"(sem), "r"(bound)
                  : "memory");
     return old;
+}
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
 __device__ __forceinline__ float logaddexp(float a, float b) {
     const float m = fmaxf(a, b);
@@ -332,123 +339,180 @@ __device__ __forceinline__ void issue_block_tma(const fi_mla_params &p, uint32_t
     }
 }
 
-/* Merge a split group's partial slots (in split order) into out / lse.  Whole CTA.
- * The partials sit in L2; every pass issues all its loads at once: (1) all partial LSEs
- * into shared memory, (2) a warp a row reduces max and sum, (3) weights w_s =
- * exp(lse_s - max) / sum, (4) each thread sums float4 columns of its rows, splits outer so
- * its 8 rows' loads are in flight together.  kMergeChunk splits per round. */
-constexpr int kMergeChunk = 256;
+/* Cooperative merge of split group g: the group's outputs, M rows x 128 float4 columns
+ * (units u = r * 128 + c, also the float4 offset inside a partial slot), are cut into
+ * num_splits contiguous slices; slice `part` (the split index of the item whose CTA calls
+ * this) is merged here, by the whole CTA, once every split of the group has arrived.  So a
+ * group of n splits is merged by n CTAs at once (B 1 x 32k h16: 128 CTAs read 32 KB each
+ * instead of one CTA reading 4 MB).
+ * Latency (this runs at the end of a CTA, on the kernel's tail): (1) the slice rows'
+ * partial LSEs in one parallel pass into shared memory, (2) a warp a row: max and sum,
+ * (3) weights w[s][rr] = exp(lse - max) / sum in place, (4) each thread sums up to kQ units
+ * over its part of the splits (K parts a unit, K = 256 / units, at most n), 4 x kQ loads in
+ * flight, then the parts are added in order through shared memory.  part / nparts: the
+ * slice (nparts = 1: the whole group, by its last arriver; see merge_is_solo).
+ * Determinism: a row's max / sum come out the same in any slice (same order, same shuffle
+ * tree); K depends only on (slice size, n); each part is summed in split order and the
+ * parts in order: the bits never depend on which CTA merges which slice.
+ * Shared memory (the whole dynamic block; no item is in flight): [kQ][kThreads] float4 part
+ * sums, [2][kRows] row max / sum, then [n][R] LSEs / weights when they fit (else read from
+ * L2 each time). */
+constexpr int kF4 = kDv / 4; /* float4 columns of an output row */
+constexpr int kQ = 4;        /* units a thread */
+constexpr size_t kMergeFixedBytes = (size_t)kQ * kThreads * 16 + 2 * kRows * 4;
+/* Groups with num_splits x rows <= this (<= 128 KB of fp32 partials) are merged whole by
+ * their last arriving CTA right after its item (one CTA reads it fast enough, and the other
+ * CTAs skip the merge phase); larger groups are merged cooperatively (merge_phase).
+ * Measured on H200 (trace snapshot, 77 groups of 2 x 16 rows): cooperative 70.5 us,
+ * last arriver 67.5 us; B 1 x 32k h16 (128 x 16): cooperative 30 us, last arriver 94 us. */
+constexpr int kSoloMergeRows = 64;
+__device__ __forceinline__ bool merge_is_solo(const fi_merge_group &grp) {
+    return grp.num_splits * (grp.q_end - grp.q_begin) * (grp.head_end - grp.head_begin) <=
+           kSoloMergeRows;
+}
+/* Not inlined: kept out of the kernel body, the item loop's registers do not spill
+ * (ptxas -v: 124 spilled bytes when inlined).  -DFIMLA_MERGE_INLINE for comparisons. */
 template <typename T>
-__device__ void merge_group(const fi_mla_params &p, const RunCtx &ctx, int g, float *sW,
-                            float *sRow) {
+__device__
+#ifndef FIMLA_MERGE_INLINE
+__noinline__
+#endif
+void merge_slice(const fi_mla_params &p, const RunCtx &ctx, int g, int part, int nparts,
+                 unsigned char *smem, size_t smem_bytes) {
     const fi_merge_group grp = p.groups[g];
     const fi_request_info rq = p.requests[grp.request];
     const int nh = grp.head_end - grp.head_begin;
     const int M = (grp.q_end - grp.q_begin) * nh;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int ns = grp.num_splits;
-    const float *plse = p.partial_lse + (int64_t)grp.first_slot * p.tile_rows;
-    /* Row max and sum over all splits (a warp a row, lanes stride the splits).  With at
-     * most kMergeChunk splits the partial LSEs are first staged in shared memory by one
-     * parallel pass, so max, sum and weights cost one L2 round trip, not three. */
-    const bool staged = ns <= kMergeChunk;
+    const int U = M * kF4;
+    const int u0 = (int)((int64_t)part * U / nparts), u1 = (int)((int64_t)(part + 1) * U / nparts);
+    if (u0 >= u1)
+        return; /* uniform over the CTA */
+    const int r_lo = u0 / kF4, R = (u1 - 1) / kF4 - r_lo + 1;
+    float4 *sAcc = reinterpret_cast<float4 *>(smem);
+    float *sRow = reinterpret_cast<float *>(smem + (size_t)kQ * kThreads * 16);
+    float *sWt = sRow + 2 * kRows;
+    const bool staged = (size_t)ns * R * 4 + kMergeFixedBytes <= smem_bytes;
+    const float *plse = p.partial_lse + (int64_t)grp.first_slot * p.tile_rows + r_lo;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (staged) {
-        for (int idx = tid; idx < ns * M; idx += kThreads) {
-            const int s = idx / M, r = idx - s * M;
-            sW[s * kRows + r] = __ldcg(plse + (int64_t)s * p.tile_rows + r);
+        for (int idx = tid; idx < ns * R; idx += kThreads) {
+            const int s = idx / R, rr = idx - s * R;
+            sWt[idx] = __ldcg(plse + (int64_t)s * p.tile_rows + rr);
         }
         __syncthreads();
     }
-    auto lse_at = [&](int s, int r) -> float {
-        return staged ? sW[s * kRows + r] : __ldcg(plse + (int64_t)s * p.tile_rows + r);
+    auto lse_at = [&](int s, int rr) -> float {
+        return staged ? sWt[s * R + rr] : __ldcg(plse + (int64_t)s * p.tile_rows + rr);
     };
-    for (int r = warp; r < M; r += kThreads / 32) {
+    for (int rr = warp; rr < R; rr += kThreads / 32) {
         float mx = -CUDART_INF_F;
         for (int s = lane; s < ns; s += 32)
-            mx = fmaxf(mx, lse_at(s, r));
+            mx = fmaxf(mx, lse_at(s, rr));
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         float sum = 0.f;
         if (mx != -CUDART_INF_F)
             for (int s = lane; s < ns; s += 32)
-                sum += expf(lse_at(s, r) - mx);
+                sum += expf(lse_at(s, rr) - mx);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, o);
         if (lane == 0) {
-            sRow[r] = mx;
-            sRow[kRows + r] = sum;
+            sRow[rr] = mx;
+            sRow[kRows + rr] = sum;
         }
     }
-    const int v4 = tid & 127; /* float4 column: dims 4*v4 .. 4*v4+3 */
-    const int64_t slot_f4 = (int64_t)p.tile_rows * kDv / 4;
-    /* Passes of 16 rows: thread rows r = 16 * pass + (tid >> 7) + 2 * i, i < 8. */
-    for (int pass = 0; pass * 16 < M; ++pass) {
-        const int r0 = pass * 16 + (tid >> 7);
-        float4 acc[8];
+    __syncthreads();
+    auto weight_of = [&](float lse, int rr) -> float {
+        const float mx = sRow[rr];
+        return mx == -CUDART_INF_F ? 0.f : expf(lse - mx) / sRow[kRows + rr];
+    };
+    if (staged) {
+        for (int idx = tid; idx < ns * R; idx += kThreads)
+            sWt[idx] = weight_of(sWt[idx], idx % R); /* in place: own element only */
+        __syncthreads();
+    }
+    auto weight = [&](int s, int rr) -> float {
+        return staged ? sWt[s * R + rr] : weight_of(__ldcg(plse + (int64_t)s * p.tile_rows + rr), rr);
+    };
+    const int nu = u1 - u0;
+    const int K = max(1, min(ns, kThreads / nu)); /* parts a unit (1 when nu >= 256) */
+    const int per = kThreads / K;                      /* units a round, per q */
+    const int k = tid % K, jt = tid / K;
+    const int sa = (int)((int64_t)k * ns / K), sb = (int)((int64_t)(k + 1) * ns / K);
+    const int64_t slot_f4 = (int64_t)p.tile_rows * kF4;
+    const float4 *po = reinterpret_cast<const float4 *>(p.partial_o) + (int64_t)grp.first_slot * slot_f4;
+    for (int base = 0; base < nu; base += kQ * per) {
+        float4 a[kQ];
+        int uq[kQ];
+        bool vq[kQ];
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s0 = 0; s0 < ns; s0 += kMergeChunk) {
-            const int nc = min(kMergeChunk, ns - s0);
-            if (pass == 0 || ns > kMergeChunk) {
-                __syncthreads(); /* sRow ready; previous chunk's sW consumed */
-                for (int idx = tid; idx < nc * M; idx += kThreads) {
-                    const int s = idx / M, r = idx - s * M;
-                    const float mx = sRow[r];
-                    sW[s * kRows + r] =
-                        mx == -CUDART_INF_F
-                            ? 0.f
-                            : expf(lse_at(s0 + s, r) - mx) / sRow[kRows + r];
+        for (int q = 0; q < kQ; ++q) {
+            const int j = base + q * per + jt;
+            vq[q] = jt < per && j < nu;
+            uq[q] = u0 + j;
+            a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        for (int s = sa; s < sb; s += 4) {
+            float4 o[4][kQ]; /* 4 splits x kQ units in flight, summed in split order */
+#pragma unroll
+            for (int h = 0; h < 4; ++h)
+#pragma unroll
+                for (int q = 0; q < kQ; ++q)
+                    if (s + h < sb && vq[q])
+                        o[h][q] = __ldcg(po + (int64_t)(s + h) * slot_f4 + uq[q]);
+#pragma unroll
+            for (int h = 0; h < 4; ++h)
+#pragma unroll
+                for (int q = 0; q < kQ; ++q)
+                    if (s + h < sb && vq[q]) {
+                        const float w = weight(s + h, uq[q] / kF4 - r_lo);
+                        a[q].x += w * o[h][q].x;
+                        a[q].y += w * o[h][q].y;
+                        a[q].z += w * o[h][q].z;
+                        a[q].w += w * o[h][q].w;
+                    }
+        }
+        if (K > 1) {
+#pragma unroll
+            for (int q = 0; q < kQ; ++q)
+                sAcc[q * kThreads + tid] = a[q];
+            __syncthreads();
+        }
+        if (k == 0) {
+#pragma unroll
+            for (int q = 0; q < kQ; ++q) {
+                if (!vq[q])
+                    continue;
+                float4 t = a[q];
+                for (int kk = 1; kk < K; ++kk) {
+                    const float4 b = sAcc[q * kThreads + tid + kk];
+                    t.x += b.x;
+                    t.y += b.y;
+                    t.z += b.z;
+                    t.w += b.w;
                 }
-                __syncthreads();
-            }
-            const float4 *src = reinterpret_cast<const float4 *>(
-                                    p.partial_o + ((int64_t)(grp.first_slot + s0) * p.tile_rows + r0) * kDv) + v4;
-            /* Two splits x 8 rows = 16 independent loads in flight, summed in split order. */
-            constexpr int kU = 2;
-            for (int s = 0; s < nc; s += kU) {
-                float4 o[kU][8];
-#pragma unroll
-                for (int u = 0; u < kU; ++u)
-#pragma unroll
-                    for (int i = 0; i < 8; ++i)
-                        if (s + u < nc && r0 + 2 * i < M)
-                            o[u][i] = __ldcg(src + (s + u) * slot_f4 + i * (kDv / 2));
-#pragma unroll
-                for (int u = 0; u < kU; ++u)
-#pragma unroll
-                    for (int i = 0; i < 8; ++i)
-                        if (s + u < nc && r0 + 2 * i < M) {
-                            const float w = sW[(s + u) * kRows + r0 + 2 * i];
-                            acc[i].x += w * o[u][i].x;
-                            acc[i].y += w * o[u][i].y;
-                            acc[i].z += w * o[u][i].z;
-                            acc[i].w += w * o[u][i].w;
-                        }
+                const int r = uq[q] / kF4, c = uq[q] - r * kF4, rr = r - r_lo;
+                const float mx = sRow[rr];
+                const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + rr]);
+                const int h = grp.head_begin + r % nh;
+                const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
+                const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
+                /* t is the keys-only output; exp(lse_keys - lse) adds the sink. */
+                const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
+                T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + c * 4;
+                uint2 packed;
+                packed.x = Dt<T>::pack(t.x * f, t.y * f);
+                packed.y = Dt<T>::pack(t.z * f, t.w * f);
+                *reinterpret_cast<uint2 *>(dst) = packed;
+                if (p.lse && c == 0)
+                    p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
             }
         }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int r = r0 + 2 * i;
-            if (r >= M)
-                continue;
-            const float mx = sRow[r];
-            const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + r]);
-            const int h = grp.head_begin + r % nh;
-            const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
-            const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
-            /* acc is the keys-only output; exp(lse_keys - lse) adds the sink. */
-            const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
-            T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + v4 * 4;
-            uint2 packed;
-            packed.x = Dt<T>::pack(acc[i].x * f, acc[i].y * f);
-            packed.y = Dt<T>::pack(acc[i].z * f, acc[i].w * f);
-            *reinterpret_cast<uint2 *>(dst) = packed;
-            if (p.lse && v4 == 0)
-                p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
-        }
+        if (K > 1)
+            __syncthreads(); /* sAcc is rewritten by the next round */
     }
 }
 
@@ -846,24 +910,61 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     }
     FIMLA_IT(3);
     if (split) {
+        /* Arrival: partials written and fenced, then one increment of the group's counter.
+         * Small groups (merge_is_solo): bound n-1, the last arriver merges now.  Others:
+         * bound 2n-1, merged by all their CTAs after their last items (merge_phase). */
         __threadfence();
         __syncthreads();
         if (tid == 0) {
-            const int n = p.groups[it.merge_group].num_splits;
-            const uint32_t old = sem_inc(p.semaphores + it.merge_group, (uint32_t)(n - 1));
-            *sFlag = old == (uint32_t)(n - 1);
+            const fi_merge_group grp = p.groups[it.merge_group];
+            const uint32_t n = (uint32_t)grp.num_splits;
+            const bool solo = merge_is_solo(grp);
+            const uint32_t old = sem_inc(p.semaphores + it.merge_group, solo ? n - 1 : 2 * n - 1);
+            *sFlag = solo && old == n - 1; /* bound n-1 wraps to 0: no reset either */
         }
         __syncthreads();
         FIMLA_STAMP(2);
         FIMLA_IT(4);
-        if (*sFlag) {
+        if (*sFlag) { /* last arriver of a small group: merge it whole, in the ring */
             __threadfence();
-            merge_group<T>(p, ctx, it.merge_group, reinterpret_cast<float *>(sKV), sMax);
+            merge_slice<T>(p, ctx, it.merge_group, 0, 1, reinterpret_cast<unsigned char *>(sKV),
+                           kSmemBytes - ring_off);
         }
         FIMLA_IT(5);
     }
     fence_proxy_async(); /* generic writes to the ring (sO, sW, zero rows) before the next TMA */
     __syncthreads();     /* smem (Q, ring, flags, barriers) is reused by the next item */
+}
+
+/* Merge phase of a CTA, after ALL its items: for each of its split items, in item order,
+ * wait until the group's counter shows all n arrivals, merge the item's slice, depart.
+ * Counter of a group with n splits, atom.inc bound 2n-1, zero at rest: n arrivals
+ * (run_item) bring it to n; each of the n departures adds one and the last one (old value
+ * 2n-1) wraps it to 0, so no reset is needed between replays.  A waiter cannot see the
+ * wrap before it departs itself, so "value >= n" is the complete condition.  Waiting is
+ * deadlock-free only if every CTA of the grid is resident (a CTA waits only after issuing
+ * all its arrivals): fi_launch_mla_decode refuses larger grids. */
+template <typename T>
+__device__ void merge_phase(const fi_mla_params &p, const RunCtx &ctx, int i0, int i1,
+                            unsigned char *smem) {
+    for (int i = i0; i < i1; ++i) {
+        const int slot = p.items[i].out_slot, g = p.items[i].merge_group;
+        if (slot < 0)
+            continue;
+        const fi_merge_group grp = p.groups[g];
+        if (merge_is_solo(grp))
+            continue;
+        const int n = grp.num_splits;
+        if (threadIdx.x == 0)
+            while (ld_acquire(p.semaphores + g) < (uint32_t)n)
+                __nanosleep(64);
+        __syncthreads();
+        __threadfence();
+        merge_slice<T>(p, ctx, g, slot - grp.first_slot, n, smem, kSmemBytes);
+        __syncthreads();
+        if (threadIdx.x == 0)
+            sem_inc(p.semaphores + g, (uint32_t)(2 * n - 1));
+    }
 }
 
 template <typename T, bool kTma>
@@ -887,7 +988,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
         it = p.items[i0];
         rq = p.requests[it.request];
     }
+    bool any_split = false;
     for (int i = i0; i < i1; ++i) {
+        any_split |= it.out_slot >= 0;
         fi_work_item nit = it;
         fi_request_info nrq = rq;
         if (i + 1 < i1) {
@@ -898,22 +1001,37 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
         it = nit;
         rq = nrq;
     }
+    if (any_split)
+        merge_phase<T>(p, ctx, i0, i1, smem);
     FIMLA_STAMP(3);
+    /* Last: a dependent grid started earlier could take SMs from CTAs not yet resident. */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 /* Host side: launch one instantiation (grid fixed at params.num_ctas). */
 template <typename T, bool kTma>
 cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) {
-    static bool attr_done = false; /* idempotent, so a race only repeats it */
-    if (!attr_done) {
+    /* Attribute and resident-CTA bound, once (idempotent, so a race only repeats it).
+     * The merge phase waits on other CTAs, so the whole grid must be resident at once. */
+    static int max_resident = 0;
+    if (max_resident == 0) {
         cudaError_t e = cudaFuncSetAttribute(mla_decode_kernel<T, kTma>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)kSmemBytes);
+        int dev = 0, sms = 0, per_sm = 0;
+        if (e == cudaSuccess)
+            e = cudaGetDevice(&dev);
+        if (e == cudaSuccess)
+            e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mla_decode_kernel<T, kTma>,
+                                                              kThreads, kSmemBytes);
         if (e != cudaSuccess)
             return e;
-        attr_done = true;
+        max_resident = sms * per_sm;
     }
+    if (p.num_ctas > max_resident)
+        return cudaErrorCooperativeLaunchTooLarge;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)p.num_ctas);
     cfg.blockDim = dim3(kThreads);
