@@ -23,8 +23,8 @@
  *    keys are all masked so far keeps m = -inf, l = 0, O = 0 (never NaN).
  *  - Unsplit item: out = bmm2 * O / l * exp(lse_keys - lse), lse = logaddexp(lse_keys, sink).
  *    Split item: fp32 partial O / l and lse_keys into its slot, then a threadfence and an
- *    `atom.acq_rel.gpu.inc` (arrival) on the group's counter.  Small groups: the last
- *    arriver merges the group at once.  Larger ones: after its LAST item a CTA merges, for
+ *    `atom.acq_rel.gpu.inc` (arrival) on the group's counter.  Small groups (merge_is_solo):
+ *    the last arriver merges the group at once (merge_group).  Larger ones: after its LAST item a CTA merges, for
  *    each of its split items, that split's slice of the group's outputs once all n splits
  *    have arrived (merge_phase / merge_slice: n CTAs share a group's merge; deterministic,
  *    counters self-resetting, whole grid resident).
@@ -339,6 +339,127 @@ __device__ __forceinline__ void issue_block_tma(const fi_mla_params &p, uint32_t
     }
 }
 
+/* Merge a small split group's partial slots (in split order) into out / lse, by its last
+ * arriving CTA right after that CTA's item (merge_is_solo).  Whole CTA.
+ * The partials sit in L2; every pass issues all its loads at once: (1) all partial LSEs
+ * into shared memory, (2) a warp a row reduces max and sum, (3) weights w_s =
+ * exp(lse_s - max) / sum, (4) each thread sums float4 columns of its rows, splits outer so
+ * its 8 rows' loads are in flight together.  kMergeChunk splits per round. */
+constexpr int kMergeChunk = 256;
+template <typename T>
+__device__ __noinline__ /* see merge_slice */ void merge_group(const fi_mla_params &p, const RunCtx &ctx, int g, float *sW,
+                            float *sRow) {
+    const fi_merge_group grp = p.groups[g];
+    const fi_request_info rq = p.requests[grp.request];
+    const int nh = grp.head_end - grp.head_begin;
+    const int M = (grp.q_end - grp.q_begin) * nh;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int ns = grp.num_splits;
+    const float *plse = p.partial_lse + (int64_t)grp.first_slot * p.tile_rows;
+    /* Row max and sum over all splits (a warp a row, lanes stride the splits).  With at
+     * most kMergeChunk splits the partial LSEs are first staged in shared memory by one
+     * parallel pass, so max, sum and weights cost one L2 round trip, not three. */
+    const bool staged = ns <= kMergeChunk;
+    if (staged) {
+        for (int idx = tid; idx < ns * M; idx += kThreads) {
+            const int s = idx / M, r = idx - s * M;
+            sW[s * kRows + r] = __ldcg(plse + (int64_t)s * p.tile_rows + r);
+        }
+        __syncthreads();
+    }
+    auto lse_at = [&](int s, int r) -> float {
+        return staged ? sW[s * kRows + r] : __ldcg(plse + (int64_t)s * p.tile_rows + r);
+    };
+    for (int r = warp; r < M; r += kThreads / 32) {
+        float mx = -CUDART_INF_F;
+        for (int s = lane; s < ns; s += 32)
+            mx = fmaxf(mx, lse_at(s, r));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.f;
+        if (mx != -CUDART_INF_F)
+            for (int s = lane; s < ns; s += 32)
+                sum += expf(lse_at(s, r) - mx);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) {
+            sRow[r] = mx;
+            sRow[kRows + r] = sum;
+        }
+    }
+    const int v4 = tid & 127; /* float4 column: dims 4*v4 .. 4*v4+3 */
+    const int64_t slot_f4 = (int64_t)p.tile_rows * kDv / 4;
+    /* Passes of 16 rows: thread rows r = 16 * pass + (tid >> 7) + 2 * i, i < 8. */
+    for (int pass = 0; pass * 16 < M; ++pass) {
+        const int r0 = pass * 16 + (tid >> 7);
+        float4 acc[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s0 = 0; s0 < ns; s0 += kMergeChunk) {
+            const int nc = min(kMergeChunk, ns - s0);
+            if (pass == 0 || ns > kMergeChunk) {
+                __syncthreads(); /* sRow ready; previous chunk's sW consumed */
+                for (int idx = tid; idx < nc * M; idx += kThreads) {
+                    const int s = idx / M, r = idx - s * M;
+                    const float mx = sRow[r];
+                    sW[s * kRows + r] =
+                        mx == -CUDART_INF_F
+                            ? 0.f
+                            : expf(lse_at(s0 + s, r) - mx) / sRow[kRows + r];
+                }
+                __syncthreads();
+            }
+            const float4 *src = reinterpret_cast<const float4 *>(
+                                    p.partial_o + ((int64_t)(grp.first_slot + s0) * p.tile_rows + r0) * kDv) + v4;
+            /* Two splits x 8 rows = 16 independent loads in flight, summed in split order. */
+            constexpr int kU = 2;
+            for (int s = 0; s < nc; s += kU) {
+                float4 o[kU][8];
+#pragma unroll
+                for (int u = 0; u < kU; ++u)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+                        if (s + u < nc && r0 + 2 * i < M)
+                            o[u][i] = __ldcg(src + (s + u) * slot_f4 + i * (kDv / 2));
+#pragma unroll
+                for (int u = 0; u < kU; ++u)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+                        if (s + u < nc && r0 + 2 * i < M) {
+                            const float w = sW[(s + u) * kRows + r0 + 2 * i];
+                            acc[i].x += w * o[u][i].x;
+                            acc[i].y += w * o[u][i].y;
+                            acc[i].z += w * o[u][i].z;
+                            acc[i].w += w * o[u][i].w;
+                        }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = r0 + 2 * i;
+            if (r >= M)
+                continue;
+            const float mx = sRow[r];
+            const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + r]);
+            const int h = grp.head_begin + r % nh;
+            const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
+            const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
+            /* acc is the keys-only output; exp(lse_keys - lse) adds the sink. */
+            const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
+            T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + v4 * 4;
+            uint2 packed;
+            packed.x = Dt<T>::pack(acc[i].x * f, acc[i].y * f);
+            packed.y = Dt<T>::pack(acc[i].z * f, acc[i].w * f);
+            *reinterpret_cast<uint2 *>(dst) = packed;
+            if (p.lse && v4 == 0)
+                p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+        }
+    }
+}
+
 /* Cooperative merge of split group g: the group's outputs, M rows x 128 float4 columns
  * (units u = r * 128 + c, also the float4 offset inside a partial slot), are cut into
  * num_splits contiguous slices; slice `part` (the split index of the item whose CTA calls
@@ -350,7 +471,7 @@ __device__ __forceinline__ void issue_block_tma(const fi_mla_params &p, uint32_t
  * (3) weights w[s][rr] = exp(lse - max) / sum in place, (4) each thread sums up to kQ units
  * over its part of the splits (K parts a unit, K = 256 / units, at most n), 4 x kQ loads in
  * flight, then the parts are added in order through shared memory.  part / nparts: the
- * slice (nparts = 1: the whole group, by its last arriver; see merge_is_solo).
+ * slice (nparts = num_splits in merge_phase).
  * Determinism: a row's max / sum come out the same in any slice (same order, same shuffle
  * tree); K depends only on (slice size, n); each part is summed in split order and the
  * parts in order: the bits never depend on which CTA merges which slice.
@@ -360,18 +481,21 @@ __device__ __forceinline__ void issue_block_tma(const fi_mla_params &p, uint32_t
 constexpr int kF4 = kDv / 4; /* float4 columns of an output row */
 constexpr int kQ = 4;        /* units a thread */
 constexpr size_t kMergeFixedBytes = (size_t)kQ * kThreads * 16 + 2 * kRows * 4;
-/* Groups with num_splits x rows <= this (<= 128 KB of fp32 partials) are merged whole by
- * their last arriving CTA right after its item (one CTA reads it fast enough, and the other
- * CTAs skip the merge phase); larger groups are merged cooperatively (merge_phase).
- * Measured on H200 (trace snapshot, 77 groups of 2 x 16 rows): cooperative 70.5 us,
- * last arriver 67.5 us; B 1 x 32k h16 (128 x 16): cooperative 30 us, last arriver 94 us. */
-constexpr int kSoloMergeRows = 64;
+/* Groups with num_splits x rows <= this (<= 512 KB of fp32 partials: 2-4 splits of 64
+ * rows, up to 16 of 16) are merged whole by their last arriving CTA right after its item
+ * (merge_group, as before); larger ones cooperatively by all their CTAs (merge_phase).
+ * Measured on H200 (bench_mla, same GPU, A/B against the last-arriver-only executor):
+ * all-cooperative made B 1 x 32k h16 (128 x 16) 94 -> 30 us and h128 (2 x 64 x 64)
+ * 214-222 -> 80 us, but the trace snapshot (77 groups of 2 x 16 rows) 67.7 -> 70-72 us:
+ * there every CTA with a split paid the merge phase at its end. */
+constexpr int kSoloMergeRows = 256;
 __device__ __forceinline__ bool merge_is_solo(const fi_merge_group &grp) {
     return grp.num_splits * (grp.q_end - grp.q_begin) * (grp.head_end - grp.head_begin) <=
            kSoloMergeRows;
 }
-/* Not inlined: kept out of the kernel body, the item loop's registers do not spill
- * (ptxas -v: 124 spilled bytes when inlined).  -DFIMLA_MERGE_INLINE for comparisons. */
+/* Not inlined, like merge_group: the kernel body spills least that way (ptxas -v, bf16,
+ * bulk-copy path: 36 spilled bytes; 64-80 with either merge inlined; the last-arriver-only
+ * executor had 32).  -DFIMLA_MERGE_INLINE inlines this one, for comparisons. */
 template <typename T>
 __device__
 #ifndef FIMLA_MERGE_INLINE
@@ -529,7 +653,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait_rt(int n) {
  * blocks (KP = 2 independent softmax states, combined at the end), so twice the warps
  * work on the same bytes. */
 template <typename T, bool kTma>
-__device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
+__device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
                          const fi_request_info &rq, unsigned char *smem) {
     T *sP = reinterpret_cast<T *>(smem);
     float *sMax = reinterpret_cast<float *>(smem + kSmemP);
@@ -874,6 +998,7 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         }
     }
     const bool split = it.out_slot >= 0;
+    bool coop = false; /* split of a group merged cooperatively (merge_phase) */
     if (live && kvp == 0) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -920,20 +1045,22 @@ __device__ void run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             const uint32_t n = (uint32_t)grp.num_splits;
             const bool solo = merge_is_solo(grp);
             const uint32_t old = sem_inc(p.semaphores + it.merge_group, solo ? n - 1 : 2 * n - 1);
-            *sFlag = solo && old == n - 1; /* bound n-1 wraps to 0: no reset either */
+            sFlag[0] = solo && old == n - 1; /* bound n-1 wraps to 0: no reset either */
+            sFlag[1] = !solo;
         }
         __syncthreads();
+        coop = sFlag[1] != 0;
         FIMLA_STAMP(2);
         FIMLA_IT(4);
-        if (*sFlag) { /* last arriver of a small group: merge it whole, in the ring */
+        if (sFlag[0]) { /* last arriver of a small group: merge it whole now */
             __threadfence();
-            merge_slice<T>(p, ctx, it.merge_group, 0, 1, reinterpret_cast<unsigned char *>(sKV),
-                           kSmemBytes - ring_off);
+            merge_group<T>(p, ctx, it.merge_group, reinterpret_cast<float *>(sKV), sMax);
         }
         FIMLA_IT(5);
     }
     fence_proxy_async(); /* generic writes to the ring (sO, sW, zero rows) before the next TMA */
     __syncthreads();     /* smem (Q, ring, flags, barriers) is reused by the next item */
+    return coop;
 }
 
 /* Merge phase of a CTA, after ALL its items: for each of its split items, in item order,
@@ -988,20 +1115,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
         it = p.items[i0];
         rq = p.requests[it.request];
     }
-    bool any_split = false;
+    bool any_coop = false;
     for (int i = i0; i < i1; ++i) {
-        any_split |= it.out_slot >= 0;
         fi_work_item nit = it;
         fi_request_info nrq = rq;
         if (i + 1 < i1) {
             nit = p.items[i + 1];
             nrq = p.requests[nit.request];
         }
-        run_item<T, kTma>(p, ctx, it, rq, smem);
+        any_coop |= run_item<T, kTma>(p, ctx, it, rq, smem);
         it = nit;
         rq = nrq;
     }
-    if (any_split)
+    if (any_coop) /* uniform over the CTA */
         merge_phase<T>(p, ctx, i0, i1, smem);
     FIMLA_STAMP(3);
     /* Last: a dependent grid started earlier could take SMs from CTAs not yet resident. */
