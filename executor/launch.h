@@ -19,7 +19,9 @@ extern "C" {
  * and out share it).  enable_pdl: launch with programmatic stream serialization.
  * stream: cudaStream_t.  Graph-capturable.
  * @return a cudaError_t value (0 = cudaSuccess); an unsupported dtype gives
- *   cudaErrorInvalidValue. */
+ *   cudaErrorInvalidValue; num_ctas above what the device holds resident at once (SMs x
+ *   occupancy; the in-kernel cooperative merge waits on other CTAs) gives
+ *   cudaErrorCooperativeLaunchTooLarge, nothing launched. */
 int fi_launch_mla_decode(const fi_mla_params *params, fi_dtype dtype, int enable_pdl,
                          void *stream);
 
