@@ -36,7 +36,8 @@ typedef struct fi_work_item {
 FI_STATIC_ASSERT(sizeof(fi_work_item) == 32, "fi_work_item must stay 32 bytes");
 
 /* One split tile: its partials sit in consecutive slots first_slot .. first_slot +
- * num_splits - 1, in split (KV) order; the last CTA to finish merges them in that order.
+ * num_splits - 1, in split (KV) order, and are merged in that order in the same launch
+ * (by the last CTA to arrive, or by all the group's CTAs for large groups: docs/DESIGN.md).
  * The semaphore of group g is semaphores[g] (u32, self-resetting).  32 bytes. */
 typedef struct fi_merge_group {
     int32_t request;
