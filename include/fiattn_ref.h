@@ -21,7 +21,9 @@
 extern "C" {
 #endif
 
-/* Execute a host or device plan's current host view on the CPU.
+/* Execute a host or device plan's current host view on the CPU, keys in 64-token blocks
+ * with FlashAttention-2's fp32 online softmax (Dao 2023), split partials merged in split
+ * order with the flash-decoding LSE weights.
  * Scratch (partials) is allocated with the plan's allocator for the call and freed.
  * @return FI_OK; FI_ERR_NOT_PLANNED; FI_ERR_NULL_ARGUMENT; FI_ERR_SHAPE_MISMATCH;
  *   FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_OUT_OF_MEMORY; FI_ERR_PLAN_OVER_CAPS (an item or

@@ -54,6 +54,12 @@ typedef struct fi_attn_args {
 } fi_attn_args;
 
 /* Run the plan's attention on the GPU (persistent executor, in-kernel split-k merge).
+ * Kinds on the GPU today: FI_KIND_MLA_DECODE (bf16 / fp16 q, KV and out, sm_90a); the
+ * other kinds return FI_ERR_UNSUPPORTED_KIND (use fi_ref_run on the CPU).
+ * Algorithms: FlashAttention-2 online softmax and warp tiling (Dao 2023), flash-decoding
+ * split-KV with an LSE-weighted merge (Dao et al. 2023), FlashMLA-style persistent decode.
+ * Arguments are read during the call; device tensors stay the caller's and must stay
+ * valid until the launched work completes on `stream`.
  * stream: cudaStream_t.  Graph-capturable: fixed grid, reads the plan from the workspace.
  * @return FI_OK; FI_ERR_NOT_PLANNED, FI_ERR_SHAPE_MISMATCH, FI_ERR_UNSUPPORTED_DTYPE,
  *   FI_ERR_BAD_STRIDE, FI_ERR_MISALIGNED_POINTER, FI_ERR_NULL_ARGUMENT (checked before any
