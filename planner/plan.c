@@ -179,4 +179,12 @@ fi_status fi_plan_get_view(const fi_plan *plan, fi_plan_view *view) {
     return FI_OK;
 }
 
-double fi_plan_balance(const fi_plan *plan) { return plan ? plan->balance : 0.0; }
+/* Derived from the current header: max CTA cost over the mean (total / num_ctas). */
+double fi_plan_balance(const fi_plan *plan) {
+    if (!plan || !plan->planned)
+        return 0.0;
+    const fi_plan_header *h = fi_stage_header(plan->staging[plan->cur], &plan->layout);
+    return h->total_cost > 0
+               ? (double)h->max_cta_cost * plan->layout.num_ctas / (double)h->total_cost
+               : 1.0;
+}

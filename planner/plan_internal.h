@@ -42,7 +42,6 @@ struct fi_plan {
     int64_t *cta_cost;         /* scratch [num_ctas] */
     int64_t *tile_prefix;      /* scratch [max_tiles + 1]: prefix sums of tile costs */
     fi_error_detail err;
-    double balance;
 };
 
 /* Pointers into a staging buffer (or a device workspace: same offsets). */

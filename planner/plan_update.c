@@ -20,8 +20,7 @@ static fi_status set_err(fi_plan *p, fi_status st, int32_t cuda_error) {
 }
 
 /* Build the whole plan for `batch` into staging buffer `base`.  Host only. */
-static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base,
-                       double *balance) {
+static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base) {
     const fi_layout *l = &p->layout;
     fi_error_detail *err = &p->err;
     fi_request_info *requests = fi_stage_requests(base, l);
@@ -66,9 +65,6 @@ static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base,
     h->form = batch->form;
     h->total_cost = r.total_cost;
     h->max_cta_cost = r.max_cta_cost;
-    *balance = r.total_cost > 0
-                   ? (double)r.max_cta_cost * l->num_ctas / (double)r.total_cost
-                   : 1.0;
     return FI_OK;
 }
 
@@ -100,9 +96,8 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
             plan->staging_pending[next] = 0;
         }
     }
-    double balance = 0.0;
     unsigned char *base = plan->staging[next];
-    fi_status st = build(plan, batch, base, &balance);
+    fi_status st = build(plan, batch, base);
     if (st != FI_OK)
         return st; /* build filled plan->err */
     if (device) {
@@ -118,14 +113,12 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
             cudaStreamSynchronize(s);
             plan->cur = next;
             plan->planned = 1;
-            plan->balance = balance;
             return set_err(plan, FI_ERR_CUDA, (int32_t)e);
         }
         plan->staging_pending[next] = 1;
     }
     plan->cur = next;
     plan->planned = 1;
-    plan->balance = balance;
     plan->err = (fi_error_detail){FI_OK, -1, -1, -1, 0};
     return FI_OK;
 }
