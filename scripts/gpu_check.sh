@@ -47,8 +47,9 @@ if [ -f scripts/mla_check.cu ]; then
   fi
 fi
 
-if [ "${1:-}" = "ncu" ] && command -v cuobjdump > /dev/null; then
+if command -v cuobjdump > /dev/null && [ -x build/scripts/mla_check ]; then
   cuobjdump --dump-sass build/scripts/mla_check > "$OUT/sass.txt" 2>&1
+  sum "sass: $(grep -c 'LDL' "$OUT/sass.txt") LDL, $(grep -c 'STL' "$OUT/sass.txt") STL lines (both dtypes)"
 fi
 # 2. the library, GPU tests and benches of the tree (when they exist)
 make NO_JEMALLOC=1 -j"$J" build/libfiattn.a > "$OUT/build_lib.log" 2>&1 && sum "build lib: ok" || { sum "build lib: FAIL"; grep -m5 error "$OUT/build_lib.log"; }
