@@ -5,7 +5,7 @@
  *
  * Shared-memory map of a CTA (dynamic, 227 KB, offsets from the block's base):
  *   [0, kSmemP)            P tiles of the warp pairs, 4 x [16 rows][kPPitch] input dtype
- *   [kOffTab, +1 KB)       stream table: the CTA's first kTab items as StreamItem (16 B)
+ *   [kOffTab, +1.5 KB)     item table: the CTA's first kTab items and requests (TabEntry)
  *   [kOffRed, +1 KB)       row max / row sum exchange, [2 halves][kRows] fp32 each
  *   [kOffFlag, +16 B)      CTA-wide flags (merge decisions)
  *   [kOffBars, +40 B)      one mbarrier per ring stage
@@ -69,12 +69,19 @@ constexpr int kPPitch = kBlockN + 8;      /* P row: 80 B */
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-/* Items whose stream descriptors are staged in shared memory at kernel start; a CTA with
- * more items reads the rest from the plan when the stream reaches them (slower, correct). */
-constexpr int kTab = 64;
+/* Items of a CTA staged in shared memory at kernel start (work item + its request row,
+ * 48 B each): the consumer reads its item there and the producer its page-table row, so
+ * neither holds the next item in registers nor waits on its dependent loads.  A CTA with
+ * more items reads the rest from the plan when it reaches them (slower, correct). */
+constexpr int kTab = 32;
+struct TabEntry {
+    fi_work_item it;
+    fi_request_info rq;
+};
+static_assert(sizeof(TabEntry) == 48, "table entry");
 constexpr size_t kSmemP = (size_t)4 * 16 * kPPitch * 2;              /* 5120 */
 constexpr size_t kOffTab = kSmemP;
-constexpr size_t kOffRed = kOffTab + (size_t)kTab * 16;
+constexpr size_t kOffRed = kOffTab + (size_t)kTab * sizeof(TabEntry);
 constexpr size_t kOffFlag = kOffRed + (size_t)2 * 2 * kRows * sizeof(float);
 constexpr size_t kOffBars = kOffFlag + 16;
 constexpr size_t kSmemFixed = (kOffBars + 8 * kMaxStages + 127) / 128 * 128;
@@ -195,6 +202,19 @@ __device__ __forceinline__ float logaddexp(float a, float b) {
 template <typename U> __device__ __forceinline__ U *dyn_smem(uint32_t off) {
     extern __shared__ __align__(128) unsigned char fimla_smem[];
     return reinterpret_cast<U *>(fimla_smem + off);
+}
+/* Item k (0-based within the CTA's range starting at i0) and its request row: from the
+ * shared table when k < kTab, else from the plan. */
+__device__ __forceinline__ void item_at(const fi_mla_params &p, int i0, int k, fi_work_item &it,
+                                        fi_request_info &rq) {
+    if (k < kTab) {
+        const TabEntry *e = dyn_smem<TabEntry>(kOffTab) + k;
+        it = e->it;
+        rq = e->rq;
+    } else {
+        it = p.items[i0 + k];
+        rq = p.requests[it.request];
+    }
 }
 __device__ __forceinline__ void mbar_inval(uint32_t bar) {
     asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");

@@ -67,22 +67,19 @@ __device__ __forceinline__ void load_q(const fi_mla_params &p, T *sQ, const fi_w
     }
 }
 
-/* The item after the current one, for the Q prefetch (valid = false: none). */
-struct NextItem {
-    bool valid;
-    fi_work_item it;
-    fi_request_info rq;
-};
-
-/* One work item: attention of the tile over KV [kv_begin, kv_end) from the stream (its
- * blocks are gcons .. gcons + nblk - 1), then its output, its arrival and (last arriver of
- * a small group) the merge.  Q is in sQ (cp.async groups committed; waited here).  Sets
- * *q_next when it started loading the next item's Q.  Returns true when the item is a
- * split of a group merged cooperatively after the CTA's last item. */
+/* Item k of the CTA (plan index i0 + k, of n_items): attention of the tile over KV
+ * [kv_begin, kv_end) from the stream (its blocks are gcons .. gcons + nblk - 1), then its
+ * output, its arrival and (last arriver of a small group) the merge.  Q is in sQ (cp.async
+ * groups committed; waited here).  Sets *q_next when it started loading item k+1's Q.
+ * The item is read from the item table twice (loop, epilogue) rather than kept in
+ * registers across the loop.  Returns kItemCoop when the item is a split of a group merged
+ * cooperatively after the CTA's last item, kItemMergeNow when this CTA arrived last in a
+ * small group (merge_now follows). */
+constexpr int kItemCoop = 1, kItemMergeNow = 2;
 template <typename T>
-__device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
-                         const fi_request_info &rq, unsigned char *smem, Ring<T> &ring, int &gcons,
-                         const int KP, const NextItem &nx, bool *q_next) {
+__device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k, int n_items,
+                         unsigned char *smem, Ring<T> &ring, int &gcons, const int KP,
+                         bool *q_next) {
     T *sP = reinterpret_cast<T *>(smem);
     float *sMax = reinterpret_cast<float *>(smem + kOffRed);
     float *sL = sMax + 2 * kRows;
@@ -92,6 +89,9 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     const int wp = warp >> 1, wh = warp & 1;
     const int g = lane >> 2, q4 = lane & 3;
 
+    fi_work_item it;
+    fi_request_info rq;
+    item_at(p, i0, k, it, rq);
     const int nh = it.head_end - it.head_begin;
     const int M = (it.q_end - it.q_begin) * nh;
     const int rg = wp / KP, kvp = wp % KP;
@@ -195,11 +195,6 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         FIMLA_PH(1);
         __syncthreads(); /* row maxima exchanged; nobody reads sQ for this item any more */
         FIMLA_PH(2);
-        if (j == nstep - 1 && nx.valid) { /* the next item's Q, behind this PV and epilogue */
-            load_q<T>(p, sQ, nx.it, nx.rq);
-            cp_async_commit();
-            *q_next = true;
-        }
         if (active) {
             float alpha[2], m_use[2];
 #pragma unroll
@@ -263,6 +258,14 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         FIMLA_PH(5);
     }
     FIMLA_PH_STORE
+    if (k + 1 < n_items) { /* next item's Q, behind this PV and epilogue */
+        fi_work_item nit;
+        fi_request_info nrq;
+        item_at(p, i0, k + 1, nit, nrq);
+        load_q<T>(p, sQ, nit, nrq);
+        cp_async_commit();
+        *q_next = true;
+    }
     FIMLA_IT(2);
     gcons = g0 + nblk;
     /* Scratch for the epilogue: the stage of the block the last step's pair 0 consumed is
@@ -270,7 +273,6 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
      * top-of-step barrier); an item without blocks has only the P tiles (5 KB). */
     float *sScratch = nstep > 0 ? reinterpret_cast<float *>(ring.stage(g0 + (nstep - 1) * KP))
                                 : reinterpret_cast<float *>(smem);
-    const int merge_chunk = nstep > 0 ? 128 : (int)(kSmemP / (kRows * sizeof(float)));
 
     /* Row sums: each half summed its own tokens under the pair's running max. */
     if (live && q4 == 0) {
@@ -328,8 +330,9 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             }
         }
     }
+    item_at(p, i0, k, it, rq); /* again: not kept in registers across the loop */
     const bool split = it.out_slot >= 0;
-    bool coop = false; /* split of a group merged cooperatively (merge_phase) */
+    int result = 0; /* kItemCoop | kItemMergeNow */
     if (live && kvp == 0) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -378,20 +381,33 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             const uint32_t old = sem_inc(p.semaphores + it.merge_group, solo ? n - 1 : 2 * n - 1);
             sFlag[0] = solo && old == n - 1; /* bound n-1 wraps to 0: no reset either */
             sFlag[1] = !solo;
+            sFlag[2] = it.merge_group;
+            sFlag[3] = (int)(reinterpret_cast<unsigned char *>(sScratch) - smem);
         }
         __syncthreads();
-        coop = sFlag[1] != 0;
+        result = (sFlag[1] ? kItemCoop : 0) | (sFlag[0] ? kItemMergeNow : 0);
         FIMLA_STAMP(2);
         FIMLA_IT(4);
-        if (sFlag[0]) { /* last arriver of a small group: merge it whole now */
-            __threadfence();
-            merge_group<T>(p, ctx, it.merge_group, sScratch, merge_chunk, sMax);
-        }
-        FIMLA_IT(5);
     }
-    fence_proxy_async(); /* generic writes to the ring (hand-over, weights) before bulk copies */
-    __syncthreads();     /* P, row stats, flags and the scratch stage are reused next */
-    return coop;
+    fence_proxy_async(); /* generic writes to the ring (hand-over) before bulk copies */
+    __syncthreads();     /* P, row stats and the scratch stage are reused next */
+    return result;
+}
+
+/* The last arriver of a small split group merges it right after run_item (not inside it:
+ * a call made there keeps the whole loop state live across it, and ptxas spilled it into
+ * the KV loop).  Group and scratch offset come from the flags run_item left. */
+template <typename T>
+__device__ __forceinline__ void merge_now(const fi_mla_params &p, const RunCtx &ctx,
+                                          unsigned char *smem) {
+    const int *sFlag = reinterpret_cast<const int *>(smem + kOffFlag);
+    const int off = sFlag[3];
+    const int chunk = off == 0 ? (int)(kSmemP / (kRows * sizeof(float))) : 128;
+    __threadfence();
+    merge_group<T>(p, ctx, sFlag[2], reinterpret_cast<float *>(smem + off), chunk,
+                   reinterpret_cast<float *>(smem + kOffRed));
+    fence_proxy_async(); /* weights written into a ring stage before its next bulk copy */
+    __syncthreads();
 }
 
 template <typename T>
@@ -408,15 +424,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
     const int i0 = p.work_indptr[blockIdx.x], i1 = p.work_indptr[blockIdx.x + 1];
     const int n_items = i1 - i0;
     FIMLA_STAMP(1);
-    /* The first item and its request (every thread; the next ones are prefetched a whole
-     * item ahead), and the stream table with the CTA's widest tile, in one parallel pass. */
-    fi_work_item it;
-    fi_request_info rq;
-    if (n_items > 0) {
-        it = p.items[i0];
-        rq = p.requests[it.request];
-    }
-    StreamItem *tab = reinterpret_cast<StreamItem *>(smem + kOffTab);
+    /* The item table (first kTab items and their requests) and the CTA's widest tile, in
+     * one parallel pass over its items. */
+    TabEntry *tab = reinterpret_cast<TabEntry *>(smem + kOffTab);
     int w16 = 0, w32 = 0, w48 = 0;
     for (int k = threadIdx.x; k < n_items; k += kThreads) {
         const fi_work_item t = p.items[i0 + k];
@@ -425,12 +435,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
         w32 |= M > 32;
         w48 |= M > 48;
         if (k < kTab) {
-            StreamItem s;
-            s.kv_begin = t.kv_begin;
-            s.kv_end = t.kv_end;
-            s.page_row_offset = p.requests[t.request].page_row_offset;
-            s.nblk = item_blocks(t.kv_begin, t.kv_end);
-            tab[k] = s;
+            tab[k].it = t;
+            tab[k].rq = p.requests[t.request];
         }
     }
     /* CTA shape (uniform): KP = 2 when every tile has <= 16 rows; Q rows; ring stages. */
@@ -449,6 +455,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     T *sQ = reinterpret_cast<T *>(smem + kSmemFixed);
     if (n_items > 0) {
+        fi_work_item it;
+        fi_request_info rq;
+        item_at(p, i0, 0, it, rq);
         load_q<T>(p, sQ, it, rq);
         cp_async_commit();
     }
@@ -458,24 +467,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
 
     bool any_coop = false;
     int gcons = 0;
-    bool q_ready = true; /* Q of item i is loaded (or in flight) */
-    for (int i = i0; i < i1; ++i) {
-        NextItem nx;
-        nx.valid = i + 1 < i1;
-        if (nx.valid) {
-            nx.it = p.items[i + 1];
-            nx.rq = p.requests[nx.it.request];
-        }
+    bool q_ready = true; /* Q of item k is loaded (or in flight) */
+    for (int k = 0; k < n_items; ++k) {
         if (!q_ready) {
+            fi_work_item it;
+            fi_request_info rq;
+            item_at(p, i0, k, it, rq);
             load_q<T>(p, sQ, it, rq);
             cp_async_commit();
         }
         q_ready = false;
-        any_coop |= run_item<T>(p, ctx, it, rq, smem, ring, gcons, KP, nx, &q_ready);
-        if (nx.valid) {
-            it = nx.it;
-            rq = nx.rq;
-        }
+        const int r = run_item<T>(p, ctx, i0, k, n_items, smem, ring, gcons, KP, &q_ready);
+        any_coop |= (r & kItemCoop) != 0;
+        if (r & kItemMergeNow)
+            merge_now<T>(p, ctx, smem);
     }
     if (any_coop) { /* uniform over the CTA; the ring is idle, merge_slice reuses all smem */
         if ((int)threadIdx.x < ring.NS)

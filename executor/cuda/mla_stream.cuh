@@ -26,7 +26,7 @@
 
 namespace fimla {
 
-/* What the producer needs of an item; staged in shared memory for the first kTab items. */
+/* What the producer needs of an item (from the item table, mla_common.cuh). */
 struct StreamItem {
     int32_t kv_begin, kv_end, page_row_offset, nblk;
 };
@@ -50,13 +50,13 @@ struct Stream {
     StreamItem d;          /* descriptor of item k */
 
     __device__ __forceinline__ StreamItem desc(const fi_mla_params &p, int kk) const {
-        if (kk < kTab)
-            return dyn_smem<StreamItem>(kOffTab)[kk];
-        const fi_work_item it = p.items[i0 + kk]; /* past the table: read from the plan */
+        fi_work_item it;
+        fi_request_info rq;
+        item_at(p, i0, kk, it, rq);
         StreamItem s;
         s.kv_begin = it.kv_begin;
         s.kv_end = it.kv_end;
-        s.page_row_offset = p.requests[it.request].page_row_offset;
+        s.page_row_offset = rq.page_row_offset;
         s.nblk = item_blocks(it.kv_begin, it.kv_end);
         return s;
     }
