@@ -9,24 +9,25 @@
  *
  * How (one CTA = 8 warps = 256 threads, one CTA per SM):
  *  - Tile: up to 64 rows (q-major: r = (q - q_begin) * heads + (h - head_begin)) in shared
- *    memory, [qrows][576] (+8 pad elements a row so ldmatrix rows fall in distinct banks);
- *    qrows = the CTA's widest item rounded up to 16 (its items share the layout).
- *  - KV: blocks of 32 tokens x 576 elements through the page table, by bulk copies into a
- *    4-5 stage mbarrier ring fed as ONE stream across the CTA's items (mla_stream.cuh):
- *    the next item's first blocks are in flight during this item's tail and epilogue, and
- *    its Q is loaded right after this item's last S = Q K^T.
- *  - Warp w: pair wp = w / 2 (16 rows, or a KV phase, below), half wh = w % 2.  S = Q K^T for
- *    its 16 rows x the wh-th 16 tokens of the block (mma.sync m16n8k16, fp32 accumulate);
- *    the halves swap row maxima through shared memory; each writes its half of P (input
- *    dtype); then O[16 x 256] += P[16 x 32] V[32 x 256] for its half of the 512 output dims
- *    (V = ckv, ldmatrix.trans).  When no item of the CTA has more than 16 rows (heads 16,
- *    q_len 1), pairs 0 and 1 take alternate blocks (KP = 2 softmax states, combined at the
- *    end), so twice the warps work on the same bytes.
+ *    memory, [64][576] (+8 pad elements a row so ldmatrix rows fall in distinct banks).
+ *  - KV: blocks of 32 tokens, 576 elements each (ckv ++ kpe), gathered through the page table
+ *    with 16-byte cp.async into a 3-stage ring (2 blocks in flight while one is computed).
+ *    Tokens outside [kv_begin, kv_end) are zero-filled so P = 0 never meets garbage.
+ *  - Warp w: row group rg = w / 2 (16 rows), half wh = w % 2.  S = Q K^T for its 16 rows x
+ *    the wh-th 16 tokens of the block (mma.sync m16n8k16, fp32 accumulate); the two halves
+ *    swap row maxima through shared memory so both keep the same running max; each writes
+ *    its half of P (input dtype) to shared memory; then O[16 x 256] += P[16 x 32] V[32 x 256]
+ *    for its half of the 512 output dims (V = ckv, read with ldmatrix.trans).  Row groups
+ *    with no live row skip the math (heads 16 / q_len 1 uses warps 0 and 1 only).
  *  - Online softmax in the log2 domain (exp2f), fp32; masked logits are -inf and a row whose
  *    keys are all masked so far keeps m = -inf, l = 0, O = 0 (never NaN).
  *  - Unsplit item: out = bmm2 * O / l * exp(lse_keys - lse), lse = logaddexp(lse_keys, sink).
- *    Split item: fp32 partial O / l and lse_keys into its slot, a threadfence, then one
- *    `atom.acq_rel.gpu.inc` on the group's counter; merges in mla_merge.cuh.
+ *    Split item: fp32 partial O / l and lse_keys into its slot, then a threadfence and an
+ *    `atom.acq_rel.gpu.inc` (arrival) on the group's counter.  Small groups (merge_is_solo):
+ *    the last arriver merges the group at once (merge_group).  Larger ones: after its LAST item a CTA merges, for
+ *    each of its split items, that split's slice of the group's outputs once all n splits
+ *    have arrived (merge_phase / merge_slice: n CTAs share a group's merge; deterministic,
+ *    counters self-resetting, whole grid resident).
  *  - PDL: nothing global is read before griddepcontrol.wait; launch_dependents at the very
  *    end of the CTA (after its merges).
  * Sources of the method: FlashAttention-2 (Dao 2023) online softmax and warp tiling,
@@ -34,21 +35,203 @@
  */
 #pragma once
 
-#include "executor/cuda/mla_common.cuh"
-#include "executor/cuda/mla_merge.cuh"
-#include "executor/cuda/mla_stream.cuh"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "executor/mla_params.h"
 
 namespace fimla {
 
-/* Start loading the tile's Q rows into sQ (cp.async, one commit group for the caller to
- * commit); rows M .. next multiple of 16 are zeroed (their row group is live). */
+#ifdef FIMLA_TIMING
+/* Debug only (scripts/mla_check built with -DFIMLA_TIMING): per-CTA %globaltimer stamps. */
+__device__ unsigned long long g_stamp[1024][4];
+__device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+#define FIMLA_STAMP(i) \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) g_stamp[blockIdx.x][i] = gtimer()
+/* Phase clocks of warp 0 (lane 0) summed over the CTA's steps: [0] data wait, [1] S,
+ * [2] sync after S, [3] softmax, [4] sync after softmax, [5] PV, [6] top sync, [7] steps. */
+__device__ unsigned long long g_phase[1024][8];
+#define FIMLA_PH_DECL long long ph_t = clock64(); long long ph_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#define FIMLA_PH(i) { long long n_ = clock64(); ph_acc[i] += n_ - ph_t; ph_t = n_; }
+/* Item phases (thread 0, summed over items): [0] prologue issued, [1] Q landed,
+ * [2] loop done, [3] combine + output written, [4] fence + semaphore, [5] merge. */
+__device__ unsigned long long g_item[1024][8];
+#define FIMLA_IT_DECL long long it_t = clock64();
+#define FIMLA_IT(i) { long long n_ = clock64(); if (threadIdx.x == 0 && blockIdx.x < 1024) g_item[blockIdx.x][i] += n_ - it_t; it_t = n_; }
+#define FIMLA_PH_STORE \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) for (int q_ = 0; q_ < 8; ++q_) g_phase[blockIdx.x][q_] += ph_acc[q_];
+#else
+#define FIMLA_STAMP(i)
+#define FIMLA_PH_DECL
+#define FIMLA_PH(i)
+#define FIMLA_IT_DECL
+#define FIMLA_IT(i)
+#define FIMLA_PH_STORE
+#endif
+
+constexpr int kThreads = 256;
+constexpr int kRows = 64;                 /* tile rows (fi_tile_rows for MLA) */
+constexpr int kDqk = 576;                 /* 512 ckv + 64 kpe */
+constexpr int kDv = 512;
+constexpr int kChunksNope = kDv / 8;      /* 16-byte chunks of a 512-element row: 64 */
+constexpr int kChunks = kDqk / 8;         /* 72 */
+constexpr int kBlockN = 32;               /* KV tokens per block */
+constexpr int kMaxStages = 5;             /* ring depth when Q needs <= 32 rows */
+constexpr int kPitch = kDqk + 8;          /* elements per smem row: 1168 B, 292 words */
+constexpr int kPPitch = kBlockN + 8;      /* P row: 80 B */
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+/* Shared memory: [P 4x16 rows][row max / sums][flag] then Q (16 rows per live row group)
+ * then the KV ring, as many 32-token stages as fit (4 with 64 Q rows, 5 with <= 32). */
+constexpr size_t kSmemP = (size_t)4 * 16 * kPPitch * 2;
+constexpr size_t kSmemRed = (size_t)2 * 2 * kRows * sizeof(float); /* max and l, per half */
+constexpr size_t kSmemFixed = (kSmemP + kSmemRed + 16 + 8 * kMaxStages + 127) / 128 * 128;
+constexpr size_t kStageBytes = (size_t)kBlockN * kPitch * 2;
+/* Tensor-map stages (page_size >= 16): 9 column tiles of [32 tokens][64 elements], each
+ * 4 KB with the TMA 128-byte swizzle (16-byte chunk c of token row r sits at chunk c ^ (r % 8)),
+ * 1024-byte aligned: ckv columns 64c .. 64c+63 in tile c < 8, kpe in tile 8. */
+constexpr int kTileBytes = kBlockN * 128;
+constexpr size_t kStageBytesTma = (size_t)9 * kTileBytes;
+constexpr size_t kSmemBytes = 232448; /* the sm_90 opt-in maximum per block */
+static_assert(kSmemFixed + (size_t)kRows * kPitch * 2 + 4 * kStageBytes <= kSmemBytes, "smem");
+static_assert(kSmemFixed + (size_t)kRows * kPitch * 2 + 1023 + 4 * kStageBytesTma <= kSmemBytes, "smem");
+
+template <typename T> struct Dt;
+template <> struct Dt<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct Dt<__half> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __half2 v = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t *r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t *r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+/* 16-byte async copy; src_bytes 0 zero-fills the destination (src must still be valid). */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+/* mbarrier + bulk-copy (TMA engine, no tensor map) helpers; addresses are shared::cta. */
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
+                                         uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+/* 3-D tensor-map box -> shared memory, completing on an mbarrier (sm_90 TMA). */
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            int c2, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Self-resetting group counter: returns the old value (old >= bound stores 0, else old+1). */
+__device__ __forceinline__ uint32_t sem_inc(uint32_t *sem, uint32_t bound) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;\n"
+                 : "=r"(old)
+                 : "l"(sem), "r"(bound)
+                 : "memory");
+    return old;
+}
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ float logaddexp(float a, float b) {
+    const float m = fmaxf(a, b);
+    if (m == -CUDART_INF_F)
+        return -CUDART_INF_F;
+    return m + logf(expf(a - m) + expf(b - m));
+}
+
+/* Per-run constants shared by every item of a CTA. */
+struct RunCtx {
+    float scale_log2;  /* bmm1_scale * log2(e) */
+    float scale2;      /* bmm2_scale */
+    int causal;
+    int window_left;
+};
+
+/* Load the tile's Q rows into sQ (rows >= M inside a live row group are zeroed). */
 template <typename T>
 __device__ __forceinline__ void load_q(const fi_mla_params &p, T *sQ, const fi_work_item &it,
-                                       const fi_request_info &rq) {
-    const int nh = it.head_end - it.head_begin;
-    const int M = (it.q_end - it.q_begin) * nh;
+                                       const fi_request_info &rq, int nh, int M) {
+    const int tid = threadIdx.x;
     const int rows_live = (M + 15) & ~15;
-    for (int idx = threadIdx.x; idx < rows_live * kChunks; idx += kThreads) {
+    for (int idx = tid; idx < rows_live * kChunks; idx += kThreads) {
         const int r = idx / kChunks, c = idx - r * kChunks;
         T *dst = sQ + r * kPitch + c * 8;
         if (r < M) {
@@ -67,39 +250,439 @@ __device__ __forceinline__ void load_q(const fi_mla_params &p, T *sQ, const fi_w
     }
 }
 
-/* Item k of the CTA (plan index i0 + k, of n_items): attention of the tile over KV
- * [kv_begin, kv_end) from the stream (its blocks are gcons .. gcons + nblk - 1), then its
- * output, its arrival and (last arriver of a small group) the merge.  Q is in sQ (cp.async
- * groups committed; waited here).  Sets *q_next when it started loading item k+1's Q.
- * The item is read from the item table twice (loop, epilogue) rather than kept in
- * registers across the loop.  Returns kItemCoop when the item is a split of a group merged
- * cooperatively after the CTA's last item, kItemMergeNow when this CTA arrived last in a
- * small group (merge_now follows). */
-constexpr int kItemCoop = 1, kItemMergeNow = 2;
+/* Tokens of a block are spread over the 8 warps: warp w copies tokens 4w .. 4w+3, one a
+ * lane (lanes 0..3), so the bulk copies (uniform operands: the compiler loops over the
+ * lanes) cost each warp 8 issues a block. */
+constexpr int kTokPerWarp = kBlockN / (kThreads / 32);
+
+/* Page index of this lane's token of block b, -1 past the range or for lanes >= 4. */
+__device__ __forceinline__ int32_t fetch_page(const fi_mla_params &p, const fi_request_info &rq,
+                                              int kv_begin, int kv_end, int b, int nblk) {
+    const int lane = threadIdx.x & 31;
+    const int t = kv_begin + b * kBlockN + (threadIdx.x >> 5) * kTokPerWarp + lane;
+    if (lane >= kTokPerWarp || b >= nblk || t >= kv_end)
+        return -1;
+    return p.page_table[rq.page_row_offset + (t >> p.page_shift)];
+}
+
+/* Every warp: copy its 4 tokens of block b into the ring stage with two bulk copies a token
+ * (ckv 1024 B, kpe 128 B) and arrive on the stage's mbarrier (8 arrivals a phase) with
+ * the bytes it expects.  Rows past kv_end are zeroed with ordinary stores, ordered before
+ * the arrival by __syncwarp (P = 0 must not meet NaN bit patterns). */
 template <typename T>
-__device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k, int n_items,
-                         unsigned char *smem, Ring<T> &ring, int &gcons, const int KP,
-                         bool *q_next) {
+__device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, uint32_t bar,
+                                            int t0, int kv_end, int32_t page) {
+    const int lane = threadIdx.x & 31;
+    const int j = (threadIdx.x >> 5) * kTokPerWarp + (lane & (kTokPerWarp - 1));
+    const int t = t0 + j;
+    T *row = stage + j * kPitch;
+    if (lane < kTokPerWarp && page < 0) {
+#pragma unroll 8
+        for (int c = 0; c < kChunks; ++c)
+            reinterpret_cast<uint4 *>(row)[c] = make_uint4(0, 0, 0, 0);
+        fence_proxy_async();
+    }
+    __syncwarp();
+    if (lane == 0) {
+        const int w0 = t0 + (threadIdx.x >> 5) * kTokPerWarp;
+        const int nv = max(0, min(kTokPerWarp, kv_end - w0));
+        mbar_expect_tx(bar, (uint32_t)nv * (kDqk * 2));
+    }
+    if (lane < kTokPerWarp && page >= 0) {
+        const int slot = t & (p.page_size - 1);
+        const T *ckv = (const T *)p.ckv + (int64_t)page * p.ckv_stride_page + (int64_t)slot * p.ckv_stride_tok;
+        const T *kpe = (const T *)p.kpe + (int64_t)page * p.kpe_stride_page + (int64_t)slot * p.kpe_stride_tok;
+        if (kpe == ckv + kDv) {
+            /* Concatenated cache ([.., 576]): one copy a token. */
+            bulk_g2s(smem_u32(row), ckv, kDqk * 2, bar);
+        } else {
+            bulk_g2s(smem_u32(row), ckv, kDv * 2, bar);
+            bulk_g2s(smem_u32(row + kDv), kpe, (kDqk - kDv) * 2, bar);
+        }
+    }
+}
+
+/* Tensor-map path: page indices of block b (blocks start at a multiple of 32 tokens, so a
+ * block lies in one page when page_size >= 32, in two when it is 16). */
+__device__ __forceinline__ void fetch_pages_tma(const fi_mla_params &p, const fi_request_info &rq,
+                                                int t_first, int kv_end, int b, int nblk,
+                                                int32_t *pg) {
+    const int t0 = t_first + b * kBlockN;
+    pg[0] = pg[1] = -1;
+    if (b >= nblk)
+        return;
+    pg[0] = p.page_table[rq.page_row_offset + (t0 >> p.page_shift)];
+    if (p.page_size < kBlockN && t0 + p.page_size < kv_end)
+        pg[1] = p.page_table[rq.page_row_offset + ((t0 + p.page_size) >> p.page_shift)];
+}
+
+/* One thread: 9 boxes a page part (8 of ckv, 1 of kpe) into the stage. */
+__device__ __forceinline__ void issue_block_tma(const fi_mla_params &p, uint32_t stage,
+                                                uint32_t bar, int t0, const int32_t *pg) {
+    if (p.page_size >= kBlockN) {
+        const int slot0 = t0 & (p.page_size - 1);
+        mbar_expect_tx(bar, (uint32_t)kStageBytesTma);
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+            tma_load_3d(stage + c * kTileBytes, &p.tm_ckv, c * 64, slot0, pg[0], bar);
+        tma_load_3d(stage + 8 * kTileBytes, &p.tm_kpe, 0, slot0, pg[0], bar);
+    } else { /* page_size 16: two half blocks of 16 rows (2 KB, still 1024-byte aligned) */
+        const int halves = pg[1] >= 0 ? 2 : 1;
+        mbar_expect_tx(bar, (uint32_t)(halves * 9 * (kTileBytes / 2)));
+        for (int h = 0; h < halves; ++h) {
+#pragma unroll
+            for (int c = 0; c < 8; ++c)
+                tma_load_3d(stage + c * kTileBytes + h * (kTileBytes / 2), &p.tm_ckv, c * 64, 0,
+                            pg[h], bar);
+            tma_load_3d(stage + 8 * kTileBytes + h * (kTileBytes / 2), &p.tm_kpe, 0, 0, pg[h], bar);
+        }
+    }
+}
+
+/* Merge a small split group's partial slots (in split order) into out / lse, by its last
+ * arriving CTA right after that CTA's item (merge_is_solo).  Whole CTA.
+ * The partials sit in L2; every pass issues all its loads at once: (1) all partial LSEs
+ * into shared memory, (2) a warp a row reduces max and sum, (3) weights w_s =
+ * exp(lse_s - max) / sum, (4) each thread sums float4 columns of its rows, splits outer so
+ * its 8 rows' loads are in flight together.  kMergeChunk splits per round. */
+constexpr int kMergeChunk = 256;
+template <typename T>
+__device__ __noinline__ /* see merge_slice */ void merge_group(const fi_mla_params &p, const RunCtx &ctx, int g, float *sW,
+                            float *sRow) {
+    const fi_merge_group grp = p.groups[g];
+    const fi_request_info rq = p.requests[grp.request];
+    const int nh = grp.head_end - grp.head_begin;
+    const int M = (grp.q_end - grp.q_begin) * nh;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int ns = grp.num_splits;
+    const float *plse = p.partial_lse + (int64_t)grp.first_slot * p.tile_rows;
+    /* Row max and sum over all splits (a warp a row, lanes stride the splits).  With at
+     * most kMergeChunk splits the partial LSEs are first staged in shared memory by one
+     * parallel pass, so max, sum and weights cost one L2 round trip, not three. */
+    const bool staged = ns <= kMergeChunk;
+    if (staged) {
+        for (int idx = tid; idx < ns * M; idx += kThreads) {
+            const int s = idx / M, r = idx - s * M;
+            sW[s * kRows + r] = __ldcg(plse + (int64_t)s * p.tile_rows + r);
+        }
+        __syncthreads();
+    }
+    auto lse_at = [&](int s, int r) -> float {
+        return staged ? sW[s * kRows + r] : __ldcg(plse + (int64_t)s * p.tile_rows + r);
+    };
+    for (int r = warp; r < M; r += kThreads / 32) {
+        float mx = -CUDART_INF_F;
+        for (int s = lane; s < ns; s += 32)
+            mx = fmaxf(mx, lse_at(s, r));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.f;
+        if (mx != -CUDART_INF_F)
+            for (int s = lane; s < ns; s += 32)
+                sum += expf(lse_at(s, r) - mx);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) {
+            sRow[r] = mx;
+            sRow[kRows + r] = sum;
+        }
+    }
+    const int v4 = tid & 127; /* float4 column: dims 4*v4 .. 4*v4+3 */
+    const int64_t slot_f4 = (int64_t)p.tile_rows * kDv / 4;
+    /* Passes of 16 rows: thread rows r = 16 * pass + (tid >> 7) + 2 * i, i < 8. */
+    for (int pass = 0; pass * 16 < M; ++pass) {
+        const int r0 = pass * 16 + (tid >> 7);
+        float4 acc[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s0 = 0; s0 < ns; s0 += kMergeChunk) {
+            const int nc = min(kMergeChunk, ns - s0);
+            if (pass == 0 || ns > kMergeChunk) {
+                __syncthreads(); /* sRow ready; previous chunk's sW consumed */
+                for (int idx = tid; idx < nc * M; idx += kThreads) {
+                    const int s = idx / M, r = idx - s * M;
+                    const float mx = sRow[r];
+                    sW[s * kRows + r] =
+                        mx == -CUDART_INF_F
+                            ? 0.f
+                            : expf(lse_at(s0 + s, r) - mx) / sRow[kRows + r];
+                }
+                __syncthreads();
+            }
+            const float4 *src = reinterpret_cast<const float4 *>(
+                                    p.partial_o + ((int64_t)(grp.first_slot + s0) * p.tile_rows + r0) * kDv) + v4;
+            /* Two splits x 8 rows = 16 independent loads in flight, summed in split order. */
+            constexpr int kU = 2;
+            for (int s = 0; s < nc; s += kU) {
+                float4 o[kU][8];
+#pragma unroll
+                for (int u = 0; u < kU; ++u)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+                        if (s + u < nc && r0 + 2 * i < M)
+                            o[u][i] = __ldcg(src + (s + u) * slot_f4 + i * (kDv / 2));
+#pragma unroll
+                for (int u = 0; u < kU; ++u)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+                        if (s + u < nc && r0 + 2 * i < M) {
+                            const float w = sW[(s + u) * kRows + r0 + 2 * i];
+                            acc[i].x += w * o[u][i].x;
+                            acc[i].y += w * o[u][i].y;
+                            acc[i].z += w * o[u][i].z;
+                            acc[i].w += w * o[u][i].w;
+                        }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = r0 + 2 * i;
+            if (r >= M)
+                continue;
+            const float mx = sRow[r];
+            const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + r]);
+            const int h = grp.head_begin + r % nh;
+            const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
+            const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
+            /* acc is the keys-only output; exp(lse_keys - lse) adds the sink. */
+            const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
+            T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + v4 * 4;
+            uint2 packed;
+            packed.x = Dt<T>::pack(acc[i].x * f, acc[i].y * f);
+            packed.y = Dt<T>::pack(acc[i].z * f, acc[i].w * f);
+            *reinterpret_cast<uint2 *>(dst) = packed;
+            if (p.lse && v4 == 0)
+                p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+        }
+    }
+}
+
+/* Cooperative merge of split group g: the group's outputs, M rows x 128 float4 columns
+ * (units u = r * 128 + c, also the float4 offset inside a partial slot), are cut into
+ * num_splits contiguous slices; slice `part` (the split index of the item whose CTA calls
+ * this) is merged here, by the whole CTA, once every split of the group has arrived.  So a
+ * group of n splits is merged by n CTAs at once (B 1 x 32k h16: 128 CTAs read 32 KB each
+ * instead of one CTA reading 4 MB).
+ * Latency (this runs at the end of a CTA, on the kernel's tail): (1) the slice rows'
+ * partial LSEs in one parallel pass into shared memory, (2) a warp a row: max and sum,
+ * (3) weights w[s][rr] = exp(lse - max) / sum in place, (4) each thread sums up to kQ units
+ * over its part of the splits (K parts a unit, K = 256 / units, at most n), 4 x kQ loads in
+ * flight, then the parts are added in order through shared memory.  part / nparts: the
+ * slice (nparts = num_splits in merge_phase).
+ * Determinism: a row's max / sum come out the same in any slice (same order, same shuffle
+ * tree); K depends only on (slice size, n); each part is summed in split order and the
+ * parts in order: the bits never depend on which CTA merges which slice.
+ * Shared memory (the whole dynamic block; no item is in flight): [kQ][kThreads] float4 part
+ * sums, [2][kRows] row max / sum, then [n][R] LSEs / weights when they fit (else read from
+ * L2 each time). */
+constexpr int kF4 = kDv / 4; /* float4 columns of an output row */
+constexpr int kQ = 4;        /* units a thread */
+constexpr size_t kMergeFixedBytes = (size_t)kQ * kThreads * 16 + 2 * kRows * 4;
+/* Groups with num_splits x rows <= this (<= 512 KB of fp32 partials: 2-4 splits of 64
+ * rows, up to 16 of 16) are merged whole by their last arriving CTA right after its item
+ * (merge_group, as before); larger ones cooperatively by all their CTAs (merge_phase).
+ * Measured on H200 (bench_mla, same GPU, A/B against the last-arriver-only executor):
+ * all-cooperative made B 1 x 32k h16 (128 x 16) 94 -> 30 us and h128 (2 x 64 x 64)
+ * 214-222 -> 80 us, but the trace snapshot (77 groups of 2 x 16 rows) 67.7 -> 70-72 us:
+ * there every CTA with a split paid the merge phase at its end. */
+constexpr int kSoloMergeRows = 256;
+__device__ __forceinline__ bool merge_is_solo(const fi_merge_group &grp) {
+    return grp.num_splits * (grp.q_end - grp.q_begin) * (grp.head_end - grp.head_begin) <=
+           kSoloMergeRows;
+}
+/* Not inlined, like merge_group: the kernel body spills least that way (ptxas -v, bf16,
+ * bulk-copy path: 36 spilled bytes; 64-80 with either merge inlined; the last-arriver-only
+ * executor had 32).  -DFIMLA_MERGE_INLINE inlines this one, for comparisons. */
+template <typename T>
+__device__
+#ifndef FIMLA_MERGE_INLINE
+__noinline__
+#endif
+void merge_slice(const fi_mla_params &p, const RunCtx &ctx, int g, int part, int nparts,
+                 unsigned char *smem, size_t smem_bytes) {
+    const fi_merge_group grp = p.groups[g];
+    const fi_request_info rq = p.requests[grp.request];
+    const int nh = grp.head_end - grp.head_begin;
+    const int M = (grp.q_end - grp.q_begin) * nh;
+    const int ns = grp.num_splits;
+    const int U = M * kF4;
+    const int u0 = (int)((int64_t)part * U / nparts), u1 = (int)((int64_t)(part + 1) * U / nparts);
+    if (u0 >= u1)
+        return; /* uniform over the CTA */
+    const int r_lo = u0 / kF4, R = (u1 - 1) / kF4 - r_lo + 1;
+    float4 *sAcc = reinterpret_cast<float4 *>(smem);
+    float *sRow = reinterpret_cast<float *>(smem + (size_t)kQ * kThreads * 16);
+    float *sWt = sRow + 2 * kRows;
+    const bool staged = (size_t)ns * R * 4 + kMergeFixedBytes <= smem_bytes;
+    const float *plse = p.partial_lse + (int64_t)grp.first_slot * p.tile_rows + r_lo;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    if (staged) {
+        for (int idx = tid; idx < ns * R; idx += kThreads) {
+            const int s = idx / R, rr = idx - s * R;
+            sWt[idx] = __ldcg(plse + (int64_t)s * p.tile_rows + rr);
+        }
+        __syncthreads();
+    }
+    auto lse_at = [&](int s, int rr) -> float {
+        return staged ? sWt[s * R + rr] : __ldcg(plse + (int64_t)s * p.tile_rows + rr);
+    };
+    for (int rr = warp; rr < R; rr += kThreads / 32) {
+        float mx = -CUDART_INF_F;
+        for (int s = lane; s < ns; s += 32)
+            mx = fmaxf(mx, lse_at(s, rr));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.f;
+        if (mx != -CUDART_INF_F)
+            for (int s = lane; s < ns; s += 32)
+                sum += expf(lse_at(s, rr) - mx);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) {
+            sRow[rr] = mx;
+            sRow[kRows + rr] = sum;
+        }
+    }
+    __syncthreads();
+    auto weight_of = [&](float lse, int rr) -> float {
+        const float mx = sRow[rr];
+        return mx == -CUDART_INF_F ? 0.f : expf(lse - mx) / sRow[kRows + rr];
+    };
+    if (staged) {
+        for (int idx = tid; idx < ns * R; idx += kThreads)
+            sWt[idx] = weight_of(sWt[idx], idx % R); /* in place: own element only */
+        __syncthreads();
+    }
+    auto weight = [&](int s, int rr) -> float {
+        return staged ? sWt[s * R + rr] : weight_of(__ldcg(plse + (int64_t)s * p.tile_rows + rr), rr);
+    };
+    const int nu = u1 - u0;
+    const int K = max(1, min(ns, kThreads / nu)); /* parts a unit (1 when nu >= 256) */
+    const int per = kThreads / K;                      /* units a round, per q */
+    const int k = tid % K, jt = tid / K;
+    const int sa = (int)((int64_t)k * ns / K), sb = (int)((int64_t)(k + 1) * ns / K);
+    const int64_t slot_f4 = (int64_t)p.tile_rows * kF4;
+    const float4 *po = reinterpret_cast<const float4 *>(p.partial_o) + (int64_t)grp.first_slot * slot_f4;
+    for (int base = 0; base < nu; base += kQ * per) {
+        float4 a[kQ];
+        int uq[kQ];
+        bool vq[kQ];
+#pragma unroll
+        for (int q = 0; q < kQ; ++q) {
+            const int j = base + q * per + jt;
+            vq[q] = jt < per && j < nu;
+            uq[q] = u0 + j;
+            a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        for (int s = sa; s < sb; s += 4) {
+            float4 o[4][kQ]; /* 4 splits x kQ units in flight, summed in split order */
+#pragma unroll
+            for (int h = 0; h < 4; ++h)
+#pragma unroll
+                for (int q = 0; q < kQ; ++q)
+                    if (s + h < sb && vq[q])
+                        o[h][q] = __ldcg(po + (int64_t)(s + h) * slot_f4 + uq[q]);
+#pragma unroll
+            for (int h = 0; h < 4; ++h)
+#pragma unroll
+                for (int q = 0; q < kQ; ++q)
+                    if (s + h < sb && vq[q]) {
+                        const float w = weight(s + h, uq[q] / kF4 - r_lo);
+                        a[q].x += w * o[h][q].x;
+                        a[q].y += w * o[h][q].y;
+                        a[q].z += w * o[h][q].z;
+                        a[q].w += w * o[h][q].w;
+                    }
+        }
+        if (K > 1) {
+#pragma unroll
+            for (int q = 0; q < kQ; ++q)
+                sAcc[q * kThreads + tid] = a[q];
+            __syncthreads();
+        }
+        if (k == 0) {
+#pragma unroll
+            for (int q = 0; q < kQ; ++q) {
+                if (!vq[q])
+                    continue;
+                float4 t = a[q];
+                for (int kk = 1; kk < K; ++kk) {
+                    const float4 b = sAcc[q * kThreads + tid + kk];
+                    t.x += b.x;
+                    t.y += b.y;
+                    t.z += b.z;
+                    t.w += b.w;
+                }
+                const int r = uq[q] / kF4, c = uq[q] - r * kF4, rr = r - r_lo;
+                const float mx = sRow[rr];
+                const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + rr]);
+                const int h = grp.head_begin + r % nh;
+                const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
+                const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
+                /* t is the keys-only output; exp(lse_keys - lse) adds the sink. */
+                const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
+                T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + c * 4;
+                uint2 packed;
+                packed.x = Dt<T>::pack(t.x * f, t.y * f);
+                packed.y = Dt<T>::pack(t.z * f, t.w * f);
+                *reinterpret_cast<uint2 *>(dst) = packed;
+                if (p.lse && c == 0)
+                    p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+            }
+        }
+        if (K > 1)
+            __syncthreads(); /* sAcc is rewritten by the next round */
+    }
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait_rt(int n) {
+    if (n >= N)
+        cp_async_wait<N>();
+    else if constexpr (N > 0)
+        cp_async_wait_rt<N - 1>(n);
+}
+
+/* One work item: attention of the tile over KV [kv_begin, kv_end), then its output.
+ * Warp pair wp = warp / 2 covers rows rg * 16 .. + 16 of the tile and, when the tile has
+ * one live row group (M <= 16: heads 16, q_len 1), the pairs 0 and 1 take alternate KV
+ * blocks (KP = 2 independent softmax states, combined at the end), so twice the warps
+ * work on the same bytes. */
+template <typename T, bool kTma>
+__device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
+                         const fi_request_info &rq, unsigned char *smem) {
     T *sP = reinterpret_cast<T *>(smem);
-    float *sMax = reinterpret_cast<float *>(smem + kOffRed);
+    float *sMax = reinterpret_cast<float *>(smem + kSmemP);
     float *sL = sMax + 2 * kRows;
-    int *sFlag = reinterpret_cast<int *>(smem + kOffFlag);
+    int *sFlag = reinterpret_cast<int *>(sL + 2 * kRows);
     T *sQ = reinterpret_cast<T *>(smem + kSmemFixed);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wp = warp >> 1, wh = warp & 1;
     const int g = lane >> 2, q4 = lane & 3;
 
-    fi_work_item it;
-    fi_request_info rq;
-    item_at(p, i0, k, it, rq);
     const int nh = it.head_end - it.head_begin;
     const int M = (it.q_end - it.q_begin) * nh;
+    const int KP = M <= 16 ? 2 : 1;           /* KV blocks computed at once */
+    const int qrows = (M + 15) & ~15;
+    const size_t stage_bytes = kTma ? kStageBytesTma : kStageBytes;
+    size_t ring_off = kSmemFixed + (size_t)qrows * kPitch * 2;
+    if (kTma) /* swizzled TMA destinations want 1024-byte alignment */
+        ring_off = ((smem_u32(smem) + ring_off + 1023) & ~(size_t)1023) - smem_u32(smem);
+    T *sKV = reinterpret_cast<T *>(smem + ring_off);
+    const int NS = min(kMaxStages, (int)((kSmemBytes - ring_off) / stage_bytes));
+    const int AHEAD = NS - KP;                 /* blocks in flight beyond the current step */
     const int rg = wp / KP, kvp = wp % KP;
     const bool live = rg * 16 < M;
     const int kv_begin = it.kv_begin, kv_end = it.kv_end;
-    const int nblk = item_blocks(kv_begin, kv_end);
+    /* TMA blocks start at a multiple of 32 (one page part each); the keys before kv_begin
+     * that this pulls in are cache rows of the same request, masked below. */
+    const int t_first = kTma ? (kv_begin & ~(kBlockN - 1)) : kv_begin;
+    const int nblk = (kv_end - t_first + kBlockN - 1) / kBlockN;
     const int nstep = (nblk + KP - 1) / KP;
-    const int g0 = gcons; /* global index of this item's first block */
 
     /* Key bounds [lo, hi] of this thread's two rows (rg*16 + g and + 8). */
     int lo[2], hi[2];
@@ -108,8 +691,8 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
         const int r = rg * 16 + g + 8 * i;
         if (r < M) {
             const int pos = rq.kv_len - rq.q_len + it.q_begin + r / nh;
-            const int h_ = ctx.causal ? pos : rq.kv_len - 1;
-            const int l_ = ctx.window_left >= 0 ? max(0, pos - ctx.window_left) : 0;
+            int h_ = ctx.causal ? pos : rq.kv_len - 1;
+            int l_ = ctx.window_left >= 0 ? max(0, pos - ctx.window_left) : 0;
             lo[i] = max(l_, kv_begin);
             hi[i] = min(h_, kv_end - 1);
         } else {
@@ -117,8 +700,57 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
             hi[i] = -1;
         }
     }
+
+    /* Ring: stage k has mbarrier bars[k]; block b lives in stage b % NS, its (b / NS)-th
+     * use, so it is complete at parity (b / NS) & 1.  The barriers are re-initialised per
+     * item (no copy is pending between items).  Producers: thread 0 with tensor maps (9
+     * boxes a block), else every warp (bulk copies of its 4 tokens).  Page indices are
+     * fetched one step ahead of their copies. */
     FIMLA_IT_DECL
-    cp_async_wait<0>(); /* this item's Q (visible to all after the first step's barrier) */
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sFlag + 2);
+    const uint32_t bar0 = smem_u32(bars);
+    const bool producer = kTma ? tid == 0 : true; /* TMA: one thread; else all warps */
+    auto stage_of = [&](int b) -> T * {
+        return reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + (b % NS) * stage_bytes);
+    };
+    if (tid < NS)
+        mbar_init(bar0 + tid * 8, kTma ? 1 : kThreads / 32);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    load_q<T>(p, sQ, it, rq, nh, M);
+    cp_async_commit();
+    __syncthreads(); /* barriers initialised before any copy or wait */
+    int32_t pg[2][2] = {{-1, -1}, {-1, -1}}; /* [block of the step][page part] */
+    if (producer) {
+        if constexpr (kTma) {
+            int32_t pp[kMaxStages][2];
+#pragma unroll
+            for (int b = 0; b < kMaxStages; ++b)
+                fetch_pages_tma(p, rq, t_first, kv_end, b < AHEAD ? b : nblk, nblk, pp[b]);
+#pragma unroll
+            for (int b = 0; b < kMaxStages; ++b)
+                if (b < AHEAD && b < nblk)
+                    issue_block_tma(p, smem_u32(stage_of(b)), bar0 + (b % NS) * 8,
+                                    t_first + b * kBlockN, pp[b]);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                fetch_pages_tma(p, rq, t_first, kv_end, i < KP ? AHEAD + i : nblk, nblk, pg[i]);
+        } else {
+            int32_t pp[kMaxStages];
+#pragma unroll
+            for (int b = 0; b < kMaxStages; ++b)
+                pp[b] = b < AHEAD ? fetch_page(p, rq, kv_begin, kv_end, b, nblk) : -1;
+#pragma unroll
+            for (int b = 0; b < kMaxStages; ++b)
+                if (b < AHEAD && b < nblk)
+                    issue_block<T>(p, stage_of(b), bar0 + (b % NS) * 8,
+                                   kv_begin + b * kBlockN, kv_end, pp[b]);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                pg[i][0] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, AHEAD + i, nblk) : -1;
+        }
+    }
+    FIMLA_IT(0);
+    cp_async_wait<0>(); /* Q */
     FIMLA_IT(1);
 
     float acc[32][4];
@@ -129,20 +761,42 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
     float l_run[2] = {0.f, 0.f};
 
     const uint32_t sQ_a = smem_u32(sQ + (rg * 16 + (lane & 15)) * kPitch + (lane >> 4) * 8);
-    const uint32_t sP_a = smem_u32(sP + (wp * 16 + (lane & 15)) * kPPitch + (lane >> 4) * 8);
+    const uint32_t sP_a =
+        smem_u32(sP + (wp * 16 + (lane & 15)) * kPPitch + (lane >> 4) * 8);
 
     FIMLA_PH_DECL
     for (int j = 0; j < nstep; ++j) {
         FIMLA_PH(7);
         __syncthreads(); /* step j-1 is done everywhere: its stages may be refilled */
         FIMLA_PH(6);
-        ring.produce(p, g0 + j * KP);
+        if (producer) {
+            const int bn = AHEAD + j * KP;
+            if constexpr (kTma) {
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    if (i < KP && bn + i < nblk)
+                        issue_block_tma(p, smem_u32(stage_of(bn + i)), bar0 + ((bn + i) % NS) * 8,
+                                        t_first + (bn + i) * kBlockN, pg[i]);
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    fetch_pages_tma(p, rq, t_first, kv_end, i < KP ? bn + KP + i : nblk, nblk, pg[i]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    if (i < KP && bn + i < nblk)
+                        issue_block<T>(p, stage_of(bn + i), bar0 + ((bn + i) % NS) * 8,
+                                       kv_begin + (bn + i) * kBlockN, kv_end, pg[i][0]);
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    pg[i][0] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, bn + KP + i, nblk) : -1;
+            }
+        }
         const int b = j * KP + kvp;
         const bool active = live && b < nblk;
-        const T *stage = ring.stage(g0 + b);
-        const int t0 = kv_begin + b * kBlockN;
+        const T *stage = stage_of(b);
+        const int t0 = t_first + b * kBlockN;
         if (active)
-            ring.wait(g0 + b);
+            mbar_wait(bar0 + (b % NS) * 8, (uint32_t)(b / NS) & 1u);
         FIMLA_PH(0);
         float s[2][2][4]; /* [k parity][n8 tile][frag]: two chains per tile for ILP */
         if (active) {
@@ -153,18 +807,26 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
                     s[a][n][0] = s[a][n][1] = s[a][n][2] = s[a][n][3] = 0.f;
             /* B rows: tokens wh*16 + (lane>>4)*8 + (lane&7), k offset ((lane>>3)&1)*8. */
             const int kr = wh * 16 + (lane >> 4) * 8 + (lane & 7);
-            const uint32_t sK_a = smem_u32(stage + kr * kPitch + ((lane >> 3) & 1) * 8);
+            const uint32_t sK_a = kTma ? smem_u32(stage) + kr * 128
+                                       : smem_u32(stage + kr * kPitch + ((lane >> 3) & 1) * 8);
+            const uint32_t ky = ((lane >> 3) & 1) ^ (lane & 7); /* swizzle: chunk ^ row % 8 */
+            auto k_addr = [&](int k) -> uint32_t {
+                if constexpr (kTma)
+                    return sK_a + (k >> 2) * kTileBytes + ((((2 * k) & 7) ^ ky) << 4);
+                else
+                    return sK_a + k * 32;
+            };
             /* Fragments double-buffered one k-step ahead: the ldmatrix latency hides
              * behind the previous step's mma (asm volatile keeps program order). */
             uint32_t af[2][4], bf[2][4];
             ldsm_x4(sQ_a, af[0]);
-            ldsm_x4(sK_a, bf[0]);
+            ldsm_x4(k_addr(0), bf[0]);
 #pragma unroll
             for (int k = 0; k < kDqk / 16; ++k) {
                 const int c = k & 1;
                 if (k + 1 < kDqk / 16) {
                     ldsm_x4(sQ_a + (k + 1) * 32, af[c ^ 1]);
-                    ldsm_x4(sK_a + (k + 1) * 32, bf[c ^ 1]);
+                    ldsm_x4(k_addr(k + 1), bf[c ^ 1]);
                 }
                 Dt<T>::mma(s[c][0], af[c], bf[c][0], bf[c][1]);
                 Dt<T>::mma(s[c][1], af[c], bf[c][2], bf[c][3]);
@@ -193,8 +855,21 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
             }
         }
         FIMLA_PH(1);
-        __syncthreads(); /* row maxima exchanged; nobody reads sQ for this item any more */
+        __syncthreads();
         FIMLA_PH(2);
+        if (kTma && active && t0 + kBlockN > kv_end) {
+            /* Tail block: rows past kv_end hold whatever the page had (or nothing, for an
+             * unissued half page); V must be finite there since P = 0 multiplies it. */
+            const int v0 = kv_end - t0;
+            const int pt = wh * 32 + lane;
+            for (int idx = pt; idx < (kBlockN - v0) * 72; idx += 64) {
+                const int r = v0 + idx / 72, ch = idx % 72;
+
+                *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(const_cast<T *>(stage)) +
+                                           (ch >> 3) * kTileBytes + r * 128 + (ch & 7) * 16) =
+                    make_uint4(0, 0, 0, 0);
+            }
+        }
         if (active) {
             float alpha[2], m_use[2];
 #pragma unroll
@@ -238,9 +913,15 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
         if (active) {
             /* V = ckv: tokens are k, dims are n; ldmatrix.trans gives the col-major B frag. */
             const int vr = ((lane >> 3) & 1) * 8 + (lane & 7);
-            const uint32_t sV_a = smem_u32(stage + vr * kPitch + wh * 256 + (lane >> 4) * 8);
+            const uint32_t sV_a = kTma ? smem_u32(stage) + vr * 128 + wh * 4 * kTileBytes
+                                       : smem_u32(stage + vr * kPitch + wh * 256 + (lane >> 4) * 8);
+            const uint32_t vy = (lane >> 4) ^ (lane & 7);
             auto v_addr = [&](int x) -> uint32_t { /* x = kk * 16 + nn */
-                return sV_a + ((x >> 4) * 16 * kPitch + (x & 15) * 16) * 2;
+                const int kk = x >> 4, nn = x & 15;
+                if constexpr (kTma)
+                    return sV_a + kk * 16 * 128 + (nn >> 2) * kTileBytes + ((((2 * nn) & 7) ^ vy) << 4);
+                else
+                    return sV_a + (kk * 16 * kPitch + nn * 16) * 2;
             };
             uint32_t pf[2][4], vf[2][4];
             ldsm_x4(sP_a, pf[0]);
@@ -258,21 +939,7 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
         FIMLA_PH(5);
     }
     FIMLA_PH_STORE
-    if (k + 1 < n_items) { /* next item's Q, behind this PV and epilogue */
-        fi_work_item nit;
-        fi_request_info nrq;
-        item_at(p, i0, k + 1, nit, nrq);
-        load_q<T>(p, sQ, nit, nrq);
-        cp_async_commit();
-        *q_next = true;
-    }
     FIMLA_IT(2);
-    gcons = g0 + nblk;
-    /* Scratch for the epilogue: the stage of the block the last step's pair 0 consumed is
-     * free until the next item's first step (the producer refills it only after the next
-     * top-of-step barrier); an item without blocks has only the P tiles (5 KB). */
-    float *sScratch = nstep > 0 ? reinterpret_cast<float *>(ring.stage(g0 + (nstep - 1) * KP))
-                                : reinterpret_cast<float *>(smem);
 
     /* Row sums: each half summed its own tokens under the pair's running max. */
     if (live && q4 == 0) {
@@ -284,7 +951,7 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
         }
     }
     __syncthreads();
-    /* KP = 2: pair 1 hands its O (scaled to the common max) to pair 0 through the scratch. */
+    /* KP = 2: pair 1 hands its O (scaled to the common max) to pair 0 through the ring. */
     float lt[2], mt[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -306,8 +973,8 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
             }
         }
     }
-    if (KP == 2 && nstep > 0) { /* no blocks: both pairs hold zeros */
-        float *sO = sScratch; /* [2 halves][16 rows][256] fp32 = 32 KB */
+    if (KP == 2) {
+        float *sO = reinterpret_cast<float *>(sKV); /* [2 halves][16 rows][256] fp32 */
         if (wp == 1) {
 #pragma unroll
             for (int n = 0; n < 32; ++n) {
@@ -330,9 +997,8 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
             }
         }
     }
-    item_at(p, i0, k, it, rq); /* again: not kept in registers across the loop */
     const bool split = it.out_slot >= 0;
-    int result = 0; /* kItemCoop | kItemMergeNow */
+    bool coop = false; /* split of a group merged cooperatively (merge_phase) */
     if (live && kvp == 0) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -381,38 +1047,56 @@ __device__ int run_item(const fi_mla_params &p, const RunCtx &ctx, int i0, int k
             const uint32_t old = sem_inc(p.semaphores + it.merge_group, solo ? n - 1 : 2 * n - 1);
             sFlag[0] = solo && old == n - 1; /* bound n-1 wraps to 0: no reset either */
             sFlag[1] = !solo;
-            sFlag[2] = it.merge_group;
-            sFlag[3] = (int)(reinterpret_cast<unsigned char *>(sScratch) - smem);
         }
         __syncthreads();
-        result = (sFlag[1] ? kItemCoop : 0) | (sFlag[0] ? kItemMergeNow : 0);
+        coop = sFlag[1] != 0;
         FIMLA_STAMP(2);
         FIMLA_IT(4);
+        if (sFlag[0]) { /* last arriver of a small group: merge it whole now */
+            __threadfence();
+            merge_group<T>(p, ctx, it.merge_group, reinterpret_cast<float *>(sKV), sMax);
+        }
+        FIMLA_IT(5);
     }
-    fence_proxy_async(); /* generic writes to the ring (hand-over) before bulk copies */
-    __syncthreads();     /* P, row stats and the scratch stage are reused next */
-    return result;
+    fence_proxy_async(); /* generic writes to the ring (sO, sW, zero rows) before the next TMA */
+    __syncthreads();     /* smem (Q, ring, flags, barriers) is reused by the next item */
+    return coop;
 }
 
-/* The last arriver of a small split group merges it right after run_item (not inside it:
- * a call made there keeps the whole loop state live across it, and ptxas spilled it into
- * the KV loop).  Group and scratch offset come from the flags run_item left. */
+/* Merge phase of a CTA, after ALL its items: for each of its split items, in item order,
+ * wait until the group's counter shows all n arrivals, merge the item's slice, depart.
+ * Counter of a group with n splits, atom.inc bound 2n-1, zero at rest: n arrivals
+ * (run_item) bring it to n; each of the n departures adds one and the last one (old value
+ * 2n-1) wraps it to 0, so no reset is needed between replays.  A waiter cannot see the
+ * wrap before it departs itself, so "value >= n" is the complete condition.  Waiting is
+ * deadlock-free only if every CTA of the grid is resident (a CTA waits only after issuing
+ * all its arrivals): fi_launch_mla_decode refuses larger grids. */
 template <typename T>
-__device__ __forceinline__ void merge_now(const fi_mla_params &p, const RunCtx &ctx,
-                                          unsigned char *smem) {
-    const int *sFlag = reinterpret_cast<const int *>(smem + kOffFlag);
-    const int off = sFlag[3];
-    const int chunk = off == 0 ? (int)(kSmemP / (kRows * sizeof(float))) : 128;
-    __threadfence();
-    merge_group<T>(p, ctx, sFlag[2], reinterpret_cast<float *>(smem + off), chunk,
-                   reinterpret_cast<float *>(smem + kOffRed));
-    fence_proxy_async(); /* weights written into a ring stage before its next bulk copy */
-    __syncthreads();
+__device__ void merge_phase(const fi_mla_params &p, const RunCtx &ctx, int i0, int i1,
+                            unsigned char *smem) {
+    for (int i = i0; i < i1; ++i) {
+        const int slot = p.items[i].out_slot, g = p.items[i].merge_group;
+        if (slot < 0)
+            continue;
+        const fi_merge_group grp = p.groups[g];
+        if (merge_is_solo(grp))
+            continue;
+        const int n = grp.num_splits;
+        if (threadIdx.x == 0)
+            while (ld_acquire(p.semaphores + g) < (uint32_t)n)
+                __nanosleep(64);
+        __syncthreads();
+        __threadfence();
+        merge_slice<T>(p, ctx, g, slot - grp.first_slot, n, smem, kSmemBytes);
+        __syncthreads();
+        if (threadIdx.x == 0)
+            sem_inc(p.semaphores + g, (uint32_t)(2 * n - 1));
+    }
 }
 
-template <typename T>
+template <typename T, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ fi_mla_params p) {
-    unsigned char *smem = dyn_smem<unsigned char>(0);
+    extern __shared__ __align__(128) unsigned char smem[];
     FIMLA_STAMP(0);
     /* Everything global (plan, q, KV, scales) may come from the previous kernel. */
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -422,85 +1106,42 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
     ctx.causal = p.header->causal;
     ctx.window_left = p.header->window_left;
     const int i0 = p.work_indptr[blockIdx.x], i1 = p.work_indptr[blockIdx.x + 1];
-    const int n_items = i1 - i0;
     FIMLA_STAMP(1);
-    /* The item table (first kTab items and their requests) and the CTA's widest tile, in
-     * one parallel pass over its items. */
-    TabEntry *tab = reinterpret_cast<TabEntry *>(smem + kOffTab);
-    int w16 = 0, w32 = 0, w48 = 0;
-    for (int k = threadIdx.x; k < n_items; k += kThreads) {
-        const fi_work_item t = p.items[i0 + k];
-        const int M = (t.q_end - t.q_begin) * (t.head_end - t.head_begin);
-        w16 |= M > 16;
-        w32 |= M > 32;
-        w48 |= M > 48;
-        if (k < kTab) {
-            tab[k].it = t;
-            tab[k].rq = p.requests[t.request];
-        }
+    /* The next item and its request row are loaded while this one runs (two dependent
+     * global round trips off each item's critical path). */
+    fi_work_item it;
+    fi_request_info rq;
+    if (i0 < i1) {
+        it = p.items[i0];
+        rq = p.requests[it.request];
     }
-    /* CTA shape (uniform): KP = 2 when every tile has <= 16 rows; Q rows; ring stages. */
-    w16 = __syncthreads_or(w16);
-    w32 = __syncthreads_or(w32);
-    w48 = __syncthreads_or(w48); /* also publishes the table */
-    const int KP = w16 ? 1 : 2;
-    const int qrows = 16 * (1 + w16 + w32 + w48);
-    Ring<T> ring;
-    ring.base = (uint32_t)(kSmemFixed + (size_t)qrows * kPitch * 2);
-    ring.NS = min(kMaxStages, (int)((kSmemBytes - kSmemFixed - (size_t)qrows * kPitch * 2) / kStageBytes));
-    const uint32_t bar0 = smem_u32(smem + kOffBars);
-    ring.gprod = 0;
-    if ((int)threadIdx.x < ring.NS)
-        mbar_init(bar0 + threadIdx.x * 8, kThreads / 32);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    T *sQ = reinterpret_cast<T *>(smem + kSmemFixed);
-    if (n_items > 0) {
-        fi_work_item it;
-        fi_request_info rq;
-        item_at(p, i0, 0, it, rq);
-        load_q<T>(p, sQ, it, rq);
-        cp_async_commit();
-    }
-    __syncthreads(); /* barriers initialised before any copy or wait */
-    ring.st.start(p, i0, n_items);
-    ring.fill(p);
-
     bool any_coop = false;
-    int gcons = 0;
-    bool q_ready = true; /* Q of item k is loaded (or in flight) */
-    for (int k = 0; k < n_items; ++k) {
-        if (!q_ready) {
-            fi_work_item it;
-            fi_request_info rq;
-            item_at(p, i0, k, it, rq);
-            load_q<T>(p, sQ, it, rq);
-            cp_async_commit();
+    for (int i = i0; i < i1; ++i) {
+        fi_work_item nit = it;
+        fi_request_info nrq = rq;
+        if (i + 1 < i1) {
+            nit = p.items[i + 1];
+            nrq = p.requests[nit.request];
         }
-        q_ready = false;
-        const int r = run_item<T>(p, ctx, i0, k, n_items, smem, ring, gcons, KP, &q_ready);
-        any_coop |= (r & kItemCoop) != 0;
-        if (r & kItemMergeNow)
-            merge_now<T>(p, ctx, smem);
+        any_coop |= run_item<T, kTma>(p, ctx, it, rq, smem);
+        it = nit;
+        rq = nrq;
     }
-    if (any_coop) { /* uniform over the CTA; the ring is idle, merge_slice reuses all smem */
-        if ((int)threadIdx.x < ring.NS)
-            mbar_inval(bar0 + threadIdx.x * 8);
-        __syncthreads();
+    if (any_coop) /* uniform over the CTA */
         merge_phase<T>(p, ctx, i0, i1, smem);
-    }
     FIMLA_STAMP(3);
     /* Last: a dependent grid started earlier could take SMs from CTAs not yet resident. */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 /* Host side: launch one instantiation (grid fixed at params.num_ctas). */
-template <typename T>
+template <typename T, bool kTma>
 cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) {
     /* Attribute and resident-CTA bound, once (idempotent, so a race only repeats it).
      * The merge phase waits on other CTAs, so the whole grid must be resident at once. */
     static int max_resident = 0;
     if (max_resident == 0) {
-        cudaError_t e = cudaFuncSetAttribute(mla_decode_kernel<T>,
+        cudaError_t e = cudaFuncSetAttribute(mla_decode_kernel<T, kTma>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)kSmemBytes);
         int dev = 0, sms = 0, per_sm = 0;
@@ -509,7 +1150,7 @@ cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) 
         if (e == cudaSuccess)
             e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mla_decode_kernel<T>,
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mla_decode_kernel<T, kTma>,
                                                               kThreads, kSmemBytes);
         if (e != cudaSuccess)
             return e;
@@ -527,7 +1168,7 @@ cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) 
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = enable_pdl ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, mla_decode_kernel<T>, p);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, mla_decode_kernel<T, kTma>, p);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
