@@ -11,14 +11,17 @@
  *  - Tile: up to 64 rows (q-major: r = (q - q_begin) * heads + (h - head_begin)) in shared
  *    memory, [64][576] (+8 pad elements a row so ldmatrix rows fall in distinct banks).
  *  - KV: blocks of 32 tokens, 576 elements each (ckv ++ kpe), gathered through the page table
- *    with 16-byte cp.async into a 3-stage ring (2 blocks in flight while one is computed).
- *    Tokens outside [kv_begin, kv_end) are zero-filled so P = 0 never meets garbage.
+ *    by bulk copies (one or two a token) into a 4-5 stage mbarrier ring, page indices
+ *    fetched a step ahead.  Tokens outside [kv_begin, kv_end) are zero-filled so P = 0
+ *    never meets garbage.  Producers: all 8 warps, except when the tile has <= 16 rows
+ *    (KP = 2 below): then warps 4..7, which have no math, copy 8 tokens each and warps
+ *    0..3 carry no producer work (measured on an H200: h16 B128 x 4096 239 -> 185 us).
  *  - Warp w: row group rg = w / 2 (16 rows), half wh = w % 2.  S = Q K^T for its 16 rows x
  *    the wh-th 16 tokens of the block (mma.sync m16n8k16, fp32 accumulate); the two halves
  *    swap row maxima through shared memory so both keep the same running max; each writes
  *    its half of P (input dtype) to shared memory; then O[16 x 256] += P[16 x 32] V[32 x 256]
  *    for its half of the 512 output dims (V = ckv, read with ldmatrix.trans).  Row groups
- *    with no live row skip the math (heads 16 / q_len 1 uses warps 0 and 1 only).
+ *    with no live row skip the math (heads 16 / q_len 1: warps 0..3, see KP in run_item).
  *  - Online softmax in the log2 domain (exp2f), fp32; masked logits are -inf and a row whose
  *    keys are all masked so far keeps m = -inf, l = 0, O = 0 (never NaN).
  *  - Unsplit item: out = bmm2 * O / l * exp(lse_keys - lse), lse = logaddexp(lse_keys, sink).
@@ -250,33 +253,38 @@ __device__ __forceinline__ void load_q(const fi_mla_params &p, T *sQ, const fi_w
     }
 }
 
-/* Tokens of a block are spread over the 8 warps: warp w copies tokens 4w .. 4w+3, one a
- * lane (lanes 0..3), so the bulk copies (uniform operands: the compiler loops over the
- * lanes) cost each warp 8 issues a block. */
-constexpr int kTokPerWarp = kBlockN / (kThreads / 32);
+/* Producer warps pw .. 7 share the tokens of a block: pw = 0, every warp copies 4 tokens
+ * (lanes 0..3); pw = 4 (tiles of <= 16 rows, KP = 2, where warps 4..7 do no math), warps
+ * 4..7 copy 8 tokens each, so the math warps 0..3 carry no producer work.  The bulk copies
+ * have uniform operands (the compiler loops over the lanes). */
+__device__ __forceinline__ int prod_tokens(int pw) { return pw ? 8 : 4; } /* pw: 0 or 4 */
+__device__ __forceinline__ int prod_token(int pw) { /* this lane's token in a block */
+    return ((int)(threadIdx.x >> 5) - pw) * prod_tokens(pw) + (int)(threadIdx.x & 31);
+}
 
-/* Page index of this lane's token of block b, -1 past the range or for lanes >= 4. */
+/* Page index of this lane's token of block b, -1 past the range or for lanes without one. */
 __device__ __forceinline__ int32_t fetch_page(const fi_mla_params &p, const fi_request_info &rq,
-                                              int kv_begin, int kv_end, int b, int nblk) {
+                                              int kv_begin, int kv_end, int b, int nblk, int pw) {
     const int lane = threadIdx.x & 31;
-    const int t = kv_begin + b * kBlockN + (threadIdx.x >> 5) * kTokPerWarp + lane;
-    if (lane >= kTokPerWarp || b >= nblk || t >= kv_end)
+    const int t = kv_begin + b * kBlockN + prod_token(pw);
+    if (lane >= prod_tokens(pw) || b >= nblk || t >= kv_end)
         return -1;
     return p.page_table[rq.page_row_offset + (t >> p.page_shift)];
 }
 
-/* Every warp: copy its 4 tokens of block b into the ring stage with two bulk copies a token
- * (ckv 1024 B, kpe 128 B) and arrive on the stage's mbarrier (8 arrivals a phase) with
- * the bytes it expects.  Rows past kv_end are zeroed with ordinary stores, ordered before
+/* Every producer warp: copy its tokens of block b into the ring stage with two bulk copies
+ * a token (ckv 1024 B, kpe 128 B) and arrive on the stage's mbarrier (one arrival a
+ * producer warp a phase) with the bytes it expects.  Rows past kv_end are zeroed with ordinary stores, ordered before
  * the arrival by __syncwarp (P = 0 must not meet NaN bit patterns). */
 template <typename T>
 __device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, uint32_t bar,
-                                            int t0, int kv_end, int32_t page) {
+                                            int t0, int kv_end, int32_t page, int pw) {
     const int lane = threadIdx.x & 31;
-    const int j = (threadIdx.x >> 5) * kTokPerWarp + (lane & (kTokPerWarp - 1));
+    const int tpw = prod_tokens(pw);
+    const int j = prod_token(pw) & (kBlockN - 1);
     const int t = t0 + j;
     T *row = stage + j * kPitch;
-    if (lane < kTokPerWarp && page < 0) {
+    if (lane < tpw && page < 0) {
 #pragma unroll 8
         for (int c = 0; c < kChunks; ++c)
             reinterpret_cast<uint4 *>(row)[c] = make_uint4(0, 0, 0, 0);
@@ -284,11 +292,11 @@ __device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, ui
     }
     __syncwarp();
     if (lane == 0) {
-        const int w0 = t0 + (threadIdx.x >> 5) * kTokPerWarp;
-        const int nv = max(0, min(kTokPerWarp, kv_end - w0));
+        const int w0 = t0 + ((int)(threadIdx.x >> 5) - pw) * tpw;
+        const int nv = max(0, min(tpw, kv_end - w0));
         mbar_expect_tx(bar, (uint32_t)nv * (kDqk * 2));
     }
-    if (lane < kTokPerWarp && page >= 0) {
+    if (lane < tpw && page >= 0) {
         const int slot = t & (p.page_size - 1);
         const T *ckv = (const T *)p.ckv + (int64_t)page * p.ckv_stride_page + (int64_t)slot * p.ckv_stride_tok;
         const T *kpe = (const T *)p.kpe + (int64_t)page * p.kpe_stride_page + (int64_t)slot * p.kpe_stride_tok;
@@ -709,12 +717,17 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     FIMLA_IT_DECL
     uint64_t *bars = reinterpret_cast<uint64_t *>(sFlag + 2);
     const uint32_t bar0 = smem_u32(bars);
-    const bool producer = kTma ? tid == 0 : true; /* TMA: one thread; else all warps */
+#ifdef FIMLA_NO_PW
+    const int pw = 0;
+#else
+    const int pw = !kTma && KP == 2 ? 4 : 0; /* first producer warp (prod_token) */
+#endif
+    const bool producer = kTma ? tid == 0 : warp >= pw; /* TMA: one thread */
     auto stage_of = [&](int b) -> T * {
         return reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + (b % NS) * stage_bytes);
     };
     if (tid < NS)
-        mbar_init(bar0 + tid * 8, kTma ? 1 : kThreads / 32);
+        mbar_init(bar0 + tid * 8, kTma ? 1 : kThreads / 32 - pw);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     load_q<T>(p, sQ, it, rq, nh, M);
     cp_async_commit();
@@ -738,15 +751,15 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             int32_t pp[kMaxStages];
 #pragma unroll
             for (int b = 0; b < kMaxStages; ++b)
-                pp[b] = b < AHEAD ? fetch_page(p, rq, kv_begin, kv_end, b, nblk) : -1;
+                pp[b] = b < AHEAD ? fetch_page(p, rq, kv_begin, kv_end, b, nblk, pw) : -1;
 #pragma unroll
             for (int b = 0; b < kMaxStages; ++b)
                 if (b < AHEAD && b < nblk)
                     issue_block<T>(p, stage_of(b), bar0 + (b % NS) * 8,
-                                   kv_begin + b * kBlockN, kv_end, pp[b]);
+                                   kv_begin + b * kBlockN, kv_end, pp[b], pw);
 #pragma unroll
             for (int i = 0; i < 2; ++i)
-                pg[i][0] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, AHEAD + i, nblk) : -1;
+                pg[i][0] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, AHEAD + i, nblk, pw) : -1;
         }
     }
     FIMLA_IT(0);
@@ -785,10 +798,10 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                 for (int i = 0; i < 2; ++i)
                     if (i < KP && bn + i < nblk)
                         issue_block<T>(p, stage_of(bn + i), bar0 + ((bn + i) % NS) * 8,
-                                       kv_begin + (bn + i) * kBlockN, kv_end, pg[i][0]);
+                                       kv_begin + (bn + i) * kBlockN, kv_end, pg[i][0], pw);
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
-                    pg[i][0] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, bn + KP + i, nblk) : -1;
+                    pg[i][0] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, bn + KP + i, nblk, pw) : -1;
             }
         }
         const int b = j * KP + kvp;
