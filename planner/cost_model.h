@@ -34,16 +34,20 @@
 #define FI_COST_ALPHA 1
 #endif
 
-/* Fixed cost per item, in KV-token units (2 KV tiles).  Calibrated 2026-11-21 on an H200
- * against the trace snapshot (bench_mla trace128, 128 requests, h16, kv mean 837; builds
- * with -DFI_COST_BETA, executor with the cooperative merge): beta 0: 82.7 us, 64: 75.1,
- * 96: 71.7, 128: 70.2-72.1, 192: 71.5, 256: 76.3, 384: 78.7, 512: 81.8 (and 512 with
- * min chunk 256: 79.1); min chunk 64 vs 128: same (72.0).  The uniform cases do not split
- * and did not move.  The measured ~15-20 us fixed cost of an item (~300-400 tokens of
- * streaming) is NOT what the planner should charge: a larger beta buys fewer, longer
- * items at the price of balance, and balance wins on this trace.  Kept at 128. */
+/* Fixed cost per item, in KV-token units (3 KV tiles).  Calibrated on an H200 against the
+ * trace snapshot (bench_mla trace128: 128 requests, h16, kv mean 837), builds with
+ * -DFI_COST_BETA / -DFI_MIN_CHUNK_TOKENS, two reps each:
+ *  - 2026-11-21 07:25 UTC, executor 1aefe9f (producer warps 4..7 for h16): beta 128: 62.4 /
+ *    62.6 us, 192: 59.3 / 59.7, 256: 60.3 / 60.6, 384: 60.2 / 60.6; min chunk 256 with
+ *    beta 256: 59.1 / 59.5, 512: 62.3 / 62.2, 768: 64.2 / 64.0.  Now 192: a faster KV
+ *    loop makes the per-item fixed cost (prologue, epilogue, merge) worth more tokens.
+ *  - earlier, executor 41ee2b1: beta 0: 82.7 us, 64: 75.1, 96: 71.7, 128: 70.2-72.1,
+ *    192: 71.5, 256: 76.3, 384: 78.7, 512: 81.8.
+ * The measured fixed cost of an item (several us, hundreds of tokens of streaming) is NOT
+ * what the planner should charge: a larger beta buys fewer, longer items at the price of
+ * balance, and past the optimum balance wins. */
 #ifndef FI_COST_BETA /* -DFI_COST_BETA=... overrides it (calibration builds) */
-#define FI_COST_BETA 128
+#define FI_COST_BETA 192
 #endif
 
 /* Cost of one item: kv_tokens keys over `rows` tile rows. */
