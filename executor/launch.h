@@ -14,9 +14,8 @@ extern "C" {
 
 /* Launch the persistent MLA decode executor: grid = params->num_ctas CTAs of 256 threads,
  * 227 KB of dynamic shared memory each.  KV blocks reach shared memory by bulk copies (one
- * or two a token); with the environment variable FIATTN_TMA_MAPS=1 and page_size >= 16 the
- * launcher instead encodes TMA tensor maps (experimental, see mla_launch.cu).  dtype: FI_DTYPE_BF16 or FI_DTYPE_F16 (q, kv
- * and out share it).  enable_pdl: launch with programmatic stream serialization.
+ * or two a token), streamed across each CTA's items.  dtype: FI_DTYPE_BF16 or FI_DTYPE_F16
+ * (q, kv and out share it).  enable_pdl: launch with programmatic stream serialization.
  * stream: cudaStream_t.  Graph-capturable.
  * @return a cudaError_t value (0 = cudaSuccess); an unsupported dtype gives
  *   cudaErrorInvalidValue; num_ctas above what the device holds resident at once (SMs x

@@ -13,7 +13,6 @@
 #ifndef FIATTN_EXECUTOR_MLA_PARAMS_H
 #define FIATTN_EXECUTOR_MLA_PARAMS_H
 
-#include <cuda.h> /* CUtensorMap */
 #include <stdint.h>
 
 #include "fiattn_work.h"
@@ -55,13 +54,6 @@ typedef struct fi_mla_params {
     int32_t page_shift;                /* log2(page_size) */
     int32_t num_heads;                 /* H_q */
     int32_t tile_rows;                 /* 64: partial slot height */
-    int32_t num_pages;                 /* pages of ckv / kpe (outer dim of the tensor maps) */
-    /* Filled by the launcher (fi_launch_mla_decode), never by callers: TMA tensor maps of
-     * the caches as [num_pages][page_size][512 | 64], box 64 x min(page_size, 32) x 1,
-     * 128-byte swizzle; used when page_size >= 16. */
-    int32_t kv_tensor_maps;
-    CUtensorMap tm_ckv;
-    CUtensorMap tm_kpe;
 } fi_mla_params;
 
 #endif /* FIATTN_EXECUTOR_MLA_PARAMS_H */

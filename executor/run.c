@@ -180,7 +180,6 @@ static fi_status check_mla_args(const fi_plan *plan, const fi_attn_args *a, fi_m
     q.page_shift = shift;
     q.num_heads = (int32_t)H;
     q.tile_rows = L->tile_rows;
-    q.num_pages = caps->num_pages;
     *p = q;
     return FI_OK;
 }

@@ -283,7 +283,7 @@ static void setup_dev(const Case &c, const Inputs &in, const Plan &P, DevRun &D)
     p.partial_o = po; p.partial_lse = pl; p.semaphores = sem;
     p.num_ctas = c.num_ctas; p.page_size = c.ps;
     int sh = 0; while ((1 << sh) < c.ps) ++sh;
-    p.page_shift = sh; p.num_heads = c.H; p.tile_rows = 64; p.num_pages = in.num_pages;
+    p.page_shift = sh; p.num_heads = c.H; p.tile_rows = 64;
 }
 
 static int check_case(const Case &c, uint64_t seed, bool quiet) {

@@ -97,14 +97,8 @@ constexpr size_t kSmemP = (size_t)4 * 16 * kPPitch * 2;
 constexpr size_t kSmemRed = (size_t)2 * 2 * kRows * sizeof(float); /* max and l, per half */
 constexpr size_t kSmemFixed = (kSmemP + kSmemRed + 16 + 8 * kMaxStages + 127) / 128 * 128;
 constexpr size_t kStageBytes = (size_t)kBlockN * kPitch * 2;
-/* Tensor-map stages (page_size >= 16): 9 column tiles of [32 tokens][64 elements], each
- * 4 KB with the TMA 128-byte swizzle (16-byte chunk c of token row r sits at chunk c ^ (r % 8)),
- * 1024-byte aligned: ckv columns 64c .. 64c+63 in tile c < 8, kpe in tile 8. */
-constexpr int kTileBytes = kBlockN * 128;
-constexpr size_t kStageBytesTma = (size_t)9 * kTileBytes;
 constexpr size_t kSmemBytes = 232448; /* the sm_90 opt-in maximum per block */
 static_assert(kSmemFixed + (size_t)kRows * kPitch * 2 + 4 * kStageBytes <= kSmemBytes, "smem");
-static_assert(kSmemFixed + (size_t)kRows * kPitch * 2 + 1023 + 4 * kStageBytesTma <= kSmemBytes, "smem");
 
 template <typename T> struct Dt;
 template <> struct Dt<__nv_bfloat16> {
@@ -184,15 +178,6 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
         "l"(src), "r"(bytes), "r"(bar)
-        : "memory");
-}
-/* 3-D tensor-map box -> shared memory, completing on an mbarrier (sm_90 TMA). */
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
-                                            int c2, uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-        "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() {
@@ -306,43 +291,6 @@ __device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, ui
         } else {
             bulk_g2s(smem_u32(row), ckv, kDv * 2, bar);
             bulk_g2s(smem_u32(row + kDv), kpe, (kDqk - kDv) * 2, bar);
-        }
-    }
-}
-
-/* Tensor-map path: page indices of block b (blocks start at a multiple of 32 tokens, so a
- * block lies in one page when page_size >= 32, in two when it is 16). */
-__device__ __forceinline__ void fetch_pages_tma(const fi_mla_params &p, const fi_request_info &rq,
-                                                int t_first, int kv_end, int b, int nblk,
-                                                int32_t *pg) {
-    const int t0 = t_first + b * kBlockN;
-    pg[0] = pg[1] = -1;
-    if (b >= nblk)
-        return;
-    pg[0] = p.page_table[rq.page_row_offset + (t0 >> p.page_shift)];
-    if (p.page_size < kBlockN && t0 + p.page_size < kv_end)
-        pg[1] = p.page_table[rq.page_row_offset + ((t0 + p.page_size) >> p.page_shift)];
-}
-
-/* One thread: 9 boxes a page part (8 of ckv, 1 of kpe) into the stage. */
-__device__ __forceinline__ void issue_block_tma(const fi_mla_params &p, uint32_t stage,
-                                                uint32_t bar, int t0, const int32_t *pg) {
-    if (p.page_size >= kBlockN) {
-        const int slot0 = t0 & (p.page_size - 1);
-        mbar_expect_tx(bar, (uint32_t)kStageBytesTma);
-#pragma unroll
-        for (int c = 0; c < 8; ++c)
-            tma_load_3d(stage + c * kTileBytes, &p.tm_ckv, c * 64, slot0, pg[0], bar);
-        tma_load_3d(stage + 8 * kTileBytes, &p.tm_kpe, 0, slot0, pg[0], bar);
-    } else { /* page_size 16: two half blocks of 16 rows (2 KB, still 1024-byte aligned) */
-        const int halves = pg[1] >= 0 ? 2 : 1;
-        mbar_expect_tx(bar, (uint32_t)(halves * 9 * (kTileBytes / 2)));
-        for (int h = 0; h < halves; ++h) {
-#pragma unroll
-            for (int c = 0; c < 8; ++c)
-                tma_load_3d(stage + c * kTileBytes + h * (kTileBytes / 2), &p.tm_ckv, c * 64, 0,
-                            pg[h], bar);
-            tma_load_3d(stage + 8 * kTileBytes + h * (kTileBytes / 2), &p.tm_kpe, 0, 0, pg[h], bar);
         }
     }
 }
@@ -660,7 +608,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait_rt(int n) {
  * one live row group (M <= 16: heads 16, q_len 1), the pairs 0 and 1 take alternate KV
  * blocks (KP = 2 independent softmax states, combined at the end), so twice the warps
  * work on the same bytes. */
-template <typename T, bool kTma>
+template <typename T>
 __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
                          const fi_request_info &rq, unsigned char *smem) {
     T *sP = reinterpret_cast<T *>(smem);
@@ -676,20 +624,14 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     const int M = (it.q_end - it.q_begin) * nh;
     const int KP = M <= 16 ? 2 : 1;           /* KV blocks computed at once */
     const int qrows = (M + 15) & ~15;
-    const size_t stage_bytes = kTma ? kStageBytesTma : kStageBytes;
-    size_t ring_off = kSmemFixed + (size_t)qrows * kPitch * 2;
-    if (kTma) /* swizzled TMA destinations want 1024-byte alignment */
-        ring_off = ((smem_u32(smem) + ring_off + 1023) & ~(size_t)1023) - smem_u32(smem);
+    const size_t ring_off = kSmemFixed + (size_t)qrows * kPitch * 2;
     T *sKV = reinterpret_cast<T *>(smem + ring_off);
-    const int NS = min(kMaxStages, (int)((kSmemBytes - ring_off) / stage_bytes));
+    const int NS = min(kMaxStages, (int)((kSmemBytes - ring_off) / kStageBytes));
     const int AHEAD = NS - KP;                 /* blocks in flight beyond the current step */
     const int rg = wp / KP, kvp = wp % KP;
     const bool live = rg * 16 < M;
     const int kv_begin = it.kv_begin, kv_end = it.kv_end;
-    /* TMA blocks start at a multiple of 32 (one page part each); the keys before kv_begin
-     * that this pulls in are cache rows of the same request, masked below. */
-    const int t_first = kTma ? (kv_begin & ~(kBlockN - 1)) : kv_begin;
-    const int nblk = (kv_end - t_first + kBlockN - 1) / kBlockN;
+    const int nblk = (kv_end - kv_begin + kBlockN - 1) / kBlockN;
     const int nstep = (nblk + KP - 1) / KP;
 
     /* Key bounds [lo, hi] of this thread's two rows (rg*16 + g and + 8). */
@@ -711,56 +653,36 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
 
     /* Ring: stage k has mbarrier bars[k]; block b lives in stage b % NS, its (b / NS)-th
      * use, so it is complete at parity (b / NS) & 1.  The barriers are re-initialised per
-     * item (no copy is pending between items).  Producers: thread 0 with tensor maps (9
-     * boxes a block), else every warp (bulk copies of its 4 tokens).  Page indices are
-     * fetched one step ahead of their copies. */
+     * item (no copy is pending between items).  Producers: warps pw .. 7 (bulk copies of
+     * their tokens).  Page indices are fetched one step ahead of their copies. */
     FIMLA_IT_DECL
     uint64_t *bars = reinterpret_cast<uint64_t *>(sFlag + 2);
     const uint32_t bar0 = smem_u32(bars);
-#ifdef FIMLA_NO_PW
-    const int pw = 0;
-#else
-    const int pw = !kTma && KP == 2 ? 4 : 0; /* first producer warp (prod_token) */
-#endif
-    const bool producer = kTma ? tid == 0 : warp >= pw; /* TMA: one thread */
+    const int pw = KP == 2 ? 4 : 0; /* first producer warp (prod_token) */
+    const bool producer = warp >= pw;
     auto stage_of = [&](int b) -> T * {
-        return reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + (b % NS) * stage_bytes);
+        return reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + (b % NS) * kStageBytes);
     };
     if (tid < NS)
-        mbar_init(bar0 + tid * 8, kTma ? 1 : kThreads / 32 - pw);
+        mbar_init(bar0 + tid * 8, kThreads / 32 - pw);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     load_q<T>(p, sQ, it, rq, nh, M);
     cp_async_commit();
     __syncthreads(); /* barriers initialised before any copy or wait */
-    int32_t pg[2][2] = {{-1, -1}, {-1, -1}}; /* [block of the step][page part] */
+    int32_t pg[2] = {-1, -1}; /* page of this lane's token in the next step's blocks */
     if (producer) {
-        if constexpr (kTma) {
-            int32_t pp[kMaxStages][2];
+        int32_t pp[kMaxStages];
 #pragma unroll
-            for (int b = 0; b < kMaxStages; ++b)
-                fetch_pages_tma(p, rq, t_first, kv_end, b < AHEAD ? b : nblk, nblk, pp[b]);
+        for (int b = 0; b < kMaxStages; ++b)
+            pp[b] = b < AHEAD ? fetch_page(p, rq, kv_begin, kv_end, b, nblk, pw) : -1;
 #pragma unroll
-            for (int b = 0; b < kMaxStages; ++b)
-                if (b < AHEAD && b < nblk)
-                    issue_block_tma(p, smem_u32(stage_of(b)), bar0 + (b % NS) * 8,
-                                    t_first + b * kBlockN, pp[b]);
+        for (int b = 0; b < kMaxStages; ++b)
+            if (b < AHEAD && b < nblk)
+                issue_block<T>(p, stage_of(b), bar0 + (b % NS) * 8, kv_begin + b * kBlockN, kv_end,
+                               pp[b], pw);
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
-                fetch_pages_tma(p, rq, t_first, kv_end, i < KP ? AHEAD + i : nblk, nblk, pg[i]);
-        } else {
-            int32_t pp[kMaxStages];
-#pragma unroll
-            for (int b = 0; b < kMaxStages; ++b)
-                pp[b] = b < AHEAD ? fetch_page(p, rq, kv_begin, kv_end, b, nblk, pw) : -1;
-#pragma unroll
-            for (int b = 0; b < kMaxStages; ++b)
-                if (b < AHEAD && b < nblk)
-                    issue_block<T>(p, stage_of(b), bar0 + (b % NS) * 8,
-                                   kv_begin + b * kBlockN, kv_end, pp[b], pw);
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-                pg[i][0] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, AHEAD + i, nblk, pw) : -1;
-        }
+        for (int i = 0; i < 2; ++i)
+            pg[i] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, AHEAD + i, nblk, pw) : -1;
     }
     FIMLA_IT(0);
     cp_async_wait<0>(); /* Q */
@@ -784,30 +706,19 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         FIMLA_PH(6);
         if (producer) {
             const int bn = AHEAD + j * KP;
-            if constexpr (kTma) {
 #pragma unroll
-                for (int i = 0; i < 2; ++i)
-                    if (i < KP && bn + i < nblk)
-                        issue_block_tma(p, smem_u32(stage_of(bn + i)), bar0 + ((bn + i) % NS) * 8,
-                                        t_first + (bn + i) * kBlockN, pg[i]);
+            for (int i = 0; i < 2; ++i)
+                if (i < KP && bn + i < nblk)
+                    issue_block<T>(p, stage_of(bn + i), bar0 + ((bn + i) % NS) * 8,
+                                   kv_begin + (bn + i) * kBlockN, kv_end, pg[i], pw);
 #pragma unroll
-                for (int i = 0; i < 2; ++i)
-                    fetch_pages_tma(p, rq, t_first, kv_end, i < KP ? bn + KP + i : nblk, nblk, pg[i]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-                    if (i < KP && bn + i < nblk)
-                        issue_block<T>(p, stage_of(bn + i), bar0 + ((bn + i) % NS) * 8,
-                                       kv_begin + (bn + i) * kBlockN, kv_end, pg[i][0], pw);
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-                    pg[i][0] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, bn + KP + i, nblk, pw) : -1;
-            }
+            for (int i = 0; i < 2; ++i)
+                pg[i] = i < KP ? fetch_page(p, rq, kv_begin, kv_end, bn + KP + i, nblk, pw) : -1;
         }
         const int b = j * KP + kvp;
         const bool active = live && b < nblk;
         const T *stage = stage_of(b);
-        const int t0 = t_first + b * kBlockN;
+        const int t0 = kv_begin + b * kBlockN;
         if (active)
             mbar_wait(bar0 + (b % NS) * 8, (uint32_t)(b / NS) & 1u);
         FIMLA_PH(0);
@@ -820,15 +731,8 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
                     s[a][n][0] = s[a][n][1] = s[a][n][2] = s[a][n][3] = 0.f;
             /* B rows: tokens wh*16 + (lane>>4)*8 + (lane&7), k offset ((lane>>3)&1)*8. */
             const int kr = wh * 16 + (lane >> 4) * 8 + (lane & 7);
-            const uint32_t sK_a = kTma ? smem_u32(stage) + kr * 128
-                                       : smem_u32(stage + kr * kPitch + ((lane >> 3) & 1) * 8);
-            const uint32_t ky = ((lane >> 3) & 1) ^ (lane & 7); /* swizzle: chunk ^ row % 8 */
-            auto k_addr = [&](int k) -> uint32_t {
-                if constexpr (kTma)
-                    return sK_a + (k >> 2) * kTileBytes + ((((2 * k) & 7) ^ ky) << 4);
-                else
-                    return sK_a + k * 32;
-            };
+            const uint32_t sK_a = smem_u32(stage + kr * kPitch + ((lane >> 3) & 1) * 8);
+            auto k_addr = [&](int k) -> uint32_t { return sK_a + k * 32; };
             /* Fragments double-buffered one k-step ahead: the ldmatrix latency hides
              * behind the previous step's mma (asm volatile keeps program order). */
             uint32_t af[2][4], bf[2][4];
@@ -870,19 +774,6 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         FIMLA_PH(1);
         __syncthreads();
         FIMLA_PH(2);
-        if (kTma && active && t0 + kBlockN > kv_end) {
-            /* Tail block: rows past kv_end hold whatever the page had (or nothing, for an
-             * unissued half page); V must be finite there since P = 0 multiplies it. */
-            const int v0 = kv_end - t0;
-            const int pt = wh * 32 + lane;
-            for (int idx = pt; idx < (kBlockN - v0) * 72; idx += 64) {
-                const int r = v0 + idx / 72, ch = idx % 72;
-
-                *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(const_cast<T *>(stage)) +
-                                           (ch >> 3) * kTileBytes + r * 128 + (ch & 7) * 16) =
-                    make_uint4(0, 0, 0, 0);
-            }
-        }
         if (active) {
             float alpha[2], m_use[2];
 #pragma unroll
@@ -926,15 +817,9 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         if (active) {
             /* V = ckv: tokens are k, dims are n; ldmatrix.trans gives the col-major B frag. */
             const int vr = ((lane >> 3) & 1) * 8 + (lane & 7);
-            const uint32_t sV_a = kTma ? smem_u32(stage) + vr * 128 + wh * 4 * kTileBytes
-                                       : smem_u32(stage + vr * kPitch + wh * 256 + (lane >> 4) * 8);
-            const uint32_t vy = (lane >> 4) ^ (lane & 7);
+            const uint32_t sV_a = smem_u32(stage + vr * kPitch + wh * 256 + (lane >> 4) * 8);
             auto v_addr = [&](int x) -> uint32_t { /* x = kk * 16 + nn */
-                const int kk = x >> 4, nn = x & 15;
-                if constexpr (kTma)
-                    return sV_a + kk * 16 * 128 + (nn >> 2) * kTileBytes + ((((2 * nn) & 7) ^ vy) << 4);
-                else
-                    return sV_a + (kk * 16 * kPitch + nn * 16) * 2;
+                return sV_a + ((x >> 4) * 16 * kPitch + (x & 15) * 16) * 2;
             };
             uint32_t pf[2][4], vf[2][4];
             ldsm_x4(sP_a, pf[0]);
@@ -1071,7 +956,7 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         }
         FIMLA_IT(5);
     }
-    fence_proxy_async(); /* generic writes to the ring (sO, sW, zero rows) before the next TMA */
+    fence_proxy_async(); /* generic writes to the ring (sO, sW, zero rows) before the next bulk copy */
     __syncthreads();     /* smem (Q, ring, flags, barriers) is reused by the next item */
     return coop;
 }
@@ -1107,7 +992,7 @@ __device__ void merge_phase(const fi_mla_params &p, const RunCtx &ctx, int i0, i
     }
 }
 
-template <typename T, bool kTma>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ fi_mla_params p) {
     extern __shared__ __align__(128) unsigned char smem[];
     FIMLA_STAMP(0);
@@ -1136,7 +1021,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
             nit = p.items[i + 1];
             nrq = p.requests[nit.request];
         }
-        any_coop |= run_item<T, kTma>(p, ctx, it, rq, smem);
+        any_coop |= run_item<T>(p, ctx, it, rq, smem);
         it = nit;
         rq = nrq;
     }
@@ -1148,13 +1033,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
 }
 
 /* Host side: launch one instantiation (grid fixed at params.num_ctas). */
-template <typename T, bool kTma>
+template <typename T>
 cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) {
     /* Attribute and resident-CTA bound, once (idempotent, so a race only repeats it).
      * The merge phase waits on other CTAs, so the whole grid must be resident at once. */
     static int max_resident = 0;
     if (max_resident == 0) {
-        cudaError_t e = cudaFuncSetAttribute(mla_decode_kernel<T, kTma>,
+        cudaError_t e = cudaFuncSetAttribute(mla_decode_kernel<T>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)kSmemBytes);
         int dev = 0, sms = 0, per_sm = 0;
@@ -1163,7 +1048,7 @@ cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) 
         if (e == cudaSuccess)
             e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mla_decode_kernel<T, kTma>,
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mla_decode_kernel<T>,
                                                               kThreads, kSmemBytes);
         if (e != cudaSuccess)
             return e;
@@ -1181,7 +1066,7 @@ cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) 
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = enable_pdl ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, mla_decode_kernel<T, kTma>, p);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, mla_decode_kernel<T>, p);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();

@@ -3,8 +3,7 @@
 #include "executor/cuda/mla_instances.h"
 
 cudaError_t fi_mla_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) {
-    return p.kv_tensor_maps ? fimla::launch<__nv_bfloat16, true>(p, enable_pdl, stream)
-                            : fimla::launch<__nv_bfloat16, false>(p, enable_pdl, stream);
+    return fimla::launch<__nv_bfloat16>(p, enable_pdl, stream);
 }
 
 #ifdef FIMLA_TIMING

@@ -3,6 +3,5 @@
 #include "executor/cuda/mla_instances.h"
 
 cudaError_t fi_mla_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) {
-    return p.kv_tensor_maps ? fimla::launch<__half, true>(p, enable_pdl, stream)
-                            : fimla::launch<__half, false>(p, enable_pdl, stream);
+    return fimla::launch<__half>(p, enable_pdl, stream);
 }
