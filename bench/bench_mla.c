@@ -256,6 +256,50 @@ static void print_row(const bench_case *bc, const char *mode, double s, double b
             bc->name, mode, s * 1e6, gbps, tf, rf, mf);
 }
 
+#ifdef FIMLA_TIMING
+/* Profiling builds only (library and bench built with -DFIMLA_TIMING, e.g.
+ * make BUILD=build-prof CC="gcc -DFIMLA_TIMING" NVCC="nvcc -DFIMLA_TIMING"
+ * build-prof/bench/bench_mla): per-CTA %globaltimer stamps of the last launch, next to
+ * what the plan gave each CTA (items, keys, split items), slowest CTAs first. */
+void fimla_read_stamps(unsigned long long *host, int n);
+static void profile_ctas(const fi_plan_view *v) {
+    enum { MAXC = 1024 };
+    static unsigned long long st[MAXC * 4];
+    static double work[MAXC];
+    static int order[MAXC];
+    const int n = v->num_ctas < MAXC ? v->num_ctas : MAXC;
+    fimla_read_stamps(st, n);
+    unsigned long long t0 = ~0ull;
+    for (int c = 0; c < n; c++)
+        if (st[c * 4] < t0) t0 = st[c * 4];
+    for (int c = 0; c < n; c++) {
+        work[c] = (double)(st[c * 4 + 3] - st[c * 4]) / 1e3;
+        order[c] = c;
+    }
+    for (int i = 1; i < n; i++) /* insertion sort, slowest first */
+        for (int j = i; j > 0 && work[order[j]] > work[order[j - 1]]; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    printf("# profile: CTA time (start -> end, us): max %.1f p90 %.1f median %.1f min %.1f\n",
+           work[order[0]], work[order[n / 10]], work[order[n / 2]], work[order[n - 1]]);
+    for (int r = 0; r < n; r++) {
+        if (r >= 12 && r < n - 4) continue; /* slowest 12 and fastest 4 */
+        const int c = order[r];
+        int64_t keys = 0;
+        int splits = 0;
+        for (int32_t i = v->work_indptr[c]; i < v->work_indptr[c + 1]; i++) {
+            keys += v->items[i].kv_end - v->items[i].kv_begin;
+            splits += v->items[i].out_slot >= 0;
+        }
+        printf("#   cta %3d: %6.1f us (starts +%.1f) items %d keys %lld splits %d\n", c, work[c],
+               (double)(st[c * 4] - t0) / 1e3, v->work_indptr[c + 1] - v->work_indptr[c],
+               (long long)keys, splits);
+    }
+}
+#endif
+
 static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flush_bytes,
                     fi_rng *rng, int *header_done) {
     char msg[MSG];
@@ -310,6 +354,9 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
         double t_b2b = 0, t_fl = 0;
         rc = sets_build(&c, g->sets, &s, msg, cap);
         if (!rc) rc = time_replays(&c, &s, g->reps, NULL, 0, &t_b2b, msg, cap);
+#ifdef FIMLA_TIMING
+        if (!rc) profile_ctas(&v);
+#endif
         if (!rc) rc = time_replays(&c, &s, g->reps, flush, flush_bytes, &t_fl, msg, cap);
         int nsets = s.n;
         sets_free(&s);
