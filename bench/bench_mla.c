@@ -301,7 +301,7 @@ static void profile_ctas(const fi_plan_view *v) {
 #endif
 
 static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flush_bytes,
-                    fi_rng *rng, int *header_done) {
+                    tt_rng *rng, int *header_done) {
     char msg[MSG];
     const size_t cap = sizeof msg;
     int32_t *q = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
@@ -420,8 +420,8 @@ int main(int argc, char **argv) {
     }
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, dev);
-    uint64_t seed = fi_test_seed();
-    fi_rng rng = {seed};
+    uint64_t seed = tt_test_seed();
+    tt_rng rng = {seed};
     printf("# bench_mla: %s, %d SMs, L2 %d MiB; planner num_ctas = %d; seed %llu\n", prop.name,
            g.sms, l2 >> 20, g.sms, (unsigned long long)seed);
     printf("# ceilings: read %.3f TB/s, bf16 mma %.1f TFLOP/s (%s)\n", g.read_tbps, g.tflops,

@@ -42,13 +42,13 @@ static double view_balance(const fi_plan_view *v) {
 static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, int32_t mtp) {
     fitrace *tr = NULL;
     assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
-    fi_rng rng = {g_seed ^ (uint64_t)(hq * 131 + mtp)};
+    tt_rng rng = {g_seed ^ (uint64_t)(hq * 131 + mtp)};
     enum { B = 128 };
     int32_t q[B] = {0}, kv[B] = {0}, src[B] = {0};
     double worst = 0;
     for (int it = 0; it < 12; it++) {
-        const int32_t first = fi_rng_int(&rng, 0, tr->num_requests - 1);
-        const int32_t step = fi_rng_int(&rng, 0, 2000);
+        const int32_t first = tt_rng_int(&rng, 0, tr->num_requests - 1);
+        const int32_t step = tt_rng_int(&rng, 0, 2000);
         fitrace_lens lens = {B, q, kv, src};
         assert_int_equal(fitrace_decode(tr, first, step, mtp, &lens), FITRACE_OK);
         fibatch_opts bo = fibatch_default_opts();
@@ -108,7 +108,7 @@ static void plan_balance_on_trace_gqa(void **state) {
 }
 
 int main(void) {
-    g_seed = fi_test_seed();
+    g_seed = tt_test_seed();
     printf("FI_TEST_SEED=%llu\n", (unsigned long long)g_seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(plan_balance_on_trace_mla),

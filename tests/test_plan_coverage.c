@@ -213,7 +213,7 @@ out:
 }
 
 static void run_many(int iters, const batchgen_opts *base) {
-    fi_rng rng = {g_seed ^ (uint64_t)iters * 0x9e37ull ^ (uint64_t)(base ? base->shape : 0)};
+    tt_rng rng = {g_seed ^ (uint64_t)iters * 0x9e37ull ^ (uint64_t)(base ? base->shape : 0)};
     char msg[512];
     for (int it = 0; it < iters; it++) {
         batchgen_batch g;
@@ -304,7 +304,7 @@ static void plan_covers_every_kv_token_once_global_walk(void **state) {
 
 static void plan_with_one_cta_never_splits(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 7};
+    tt_rng rng = {g_seed + 7};
     for (int it = 0; it < 200; it++) {
         batchgen_batch g;
         batchgen_opts o = {0};
@@ -323,7 +323,7 @@ static void plan_with_one_cta_never_splits(void **state) {
 }
 
 int main(void) {
-    g_seed = fi_test_seed();
+    g_seed = tt_test_seed();
     printf("FI_TEST_SEED=%llu\n", (unsigned long long)g_seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(plan_covers_every_kv_token_once_random),

@@ -56,7 +56,7 @@ static void assert_same_plan(const fi_plan *a, const fi_plan *b, const char *wha
 
 static void same_batch_gives_byte_identical_plan(void **state) {
     (void)state;
-    fi_rng rng = {g_seed};
+    tt_rng rng = {g_seed};
     for (int it = 0; it < 400; it++) {
         batchgen_opts o = {0};
         o.max_batch = 48;
@@ -127,7 +127,7 @@ static void count_free(void *ctx, void *p) {
 
 static void plan_update_allocates_nothing(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 1};
+    tt_rng rng = {g_seed + 1};
     for (int it = 0; it < 50; it++) {
         batchgen_batch g;
         assert_int_equal(batchgen_make(&rng, NULL, &g), 0);
@@ -151,7 +151,7 @@ static void plan_update_allocates_nothing(void **state) {
 }
 
 int main(void) {
-    g_seed = fi_test_seed();
+    g_seed = tt_test_seed();
     printf("FI_TEST_SEED=%llu\n", (unsigned long long)g_seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(same_batch_gives_byte_identical_plan),

@@ -55,7 +55,7 @@ typedef struct fixture {
     const fi_batch *recover; /* a batch the plan accepts (NULL: good.batch) */
 } fixture;
 
-static void setup(fixture *f, fi_rng *rng, fi_kind kind, fi_batch_form form, int kv_split) {
+static void setup(fixture *f, tt_rng *rng, fi_kind kind, fi_batch_form form, int kv_split) {
     memset(f, 0, sizeof *f);
     fi_caps c = {0};
     c.kind = kind;
@@ -73,14 +73,14 @@ static void setup(fixture *f, fi_rng *rng, fi_kind kind, fi_batch_form form, int
         c.head_dim_qk = c.head_dim_vo = 128;
     }
     c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
-    c.num_ctas = fi_rng_int(rng, 1, 16);
+    c.num_ctas = tt_rng_int(rng, 1, 16);
     int32_t q[8], kv[8];
-    const int32_t n = fi_rng_int(rng, 3, 8);
-    const int32_t uq = fi_rng_int(rng, 1, 4);
+    const int32_t n = tt_rng_int(rng, 3, 8);
+    const int32_t uq = tt_rng_int(rng, 1, 4);
     for (int32_t b = 0; b < n; b++) {
-        kv[b] = fi_rng_int(rng, 20, 700);
-        q[b] = kind == FI_KIND_CONTEXT ? fi_rng_int(rng, 1, 20)
-               : form == FI_FORM_BLOCK_TABLES ? uq : fi_rng_int(rng, 1, 8);
+        kv[b] = tt_rng_int(rng, 20, 700);
+        q[b] = kind == FI_KIND_CONTEXT ? tt_rng_int(rng, 1, 20)
+               : form == FI_FORM_BLOCK_TABLES ? uq : tt_rng_int(rng, 1, 8);
     }
     assert_int_equal(batchgen_from_lens(rng, &c, form, q, kv, n, kv_split, 1, 1, -1, &f->good), 0);
     f->caps = f->good.caps;
@@ -180,20 +180,20 @@ static fi_kind kind_for(fi_batch_form form, int i) {
 
 static void plan_rejects_page_index_out_of_range(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 1};
+    tt_rng rng = {g_seed + 1};
     for (int i = 0; i < 60; i++) {
         const fi_batch_form form = k_forms[i % 3];
         const int split = form != FI_FORM_INDPTR && (i / 3) % 2;
         fixture f;
         setup(&f, &rng, kind_for(form, i), form, split);
         const batchgen_batch *g = &f.good;
-        const int32_t b = fi_rng_int(&rng, 0, g->batch.batch_size - 1);
+        const int32_t b = tt_rng_int(&rng, 0, g->batch.batch_size - 1);
         const int32_t used = (g->kv_len[b] + f.caps.page_size - 1) / f.caps.page_size;
-        const int32_t page = fi_rng_int(&rng, 0, used - 1);
-        const int v_row = split && fi_rng_int(&rng, 0, 1);
+        const int32_t page = tt_rng_int(&rng, 0, used - 1);
+        const int v_row = split && tt_rng_int(&rng, 0, 1);
         copy c = make_copy(g);
         int32_t *slot = &c.table[g->page_row[b] + (v_row ? g->batch.max_pages_per_seq : 0) + page];
-        *slot = fi_rng_int(&rng, 0, 1) ? f.caps.num_pages : -1 - fi_rng_int(&rng, 0, 5);
+        *slot = tt_rng_int(&rng, 0, 1) ? f.caps.num_pages : -1 - tt_rng_int(&rng, 0, 5);
         expect_rejected(&f, &c.b, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, b, "page index out of range");
         free_copy(&c);
         /* an unused entry past the used pages is never read */
@@ -209,13 +209,13 @@ static void plan_rejects_page_index_out_of_range(void **state) {
 
 static void plan_rejects_seq_len_beyond_pages(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 2};
+    tt_rng rng = {g_seed + 2};
     for (int i = 0; i < 30; i++) {
         const fi_batch_form form = k_forms[i % 3];
         fixture f;
         setup(&f, &rng, kind_for(form, i), form, 0);
         const batchgen_batch *g = &f.good;
-        const int32_t b = fi_rng_int(&rng, 0, g->batch.batch_size - 1);
+        const int32_t b = tt_rng_int(&rng, 0, g->batch.batch_size - 1);
         copy c = make_copy(g);
         int32_t pages = form == FI_FORM_INDPTR ? g->kv_indptr[b + 1] - g->kv_indptr[b]
                                                : g->batch.max_pages_per_seq;
@@ -237,22 +237,22 @@ static void plan_rejects_seq_len_beyond_pages(void **state) {
 
 static void plan_rejects_negative_lengths(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 3};
+    tt_rng rng = {g_seed + 3};
     for (int i = 0; i < 30; i++) {
         const fi_batch_form form = k_forms[i % 3];
         fixture f;
         setup(&f, &rng, kind_for(form, i), form, 0);
         const batchgen_batch *g = &f.good;
-        const int32_t b = fi_rng_int(&rng, 0, g->batch.batch_size - 1);
+        const int32_t b = tt_rng_int(&rng, 0, g->batch.batch_size - 1);
         copy c = make_copy(g);
         if (form == FI_FORM_BLOCK_TABLES) {
-            c.seq[b] = -fi_rng_int(&rng, 1, 100);
+            c.seq[b] = -tt_rng_int(&rng, 1, 100);
             expect_rejected(&f, &c.b, FI_ERR_NEGATIVE_LENGTH, b, "negative seq_len");
             c.seq[b] = g->seq_lens[b];
             c.b.q_len_per_request = -1;
             expect_rejected(&f, &c.b, FI_ERR_NEGATIVE_LENGTH, -1, "negative q_len_per_request");
         } else if (form == FI_FORM_INDPTR) {
-            c.kvl[b] = -fi_rng_int(&rng, 1, 100);
+            c.kvl[b] = -tt_rng_int(&rng, 1, 100);
             expect_rejected(&f, &c.b, FI_ERR_NEGATIVE_LENGTH, b, "negative kv_len");
         } else {
             c.b.seq_lens = c.seq;
@@ -266,18 +266,18 @@ static void plan_rejects_negative_lengths(void **state) {
 
 static void plan_rejects_non_monotone_indptr(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 4};
+    tt_rng rng = {g_seed + 4};
     for (int i = 0; i < 30; i++) {
         const fi_batch_form form = i % 2 ? FI_FORM_INDPTR : FI_FORM_CUM_SEQ_LENS;
         fixture f;
         setup(&f, &rng, kind_for(form, i), form, 0);
         const batchgen_batch *g = &f.good;
         const int32_t n = g->batch.batch_size;
-        const int32_t b = fi_rng_int(&rng, 0, n - 1);
+        const int32_t b = tt_rng_int(&rng, 0, n - 1);
         copy c = make_copy(g);
-        int32_t *arr = fi_rng_int(&rng, 0, 1) ? c.qi : c.ki;
+        int32_t *arr = tt_rng_int(&rng, 0, 1) ? c.qi : c.ki;
         /* make entry b+1 smaller than entry b: request b gets a negative length */
-        arr[b + 1] = arr[b] - fi_rng_int(&rng, 1, 5);
+        arr[b + 1] = arr[b] - tt_rng_int(&rng, 1, 5);
         expect_rejected(&f, &c.b, FI_ERR_INDPTR_NOT_MONOTONE, b, "decreasing indptr");
         free_copy(&c);
         c = make_copy(g);
@@ -290,22 +290,22 @@ static void plan_rejects_non_monotone_indptr(void **state) {
 
 static void plan_rejects_inconsistent_lengths(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 5};
+    tt_rng rng = {g_seed + 5};
     for (int i = 0; i < 20; i++) {
         fixture f;
         setup(&f, &rng, FI_KIND_CONTEXT, FI_FORM_CUM_SEQ_LENS, 0);
         const batchgen_batch *g = &f.good;
-        const int32_t b = fi_rng_int(&rng, 0, g->batch.batch_size - 1);
+        const int32_t b = tt_rng_int(&rng, 0, g->batch.batch_size - 1);
         copy c = make_copy(g);
         c.b.seq_lens = c.seq;
-        c.seq[b] += fi_rng_int(&rng, 1, 3);
+        c.seq[b] += tt_rng_int(&rng, 1, 3);
         expect_rejected(&f, &c.b, FI_ERR_INCONSISTENT_LENGTHS, b, "seq_lens != cum diff");
         free_copy(&c);
         teardown(&f);
         /* causal query block longer than its (non-empty) KV */
         setup(&f, &rng, FI_KIND_GQA_DECODE, FI_FORM_INDPTR, 0);
         c = make_copy(&f.good);
-        const int32_t b2 = fi_rng_int(&rng, 0, f.good.batch.batch_size - 1);
+        const int32_t b2 = tt_rng_int(&rng, 0, f.good.batch.batch_size - 1);
         const int32_t q = f.good.q_len[b2];
         if (q >= 2) {
             c.kvl[b2] = q - 1;
@@ -320,13 +320,13 @@ static void plan_rejects_inconsistent_lengths(void **state) {
 
 static void plan_rejects_batch_and_q_tokens_over_caps(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 6};
+    tt_rng rng = {g_seed + 6};
     for (int i = 0; i < 15; i++) {
         fixture f;
         setup(&f, &rng, FI_KIND_GQA_DECODE, FI_FORM_INDPTR, 0);
         const batchgen_batch *g = &f.good;
         fi_batch bad = g->batch;
-        bad.batch_size = f.caps.max_batch + fi_rng_int(&rng, 1, 10);
+        bad.batch_size = f.caps.max_batch + tt_rng_int(&rng, 1, 10);
         expect_rejected(&f, &bad, FI_ERR_BATCH_OVER_CAPS, -1, "batch over caps");
         assert_int_equal(fi_plan_update(f.plan, &bad, NULL), FI_ERR_BATCH_OVER_CAPS);
         assert_int_equal(fi_plan_error(f.plan).needed, bad.batch_size);
@@ -357,16 +357,16 @@ static void plan_rejects_batch_and_q_tokens_over_caps(void **state) {
 
 static void plan_rejects_bad_scalars(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 7};
+    tt_rng rng = {g_seed + 7};
     for (int i = 0; i < 15; i++) {
         const fi_batch_form form = k_forms[i % 3];
         fixture f;
         setup(&f, &rng, kind_for(form, i), form, 0);
         fi_batch bad = f.good.batch;
-        bad.window_left = -2 - fi_rng_int(&rng, 0, 100);
+        bad.window_left = -2 - tt_rng_int(&rng, 0, 100);
         expect_rejected(&f, &bad, FI_ERR_INVALID_WINDOW, -1, "window_left < -1");
         bad = f.good.batch;
-        bad.form = (fi_batch_form)(4 + fi_rng_int(&rng, 0, 5));
+        bad.form = (fi_batch_form)(4 + tt_rng_int(&rng, 0, 5));
         expect_rejected(&f, &bad, FI_ERR_INVALID_FORM, -1, "unknown form");
         bad = f.good.batch;
         bad.causal = 2;
@@ -393,14 +393,14 @@ static void plan_rejects_bad_scalars(void **state) {
 
 static void create_rejects_unsupported_caps(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 8};
+    tt_rng rng = {g_seed + 8};
     for (int i = 0; i < 50; i++) {
         fi_caps good;
         batchgen_caps(&rng, (fi_kind)0, &good);
         good.max_batch = 4;
         good.max_q_tokens = 32;
         good.num_pages = 64;
-        good.num_ctas = fi_rng_int(&rng, 1, 200);
+        good.num_ctas = tt_rng_int(&rng, 1, 200);
         size_t bytes = 0;
         assert_int_equal(fi_workspace_size(&good, &bytes), FI_OK);
         assert_true(bytes > 0 && bytes % 256 == 0);
@@ -409,7 +409,7 @@ static void create_rejects_unsupported_caps(void **state) {
         cases[n].c = good; cases[n].c.head_dim_qk = good.kind == FI_KIND_MLA_DECODE ? 512 : 96;
         cases[n++].want = FI_ERR_UNSUPPORTED_HEAD_DIM;
         cases[n].c = good; cases[n].c.head_dim_vo = 32; cases[n++].want = FI_ERR_UNSUPPORTED_HEAD_DIM;
-        cases[n].c = good; cases[n].c.page_size = (int32_t[]){2, 8, 48, 256}[fi_rng_int(&rng, 0, 3)];
+        cases[n].c = good; cases[n].c.page_size = (int32_t[]){2, 8, 48, 256}[tt_rng_int(&rng, 0, 3)];
         cases[n++].want = FI_ERR_UNSUPPORTED_PAGE_SIZE;
         cases[n].c = good; cases[n].c.kv_dtype = FI_DTYPE_I32; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.o_dtype = FI_DTYPE_E4M3; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
@@ -453,7 +453,7 @@ static void create_rejects_unsupported_caps(void **state) {
 
 static void plan_view_needs_a_successful_update(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 9};
+    tt_rng rng = {g_seed + 9};
     fixture f;
     setup(&f, &rng, FI_KIND_MLA_DECODE, FI_FORM_BLOCK_TABLES, 0);
     fi_plan *p = NULL;
@@ -477,7 +477,7 @@ static void plan_view_needs_a_successful_update(void **state) {
 /* A host plan makes no CUDA call: a garbage stream handle is never looked at. */
 static void host_plan_update_never_needs_a_gpu(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 10};
+    tt_rng rng = {g_seed + 10};
     for (int i = 0; i < 20; i++) {
         fixture f;
         setup(&f, &rng, kind_for(k_forms[i % 3], i), k_forms[i % 3], 0);
@@ -490,7 +490,7 @@ static void host_plan_update_never_needs_a_gpu(void **state) {
 /* batch_size 0 is a valid, empty plan: no items, every CTA range empty. */
 static void empty_batch_plans_nothing(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 12};
+    tt_rng rng = {g_seed + 12};
     for (int i = 0; i < 3; i++) {
         fixture f;
         setup(&f, &rng, kind_for(k_forms[i], i), k_forms[i], 0);
@@ -512,7 +512,7 @@ static void empty_batch_plans_nothing(void **state) {
  * (this CI machine); never another status, and *bytes untouched on error. */
 static void num_ctas_zero_resolves_or_reports_no_device(void **state) {
     (void)state;
-    fi_rng rng = {g_seed + 11};
+    tt_rng rng = {g_seed + 11};
     fi_caps c;
     batchgen_caps(&rng, (fi_kind)0, &c);
     c.max_batch = 4;
@@ -550,7 +550,7 @@ static void status_names_are_unique_and_total(void **state) {
 }
 
 int main(void) {
-    g_seed = fi_test_seed();
+    g_seed = tt_test_seed();
     printf("FI_TEST_SEED=%llu\n", (unsigned long long)g_seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(plan_rejects_page_index_out_of_range),

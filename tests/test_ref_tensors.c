@@ -15,33 +15,33 @@
 #include "common/rng.h"
 #include "common/tensors.h"
 
-static fi_rng g_rng;
+static tt_rng g_rng;
 
 /* HND memory order of a logical [pages, page_size, H, D] cache: D innermost, then the
  * slot, then the head. */
 static void hnd_tensor_has_head_major_strides(void **state) {
     (void)state;
-    const int64_t P = fi_rng_int(&g_rng, 1, 5), S = 16, H = fi_rng_int(&g_rng, 2, 4), D = 64;
+    const int64_t P = tt_rng_int(&g_rng, 1, 5), S = 16, H = tt_rng_int(&g_rng, 2, 4), D = 64;
     const int64_t shape[4] = {P, S, H, D};
     const int32_t hnd[4] = {0, 2, 1, 3};
     fi_tensor t;
-    assert_int_equal(fi_tensor_alloc(&t, FI_DTYPE_BF16, 4, shape, hnd), 0);
+    assert_int_equal(tt_tensor_alloc(&t, FI_DTYPE_BF16, 4, shape, hnd), 0);
     assert_int_equal(t.stride[3], 1);
     assert_int_equal(t.stride[1], D);
     assert_int_equal(t.stride[2], S * D);
     assert_int_equal(t.stride[0], H * S * D);
     fi_tensor n;
-    assert_int_equal(fi_tensor_alloc(&n, FI_DTYPE_F32, 4, shape, NULL), 0);
+    assert_int_equal(tt_tensor_alloc(&n, FI_DTYPE_F32, 4, shape, NULL), 0);
     assert_int_equal(n.stride[2], D);
     assert_int_equal(n.stride[1], H * D);
     /* every logical element has its own memory: converting HND -> NHD keeps each value */
-    fi_tensor_fill_random(&t, &g_rng, 1.0f);
-    assert_int_equal(fi_tensor_convert(&n, &t), 0);
+    tt_tensor_fill_random(&t, &g_rng, 1.0f);
+    assert_int_equal(tt_tensor_convert(&n, &t), 0);
     double err = 1.0;
-    assert_int_equal(fi_tensor_compare(&n, &t, P, &err), 0);
+    assert_int_equal(tt_tensor_compare(&n, &t, P, &err), 0);
     assert_true(err == 0.0);
-    fi_tensor_free(&t);
-    fi_tensor_free(&n);
+    tt_tensor_free(&t);
+    tt_tensor_free(&n);
 }
 
 /* The 64-wide view of a [T, H, 576] tensor starts at element 512 of each row. */
@@ -49,13 +49,13 @@ static void view_last_selects_the_rope_columns(void **state) {
     (void)state;
     const int64_t shape[3] = {3, 2, 576};
     fi_tensor t;
-    assert_int_equal(fi_tensor_alloc(&t, FI_DTYPE_F32, 3, shape, NULL), 0);
-    fi_tensor_fill_random(&t, &g_rng, 1.0f);
-    const fi_tensor v = fi_tensor_view_last(&t, 512, 64);
+    assert_int_equal(tt_tensor_alloc(&t, FI_DTYPE_F32, 3, shape, NULL), 0);
+    tt_tensor_fill_random(&t, &g_rng, 1.0f);
+    const fi_tensor v = tt_tensor_view_last(&t, 512, 64);
     assert_int_equal(v.shape[2], 64);
     const int64_t iv[3] = {2, 1, 5}, it[3] = {2, 1, 517};
-    assert_true(fi_tensor_get(&v, iv) == fi_tensor_get(&t, it));
-    fi_tensor_free(&t);
+    assert_true(tt_tensor_get(&v, iv) == tt_tensor_get(&t, it));
+    tt_tensor_free(&t);
 }
 
 /* Poisoned elements count as NaN; -inf counts as non-finite but not NaN; only rows
@@ -64,18 +64,18 @@ static void poison_and_finite_checks_count_the_right_rows(void **state) {
     (void)state;
     const int64_t shape[2] = {4, 8};
     fi_tensor t;
-    assert_int_equal(fi_tensor_alloc(&t, FI_DTYPE_F16, 2, shape, NULL), 0);
-    fi_tensor_poison(&t);
-    assert_int_equal(fi_tensor_count_nan(&t, 4), 32);
-    fi_tensor_fill_random(&t, &g_rng, 1.0f);
-    assert_int_equal(fi_tensor_count_nonfinite(&t, 4), 0);
+    assert_int_equal(tt_tensor_alloc(&t, FI_DTYPE_F16, 2, shape, NULL), 0);
+    tt_tensor_poison(&t);
+    assert_int_equal(tt_tensor_count_nan(&t, 4), 32);
+    tt_tensor_fill_random(&t, &g_rng, 1.0f);
+    assert_int_equal(tt_tensor_count_nonfinite(&t, 4), 0);
     const int64_t a[2] = {1, 3}, b[2] = {3, 0};
-    fi_tensor_set(&t, a, -INFINITY);
-    fi_tensor_set(&t, b, NAN);
-    assert_int_equal(fi_tensor_count_nan(&t, 4), 1);
-    assert_int_equal(fi_tensor_count_nan(&t, 3), 0);
-    assert_int_equal(fi_tensor_count_nonfinite(&t, 3), 1);
-    fi_tensor_free(&t);
+    tt_tensor_set(&t, a, -INFINITY);
+    tt_tensor_set(&t, b, NAN);
+    assert_int_equal(tt_tensor_count_nan(&t, 4), 1);
+    assert_int_equal(tt_tensor_count_nan(&t, 3), 0);
+    assert_int_equal(tt_tensor_count_nonfinite(&t, 3), 1);
+    tt_tensor_free(&t);
 }
 
 /* compare: relative 2-norm error over finite pairs; a -inf against a finite value, or any
@@ -84,22 +84,22 @@ static void compare_reports_norm_error_and_nonfinite_mismatches(void **state) {
     (void)state;
     const int64_t shape[1] = {4};
     fi_tensor x, y;
-    assert_int_equal(fi_tensor_alloc(&x, FI_DTYPE_F32, 1, shape, NULL), 0);
-    assert_int_equal(fi_tensor_alloc(&y, FI_DTYPE_F32, 1, shape, NULL), 0);
+    assert_int_equal(tt_tensor_alloc(&x, FI_DTYPE_F32, 1, shape, NULL), 0);
+    assert_int_equal(tt_tensor_alloc(&y, FI_DTYPE_F32, 1, shape, NULL), 0);
     const float ref[4] = {3.0f, 4.0f, -INFINITY, 0.0f};
     memcpy(y.data, ref, sizeof ref);
     memcpy(x.data, ref, sizeof ref);
     ((float *)x.data)[0] = 3.5f;   /* error 0.5 against ||y|| = 5 over finite pairs */
     double err = 0.0;
-    assert_int_equal(fi_tensor_compare(&x, &y, 4, &err), 0);
+    assert_int_equal(tt_tensor_compare(&x, &y, 4, &err), 0);
     assert_float_equal(err, 0.1, 1e-12);
     ((float *)x.data)[2] = 1.0f;   /* finite where the reference has -inf */
-    assert_int_equal(fi_tensor_compare(&x, &y, 4, &err), 1);
+    assert_int_equal(tt_tensor_compare(&x, &y, 4, &err), 1);
     ((float *)x.data)[2] = -INFINITY;
     ((float *)x.data)[3] = NAN;
-    assert_int_equal(fi_tensor_compare(&x, &y, 4, &err), 1);
-    fi_tensor_free(&x);
-    fi_tensor_free(&y);
+    assert_int_equal(tt_tensor_compare(&x, &y, 4, &err), 1);
+    tt_tensor_free(&x);
+    tt_tensor_free(&y);
 }
 
 /* scale_ptrs: the values are left 0 so a reader of the value instead of the pointer
@@ -115,8 +115,8 @@ static void attn_make_builds_mla_views_and_scale_pointers(void **state) {
                       .max_pages_per_seq = 2, .seq_lens = seq_lens, .q_len_per_request = 2,
                       .causal = 1, .window_left = -1};
     fi_test_attn_opts opts = {.scale_ptrs = 1, .bmm1_scale = 0.125f, .sinks = 1};
-    fi_test_attn ta;
-    assert_int_equal(fi_test_attn_make(&ta, &caps, &batch, &opts, &g_rng), 0);
+    tt_test_attn ta;
+    assert_int_equal(tt_test_attn_make(&ta, &caps, &batch, &opts, &g_rng), 0);
     assert_int_equal(ta.q_tokens, 2);
     assert_true(ta.args.bmm1_scale == 0.0f && ta.args.bmm2_scale == 0.0f);
     assert_true(*ta.args.bmm1_scale_ptr == 0.125f && *ta.args.bmm2_scale_ptr == 1.0f);
@@ -131,11 +131,11 @@ static void attn_make_builds_mla_views_and_scale_pointers(void **state) {
     assert_null(ta.args.v.data);
     assert_int_equal(ta.args.out.shape[0], 2);
     assert_int_equal(ta.args.lse.shape[1], 16);
-    fi_test_attn_free(&ta);
+    tt_test_attn_free(&ta);
 }
 
 int main(void) {
-    const uint64_t seed = fi_test_seed();
+    const uint64_t seed = tt_test_seed();
     printf("test_ref_tensors: seed %llu\n", (unsigned long long)seed);
     g_rng.s = seed;
     const struct CMUnitTest tests[] = {

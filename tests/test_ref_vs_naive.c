@@ -25,7 +25,7 @@
 #include "fiattn.h"
 #include "fiattn_ref.h"
 
-static fi_rng g_rng;
+static tt_rng g_rng;
 
 /* ---- batches --------------------------------------------------------------------------- */
 
@@ -50,7 +50,7 @@ static void test_batch_free(test_batch *t) {
 
 /* Random page ids in [0, num_pages): a real cache scatters a request's pages. */
 static void fill_pages(int32_t *dst, int32_t n, int32_t num_pages) {
-    for (int32_t i = 0; i < n; ++i) dst[i] = fi_rng_int(&g_rng, 0, num_pages - 1);
+    for (int32_t i = 0; i < n; ++i) dst[i] = tt_rng_int(&g_rng, 0, num_pages - 1);
 }
 
 /* B requests with the given q / kv lengths, in `form`; page ids drawn from num_pages. */
@@ -123,20 +123,20 @@ typedef struct case_stats {
  * out (fp32 outputs 1e-5; 16-bit outputs differ by rounding ties). */
 static void check_case(const char *label, const fi_caps *caps, const fi_batch *batch,
                        const fi_test_attn_opts *opts, double tol, case_stats *stats) {
-    fi_test_attn ta;
-    assert_int_equal(fi_test_attn_make(&ta, caps, batch, opts, &g_rng), 0);
+    tt_test_attn ta;
+    assert_int_equal(tt_test_attn_make(&ta, caps, batch, opts, &g_rng), 0);
     fi_tensor ref_out, ref_lse;
-    assert_int_equal(fi_test_attn_alloc_outputs(&ta, &ref_out, &ref_lse), 0);
+    assert_int_equal(tt_test_attn_alloc_outputs(&ta, &ref_out, &ref_lse), 0);
     fi_attn_args ref_args = ta.args;
     ref_args.out = ref_out;
     ref_args.lse = ref_lse;
     const int64_t rows = ta.q_tokens;
 
-    fi_tensor_poison(&ta.args.out);
-    fi_tensor_poison(&ref_out);
+    tt_tensor_poison(&ta.args.out);
+    tt_tensor_poison(&ref_out);
     if (ta.args.lse.data) {
-        fi_tensor_poison(&ta.args.lse);
-        fi_tensor_poison(&ref_lse);
+        tt_tensor_poison(&ta.args.lse);
+        tt_tensor_poison(&ref_lse);
     }
     fi_status st = fi_naive_attention(caps, batch, &ta.args);
     if (st != FI_OK) fail_msg("%s: naive returned %s", label, fi_status_name(st));
@@ -154,26 +154,26 @@ static void check_case(const char *label, const fi_caps *caps, const fi_batch *b
     st = fi_ref_run(plan, &ref_args);
     if (st != FI_OK) fail_msg("%s: ref_run returned %s", label, fi_status_name(st));
 
-    if (fi_tensor_count_nonfinite(&ta.args.out, rows) != 0)
+    if (tt_tensor_count_nonfinite(&ta.args.out, rows) != 0)
         fail_msg("%s: naive out has unwritten / non-finite elements", label);
-    if (fi_tensor_count_nonfinite(&ref_out, rows) != 0)
+    if (tt_tensor_count_nonfinite(&ref_out, rows) != 0)
         fail_msg("%s: ref out has unwritten / non-finite elements", label);
     double err = 0.0;
-    if (fi_tensor_compare(&ref_out, &ta.args.out, rows, &err) != 0 || !(err <= tol))
+    if (tt_tensor_compare(&ref_out, &ta.args.out, rows, &err) != 0 || !(err <= tol))
         fail_msg("%s: out rel err %.3g > %.1g (ctas %d, groups %d)", label, err, tol,
                  caps->num_ctas, view.header->num_groups);
     if (ta.args.lse.data) {
-        if (fi_tensor_count_nan(&ta.args.lse, rows) || fi_tensor_count_nan(&ref_lse, rows))
+        if (tt_tensor_count_nan(&ta.args.lse, rows) || tt_tensor_count_nan(&ref_lse, rows))
             fail_msg("%s: lse has unwritten / NaN elements", label);
-        const int64_t mism = fi_tensor_compare(&ref_lse, &ta.args.lse, rows, &err);
+        const int64_t mism = tt_tensor_compare(&ref_lse, &ta.args.lse, rows, &err);
         if (mism != 0 || !(err <= 1e-5))
             fail_msg("%s: lse rel err %.3g, %lld -inf mismatches (ctas %d)", label, err,
                      (long long)mism, caps->num_ctas);
     }
     fi_plan_destroy(plan);
-    fi_tensor_free(&ref_out);
-    fi_tensor_free(&ref_lse);
-    fi_test_attn_free(&ta);
+    tt_tensor_free(&ref_out);
+    tt_tensor_free(&ref_lse);
+    tt_test_attn_free(&ta);
 }
 
 static const int32_t k_ctas[3] = {1, 7, 132};
@@ -211,33 +211,33 @@ static void run_hand_case(float sink, int32_t causal, int32_t window_left, doubl
     tb.table[0] = 1;                        /* request 0's only page: page 1 */
     fi_test_attn_opts opts = {.bmm1_scale = (float)log(3.0), .bmm2_scale = 0.5f,
                               .sinks = sink != 0.0f};
-    fi_test_attn ta;
-    assert_int_equal(fi_test_attn_make(&ta, &caps, &tb.batch, &opts, &g_rng), 0);
+    tt_test_attn ta;
+    assert_int_equal(tt_test_attn_make(&ta, &caps, &tb.batch, &opts, &g_rng), 0);
     if (ta.sinks) ta.sinks[0] = sink;
     for (int64_t d = 0; d < 64; ++d) {
         const int64_t qi[3] = {0, 0, d}, k0[4] = {1, 0, 0, d}, k1[4] = {1, 1, 0, d};
-        fi_tensor_set(&ta.args.q, qi, d == 0 ? 1.0 : 0.0);
-        fi_tensor_set(&ta.args.k, k0, d == 0 ? 1.0 : 0.0);
-        fi_tensor_set(&ta.args.k, k1, 0.0);
-        fi_tensor_set(&ta.args.v, k0, 1.0);
-        fi_tensor_set(&ta.args.v, k1, 5.0);
+        tt_tensor_set(&ta.args.q, qi, d == 0 ? 1.0 : 0.0);
+        tt_tensor_set(&ta.args.k, k0, d == 0 ? 1.0 : 0.0);
+        tt_tensor_set(&ta.args.k, k1, 0.0);
+        tt_tensor_set(&ta.args.v, k0, 1.0);
+        tt_tensor_set(&ta.args.v, k1, 5.0);
     }
-    fi_tensor_poison(&ta.args.out);
-    fi_tensor_poison(&ta.args.lse);
+    tt_tensor_poison(&ta.args.out);
+    tt_tensor_poison(&ta.args.lse);
     assert_int_equal(fi_naive_attention(&caps, &tb.batch, &ta.args), FI_OK);
     for (int64_t d = 0; d < 64; ++d) {
         const int64_t o0[3] = {0, 0, d}, o1[3] = {1, 0, d};
-        assert_float_equal(fi_tensor_get(&ta.args.out, o0), want_out, 1e-6);
-        if (!causal) assert_true(fi_tensor_get(&ta.args.out, o1) == 0.0);
+        assert_float_equal(tt_tensor_get(&ta.args.out, o0), want_out, 1e-6);
+        if (!causal) assert_true(tt_tensor_get(&ta.args.out, o1) == 0.0);
     }
     const int64_t l0[2] = {0, 0}, l1[2] = {1, 0};
-    assert_float_equal(fi_tensor_get(&ta.args.lse, l0), want_lse, 1e-6);
+    assert_float_equal(tt_tensor_get(&ta.args.lse, l0), want_lse, 1e-6);
     if (!causal) {
-        const double l1v = fi_tensor_get(&ta.args.lse, l1);
+        const double l1v = tt_tensor_get(&ta.args.lse, l1);
         if (sink != 0.0f) assert_float_equal(l1v, sink, 1e-6);   /* den = e^sink alone */
         else assert_true(isinf(l1v) && l1v < 0);
     }
-    fi_test_attn_free(&ta);
+    tt_test_attn_free(&ta);
     test_batch_free(&tb);
 }
 
@@ -258,12 +258,12 @@ static void naive_matches_hand_computed_softmax(void **state) {
 #define FI_TEST_LONG_KV 1000
 static void random_lengths(int32_t B, int32_t q_lo, int32_t q_hi, int32_t uniform_q,
                            int32_t kv_hi, int32_t causal, int32_t *q_lens, int32_t *kv_lens) {
-    const int32_t q0 = fi_rng_int(&g_rng, q_lo, q_hi);
-    const int32_t long_b = fi_rng_int(&g_rng, 0, B - 1);
+    const int32_t q0 = tt_rng_int(&g_rng, q_lo, q_hi);
+    const int32_t long_b = tt_rng_int(&g_rng, 0, B - 1);
     for (int32_t b = 0; b < B; ++b) {
-        q_lens[b] = uniform_q ? q0 : fi_rng_int(&g_rng, q_lo, q_hi);
-        kv_lens[b] = b == long_b ? fi_rng_int(&g_rng, FI_TEST_LONG_KV, 2 * FI_TEST_LONG_KV)
-                                 : fi_rng_int(&g_rng, causal ? q_lens[b] : 0, kv_hi);
+        q_lens[b] = uniform_q ? q0 : tt_rng_int(&g_rng, q_lo, q_hi);
+        kv_lens[b] = b == long_b ? tt_rng_int(&g_rng, FI_TEST_LONG_KV, 2 * FI_TEST_LONG_KV)
+                                 : tt_rng_int(&g_rng, causal ? q_lens[b] : 0, kv_hi);
     }
 }
 
@@ -276,8 +276,8 @@ static void ref_matches_naive_mla_decode(void **state) {
         for (int32_t variant = 0; variant < 2; ++variant) {
             /* variant 0: INDPTR form, ragged MTP q_len 1..8, causal, sinks, scale pointers.
              * variant 1: BLOCK_TABLES form, uniform q_len, non-causal, window, plain scales. */
-            const int32_t B = 4, ps = page_sizes[fi_rng_int(&g_rng, 0, 2)];
-            const int32_t causal = variant == 0, window = variant == 0 ? -1 : fi_rng_int(&g_rng, 8, 60);
+            const int32_t B = 4, ps = page_sizes[tt_rng_int(&g_rng, 0, 2)];
+            const int32_t causal = variant == 0, window = variant == 0 ? -1 : tt_rng_int(&g_rng, 8, 60);
             int32_t q_lens[4], kv_lens[4];
             random_lengths(B, 1, variant == 0 ? 8 : 4, variant == 1, 160, causal, q_lens, kv_lens);
             fi_caps caps = make_caps(FI_KIND_MLA_DECODE, 16, 1, 576, ps, 64, B, 32);
@@ -306,10 +306,10 @@ static void ref_matches_naive_gqa_decode(void **state) {
     for (int32_t ci = 0; ci < 3; ++ci) {
         for (int32_t gi = 0; gi < 4; ++gi) {
             const int32_t group = groups[gi], H_kv = group == 16 ? 1 : 2;
-            const int32_t D = dims[fi_rng_int(&g_rng, 0, 2)];
+            const int32_t D = dims[tt_rng_int(&g_rng, 0, 2)];
             const int32_t ps = (gi & 1) ? 16 : 32, B = 5;
             const int32_t split = gi >= 2, hnd = gi & 1, sinks = gi != 1;
-            const int32_t window = gi == 3 ? fi_rng_int(&g_rng, 4, 50) : -1;
+            const int32_t window = gi == 3 ? tt_rng_int(&g_rng, 4, 50) : -1;
             int32_t q_lens[5], kv_lens[5];
             random_lengths(B, 1, 8, 1, 300, 1, q_lens, kv_lens);
             fi_caps caps = make_caps(FI_KIND_GQA_DECODE, group * H_kv, H_kv, D, ps, 48, B, 40);
@@ -341,7 +341,7 @@ static void ref_matches_naive_context(void **state) {
             const int32_t group = variant == 0 ? 2 : variant == 1 ? 16 : 1;
             const int32_t H_kv = 2, B = 3, ps = variant == 1 ? 16 : 64;
             const int32_t causal = variant != 2;
-            const int32_t window = variant == 1 ? fi_rng_int(&g_rng, 10, 80) : -1;
+            const int32_t window = variant == 1 ? tt_rng_int(&g_rng, 10, 80) : -1;
             int32_t q_lens[3], kv_lens[3];
             random_lengths(B, 1, 40, 0, 200, 1, q_lens, kv_lens);
             fi_caps caps = make_caps(FI_KIND_CONTEXT, group * H_kv, H_kv, 64, ps, 40, B, 120);
@@ -369,7 +369,7 @@ static void ref_matches_naive_with_empty_requests(void **state) {
         for (int32_t sinks = 0; sinks < 2; ++sinks) {
             const int32_t B = 4;
             const int32_t q_lens[4] = {2, 2, 2, 2};
-            int32_t kv_lens[4] = {0, fi_rng_int(&g_rng, 1000, 2000), 0, fi_rng_int(&g_rng, 1, 50)};
+            int32_t kv_lens[4] = {0, tt_rng_int(&g_rng, 1000, 2000), 0, tt_rng_int(&g_rng, 1, 50)};
             fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 8, 2, 64, 16, 64, B, 8);
             caps.num_ctas = k_ctas[ci];
             test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 64, 0, 0, -1);
@@ -411,7 +411,7 @@ static void ref_matches_naive_on_generated_batches(void **state) {
     char label[300];
     for (int32_t attempt = 0; attempt < 600 && st.cases < 40; ++attempt) {
         batchgen_opts o = {.max_batch = 6, .max_kv_len = 1500,
-                           .shape = (batchgen_shape)fi_rng_int(&g_rng, BATCHGEN_RANDOM,
+                           .shape = (batchgen_shape)tt_rng_int(&g_rng, BATCHGEN_RANDOM,
                                                                BATCHGEN_KV_EDGES)};
         batchgen_batch gb;
         assert_int_equal(batchgen_make(&g_rng, &o, &gb), 0);
@@ -431,8 +431,8 @@ static void ref_matches_naive_on_generated_batches(void **state) {
             batchgen_free(&gb);
             continue;
         }
-        fi_test_attn_opts opts = {.hnd = fi_rng_int(&g_rng, 0, 1), .sinks = fi_rng_int(&g_rng, 0, 1),
-                                  .scale_ptrs = fi_rng_int(&g_rng, 0, 1)};
+        fi_test_attn_opts opts = {.hnd = tt_rng_int(&g_rng, 0, 1), .sinks = tt_rng_int(&g_rng, 0, 1),
+                                  .scale_ptrs = tt_rng_int(&g_rng, 0, 1)};
         snprintf(label, sizeof label, "generated: %s", batchgen_describe(&gb));
         check_case(label, &caps, &gb.batch, &opts, 1e-5, &st);
         batchgen_free(&gb);
@@ -444,7 +444,7 @@ static void ref_matches_naive_on_generated_batches(void **state) {
 /* ---- errors leave the outputs untouched ------------------------------------------------------ */
 
 static int all_nan(const fi_tensor *t, int64_t rows) {
-    return fi_tensor_count_nan(t, rows) == fi_tensor_numel(t) / t->shape[0] * rows;
+    return tt_tensor_count_nan(t, rows) == tt_tensor_numel(t) / t->shape[0] * rows;
 }
 
 static void references_reject_bad_arguments_and_write_nothing(void **state) {
@@ -453,12 +453,12 @@ static void references_reject_bad_arguments_and_write_nothing(void **state) {
     fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 4, 1, 64, 16, 16, B, 2);
     caps.num_ctas = 3;
     test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 16, 0, 1, -1);
-    fi_test_attn ta;
-    assert_int_equal(fi_test_attn_make(&ta, &caps, &tb.batch, NULL, &g_rng), 0);
+    tt_test_attn ta;
+    assert_int_equal(tt_test_attn_make(&ta, &caps, &tb.batch, NULL, &g_rng), 0);
     fi_plan *plan = NULL;
     assert_int_equal(fi_plan_create(&caps, NULL, 0, NULL, &plan), FI_OK);
-    fi_tensor_poison(&ta.args.out);
-    fi_tensor_poison(&ta.args.lse);
+    tt_tensor_poison(&ta.args.out);
+    tt_tensor_poison(&ta.args.lse);
 
     assert_int_equal(fi_ref_run(plan, &ta.args), FI_ERR_NOT_PLANNED);
     assert_int_equal(fi_plan_update(plan, &tb.batch, NULL), FI_OK);
@@ -494,9 +494,9 @@ static void references_reject_bad_arguments_and_write_nothing(void **state) {
     assert_true(all_nan(&ta.args.lse, 2));
     /* and the good arguments work on the same buffers */
     assert_int_equal(fi_ref_run(plan, &ta.args), FI_OK);
-    assert_int_equal(fi_tensor_count_nonfinite(&ta.args.out, 2), 0);
+    assert_int_equal(tt_tensor_count_nonfinite(&ta.args.out, 2), 0);
     fi_plan_destroy(plan);
-    fi_test_attn_free(&ta);
+    tt_test_attn_free(&ta);
     test_batch_free(&tb);
 }
 
@@ -525,8 +525,8 @@ static void ref_run_scratch_comes_from_the_plan_allocator(void **state) {
     fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 8, 2, 64, 16, 200, B, 2);
     caps.num_ctas = 16;
     test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 200, 0, 1, -1);
-    fi_test_attn ta;
-    assert_int_equal(fi_test_attn_make(&ta, &caps, &tb.batch, NULL, &g_rng), 0);
+    tt_test_attn ta;
+    assert_int_equal(tt_test_attn_make(&ta, &caps, &tb.batch, NULL, &g_rng), 0);
     count_alloc ctr = {0, 0};
     const fi_allocator al = {count_alloc_fn, count_free_fn, &ctr};
     fi_plan *plan = NULL;
@@ -541,7 +541,7 @@ static void ref_run_scratch_comes_from_the_plan_allocator(void **state) {
     assert_int_equal(ctr.allocs - before.allocs, ctr.frees - before.frees);
     fi_plan_destroy(plan);
     assert_int_equal(ctr.allocs, ctr.frees);
-    fi_test_attn_free(&ta);
+    tt_test_attn_free(&ta);
     test_batch_free(&tb);
 }
 
@@ -567,14 +567,14 @@ static void bf16_and_f16_round_to_nearest_even(void **state) {
     assert_int_equal(fi_f32_to_f16_rne(-2.0f), 0xc000);
     /* random round trips: 16-bit -> f32 -> 16-bit is the identity on finite values */
     for (int i = 0; i < 10000; ++i) {
-        const uint16_t h = (uint16_t)fi_rng_next(&g_rng);
+        const uint16_t h = (uint16_t)tt_rng_next(&g_rng);
         if ((h & 0x7c00) != 0x7c00) assert_int_equal(fi_f32_to_f16_rne(fi_f16_to_f32(h)), h);
         if ((h & 0x7f80) != 0x7f80) assert_int_equal(fi_f32_to_bf16_rne(fi_bf16_to_f32(h)), h);
     }
 }
 
 int main(void) {
-    const uint64_t seed = fi_test_seed();
+    const uint64_t seed = tt_test_seed();
     printf("test_ref_vs_naive: seed %llu (FI_TEST_SEED=%llu replays)\n",
            (unsigned long long)seed, (unsigned long long)seed);
     g_rng.s = seed;

@@ -19,7 +19,7 @@
 static uint64_t g_seed;
 
 /* Random trace text of n rows; returns malloc'ed text, values in ctx[] / gen[]. */
-static char *random_csv(fi_rng *r, int n, int header, int crlf, int32_t *ctx, int32_t *gen,
+static char *random_csv(tt_rng *r, int n, int header, int crlf, int32_t *ctx, int32_t *gen,
                         size_t *len) {
     size_t cap = (size_t)n * 64 + 64, pos = 0;
     char *s = malloc(cap);
@@ -27,10 +27,10 @@ static char *random_csv(fi_rng *r, int n, int header, int crlf, int32_t *ctx, in
     const char *eol = crlf ? "\r\n" : "\n";
     if (header) pos += (size_t)snprintf(s + pos, cap - pos, "TIMESTAMP,ContextTokens,GeneratedTokens%s", eol);
     for (int i = 0; i < n; i++) {
-        ctx[i] = fi_rng_int(r, 1, 20000);
-        gen[i] = fi_rng_int(r, 0, 2000);
+        ctx[i] = tt_rng_int(r, 1, 20000);
+        gen[i] = tt_rng_int(r, 0, 2000);
         pos += (size_t)snprintf(s + pos, cap - pos, "2023-11-16 18:%02d:%02d.%07d,%d,%d%s",
-                                i / 60 % 60, i % 60, fi_rng_int(r, 0, 9999999), ctx[i],
+                                i / 60 % 60, i % 60, tt_rng_int(r, 0, 9999999), ctx[i],
                                 gen[i], eol);
     }
     *len = pos;
@@ -39,9 +39,9 @@ static char *random_csv(fi_rng *r, int n, int header, int crlf, int32_t *ctx, in
 
 static void trace_parse_reads_every_row_with_or_without_header(void **state) {
     (void)state;
-    fi_rng r = {g_seed};
+    tt_rng r = {g_seed};
     for (int iter = 0; iter < 8; iter++) {
-        int n = fi_rng_int(&r, 1, 300), header = iter & 1, crlf = (iter >> 1) & 1;
+        int n = tt_rng_int(&r, 1, 300), header = iter & 1, crlf = (iter >> 1) & 1;
         int32_t *ctx = malloc((size_t)n * 4), *gen = malloc((size_t)n * 4);
         size_t len;
         char *csv = random_csv(&r, n, header, crlf, ctx, gen, &len);
@@ -82,9 +82,9 @@ static void trace_parse_rejects_malformed_rows_with_their_line(void **state) {
         "18:15:46,374,44",                        /* no date */
         "TIMESTAMP,ContextTokens,GeneratedTokens", /* header not first */
     };
-    fi_rng r = {g_seed ^ 1};
+    tt_rng r = {g_seed ^ 1};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-        int good_before = fi_rng_int(&r, 1, 5);
+        int good_before = tt_rng_int(&r, 1, 5);
         char text[1024];
         size_t pos = (size_t)snprintf(text, sizeof text, "TIMESTAMP,ContextTokens,GeneratedTokens\n");
         for (int i = 0; i < good_before; i++)
@@ -212,12 +212,12 @@ static void decode_snapshot_kv_len_is_context_plus_own_step(void **state) {
     (void)state;
     fitrace *t = NULL;
     assert_int_equal(fitrace_load_default(NULL, &t), FITRACE_OK);
-    fi_rng r = {g_seed ^ 2};
+    tt_rng r = {g_seed ^ 2};
     lens_buf *b = calloc(1, sizeof *b);
     int32_t *src = malloc(4096 * 4), *kv = malloc(4096 * 4);
     for (int iter = 0; iter < 20; iter++) {
-        int n = fi_rng_int(&r, 1, 1024), first = fi_rng_int(&r, 0, 2047);
-        int step = fi_rng_int(&r, 0, 1500);
+        int n = tt_rng_int(&r, 1, 1024), first = tt_rng_int(&r, 0, 2047);
+        int step = tt_rng_int(&r, 0, 1500);
         assert_int_equal(fitrace_decode(t, first, step, 1, lens_of(b, n)), FITRACE_OK);
         decode_model(t, first, n, step, src, kv);
         for (int k = 0; k < n; k++) {
@@ -241,11 +241,11 @@ static void prefill_and_mixed_lengths_follow_context_tokens(void **state) {
     (void)state;
     fitrace *t = NULL;
     assert_int_equal(fitrace_load_default(NULL, &t), FITRACE_OK);
-    fi_rng r = {g_seed ^ 3};
+    tt_rng r = {g_seed ^ 3};
     lens_buf *b = calloc(1, sizeof *b);
     for (int iter = 0; iter < 10; iter++) {
-        int n = fi_rng_int(&r, 1, 64), first = fi_rng_int(&r, 0, 2047);
-        int prefix = fi_rng_int(&r, 0, 3000);
+        int n = tt_rng_int(&r, 1, 64), first = tt_rng_int(&r, 0, 2047);
+        int prefix = tt_rng_int(&r, 0, 3000);
         assert_int_equal(fitrace_prefill(t, first, prefix, lens_of(b, n)), FITRACE_OK);
         for (int k = 0; k < n; k++) {
             int row = (first + k) % 2048, c = t->context_tokens[row];
@@ -253,7 +253,7 @@ static void prefill_and_mixed_lengths_follow_context_tokens(void **state) {
             assert_int_equal(b->kv[k], c);
             assert_int_equal(b->q[k], prefix < c ? c - prefix : 1);
         }
-        int np = fi_rng_int(&r, 0, n), chunk = fi_rng_int(&r, 1, 512), step = fi_rng_int(&r, 0, 50);
+        int np = tt_rng_int(&r, 0, n), chunk = tt_rng_int(&r, 1, 512), step = tt_rng_int(&r, 0, 50);
         assert_int_equal(fitrace_mixed(t, first, np, chunk, step, 1, lens_of(b, n)), FITRACE_OK);
         int32_t src[64], kv[64];
         decode_model(t, (first + np) % 2048, n - np, step, src, kv);
@@ -279,20 +279,20 @@ static void prefill_and_mixed_lengths_follow_context_tokens(void **state) {
  * exactly once over the batch. */
 static void batch_builders_give_every_page_id_exactly_once(void **state) {
     (void)state;
-    fi_rng r = {g_seed ^ 4};
+    tt_rng r = {g_seed ^ 4};
     static const fi_batch_form forms[] = {FI_FORM_BLOCK_TABLES, FI_FORM_INDPTR, FI_FORM_CUM_SEQ_LENS};
     for (int iter = 0; iter < 30; iter++) {
         fibatch_opts o = fibatch_default_opts();
         o.form = forms[iter % 3];
-        o.page_size = (int32_t[]){1, 16, 32, 64, 128}[fi_rng_int(&r, 0, 4)];
-        o.shuffle = fi_rng_int(&r, 0, 1);
-        o.seed = fi_rng_next(&r);
-        o.kv_split_pages = o.form != FI_FORM_INDPTR ? fi_rng_int(&r, 0, 1) : 0;
-        int n = fi_rng_int(&r, 1, 40), ql = fi_rng_int(&r, 1, 8);
+        o.page_size = (int32_t[]){1, 16, 32, 64, 128}[tt_rng_int(&r, 0, 4)];
+        o.shuffle = tt_rng_int(&r, 0, 1);
+        o.seed = tt_rng_next(&r);
+        o.kv_split_pages = o.form != FI_FORM_INDPTR ? tt_rng_int(&r, 0, 1) : 0;
+        int n = tt_rng_int(&r, 1, 40), ql = tt_rng_int(&r, 1, 8);
         int32_t q[40], kv[40];
         for (int i = 0; i < n; i++) {
-            q[i] = o.form == FI_FORM_BLOCK_TABLES ? ql : fi_rng_int(&r, 0, 9);
-            kv[i] = fi_rng_int(&r, 0, 3000);
+            q[i] = o.form == FI_FORM_BLOCK_TABLES ? ql : tt_rng_int(&r, 0, 9);
+            kv[i] = tt_rng_int(&r, 0, 3000);
         }
         fibatch fb;
         assert_int_equal(fibatch_build(&o, q, kv, n, NULL, &fb), FIBATCH_OK);
@@ -358,7 +358,7 @@ static void batch_builder_rejects_bad_input(void **state) {
 }
 
 int main(void) {
-    g_seed = fi_test_seed();
+    g_seed = tt_test_seed();
     printf("test_trace: seed %llu (replay with FI_TEST_SEED=%llu)\n",
            (unsigned long long)g_seed, (unsigned long long)g_seed);
     const struct CMUnitTest tests[] = {

@@ -7,25 +7,25 @@
 
 static const int32_t k_page_sizes[] = {1, 16, 32, 64, 128};
 
-void batchgen_caps(fi_rng *rng, fi_kind kind, fi_caps *caps) {
+void batchgen_caps(tt_rng *rng, fi_kind kind, fi_caps *caps) {
     memset(caps, 0, sizeof *caps);
     if (kind == 0)
-        kind = (fi_kind)fi_rng_int(rng, 1, 3);
+        kind = (fi_kind)tt_rng_int(rng, 1, 3);
     caps->kind = kind;
     if (kind == FI_KIND_MLA_DECODE) {
         static const int32_t hq[] = {16, 32, 64, 128};
-        caps->num_qo_heads = hq[fi_rng_int(rng, 0, 3)];
+        caps->num_qo_heads = hq[tt_rng_int(rng, 0, 3)];
         caps->num_kv_heads = 1;
         caps->head_dim_qk = 576;
         caps->head_dim_vo = 512;
     } else {
         static const int32_t hkv[] = {1, 2, 4, 8};
         static const int32_t dims[] = {64, 128, 256};
-        caps->num_kv_heads = hkv[fi_rng_int(rng, 0, 3)];
-        caps->num_qo_heads = caps->num_kv_heads * fi_rng_int(rng, 1, 16);
-        caps->head_dim_qk = caps->head_dim_vo = dims[fi_rng_int(rng, 0, 2)];
+        caps->num_kv_heads = hkv[tt_rng_int(rng, 0, 3)];
+        caps->num_qo_heads = caps->num_kv_heads * tt_rng_int(rng, 1, 16);
+        caps->head_dim_qk = caps->head_dim_vo = dims[tt_rng_int(rng, 0, 2)];
     }
-    caps->page_size = k_page_sizes[fi_rng_int(rng, 0, 4)];
+    caps->page_size = k_page_sizes[tt_rng_int(rng, 0, 4)];
     caps->q_dtype = caps->kv_dtype = caps->o_dtype = FI_DTYPE_F32;
     caps->max_batch = 1;
     caps->max_q_tokens = 1;
@@ -47,7 +47,7 @@ void batchgen_free(batchgen_batch *b) {
     memset(b, 0, sizeof *b);
 }
 
-int batchgen_from_lens(fi_rng *rng, const fi_caps *caps, fi_batch_form form,
+int batchgen_from_lens(tt_rng *rng, const fi_caps *caps, fi_batch_form form,
                        const int32_t *q_len, const int32_t *kv_len, int32_t n, int kv_split,
                        int shuffle, int32_t causal, int32_t window_left, batchgen_batch *out) {
     memset(out, 0, sizeof *out);
@@ -75,7 +75,7 @@ int batchgen_from_lens(fi_rng *rng, const fi_caps *caps, fi_batch_form form,
         out->kv_len[b] = out->seq_lens[b] = kv_len[b];
         out->q_indptr[b + 1] = out->q_indptr[b] + q_len[b];
         pages[b] = (kv_len[b] + ps - 1) / ps;
-        row_len[b] = pages[b] + (fi_rng_int(rng, 0, 3) == 0 ? fi_rng_int(rng, 1, 3) : 0);
+        row_len[b] = pages[b] + (tt_rng_int(rng, 0, 3) == 0 ? tt_rng_int(rng, 1, 3) : 0);
         total_pages += (int64_t)pages[b] * (kv_split ? 2 : 1);
         if (row_len[b] > max_row)
             max_row = row_len[b];
@@ -90,7 +90,7 @@ int batchgen_from_lens(fi_rng *rng, const fi_caps *caps, fi_batch_form form,
         ids[i] = (int32_t)i;
     if (shuffle)
         for (int64_t i = total_pages - 1; i > 0; i--) {
-            const int64_t j = (int64_t)(fi_rng_next(rng) % (uint64_t)(i + 1));
+            const int64_t j = (int64_t)(tt_rng_next(rng) % (uint64_t)(i + 1));
             const int32_t t = ids[i];
             ids[i] = ids[j];
             ids[j] = t;
@@ -157,11 +157,11 @@ int batchgen_from_lens(fi_rng *rng, const fi_caps *caps, fi_batch_form form,
         bt->block_tables = out->page_table;
         bt->cum_seq_lens_q = out->q_indptr;
         bt->cum_seq_lens_kv = out->kv_indptr;
-        bt->seq_lens = fi_rng_int(rng, 0, 1) ? out->seq_lens : NULL;
+        bt->seq_lens = tt_rng_int(rng, 0, 1) ? out->seq_lens : NULL;
         break;
     }
     out->caps = *caps;
-    out->caps.num_pages = (int32_t)total_pages + fi_rng_int(rng, 1, 4);
+    out->caps.num_pages = (int32_t)total_pages + tt_rng_int(rng, 1, 4);
     if (out->caps.max_batch < n)
         out->caps.max_batch = n > 0 ? n : 1;
     if (out->caps.max_q_tokens < out->total_q_tokens)
@@ -176,8 +176,8 @@ oom:
     return -1;
 }
 
-static batchgen_shape pick_shape(fi_rng *rng) {
-    const int32_t r = fi_rng_int(rng, 0, 99);
+static batchgen_shape pick_shape(tt_rng *rng) {
+    const int32_t r = tt_rng_int(rng, 0, 99);
     if (r < 60) return BATCHGEN_RANDOM;
     if (r < 70) return BATCHGEN_BATCH1;
     if (r < 85) return BATCHGEN_KV_EDGES;
@@ -185,17 +185,17 @@ static batchgen_shape pick_shape(fi_rng *rng) {
     return BATCHGEN_MAX_BATCH;
 }
 
-static int32_t random_kv(fi_rng *rng, int32_t max_kv) {
-    if (fi_rng_int(rng, 0, 32) == 0)
+static int32_t random_kv(tt_rng *rng, int32_t max_kv) {
+    if (tt_rng_int(rng, 0, 32) == 0)
         return 0;
     int32_t e = 0;
     while ((1 << (e + 1)) <= max_kv && e < 30)
         e++;
-    const int32_t top = 1 << fi_rng_int(rng, 0, e);
-    return fi_rng_int(rng, 0, top < max_kv ? top : max_kv);
+    const int32_t top = 1 << tt_rng_int(rng, 0, e);
+    return tt_rng_int(rng, 0, top < max_kv ? top : max_kv);
 }
 
-int batchgen_make(fi_rng *rng, const batchgen_opts *opts, batchgen_batch *out) {
+int batchgen_make(tt_rng *rng, const batchgen_opts *opts, batchgen_batch *out) {
     batchgen_opts o = {0};
     if (opts)
         o = *opts;
@@ -209,25 +209,25 @@ int batchgen_make(fi_rng *rng, const batchgen_opts *opts, batchgen_batch *out) {
         caps.page_size = o.page_size;
     const batchgen_shape shape = o.shape ? o.shape : pick_shape(rng);
     if (shape == BATCHGEN_LONG_TAIL && caps.page_size < 16)
-        caps.page_size = k_page_sizes[fi_rng_int(rng, 1, 4)];
+        caps.page_size = k_page_sizes[tt_rng_int(rng, 1, 4)];
     const int32_t ps = caps.page_size;
     int32_t n;
     switch (shape) {
     case BATCHGEN_BATCH1: n = 1; break;
     case BATCHGEN_LONG_TAIL: n = o.max_batch < 128 ? o.max_batch : 128; break;
     case BATCHGEN_MAX_BATCH: n = o.max_batch; break;
-    default: n = fi_rng_int(rng, 1, o.max_batch); break;
+    default: n = tt_rng_int(rng, 1, o.max_batch); break;
     }
-    const fi_batch_form form = o.form ? o.form : (fi_batch_form)fi_rng_int(rng, 1, 3);
-    const int32_t causal = o.fixed_causal ? o.causal : (fi_rng_int(rng, 0, 9) != 0);
+    const fi_batch_form form = o.form ? o.form : (fi_batch_form)tt_rng_int(rng, 1, 3);
+    const int32_t causal = o.fixed_causal ? o.causal : (tt_rng_int(rng, 0, 9) != 0);
     int32_t window = -1;
     if (o.fixed_window)
         window = o.window_left;
-    else if (fi_rng_int(rng, 0, 4) == 0)
-        window = fi_rng_int(rng, 0, 1) ? fi_rng_int(rng, 0, 4) : fi_rng_int(rng, 0, 1024);
+    else if (tt_rng_int(rng, 0, 4) == 0)
+        window = tt_rng_int(rng, 0, 1) ? tt_rng_int(rng, 0, 4) : tt_rng_int(rng, 0, 1024);
     const int decode = caps.kind != FI_KIND_CONTEXT;
-    const int32_t uniform_q = fi_rng_int(rng, 0, 1) ? 1 : fi_rng_int(rng, 1, 8);
-    const int32_t long_one = fi_rng_int(rng, 0, n - 1);
+    const int32_t uniform_q = tt_rng_int(rng, 0, 1) ? 1 : tt_rng_int(rng, 1, 8);
+    const int32_t long_one = tt_rng_int(rng, 0, n - 1);
 
     int32_t *q = malloc(sizeof(int32_t) * (size_t)n);
     int32_t *kv = malloc(sizeof(int32_t) * (size_t)n);
@@ -240,32 +240,32 @@ int batchgen_make(fi_rng *rng, const batchgen_opts *opts, batchgen_batch *out) {
     for (int32_t b = 0; b < n; b++) {
         switch (shape) {
         case BATCHGEN_KV_EDGES: {
-            const int32_t k = fi_rng_int(rng, 1, 8);
-            const int32_t c = fi_rng_int(rng, 0, 4);
+            const int32_t k = tt_rng_int(rng, 1, 8);
+            const int32_t c = tt_rng_int(rng, 0, 4);
             kv[b] = c == 0 ? 0 : c == 1 ? 1 : c == 2 ? ps * k : c == 3 ? ps * k + 1 : ps * k - 1;
             break;
         }
         case BATCHGEN_LONG_TAIL:
-            kv[b] = b == long_one ? 131072 : fi_rng_int(rng, 1, 2048);
+            kv[b] = b == long_one ? 131072 : tt_rng_int(rng, 1, 2048);
             break;
         default:
             kv[b] = random_kv(rng, o.max_kv_len);
             break;
         }
         if (decode) {
-            q[b] = form == FI_FORM_BLOCK_TABLES ? uniform_q : fi_rng_int(rng, 1, 8);
+            q[b] = form == FI_FORM_BLOCK_TABLES ? uniform_q : tt_rng_int(rng, 1, 8);
             if (causal && kv[b] > 0 && kv[b] < q[b])
                 kv[b] = q[b];
         } else if (kv[b] == 0) {
-            q[b] = fi_rng_int(rng, 0, 4);
+            q[b] = tt_rng_int(rng, 0, 4);
         } else {
             const int32_t cap = kv[b] < 96 ? kv[b] : 96;
-            q[b] = fi_rng_int(rng, 0, 3) == 0 ? fi_rng_int(rng, 0, cap) : fi_rng_int(rng, 0, cap < 8 ? cap : 8);
+            q[b] = tt_rng_int(rng, 0, 3) == 0 ? tt_rng_int(rng, 0, cap) : tt_rng_int(rng, 0, cap < 8 ? cap : 8);
         }
     }
     if (!decode && form == FI_FORM_BLOCK_TABLES) {
         /* uniform q_len: the smallest non-zero kv bounds it under causal masking */
-        int32_t qq = fi_rng_int(rng, 0, 8);
+        int32_t qq = tt_rng_int(rng, 0, 8);
         for (int32_t b = 0; b < n; b++)
             if (causal && kv[b] > 0 && kv[b] < qq)
                 qq = kv[b];
@@ -273,16 +273,16 @@ int batchgen_make(fi_rng *rng, const batchgen_opts *opts, batchgen_batch *out) {
             q[b] = qq;
     }
     caps.max_batch = o.max_batch;
-    caps.num_ctas = o.num_ctas > 0 ? o.num_ctas : fi_rng_int(rng, 1, 160);
-    const int kv_split = form != FI_FORM_INDPTR && fi_rng_int(rng, 0, 3) == 0;
-    const int shuffle = fi_rng_int(rng, 0, 1);
+    caps.num_ctas = o.num_ctas > 0 ? o.num_ctas : tt_rng_int(rng, 1, 160);
+    const int kv_split = form != FI_FORM_INDPTR && tt_rng_int(rng, 0, 3) == 0;
+    const int shuffle = tt_rng_int(rng, 0, 1);
     int rc = batchgen_from_lens(rng, &caps, form, q, kv, n, kv_split, shuffle, causal, window,
                                 out);
     free(q);
     free(kv);
     if (rc == 0) {
         out->shape = shape;
-        out->caps.max_q_tokens += fi_rng_int(rng, 0, 8);
+        out->caps.max_q_tokens += tt_rng_int(rng, 0, 8);
     }
     return rc;
 }

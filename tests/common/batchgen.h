@@ -5,7 +5,7 @@
  * decode, GQA decode, context), caps that fit it, and the arrays it points into (owned by
  * the returned batchgen_batch; free with batchgen_free).  Every batch it returns is VALID
  * for its caps (tests that want a bad batch corrupt a copy of one).  Deterministic in the
- * fi_rng state (tests/common/rng.h), so FI_TEST_SEED replays a failure.
+ * tt_rng state (tests/common/rng.h), so FI_TEST_SEED replays a failure.
  *
  * Shapes (batchgen_shape) cover the edges the planner must survive:
  *   RANDOM      B in 1..max_batch, kv_len mostly log-uniform in 0..max_kv_len
@@ -69,18 +69,18 @@ typedef struct batchgen_batch {
 
 /* Random caps for `kind` (0: random kind): heads, dims, page_size from the supported sets,
  * F32 dtypes; max_batch / max_q_tokens / num_pages / num_ctas are left for the batch. */
-void batchgen_caps(fi_rng *rng, fi_kind kind, fi_caps *caps);
+void batchgen_caps(tt_rng *rng, fi_kind kind, fi_caps *caps);
 
 /* Generate a valid batch and caps.  opts may be NULL (all random).
  * @return 0, or -1 if out of memory (*out zeroed). */
-int batchgen_make(fi_rng *rng, const batchgen_opts *opts, batchgen_batch *out);
+int batchgen_make(tt_rng *rng, const batchgen_opts *opts, batchgen_batch *out);
 
 /* Build a batch of form `form` over the given caps and lengths (q_len, kv_len [n]);
  * BLOCK_TABLES needs uniform q_len.  kv_split: 3-D table (ignored for INDPTR); shuffle:
  * random page permutation; causal / window_left copied.  Sets caps->num_pages (and
  * max_batch / max_q_tokens if smaller than needed) in out->caps (copied from *caps).
  * @return 0, -1 out of memory or bad arguments (*out zeroed). */
-int batchgen_from_lens(fi_rng *rng, const fi_caps *caps, fi_batch_form form,
+int batchgen_from_lens(tt_rng *rng, const fi_caps *caps, fi_batch_form form,
                        const int32_t *q_len, const int32_t *kv_len, int32_t n, int kv_split,
                        int shuffle, int32_t causal, int32_t window_left, batchgen_batch *out);
 

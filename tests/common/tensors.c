@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t fi_dtype_size(fi_dtype dtype) {
+size_t tt_dtype_size(fi_dtype dtype) {
     switch (dtype) {
     case FI_DTYPE_E4M3: return 1;
     case FI_DTYPE_F16:
@@ -16,9 +16,9 @@ size_t fi_dtype_size(fi_dtype dtype) {
     }
 }
 
-int fi_tensor_alloc(fi_tensor *t, fi_dtype dtype, int32_t ndim, const int64_t *shape,
+int tt_tensor_alloc(fi_tensor *t, fi_dtype dtype, int32_t ndim, const int64_t *shape,
                     const int32_t *mem_order) {
-    const size_t es = fi_dtype_size(dtype);
+    const size_t es = tt_dtype_size(dtype);
     if (!t || !shape || ndim < 1 || ndim > FI_MAX_DIMS || es == 0) return -1;
     fi_tensor r;
     memset(&r, 0, sizeof r);
@@ -40,31 +40,31 @@ int fi_tensor_alloc(fi_tensor *t, fi_dtype dtype, int32_t ndim, const int64_t *s
     return 0;
 }
 
-int fi_tensor_alloc_like(fi_tensor *t, const fi_tensor *src) {
-    return fi_tensor_alloc(t, src->dtype, src->ndim, src->shape, NULL);
+int tt_tensor_alloc_like(fi_tensor *t, const fi_tensor *src) {
+    return tt_tensor_alloc(t, src->dtype, src->ndim, src->shape, NULL);
 }
 
-void fi_tensor_free(fi_tensor *t) {
+void tt_tensor_free(fi_tensor *t) {
     if (!t) return;
     free(t->data);
     memset(t, 0, sizeof *t);
 }
 
-fi_tensor fi_tensor_view_last(const fi_tensor *src, int64_t begin, int64_t width) {
+fi_tensor tt_tensor_view_last(const fi_tensor *src, int64_t begin, int64_t width) {
     fi_tensor v = *src;
     const int32_t last = src->ndim - 1;
-    v.data = (char *)src->data + (size_t)(begin * src->stride[last]) * fi_dtype_size(src->dtype);
+    v.data = (char *)src->data + (size_t)(begin * src->stride[last]) * tt_dtype_size(src->dtype);
     v.shape[last] = width;
     return v;
 }
 
-int64_t fi_tensor_numel(const fi_tensor *t) {
+int64_t tt_tensor_numel(const fi_tensor *t) {
     int64_t n = 1;
     for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
     return n;
 }
 
-int64_t fi_tensor_offset(const fi_tensor *t, const int64_t *idx) {
+int64_t tt_tensor_offset(const fi_tensor *t, const int64_t *idx) {
     int64_t off = 0;
     for (int32_t i = 0; i < t->ndim; ++i) off += idx[i] * t->stride[i];
     return off;
@@ -90,12 +90,12 @@ static void store_at(fi_tensor *t, int64_t off, double v) {
     }
 }
 
-double fi_tensor_get(const fi_tensor *t, const int64_t *idx) {
-    return load_at(t, fi_tensor_offset(t, idx));
+double tt_tensor_get(const fi_tensor *t, const int64_t *idx) {
+    return load_at(t, tt_tensor_offset(t, idx));
 }
 
-void fi_tensor_set(fi_tensor *t, const int64_t *idx, double v) {
-    store_at(t, fi_tensor_offset(t, idx), v);
+void tt_tensor_set(fi_tensor *t, const int64_t *idx, double v) {
+    store_at(t, tt_tensor_offset(t, idx), v);
 }
 
 /* Visit the element offsets of rows [0, rows) of t (all logical elements: rows = shape[0])
@@ -125,45 +125,45 @@ static void iter_next(const fi_tensor *t, nd_iter *it) {
     it->done = 1;
 }
 
-void fi_tensor_fill_random(fi_tensor *t, fi_rng *rng, float amplitude) {
+void tt_tensor_fill_random(fi_tensor *t, tt_rng *rng, float amplitude) {
     for (nd_iter it = iter_begin(t, t->shape[0]); !it.done; iter_next(t, &it))
-        store_at(t, fi_tensor_offset(t, it.idx), (double)(fi_rng_float(rng) * amplitude));
+        store_at(t, tt_tensor_offset(t, it.idx), (double)(tt_rng_float(rng) * amplitude));
 }
 
-void fi_tensor_poison(fi_tensor *t) {
+void tt_tensor_poison(fi_tensor *t) {
     for (nd_iter it = iter_begin(t, t->shape[0]); !it.done; iter_next(t, &it))
-        store_at(t, fi_tensor_offset(t, it.idx), NAN);
+        store_at(t, tt_tensor_offset(t, it.idx), NAN);
 }
 
-int fi_tensor_convert(fi_tensor *dst, const fi_tensor *src) {
+int tt_tensor_convert(fi_tensor *dst, const fi_tensor *src) {
     if (dst->ndim != src->ndim) return -1;
     for (int32_t i = 0; i < src->ndim; ++i)
         if (dst->shape[i] != src->shape[i]) return -1;
     for (nd_iter it = iter_begin(src, src->shape[0]); !it.done; iter_next(src, &it))
-        fi_tensor_set(dst, it.idx, fi_tensor_get(src, it.idx));
+        tt_tensor_set(dst, it.idx, tt_tensor_get(src, it.idx));
     return 0;
 }
 
-int64_t fi_tensor_count_nan(const fi_tensor *t, int64_t rows) {
+int64_t tt_tensor_count_nan(const fi_tensor *t, int64_t rows) {
     int64_t n = 0;
     for (nd_iter it = iter_begin(t, rows); !it.done; iter_next(t, &it))
-        n += isnan(fi_tensor_get(t, it.idx)) ? 1 : 0;
+        n += isnan(tt_tensor_get(t, it.idx)) ? 1 : 0;
     return n;
 }
 
-int64_t fi_tensor_count_nonfinite(const fi_tensor *t, int64_t rows) {
+int64_t tt_tensor_count_nonfinite(const fi_tensor *t, int64_t rows) {
     int64_t n = 0;
     for (nd_iter it = iter_begin(t, rows); !it.done; iter_next(t, &it))
-        n += isfinite(fi_tensor_get(t, it.idx)) ? 0 : 1;
+        n += isfinite(tt_tensor_get(t, it.idx)) ? 0 : 1;
     return n;
 }
 
-int64_t fi_tensor_compare(const fi_tensor *a, const fi_tensor *b, int64_t rows,
+int64_t tt_tensor_compare(const fi_tensor *a, const fi_tensor *b, int64_t rows,
                           double *rel_err) {
     double num = 0.0, den = 0.0;
     int64_t mismatches = 0;
     for (nd_iter it = iter_begin(b, rows); !it.done; iter_next(b, &it)) {
-        const double x = fi_tensor_get(a, it.idx), y = fi_tensor_get(b, it.idx);
+        const double x = tt_tensor_get(a, it.idx), y = tt_tensor_get(b, it.idx);
         if (!isfinite(x) || !isfinite(y)) {
             /* same non-finite value in both (NaN never equals: always a mismatch) */
             mismatches += (x == y) ? 0 : 1;
@@ -179,7 +179,7 @@ int64_t fi_tensor_compare(const fi_tensor *a, const fi_tensor *b, int64_t rows,
 
 /* ---- attention arguments --------------------------------------------------------------- */
 
-int32_t fi_test_batch_q_tokens(const fi_batch *batch) {
+int32_t tt_test_batch_q_tokens(const fi_batch *batch) {
     const int32_t B = batch->batch_size;
     switch (batch->form) {
     case FI_FORM_BLOCK_TABLES: return B * batch->q_len_per_request;
@@ -219,14 +219,14 @@ static fi_tensor page_table_view(const fi_batch *batch) {
     return t;
 }
 
-int fi_test_attn_make(fi_test_attn *ta, const fi_caps *caps, const fi_batch *batch,
-                      const fi_test_attn_opts *opts, fi_rng *rng) {
+int tt_test_attn_make(tt_test_attn *ta, const fi_caps *caps, const fi_batch *batch,
+                      const fi_test_attn_opts *opts, tt_rng *rng) {
     static const fi_test_attn_opts defaults;
     if (!ta || !caps || !batch || !rng) return -1;
     if (!opts) opts = &defaults;
     memset(ta, 0, sizeof *ta);
     ta->caps = *caps;
-    ta->q_tokens = fi_test_batch_q_tokens(batch);
+    ta->q_tokens = tt_test_batch_q_tokens(batch);
     if (ta->q_tokens < 0) return -1;
 
     const int mla = caps->kind == FI_KIND_MLA_DECODE;
@@ -243,21 +243,21 @@ int fi_test_attn_make(fi_test_attn *ta, const fi_caps *caps, const fi_batch *bat
     const int64_t o_shape[3] = {T, H, Dvo};
     const int64_t lse_shape[2] = {T, H};
     fi_attn_args *a = &ta->args;
-    if (fi_tensor_alloc(&ta->q_buf, caps->q_dtype, 3, q_shape, NULL) ||
-        fi_tensor_alloc(&ta->k_buf, caps->kv_dtype, 4, k_shape, kv_order) ||
-        (!mla && fi_tensor_alloc(&ta->v_buf, caps->kv_dtype, 4, v_shape, kv_order)) ||
-        fi_tensor_alloc(&a->out, caps->o_dtype, 3, o_shape, NULL) ||
-        (!opts->no_lse && fi_tensor_alloc(&a->lse, FI_DTYPE_F32, 2, lse_shape, NULL)))
+    if (tt_tensor_alloc(&ta->q_buf, caps->q_dtype, 3, q_shape, NULL) ||
+        tt_tensor_alloc(&ta->k_buf, caps->kv_dtype, 4, k_shape, kv_order) ||
+        (!mla && tt_tensor_alloc(&ta->v_buf, caps->kv_dtype, 4, v_shape, kv_order)) ||
+        tt_tensor_alloc(&a->out, caps->o_dtype, 3, o_shape, NULL) ||
+        (!opts->no_lse && tt_tensor_alloc(&a->lse, FI_DTYPE_F32, 2, lse_shape, NULL)))
         goto fail;
-    fi_tensor_fill_random(&ta->q_buf, rng, amp);
-    fi_tensor_fill_random(&ta->k_buf, rng, amp);
-    if (!mla) fi_tensor_fill_random(&ta->v_buf, rng, amp);
+    tt_tensor_fill_random(&ta->q_buf, rng, amp);
+    tt_tensor_fill_random(&ta->k_buf, rng, amp);
+    if (!mla) tt_tensor_fill_random(&ta->v_buf, rng, amp);
 
     if (mla) {   /* concatenated 576 = 512 (nope / ckv) ++ 64 (pe / kpe) */
-        a->q = fi_tensor_view_last(&ta->q_buf, 0, Dvo);
-        a->q_rope = fi_tensor_view_last(&ta->q_buf, Dvo, Dqk - Dvo);
-        a->k = fi_tensor_view_last(&ta->k_buf, 0, Dvo);
-        a->k_rope = fi_tensor_view_last(&ta->k_buf, Dvo, Dqk - Dvo);
+        a->q = tt_tensor_view_last(&ta->q_buf, 0, Dvo);
+        a->q_rope = tt_tensor_view_last(&ta->q_buf, Dvo, Dqk - Dvo);
+        a->k = tt_tensor_view_last(&ta->k_buf, 0, Dvo);
+        a->k_rope = tt_tensor_view_last(&ta->k_buf, Dvo, Dqk - Dvo);
     } else {
         a->q = ta->q_buf;
         a->k = ta->k_buf;
@@ -268,7 +268,7 @@ int fi_test_attn_make(fi_test_attn *ta, const fi_caps *caps, const fi_batch *bat
     if (opts->sinks) {
         ta->sinks = malloc(sizeof(float) * (size_t)H);
         if (!ta->sinks) goto fail;
-        for (int64_t h = 0; h < H; ++h) ta->sinks[h] = 2.0f * fi_rng_float(rng);
+        for (int64_t h = 0; h < H; ++h) ta->sinks[h] = 2.0f * tt_rng_float(rng);
         a->sinks = ta->sinks;
     }
     ta->bmm1_scale = opts->bmm1_scale != 0.0f ? opts->bmm1_scale : (float)(1.0 / sqrt((double)Dqk));
@@ -282,27 +282,27 @@ int fi_test_attn_make(fi_test_attn *ta, const fi_caps *caps, const fi_batch *bat
     }
     return 0;
 fail:
-    fi_test_attn_free(ta);
+    tt_test_attn_free(ta);
     return -1;
 }
 
-int fi_test_attn_alloc_outputs(const fi_test_attn *ta, fi_tensor *out, fi_tensor *lse) {
+int tt_test_attn_alloc_outputs(const tt_test_attn *ta, fi_tensor *out, fi_tensor *lse) {
     memset(lse, 0, sizeof *lse);
-    if (fi_tensor_alloc_like(out, &ta->args.out)) return -1;
-    if (ta->args.lse.data && fi_tensor_alloc_like(lse, &ta->args.lse)) {
-        fi_tensor_free(out);
+    if (tt_tensor_alloc_like(out, &ta->args.out)) return -1;
+    if (ta->args.lse.data && tt_tensor_alloc_like(lse, &ta->args.lse)) {
+        tt_tensor_free(out);
         return -1;
     }
     return 0;
 }
 
-void fi_test_attn_free(fi_test_attn *ta) {
+void tt_test_attn_free(tt_test_attn *ta) {
     if (!ta) return;
-    fi_tensor_free(&ta->q_buf);
-    fi_tensor_free(&ta->k_buf);
-    fi_tensor_free(&ta->v_buf);
-    fi_tensor_free(&ta->args.out);
-    fi_tensor_free(&ta->args.lse);
+    tt_tensor_free(&ta->q_buf);
+    tt_tensor_free(&ta->k_buf);
+    tt_tensor_free(&ta->v_buf);
+    tt_tensor_free(&ta->args.out);
+    tt_tensor_free(&ta->args.lse);
     free(ta->sinks);
     memset(ta, 0, sizeof *ta);
 }

@@ -5,12 +5,14 @@
  * logical shape as the API states it, element strides chosen by a memory order (so an
  * HND KV cache is the logical [pages, page_size, H_kv, D] view of [pages, H_kv,
  * page_size, D] memory).  Values are F32, F16 or BF16 (I32 for page tables).
+ * Test-side helpers carry the tt_ prefix, so they are never mistaken for the library's
+ * fi_ API.
  *
  * Typical use:
- *   fi_rng rng = {fi_test_seed()};          print the seed
- *   fi_test_attn ta;  fi_test_attn_make(&ta, &caps, &batch, &opts, &rng);
- *   fi_tensor_poison(&ta.args.out); ...run...;  fi_tensor_count_nan(&ta.args.out, rows) == 0
- *   fi_test_attn_free(&ta);
+ *   tt_rng rng = {tt_test_seed()};          print the seed
+ *   tt_test_attn ta;  tt_test_attn_make(&ta, &caps, &batch, &opts, &rng);
+ *   tt_tensor_poison(&ta.args.out); ...run...;  tt_tensor_count_nan(&ta.args.out, rows) == 0
+ *   tt_test_attn_free(&ta);
  * Every function returning int returns 0 on success, -1 on allocation failure or a bad
  * argument.  Nothing here prints or exits.
  */
@@ -26,54 +28,54 @@
 /* ---- tensors ------------------------------------------------------------------------- */
 
 /* Bytes per element of a dtype (E4M3 1, F16/BF16 2, F32/I32 4; 0 if unknown). */
-size_t fi_dtype_size(fi_dtype dtype);
+size_t tt_dtype_size(fi_dtype dtype);
 
 /* Allocate a tensor of logical `shape` (ndim <= FI_MAX_DIMS) and `dtype`, zero-filled.
  * mem_order: logical dims from the outermost to the innermost in memory (a permutation
  * of 0..ndim-1); NULL = row-major in logical order.  The buffer is 64-byte aligned and
  * dense (the innermost memory dim has stride 1). */
-int fi_tensor_alloc(fi_tensor *t, fi_dtype dtype, int32_t ndim, const int64_t *shape,
+int tt_tensor_alloc(fi_tensor *t, fi_dtype dtype, int32_t ndim, const int64_t *shape,
                     const int32_t *mem_order);
 
 /* Same dtype and logical shape as src, row-major. */
-int fi_tensor_alloc_like(fi_tensor *t, const fi_tensor *src);
+int tt_tensor_alloc_like(fi_tensor *t, const fi_tensor *src);
 
-/* Free what fi_tensor_alloc allocated and zero *t (NULL data is fine).  Do not call it
+/* Free what tt_tensor_alloc allocated and zero *t (NULL data is fine).  Do not call it
  * on views (fi_tensor_view) or on tensors over caller memory. */
-void fi_tensor_free(fi_tensor *t);
+void tt_tensor_free(fi_tensor *t);
 
 /* A view of src with its last dim narrowed to [begin, begin + width): the 512-wide and
  * 64-wide halves of a concatenated MLA [.., 576] tensor.  Shares src's memory. */
-fi_tensor fi_tensor_view_last(const fi_tensor *src, int64_t begin, int64_t width);
+fi_tensor tt_tensor_view_last(const fi_tensor *src, int64_t begin, int64_t width);
 
 /* Elements of the logical shape (product of shape[]). */
-int64_t fi_tensor_numel(const fi_tensor *t);
+int64_t tt_tensor_numel(const fi_tensor *t);
 
 /* Element offset of a logical index (idx[ndim]). */
-int64_t fi_tensor_offset(const fi_tensor *t, const int64_t *idx);
+int64_t tt_tensor_offset(const fi_tensor *t, const int64_t *idx);
 
 /* Element at logical index, widened to double (F32/F16/BF16/I32). */
-double fi_tensor_get(const fi_tensor *t, const int64_t *idx);
+double tt_tensor_get(const fi_tensor *t, const int64_t *idx);
 
 /* Store v at a logical index (rounded to nearest even for F16/BF16). */
-void fi_tensor_set(fi_tensor *t, const int64_t *idx, double v);
+void tt_tensor_set(fi_tensor *t, const int64_t *idx, double v);
 
 /* Fresh uniform values in [-amplitude, amplitude) at every logical element. */
-void fi_tensor_fill_random(fi_tensor *t, fi_rng *rng, float amplitude);
+void tt_tensor_fill_random(fi_tensor *t, tt_rng *rng, float amplitude);
 
 /* NaN at every logical element (quiet NaN for F16/BF16, 0x7fffffff for I32). */
-void fi_tensor_poison(fi_tensor *t);
+void tt_tensor_poison(fi_tensor *t);
 
 /* Convert every logical element of src into dst (same logical shape, any float dtypes). */
-int fi_tensor_convert(fi_tensor *dst, const fi_tensor *src);
+int tt_tensor_convert(fi_tensor *dst, const fi_tensor *src);
 
 /* ---- checks over the written rows (dim 0 indices [0, rows)) --------------------------- */
 
 /* NaN elements in rows [0, rows) (infinities are not counted: lse may be -inf). */
-int64_t fi_tensor_count_nan(const fi_tensor *t, int64_t rows);
+int64_t tt_tensor_count_nan(const fi_tensor *t, int64_t rows);
 
 /* NaN or +-inf elements in rows [0, rows): "every element written and finite" is 0. */
-int64_t fi_tensor_count_nonfinite(const fi_tensor *t, int64_t rows);
+int64_t tt_tensor_count_nonfinite(const fi_tensor *t, int64_t rows);
 
 /* Compare a (result) with b (reference) over rows [0, rows) of the same logical shape.
  * Positions where either is not finite must hold the same value in both (e.g. -inf lse
@@ -81,12 +83,12 @@ int64_t fi_tensor_count_nonfinite(const fi_tensor *t, int64_t rows);
  * *rel_err = ||a - b|| / ||b|| (2-norms) over the positions where both are finite
  * (0 if ||b|| = 0 and a = b there; +inf if ||b|| = 0 and a != b).
  * @return number of non-finite mismatches (0 when they agree). */
-int64_t fi_tensor_compare(const fi_tensor *a, const fi_tensor *b, int64_t rows,
+int64_t tt_tensor_compare(const fi_tensor *a, const fi_tensor *b, int64_t rows,
                           double *rel_err);
 
 /* ---- attention arguments --------------------------------------------------------------- */
 
-/* Options of fi_test_attn_make.  Zero-initialised = NHD, no sinks, lse, default scales. */
+/* Options of tt_test_attn_make.  Zero-initialised = NHD, no sinks, lse, default scales. */
 typedef struct fi_test_attn_opts {
     int32_t hnd;          /* 1: KV pages laid out [page, H_kv, page_size, D] (HND) */
     int32_t sinks;        /* 1: random sinks[H_q] in [-2, 2) */
@@ -100,7 +102,7 @@ typedef struct fi_test_attn_opts {
 
 /* Everything one run needs, owned here.  args points into the members below and into
  * the batch's page table (which the caller keeps alive). */
-typedef struct fi_test_attn {
+typedef struct tt_test_attn {
     fi_caps caps;
     fi_attn_args args;
     int32_t q_tokens;     /* rows of q / out / lse: sum of q_len of the batch */
@@ -109,11 +111,11 @@ typedef struct fi_test_attn {
     fi_tensor v_buf;      /* [num_pages, page_size, H_kv, D_vo]  (MLA: absent) */
     float *sinks;         /* [H_q] or NULL */
     float bmm1_scale, bmm2_scale;  /* targets of the scale pointers */
-} fi_test_attn;
+} tt_test_attn;
 
 /* Query tokens of a batch (BLOCK_TABLES: B * q_len_per_request; INDPTR: qo_indptr[B];
  * CUM_SEQ_LENS: cum_seq_lens_q[B]); -1 if the arrays are missing. */
-int32_t fi_test_batch_q_tokens(const fi_batch *batch);
+int32_t tt_test_batch_q_tokens(const fi_batch *batch);
 
 /* Build fi_attn_args for `batch` under `caps` (MLA / GQA decode / context): random q and
  * a random KV cache of caps->num_pages pages (caps dtypes, NHD or HND), out of
@@ -121,12 +123,12 @@ int32_t fi_test_batch_q_tokens(const fi_batch *batch);
  * them before a run), page_table = the batch's block_tables ([B, P] or [B, 2, P]) or
  * kv_indices as an I32 view (not copied).  MLA q / k are 576-wide buffers passed as the
  * 512 + 64 views.  opts may be NULL. */
-int fi_test_attn_make(fi_test_attn *ta, const fi_caps *caps, const fi_batch *batch,
-                      const fi_test_attn_opts *opts, fi_rng *rng);
+int tt_test_attn_make(tt_test_attn *ta, const fi_caps *caps, const fi_batch *batch,
+                      const fi_test_attn_opts *opts, tt_rng *rng);
 
 /* A second out / lse pair shaped like ta's (to run two executors on the same inputs). */
-int fi_test_attn_alloc_outputs(const fi_test_attn *ta, fi_tensor *out, fi_tensor *lse);
+int tt_test_attn_alloc_outputs(const tt_test_attn *ta, fi_tensor *out, fi_tensor *lse);
 
-void fi_test_attn_free(fi_test_attn *ta);
+void tt_test_attn_free(tt_test_attn *ta);
 
 #endif /* FI_TEST_TENSORS_H */

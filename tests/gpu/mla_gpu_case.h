@@ -99,8 +99,8 @@ static inline float mla_to_f32(fi_dtype dt, uint16_t h) {
 }
 
 /* Fill n 16-bit elements with uniform [-1, 1) values of dtype dt. */
-static inline void mla_fill_random(uint16_t *p, int64_t n, fi_dtype dt, fi_rng *rng) {
-    for (int64_t i = 0; i < n; i++) p[i] = mla_from_f32(dt, fi_rng_float(rng));
+static inline void mla_fill_random(uint16_t *p, int64_t n, fi_dtype dt, tt_rng *rng) {
+    for (int64_t i = 0; i < n; i++) p[i] = mla_from_f32(dt, tt_rng_float(rng));
 }
 
 /* 1 when a CUDA device is usable (tests skip, benches exit 0, otherwise). */
@@ -306,7 +306,7 @@ static inline int mla_case_upload(mla_case *c, char *msg, size_t cap) {
  * q_len), random inputs, device buffers, a planned device plan.  0 on success, else -1 and
  * a message (the case is then freed). */
 static inline int mla_case_init(mla_case *c, const mla_opts *o, const int32_t *q_len,
-                                const int32_t *kv_len, int32_t n, fi_rng *rng, char *msg,
+                                const int32_t *kv_len, int32_t n, tt_rng *rng, char *msg,
                                 size_t cap) {
     memset(c, 0, sizeof *c);
     c->o = *o;
@@ -314,7 +314,7 @@ static inline int mla_case_init(mla_case *c, const mla_opts *o, const int32_t *q
     bo.form = o->form;
     bo.page_size = o->page_size;
     bo.shuffle = 1;
-    bo.seed = fi_rng_next(rng);
+    bo.seed = tt_rng_next(rng);
     bo.causal = o->causal;
     bo.window_left = -1;
     fibatch_status bs = fibatch_build(&bo, q_len, kv_len, n, NULL, &c->fb);
@@ -353,13 +353,13 @@ static inline int mla_case_init(mla_case *c, const mla_opts *o, const int32_t *q
     mla_fill_random(c->h_q, c->n_q, o->dtype, rng);
     mla_fill_random(c->h_kv, c->n_kv, o->dtype, rng);
     /* scores ~ bmm1 * N(0, 576/9): std 0.4 .. 1.6, so the softmax is neither flat nor one-hot */
-    c->bmm1_scale = 0.05f + 0.15f * (fi_rng_float(rng) + 1.0f) * 0.5f;
-    c->bmm2_scale = 0.5f + 0.75f * (fi_rng_float(rng) + 1.0f);
+    c->bmm1_scale = 0.05f + 0.15f * (tt_rng_float(rng) + 1.0f) * 0.5f;
+    c->bmm2_scale = 0.5f + 0.75f * (tt_rng_float(rng) + 1.0f);
     if (o->sinks) {
         c->h_sinks = (float *)malloc(sizeof(float) * (size_t)H);
         if (!c->h_sinks) goto fail_mem;
         /* [-2, 6): from negligible to dominant next to hundreds of keys */
-        for (int64_t h = 0; h < H; h++) c->h_sinks[h] = 2.0f + 4.0f * fi_rng_float(rng);
+        for (int64_t h = 0; h < H; h++) c->h_sinks[h] = 2.0f + 4.0f * tt_rng_float(rng);
     }
     c->out_bytes = (size_t)(T * H * MLA_D_CKV * 2);
     c->lse_bytes = (size_t)(T * H * 4);

@@ -34,9 +34,9 @@ static uint64_t g_seed;
 
 /* Fresh generator per test, derived from the printed seed and the test's own tag, so a
  * single test replays alone with FI_TEST_SEED. */
-static fi_rng test_rng(uint64_t tag) {
-    fi_rng r = {g_seed ^ (tag * 0x9e3779b97f4a7c15ull)};
-    fi_rng_next(&r);
+static tt_rng test_rng(uint64_t tag) {
+    tt_rng r = {g_seed ^ (tag * 0x9e3779b97f4a7c15ull)};
+    tt_rng_next(&r);
     return r;
 }
 
@@ -53,15 +53,15 @@ static mla_opts default_opts(int32_t heads, int32_t page_size, fi_batch_form for
 
 /* kv_len for request b of a decode batch: 0 (only when q_len 1 and non-causal), q_len,
  * page boundaries (ps - 1, ps, ps + 1, 2 ps), or uniform up to max_kv. */
-static int32_t pick_kv_len(fi_rng *r, int32_t b, int32_t q_len, int32_t ps, int32_t max_kv,
+static int32_t pick_kv_len(tt_rng *r, int32_t b, int32_t q_len, int32_t ps, int32_t max_kv,
                            int allow_zero) {
     int32_t v;
     switch (b % 6) {
     case 0: v = allow_zero ? 0 : q_len; break;
     case 1: v = 1; break;
-    case 2: v = ps - 1 + fi_rng_int(r, 0, 2); break;
+    case 2: v = ps - 1 + tt_rng_int(r, 0, 2); break;
     case 3: v = 2 * ps; break;
-    default: v = fi_rng_int(r, 1, max_kv); break;
+    default: v = tt_rng_int(r, 1, max_kv); break;
     }
     if (v < q_len) v = q_len;
     if (v < 0) v = 0;
@@ -70,7 +70,7 @@ static int32_t pick_kv_len(fi_rng *r, int32_t b, int32_t q_len, int32_t ps, int3
 
 /* Build, run, check one case; fails the test with the case name on any error. */
 static void run_and_check(const mla_opts *o, const int32_t *q_len, const int32_t *kv_len,
-                          int32_t n, fi_rng *rng, int print) {
+                          int32_t n, tt_rng *rng, int print) {
     mla_case c;
     char msg[MSG], name[MSG];
     if (mla_case_init(&c, o, q_len, kv_len, n, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
@@ -95,7 +95,7 @@ static void run_and_check(const mla_opts *o, const int32_t *q_len, const int32_t
 
 static void sweep(fi_dtype dt, const int32_t *heads, int nh, const int32_t *pss, int nps,
                   int32_t max_q_len, uint64_t tag) {
-    fi_rng rng = test_rng(tag);
+    tt_rng rng = test_rng(tag);
     int idx = 0;
     for (int ih = 0; ih < nh; ih++)
         for (int ip = 0; ip < nps; ip++)
@@ -110,7 +110,7 @@ static void sweep(fi_dtype dt, const int32_t *heads, int nh, const int32_t *pss,
                 o.sinks = ((idx >> 1) ^ (idx >> 2)) & 1;
                 o.return_lse = (((idx >> 3) ^ idx) & 1) == 0;
                 o.scale_ptr = ((idx >> 4) ^ (idx >> 1)) & 1;
-                int32_t B = heads[ih] >= 128 ? fi_rng_int(&rng, 3, 4) : fi_rng_int(&rng, 3, 8);
+                int32_t B = heads[ih] >= 128 ? tt_rng_int(&rng, 3, 4) : tt_rng_int(&rng, 3, 8);
                 int32_t q[8], kv[8];
                 for (int32_t b = 0; b < B; b++) {
                     q[b] = ql;
@@ -139,7 +139,7 @@ static void mla_f16_matches_reference(void **state) {
 static void mla_indptr_causal_prefill_matches_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fi_rng rng = test_rng(3);
+    tt_rng rng = test_rng(3);
     const int32_t heads[] = {16, 128}, pss[] = {1, 64};
     for (int ih = 0; ih < 2; ih++)
         for (int ip = 0; ip < 2; ip++)
@@ -147,11 +147,11 @@ static void mla_indptr_causal_prefill_matches_reference(void **state) {
                 mla_opts o = default_opts(heads[ih], pss[ip], FI_FORM_INDPTR);
                 o.causal = causal;
                 o.sinks = causal;
-                int32_t B = fi_rng_int(&rng, 3, heads[ih] >= 128 ? 4 : 7);
+                int32_t B = tt_rng_int(&rng, 3, heads[ih] >= 128 ? 4 : 7);
                 int32_t q[8], kv[8];
                 for (int32_t b = 0; b < B; b++) {
-                    q[b] = b == 0 ? 8 : fi_rng_int(&rng, 1, 8);
-                    kv[b] = q[b] + (b == 1 ? 0 : fi_rng_int(&rng, 0, 590));
+                    q[b] = b == 0 ? 8 : tt_rng_int(&rng, 1, 8);
+                    kv[b] = q[b] + (b == 1 ? 0 : tt_rng_int(&rng, 0, 590));
                 }
                 run_and_check(&o, q, kv, B, &rng, 1);
             }
@@ -161,7 +161,7 @@ static void mla_indptr_causal_prefill_matches_reference(void **state) {
 
 /* Case with long KV so the planner splits; asserts the plan has merge groups. */
 static void split_case(mla_case *c, int32_t num_ctas, int32_t heads, int32_t B, int32_t q_len,
-                       int32_t kv_lo, int32_t kv_hi, fi_rng *rng) {
+                       int32_t kv_lo, int32_t kv_hi, tt_rng *rng) {
     mla_opts o = default_opts(heads, 32, FI_FORM_BLOCK_TABLES);
     o.num_ctas = num_ctas;
     o.causal = q_len > 1;
@@ -169,7 +169,7 @@ static void split_case(mla_case *c, int32_t num_ctas, int32_t heads, int32_t B, 
     int32_t q[8], kv[8];
     for (int32_t b = 0; b < B; b++) {
         q[b] = q_len;
-        kv[b] = fi_rng_int(rng, kv_lo, kv_hi);
+        kv[b] = tt_rng_int(rng, kv_lo, kv_hi);
     }
     char msg[MSG];
     if (mla_case_init(c, &o, q, kv, B, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
@@ -199,7 +199,7 @@ static void check_case(mla_case *c) {
 static void mla_split_merge_matches_reference_few_and_many_ctas(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fi_rng rng = test_rng(4);
+    tt_rng rng = test_rng(4);
     mla_case c;
     split_case(&c, 8, 16, 3, 1, 1500, 2500, &rng);      /* 3 tiles on 8 CTAs */
     check_case(&c);
@@ -220,7 +220,7 @@ static void mla_split_merge_matches_reference_few_and_many_ctas(void **state) {
 static void mla_same_inputs_give_bitwise_identical_outputs(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fi_rng rng = test_rng(5);
+    tt_rng rng = test_rng(5);
     mla_case c;
     split_case(&c, 132, 32, 2, 2, 2000, 4000, &rng);
     char msg[MSG];
@@ -258,10 +258,10 @@ static void mla_same_inputs_give_bitwise_identical_outputs(void **state) {
 #define LOOP_PS 32
 #define LOOP_MAX_KV 3000 /* keeps the fp64 reference of 64 steps to seconds */
 
-static void shuffle_row(int32_t *row, int32_t P, int32_t first_page, fi_rng *rng) {
+static void shuffle_row(int32_t *row, int32_t P, int32_t first_page, tt_rng *rng) {
     for (int32_t j = 0; j < P; j++) row[j] = first_page + j;
     for (int32_t j = P - 1; j > 0; j--) {
-        int32_t k = fi_rng_int(rng, 0, j), t = row[j];
+        int32_t k = tt_rng_int(rng, 0, j), t = row[j];
         row[j] = row[k];
         row[k] = t;
     }
@@ -270,7 +270,7 @@ static void shuffle_row(int32_t *row, int32_t P, int32_t first_page, fi_rng *rng
 static void mla_graph_decode_loop_follows_trace_every_step(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fi_rng rng = test_rng(6);
+    tt_rng rng = test_rng(6);
     fitrace *tr = NULL;
     assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
 
@@ -279,7 +279,7 @@ static void mla_graph_decode_loop_follows_trace_every_step(void **state) {
     static int32_t kv[LOOP_STEPS][LOOP_B], src[LOOP_STEPS][LOOP_B];
     int32_t ql[LOOP_B] = {0}, first = -1, max_kv = 0, replaced = 0;
     for (int attempt = 0; attempt < 1000 && first < 0; attempt++) {
-        int32_t f = fi_rng_int(&rng, 0, tr->num_requests - 1);
+        int32_t f = tt_rng_int(&rng, 0, tr->num_requests - 1);
         max_kv = 0;
         replaced = 0;
         for (int32_t s = 0; s < LOOP_STEPS; s++) {
@@ -337,7 +337,7 @@ static void mla_graph_decode_loop_follows_trace_every_step(void **state) {
         }
         /* new inputs at the same addresses: q, block_tables, bmm1 scale */
         mla_fill_random(c.h_q, c.n_q, c.o.dtype, &rng);
-        c.bmm1_scale = 0.05f + 0.1f * (fi_rng_float(&rng) + 1.0f) * 0.5f;
+        c.bmm1_scale = 0.05f + 0.1f * (tt_rng_float(&rng) + 1.0f) * 0.5f;
         if (mla_case_upload(&c, msg, sizeof msg) || mla_case_poison(&c, msg, sizeof msg)) {
             bad = 1;
             break;
@@ -412,7 +412,7 @@ static int pdl_pair(mla_case *c, fi_attn_args *a1, fi_attn_args *a2, int pdl, ui
 static void mla_pdl_chained_graph_matches_unchained(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fi_rng rng = test_rng(7);
+    tt_rng rng = test_rng(7);
     mla_case c;
     split_case(&c, 132, 16, 3, 1, 1000, 3000, &rng); /* splits: semaphores reused by run 2 */
     char msg[MSG];
@@ -485,7 +485,7 @@ static void expect_status(mla_case *c, const fi_attn_args *a, fi_status want, co
 static void mla_bad_arguments_return_their_status_and_write_nothing(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fi_rng rng = test_rng(8);
+    tt_rng rng = test_rng(8);
     mla_opts o = default_opts(32, 16, FI_FORM_BLOCK_TABLES);
     int32_t q[3] = {1, 1, 1}, kv[3] = {100, 17, 300};
     mla_case c;
@@ -596,7 +596,7 @@ static void mla_bad_arguments_return_their_status_and_write_nothing(void **state
 static void sanitize_small_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fi_rng rng = test_rng(9);
+    tt_rng rng = test_rng(9);
     mla_case c;
     split_case(&c, 8, 16, 2, 2, 700, 900, &rng); /* >= 2 pieces of >= 256 keys */
     check_case(&c);
@@ -604,7 +604,7 @@ static void sanitize_small_case(void **state) {
 }
 
 int main(void) {
-    g_seed = fi_test_seed();
+    g_seed = tt_test_seed();
     printf("test_mla_gpu: seed %llu (replay with FI_TEST_SEED=%llu)\n",
            (unsigned long long)g_seed, (unsigned long long)g_seed);
     const char *filter = getenv("FI_GPU_TEST_FILTER");
