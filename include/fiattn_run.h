@@ -31,6 +31,23 @@ typedef struct fi_tensor {
     int64_t stride[FI_MAX_DIMS];  /* in elements */
 } fi_tensor;
 
+/* A tensor descriptor from its parts: data (borrowed, not copied), dtype, ndim, shape and
+ * stride ([ndim] each, strides in elements).  At most FI_MAX_DIMS entries are copied; a
+ * larger ndim is kept as given, so fi_run / fi_ref_run reject it with their shape status.
+ * Unused trailing entries are 0. */
+static inline fi_tensor fi_tensor_make(void *data, fi_dtype dtype, int32_t ndim,
+                                       const int64_t *shape, const int64_t *stride) {
+    fi_tensor t = {0};
+    t.data = data;
+    t.dtype = dtype;
+    t.ndim = ndim;
+    for (int32_t i = 0; i < ndim && i < FI_MAX_DIMS; i++) {
+        t.shape[i] = shape[i];
+        t.stride[i] = stride[i];
+    }
+    return t;
+}
+
 /* Arguments of one attention run.  Logical shapes (strides carry NHD vs HND and the
  * concatenated vs split MLA forms: a concatenated [.., 576] tensor is passed as a
  * 512-wide view and a 64-wide view at +512 elements):

@@ -49,20 +49,6 @@ static void fill_random(float *x, int64_t n, uint64_t *s, int bf16) {
     }
 }
 
-static fi_tensor tensor(void *data, fi_dtype dtype, int32_t ndim, const int64_t *shape,
-                        const int64_t *stride) {
-    fi_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dtype;
-    t.ndim = ndim;
-    for (int32_t i = 0; i < ndim; i++) {
-        t.shape[i] = shape[i];
-        t.stride[i] = stride[i];
-    }
-    return t;
-}
-
 /* Host buffers of one problem, all fp32 (page table int32 from the fibatch). */
 typedef struct problem {
     int32_t T, H, Hkv, dqk, dvo, dmain, drope, ps, np;
@@ -82,34 +68,34 @@ static fi_attn_args make_args(const problem *p, const fibatch *b, fi_dtype dt, v
     const int64_t ks[4] = {(int64_t)p->ps * p->Hkv * p->dqk, (int64_t)p->Hkv * p->dqk, p->dqk, 1};
     const int64_t qsh[3] = {p->T, p->H, p->dmain};
     const int64_t ksh[4] = {p->np, p->ps, p->Hkv, p->dmain};
-    a.q = tensor(q, dt, 3, qsh, qs);
-    a.k = tensor(k, dt, 4, ksh, ks);
+    a.q = fi_tensor_make(q, dt, 3, qsh, qs);
+    a.k = fi_tensor_make(k, dt, 4, ksh, ks);
     if (mla) {
         const int64_t qrsh[3] = {p->T, p->H, p->drope};
         const int64_t krsh[4] = {p->np, p->ps, 1, p->drope};
-        a.q_rope = tensor((char *)q + (size_t)p->dmain * esz, dt, 3, qrsh, qs);
-        a.k_rope = tensor((char *)k + (size_t)p->dmain * esz, dt, 4, krsh, ks);
+        a.q_rope = fi_tensor_make((char *)q + (size_t)p->dmain * esz, dt, 3, qrsh, qs);
+        a.k_rope = fi_tensor_make((char *)k + (size_t)p->dmain * esz, dt, 4, krsh, ks);
     } else {
         const int64_t vs[4] = {(int64_t)p->ps * p->Hkv * p->dvo, (int64_t)p->Hkv * p->dvo, p->dvo, 1};
         const int64_t vsh[4] = {p->np, p->ps, p->Hkv, p->dvo};
-        a.v = tensor(v, dt, 4, vsh, vs);
+        a.v = fi_tensor_make(v, dt, 4, vsh, vs);
     }
     const int64_t os[3] = {(int64_t)p->H * p->dvo, p->dvo, 1}, osh[3] = {p->T, p->H, p->dvo};
-    a.out = tensor(out, dt, 3, osh, os);
+    a.out = fi_tensor_make(out, dt, 3, osh, os);
     const int64_t ls[2] = {p->H, 1}, lsh[2] = {p->T, p->H};
-    a.lse = tensor(lse, FI_DTYPE_F32, 2, lsh, ls);
+    a.lse = fi_tensor_make(lse, FI_DTYPE_F32, 2, lsh, ls);
     const fi_batch *fb = &b->batch;
     if (fb->form == FI_FORM_INDPTR) {
         const int64_t sh[1] = {b->page_table_len > 0 ? b->page_table_len : 1}, st[1] = {1};
-        a.page_table = tensor(b->page_table, FI_DTYPE_I32, 1, sh, st);
+        a.page_table = fi_tensor_make(b->page_table, FI_DTYPE_I32, 1, sh, st);
     } else if (fb->kv_split_pages) {
         const int64_t sh[3] = {fb->batch_size, 2, fb->max_pages_per_seq};
         const int64_t st[3] = {2LL * fb->max_pages_per_seq, fb->max_pages_per_seq, 1};
-        a.page_table = tensor(b->page_table, FI_DTYPE_I32, 3, sh, st);
+        a.page_table = fi_tensor_make(b->page_table, FI_DTYPE_I32, 3, sh, st);
     } else {
         const int64_t sh[2] = {fb->batch_size, fb->max_pages_per_seq};
         const int64_t st[2] = {fb->max_pages_per_seq, 1};
-        a.page_table = tensor(b->page_table, FI_DTYPE_I32, 2, sh, st);
+        a.page_table = fi_tensor_make(b->page_table, FI_DTYPE_I32, 2, sh, st);
     }
     a.bmm1_scale = 1.0f / sqrtf((float)p->dqk);
     a.bmm2_scale = 1.0f;

@@ -128,20 +128,6 @@ static inline void mla_msg(char *msg, size_t cap, const char *fmt, ...) {
         }                                                                                   \
     } while (0)
 
-static inline fi_tensor mla_tensor(void *data, fi_dtype dt, int32_t ndim, const int64_t *shape,
-                                   const int64_t *stride) {
-    fi_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = ndim;
-    for (int32_t i = 0; i < ndim; i++) {
-        t.shape[i] = shape[i];
-        t.stride[i] = stride[i];
-    }
-    return t;
-}
-
 /* ---- the case ------------------------------------------------------------------------ */
 
 typedef struct mla_opts {
@@ -213,12 +199,12 @@ static inline fi_attn_args mla_case_args(const mla_case *c, int device) {
         int64_t rs[3] = {T, H, MLA_D_KPE};
         int64_t ks[4] = {NP, ps, 1, MLA_D_CKV}, kst[4] = {ps * MLA_D_QK, MLA_D_QK, MLA_D_QK, 1};
         int64_t kr[4] = {NP, ps, 1, MLA_D_KPE};
-        a.q = mla_tensor(q, dt, 3, qs, qst);
-        a.q_rope = mla_tensor(q + MLA_D_CKV, dt, 3, rs, qst);
-        a.k = mla_tensor(kv, dt, 4, ks, kst);
-        a.k_rope = mla_tensor(kv + MLA_D_CKV, dt, 4, kr, kst);
+        a.q = fi_tensor_make(q, dt, 3, qs, qst);
+        a.q_rope = fi_tensor_make(q + MLA_D_CKV, dt, 3, rs, qst);
+        a.k = fi_tensor_make(kv, dt, 4, ks, kst);
+        a.k_rope = fi_tensor_make(kv + MLA_D_CKV, dt, 4, kr, kst);
         int64_t ts[2] = {c->B, c->P}, tst[2] = {c->P, 1};
-        a.page_table = mla_tensor(device ? (void *)c->d_pt : (void *)c->fb.page_table,
+        a.page_table = fi_tensor_make(device ? (void *)c->d_pt : (void *)c->fb.page_table,
                                   FI_DTYPE_I32, 2, ts, tst);
     } else { /* split, each contiguous */
         uint16_t *qr = device ? (uint16_t *)c->d_qr : c->h_qr;
@@ -227,27 +213,27 @@ static inline fi_attn_args mla_case_args(const mla_case *c, int device) {
         int64_t rs[3] = {T, H, MLA_D_KPE}, rst[3] = {H * MLA_D_KPE, MLA_D_KPE, 1};
         int64_t ks[4] = {NP, ps, 1, MLA_D_CKV}, kst[4] = {ps * MLA_D_CKV, MLA_D_CKV, MLA_D_CKV, 1};
         int64_t krs[4] = {NP, ps, 1, MLA_D_KPE}, krt[4] = {ps * MLA_D_KPE, MLA_D_KPE, MLA_D_KPE, 1};
-        a.q = mla_tensor(q, dt, 3, qs, qst);
-        a.q_rope = mla_tensor(qr, dt, 3, rs, rst);
-        a.k = mla_tensor(kv, dt, 4, ks, kst);
-        a.k_rope = mla_tensor(kr, dt, 4, krs, krt);
+        a.q = fi_tensor_make(q, dt, 3, qs, qst);
+        a.q_rope = fi_tensor_make(qr, dt, 3, rs, rst);
+        a.k = fi_tensor_make(kv, dt, 4, ks, kst);
+        a.k_rope = fi_tensor_make(kr, dt, 4, krs, krt);
         int64_t n = c->fb.page_table_len > 0 ? c->fb.page_table_len : 1, one = 1;
-        a.page_table = mla_tensor(device ? (void *)c->d_pt : (void *)c->fb.page_table,
+        a.page_table = fi_tensor_make(device ? (void *)c->d_pt : (void *)c->fb.page_table,
                                   FI_DTYPE_I32, 1, &n, &one);
     }
     int64_t os[3] = {T, H, MLA_D_CKV}, ost[3] = {H * MLA_D_CKV, MLA_D_CKV, 1};
     int64_t ls[2] = {T, H}, lst[2] = {H, 1};
     if (device) {
-        a.out = mla_tensor(c->d_out, dt, 3, os, ost);
-        if (c->o.return_lse) a.lse = mla_tensor(c->d_lse, FI_DTYPE_F32, 2, ls, lst);
+        a.out = fi_tensor_make(c->d_out, dt, 3, os, ost);
+        if (c->o.return_lse) a.lse = fi_tensor_make(c->d_lse, FI_DTYPE_F32, 2, ls, lst);
         a.sinks = c->o.sinks ? c->d_sinks : NULL;
         if (c->o.scale_ptr) {
             a.bmm1_scale_ptr = c->d_scales;
             a.bmm2_scale_ptr = c->d_scales + 1;
         }
     } else {
-        a.out = mla_tensor(c->ref_out, FI_DTYPE_F32, 3, os, ost);
-        a.lse = mla_tensor(c->ref_lse, FI_DTYPE_F32, 2, ls, lst);
+        a.out = fi_tensor_make(c->ref_out, FI_DTYPE_F32, 3, os, ost);
+        a.lse = fi_tensor_make(c->ref_lse, FI_DTYPE_F32, 2, ls, lst);
         a.sinks = c->o.sinks ? c->h_sinks : NULL;
         if (c->o.scale_ptr) {
             a.bmm1_scale_ptr = &c->h_scales[0];
