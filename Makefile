@@ -75,7 +75,10 @@ LIB_SO := $(BUILD)/libfiattn.so.$(VERSION)
 FIPLAN := $(BUILD)/fiplan
 
 .PHONY: all lib test gpu-test asan lint install uninstall clean run bench
-all: lib $(FIPLAN) $(TESTS) $(GPU_TESTS) $(BENCHES)
+# Executor self-check (hand-built plans, no planner; scripts/README.md): run on a GPU by
+# scripts/gpu_check.sh, built here too so CI keeps it compiling against the kernel.
+MLA_CHECK := $(BUILD)/scripts/mla_check
+all: lib $(FIPLAN) $(TESTS) $(GPU_TESTS) $(BENCHES) $(MLA_CHECK)
 lib: $(LIB_A) $(LIB_SO)
 
 $(BUILD)/%.o: %.c
@@ -118,6 +121,10 @@ $(BUILD)/bench/%: bench/%.c $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A)
 $(BUILD)/bench/%: bench/%.cu $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -o $@ $< $(LIB_A) -lcublas
+
+$(MLA_CHECK): scripts/mla_check.cu $(LIB_CU) $(wildcard executor/cuda/*.cuh executor/*.h include/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 $(OPT) $(GPU_ARCH) $(INCLUDES) --expt-relaxed-constexpr -o $@ scripts/mla_check.cu $(LIB_CU)
 
 # ---- running ---------------------------------------------------------------------------
 # The main job on the embedded default: plan a decode snapshot from the bundled trace
