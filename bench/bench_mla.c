@@ -262,6 +262,7 @@ static void print_row(const bench_case *bc, const char *mode, double s, double b
  * build-prof/bench/bench_mla): per-CTA %globaltimer stamps of the last launch, next to
  * what the plan gave each CTA (items, keys, split items), slowest CTAs first. */
 void fimla_read_stamps(unsigned long long *host, int n);
+void fimla_phases(unsigned long long *host, int n, int reset);
 static void profile_ctas(const fi_plan_view *v) {
     enum { MAXC = 1024 };
     static unsigned long long st[MAXC * 4];
@@ -284,6 +285,20 @@ static void profile_ctas(const fi_plan_view *v) {
         }
     printf("# profile: CTA time (start -> end, us): max %.1f p90 %.1f median %.1f min %.1f\n",
            work[order[0]], work[order[n / 10]], work[order[n / 2]], work[order[n - 1]]);
+    /* Item phases of thread 0 (clock64, summed over the CTA's items and over every launch
+     * since the counters were last cleared, so only their shares mean something):
+     * prologue, Q wait, KV loop, epilogue, fence + arrival, merge. */
+    static unsigned long long ph[MAXC * 8];
+    fimla_phases(ph, n, 2);
+    double tot[6] = {0}, all = 0;
+    for (int c = 0; c < n; c++)
+        for (int k = 0; k < 6; k++) tot[k] += (double)ph[c * 8 + k];
+    for (int k = 0; k < 6; k++) all += tot[k];
+    if (all > 0)
+        printf("# profile: item phases (share of thread 0's clocks): prologue %.1f%% Q wait %.1f%% "
+               "KV loop %.1f%% epilogue %.1f%% fence+arrival %.1f%% merge %.1f%%\n",
+               100 * tot[0] / all, 100 * tot[1] / all, 100 * tot[2] / all, 100 * tot[3] / all,
+               100 * tot[4] / all, 100 * tot[5] / all);
     for (int r = 0; r < n; r++) {
         if (r >= 12 && r < n - 4) continue; /* slowest 12 and fastest 4 */
         const int c = order[r];
