@@ -55,6 +55,17 @@ fi
 make NO_JEMALLOC=1 -j"$J" build/libfiattn.a > "$OUT/build_lib.log" 2>&1 && sum "build lib: ok" || { sum "build lib: FAIL"; grep -m5 error "$OUT/build_lib.log"; }
 if ls tests/gpu/test_*.c > /dev/null 2>&1; then
   timeout 300 make NO_JEMALLOC=1 -j"$J" gpu-test > "$OUT/gpu_test.log" 2>&1
+  gpu_test_rc=$?
+  if [ "${1:-}" != "quick" ]; then
+    # heads 16 / q_len 1 splits (the KP = 2 path, producer warps 4..7): the small cases
+    # above all have q_len 2 and do not reach it
+    for tool in memcheck racecheck; do
+      FI_GPU_TEST_FILTER=mla_split_merge_matches_reference_few_and_many_ctas timeout 200 \
+        compute-sanitizer --tool $tool --error-exitcode 9 build/tests/gpu/test_mla_gpu > "$OUT/san_split_$tool.log" 2>&1
+      sum "$tool split cases (h16 q1) rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_split_$tool.log" | tail -1)"
+    done
+  fi
+  (exit $gpu_test_rc)
   sum "make gpu-test rc=$? : $(grep -cE '^\[  PASSED|OK \]' "$OUT/gpu_test.log") ok lines, $(grep -cE 'FAILED|ERROR' "$OUT/gpu_test.log") fail lines"
   grep -E "FAILED|ERROR|Error|error" "$OUT/gpu_test.log" | head -20
 fi
