@@ -134,6 +134,31 @@ static void attn_make_builds_mla_views_and_scale_pointers(void **state) {
     tt_test_attn_free(&ta);
 }
 
+/* fi_tensor_make (fiattn_run.h): every part copied, the rest zero; an ndim above
+ * FI_MAX_DIMS is kept as given (so the run functions reject it) and only FI_MAX_DIMS
+ * entries are read (make asan would catch a read past the caller's arrays). */
+static void tensor_make_copies_parts_and_keeps_an_oversized_ndim(void **state) {
+    (void)state;
+    int64_t shape[FI_MAX_DIMS + 2], stride[FI_MAX_DIMS + 2];
+    for (int i = 0; i < FI_MAX_DIMS + 2; i++) {
+        shape[i] = tt_rng_int(&g_rng, 1, 1000);
+        stride[i] = tt_rng_int(&g_rng, 1, 100000);
+    }
+    int dummy;
+    const fi_tensor t = fi_tensor_make(&dummy, FI_DTYPE_F16, 3, shape, stride);
+    assert_ptr_equal(t.data, &dummy);
+    assert_int_equal(t.dtype, FI_DTYPE_F16);
+    assert_int_equal(t.ndim, 3);
+    for (int i = 0; i < FI_MAX_DIMS; i++) {
+        assert_int_equal(t.shape[i], i < 3 ? shape[i] : 0);
+        assert_int_equal(t.stride[i], i < 3 ? stride[i] : 0);
+    }
+    const fi_tensor big = fi_tensor_make(NULL, FI_DTYPE_BF16, FI_MAX_DIMS + 2, shape, stride);
+    assert_int_equal(big.ndim, FI_MAX_DIMS + 2);
+    for (int i = 0; i < FI_MAX_DIMS; i++)
+        assert_int_equal(big.shape[i], shape[i]);
+}
+
 int main(void) {
     const uint64_t seed = tt_test_seed();
     printf("test_ref_tensors: seed %llu\n", (unsigned long long)seed);
@@ -144,6 +169,7 @@ int main(void) {
         cmocka_unit_test(poison_and_finite_checks_count_the_right_rows),
         cmocka_unit_test(compare_reports_norm_error_and_nonfinite_mismatches),
         cmocka_unit_test(attn_make_builds_mla_views_and_scale_pointers),
+        cmocka_unit_test(tensor_make_copies_parts_and_keeps_an_oversized_ndim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
