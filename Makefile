@@ -124,7 +124,7 @@ $(BUILD)/bench/%: bench/%.cu $(LIB_A)
 
 $(MLA_CHECK): scripts/mla_check.cu $(LIB_CU) $(wildcard executor/cuda/*.cuh executor/*.h include/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 $(OPT) $(GPU_ARCH) $(INCLUDES) --expt-relaxed-constexpr -o $@ scripts/mla_check.cu $(LIB_CU)
+	$(NVCC) -std=c++17 $(OPT) $(GPU_ARCH) $(INCLUDES) --expt-relaxed-constexpr -lineinfo -o $@ scripts/mla_check.cu $(LIB_CU)
 
 # ---- running ---------------------------------------------------------------------------
 # The main job on the embedded default: plan a decode snapshot from the bundled trace

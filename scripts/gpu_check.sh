@@ -15,8 +15,7 @@ git log -1 --format='commit %h %s' 2>/dev/null | tee -a "$OUT/summary.txt"
 # 1. executor self-check program (hand-built plans; independent of the planner)
 mkdir -p build/scripts
 if [ -f scripts/mla_check.cu ]; then
-  nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Iinclude -I. \
-       -o build/scripts/mla_check scripts/mla_check.cu executor/cuda/*.cu > "$OUT/build_check.log" 2>&1 \
+  make NO_JEMALLOC=1 build/scripts/mla_check > "$OUT/build_check.log" 2>&1 \
     && sum "build mla_check: ok" || { sum "build mla_check: FAIL"; tail -20 "$OUT/build_check.log"; }
   if [ -x build/scripts/mla_check ]; then
     timeout 240 build/scripts/mla_check > "$OUT/check.log" 2>&1; rc=$?
