@@ -25,6 +25,8 @@
  * --tflops, or env FI_CEIL_READ_TBPS / FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it).
  *
  * Usage: bench_mla [--reps N] [--sets N] [--case SUBSTR] [--read-tbps X] [--tflops Y]
+ *                  [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV instead of the list)
+ * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2).
  * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
  * GBps <x> TFLOPs <x> read_frac <x> mma_frac <x>".  No GPU: prints "skip" and exits 0.
  */
@@ -58,6 +60,7 @@ typedef struct cfg {
     int reps, sets, sms;
     const char *only;
     double read_tbps, tflops;
+    int l2_pages; /* > 0: consumer-rate probe, see main */
 } cfg;
 
 static int cmp_double(const void *a, const void *b) {
@@ -219,6 +222,29 @@ out:
     return rc;
 }
 
+/* Consumer-rate probe (FI_BENCH_L2_PAGES=N): after the check, the device page table is
+ * rewritten to page ids modulo N, so every set's KV reads hit the same N pages and are
+ * served from L2 (N = 64: 4.7 MB a set).  The timed figures then show how fast the CTAs
+ * consume KV when DRAM is not the limit; outputs are no longer checked.  Probe only. */
+static int l2_probe_pages(mla_case *c, int n, char *msg, size_t cap) {
+    const int64_t len = c->fb.page_table_len;
+    int32_t *pt = (int32_t *)malloc(sizeof(int32_t) * (size_t)(len > 0 ? len : 1));
+    if (!pt) {
+        mla_msg(msg, cap, "host allocation failed");
+        return -1;
+    }
+    for (int64_t i = 0; i < len; i++) pt[i] = c->fb.page_table[i] % n;
+    cudaError_t e = cudaMemcpy(c->d_pt, pt, (size_t)len * 4, cudaMemcpyHostToDevice);
+    free(pt);
+    if (e != cudaSuccess) {
+        mla_msg(msg, cap, "page table upload: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    printf("# %s: KV page ids taken modulo %d (L2-resident probe, outputs not checked)\n",
+           "probe", n);
+    return 0;
+}
+
 /* Lengths of a case: uniform, or the trace decode snapshot (step 100 from row 0). */
 static int case_lengths(const bench_case *bc, int32_t *q, int32_t *kv, char *msg, size_t cap) {
     if (bc->kv_len >= 0) {
@@ -299,6 +325,19 @@ static void profile_ctas(const fi_plan_view *v) {
                "KV loop %.1f%% epilogue %.1f%% fence+arrival %.1f%% merge %.1f%%\n",
                100 * tot[0] / all, 100 * tot[1] / all, 100 * tot[2] / all, 100 * tot[3] / all,
                100 * tot[4] / all, 100 * tot[5] / all);
+    /* Step phases of warp 0 (summed the same way): data wait, S, sync, softmax, sync, PV,
+     * top-of-step sync. */
+    fimla_phases(ph, n, 0);
+    double st7[7] = {0}, all7 = 0;
+    for (int c = 0; c < n; c++)
+        for (int k = 0; k < 7; k++) st7[k] += (double)ph[c * 8 + k];
+    for (int k = 0; k < 7; k++) all7 += st7[k];
+    if (all7 > 0)
+        printf("# profile: step phases (warp 0): data wait %.1f%% S %.1f%% sync %.1f%% softmax "
+               "%.1f%% sync %.1f%% PV %.1f%% top sync %.1f%%\n",
+               100 * st7[0] / all7, 100 * st7[1] / all7, 100 * st7[2] / all7,
+               100 * st7[3] / all7, 100 * st7[4] / all7, 100 * st7[5] / all7,
+               100 * st7[6] / all7);
     for (int r = 0; r < n; r++) {
         if (r >= 12 && r < n - 4) continue; /* slowest 12 and fastest 4 */
         const int c = order[r];
@@ -337,6 +376,9 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     o.num_ctas = g->sms;
     o.return_lse = 0;
     mla_case c;
+#ifdef FIMLA_TIMING
+    fimla_phases(NULL, 0, 1); /* this case's launches only */
+#endif
     int rc = mla_case_init(&c, &o, q, kv, bc->batch, rng, msg, cap);
     if (rc) {
         fprintf(stderr, "%s: init: %s\n", bc->name, msg);
@@ -368,6 +410,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
         sets s;
         double t_b2b = 0, t_fl = 0;
         rc = sets_build(&c, g->sets, &s, msg, cap);
+        if (!rc && g->l2_pages > 0) rc = l2_probe_pages(&c, g->l2_pages, msg, cap);
         if (!rc) rc = time_replays(&c, &s, g->reps, NULL, 0, &t_b2b, msg, cap);
 #ifdef FIMLA_TIMING
         if (!rc) profile_ctas(&v);
@@ -400,14 +443,19 @@ static double env_double(const char *name) {
     return s && *s ? atof(s) : 0.0;
 }
 
+#define MAX_EXTRA 16
+
 int main(int argc, char **argv) {
     cfg g = {100, MAX_SETS, 0, NULL, env_double("FI_CEIL_READ_TBPS"),
-             env_double("FI_CEIL_BF16_TFLOPS")};
+             env_double("FI_CEIL_BF16_TFLOPS"), (int)env_double("FI_BENCH_L2_PAGES")};
+    static bench_case extra[MAX_EXTRA];
+    static char extra_name[MAX_EXTRA][32];
+    int n_extra = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--case SUBSTR] "
-                            "[--read-tbps X] [--tflops Y]\n");
+                            "[--read-tbps X] [--tflops Y] [--uniform B:KV ...]\n");
             return 2;
         }
         if (!strcmp(a, "--reps")) g.reps = atoi(val);
@@ -415,7 +463,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--case")) g.only = val;
         else if (!strcmp(a, "--read-tbps")) g.read_tbps = atof(val);
         else if (!strcmp(a, "--tflops")) g.tflops = atof(val);
-        else {
+        else if (!strcmp(a, "--uniform")) {
+            /* extra heads-16 q_len-1 case B x KV (e.g. 132:818), run instead of the list */
+            int b = 0, k = 0;
+            if (n_extra >= MAX_EXTRA || sscanf(val, "%d:%d", &b, &k) != 2 || b < 1 || k < 1) {
+                fprintf(stderr, "bench_mla: --uniform wants B:KV (at most %d)\n", MAX_EXTRA);
+                return 2;
+            }
+            snprintf(extra_name[n_extra], sizeof extra_name[0], "u%d_%d", b, k);
+            extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, k};
+            n_extra++;
+        } else {
             fprintf(stderr, "bench_mla: unknown option %s\n", a);
             return 2;
         }
@@ -448,9 +506,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     int header = 0, failed = 0;
-    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
-        if (g.only && !strstr(CASES[i].name, g.only)) continue;
-        if (run_case(&CASES[i], &g, flush, flush_bytes, &rng, &header)) failed = 1;
+    const bench_case *list = n_extra ? extra : CASES;
+    const size_t n_list = n_extra ? (size_t)n_extra : sizeof CASES / sizeof CASES[0];
+    for (size_t i = 0; i < n_list; i++) {
+        if (g.only && !strstr(list[i].name, g.only)) continue;
+        if (run_case(&list[i], &g, flush, flush_bytes, &rng, &header)) failed = 1;
     }
     cudaFree(flush);
     return failed;

@@ -14,6 +14,8 @@
  *   device <name> sms <n> l2_bytes <n>
  *   ceiling read_TBps <x>
  *   ceiling bf16_TFLOPs <x>
+ *   floor empty_kernel_us <x>            (reference points, see small_reads)
+ *   small_read MB <n> us <x> TBps <x>
  * Usage: ceilings [read_GiB (default 2)].  Exit 0 with "skip" on stdout when no GPU.
  */
 #include <cublas_v2.h>
@@ -86,6 +88,59 @@ __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed) {
 static double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
+}
+
+__global__ void empty_kernel() {}
+
+/* Reference points for small batches (printed, not ceilings): the event-to-event time of an
+ * empty one-CTA-per-SM launch, and the same streaming read over windows of a few hundred MB
+ * or less, each window a different part of the buffer so L2 holds none of it (ramp-up and
+ * tail included: what any kernel reading that many bytes pays). */
+static void small_reads(int sms) {
+    const size_t win_mb[3] = {38, 128, 604}; /* B1 x 32k, trace snapshot, B128 x 4096 at h16 */
+    const size_t total = (size_t)2 << 30;
+    uint4 *buf = nullptr;
+    unsigned *sink = nullptr;
+    CK(cudaMalloc(&buf, total));
+    CK(cudaMalloc(&sink, sizeof(unsigned)));
+    CK(cudaMemset(buf, 0x5a, total));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stream_read, 256, 0));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<double> t;
+    for (int r = 0; r < REPEATS; r++) {
+        CK(cudaEventRecord(a));
+        empty_kernel<<<sms, 256>>>();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e-3);
+    }
+    printf("floor empty_kernel_us %.2f\n", median(t) * 1e6);
+    for (size_t w : win_mb) {
+        const size_t bytes = w << 20, nwin = total / bytes;
+        t.clear();
+        for (int r = 0; r < REPEATS; r++) {
+            const uint4 *p = buf + (size_t)(r % nwin) * (bytes / 16);
+            CK(cudaEventRecord(a));
+            stream_read<<<sms * per_sm, 256>>>(p, bytes / 16, sink);
+            CK(cudaEventRecord(b));
+            CK(cudaEventSynchronize(b));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, a, b));
+            t.push_back(ms * 1e-3);
+        }
+        const double s_ = median(t);
+        printf("small_read MB %zu us %.2f TBps %.3f\n", w, s_ * 1e6, (double)bytes / s_ / 1e12);
+    }
+    fflush(stdout);
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaFree(buf));
+    CK(cudaFree(sink));
 }
 
 static double read_ceiling(double gib, int sms) {
@@ -187,5 +242,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
     double tflops = gemm_ceiling();
     printf("ceiling bf16_TFLOPs %.1f\n", tflops);
+    fflush(stdout);
+    small_reads(prop.multiProcessorCount);
     return 0;
 }

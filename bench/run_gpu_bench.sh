@@ -38,6 +38,10 @@ echo "## MLA paged decode (fiattn) - $(date -u '+%Y-%m-%d %H:%M UTC'), $GPU, com
 echo
 echo "Ceilings measured in this run (bench/ceilings): streaming read $READ_TBPS TB/s" \
      "(16-byte loads, >= 1 GiB, median), bf16 cuBLAS 8192^3 $MMA_TFLOPS TFLOP/s (median)."
+echo "Reference points of the same run (not ceilings: an empty launch, and the streaming read over"
+echo "windows the size of the cases' KV, ramp-up and tail included):"
+grep -E '^(floor|small_read)' "$OUTDIR/ceilings.out" | sed 's/^/- /' || true
+echo
 echo "bf16, page_size 64, concatenated trtllm layout, CUDA-graph replays (median),"
 echo "b2b = back to back, flush = L2 flushed before each replay. GB/s counts KV tokens once + q + out."
 echo
