@@ -285,9 +285,22 @@ static void print_row(const bench_case *bc, const char *mode, double s, double b
 #ifdef FIMLA_TIMING
 /* Profiling builds only (library and bench built with -DFIMLA_TIMING, e.g.
  * make BUILD=build-prof CC="gcc -DFIMLA_TIMING" NVCC="nvcc -DFIMLA_TIMING"
- * build-prof/bench/bench_mla): per-CTA %globaltimer stamps of the last launch, next to
- * what the plan gave each CTA (items, keys, split items), slowest CTAs first. */
+ * build-prof/bench/bench_mla): per-CTA %globaltimer stamps of the last launch (head and
+ * tail of each CTA), next to what the plan gave each CTA (items, keys, split items),
+ * slowest CTAs first; clock64 phase shares of items and KV steps.  Add -DFIMLA_STAMPS_ONLY
+ * to both for the stamps alone: the phase clocks slow the KV loop by ~30% at heads 16. */
 void fimla_read_stamps(unsigned long long *host, int n);
+void fimla_read_stamps2(unsigned long long *host, int n);
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+/* Median over the CTAs with work of v[c] (n values). */
+static double med(double *v, int n) {
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return v[n / 2];
+}
 void fimla_phases(unsigned long long *host, int n, int reset);
 static void profile_ctas(const fi_plan_view *v) {
     enum { MAXC = 1024 };
@@ -311,6 +324,33 @@ static void profile_ctas(const fi_plan_view *v) {
         }
     printf("# profile: CTA time (start -> end, us): max %.1f p90 %.1f median %.1f min %.1f\n",
            work[order[0]], work[order[n / 10]], work[order[n / 2]], work[order[n - 1]]);
+    /* Head and tail of a CTA (globaltimer, us; medians over the CTAs with items): plan
+     * read, first Q landed, first KV block landed (from the CTA's start); last loop end and
+     * last output written to the CTA's end; start skew and the kernel's stamp span. */
+    static unsigned long long s2[MAXC * 4];
+    static double h[5][MAXC];
+    fimla_read_stamps2(s2, n);
+    unsigned long long t_end = 0;
+    int m = 0;
+    for (int c = 0; c < n; c++) {
+        if (st[c * 4 + 3] > t_end) t_end = st[c * 4 + 3];
+        if (v->work_indptr[c + 1] == v->work_indptr[c]) continue;
+        h[0][m] = (double)(st[c * 4 + 1] - st[c * 4]) / 1e3;
+        h[1][m] = (double)(s2[c * 4 + 0] - st[c * 4]) / 1e3;
+        h[2][m] = (double)(s2[c * 4 + 1] - st[c * 4]) / 1e3;
+        h[3][m] = (double)(st[c * 4 + 3] - s2[c * 4 + 2]) / 1e3;
+        h[4][m] = (double)(st[c * 4 + 3] - s2[c * 4 + 3]) / 1e3;
+        m++;
+    }
+    double skew[MAXC];
+    for (int c = 0; c < n; c++) skew[c] = (double)(st[c * 4] - t0) / 1e3;
+    const double span = (double)(t_end - t0) / 1e3;
+    const double mplan = med(h[0], m), mq = med(h[1], m), mkv = med(h[2], m), mloop = med(h[3], m),
+                 mout = med(h[4], m), mskew = med(skew, n);
+    printf("# profile: head (median us from CTA start): plan read %.2f, Q landed %.2f, first KV "
+           "block %.2f; tail (to CTA end): from last loop end %.2f, from last output %.2f; "
+           "start skew median %.2f max %.2f; stamp span %.1f\n",
+           mplan, mq, mkv, mloop, mout, mskew, skew[n - 1], span);
     /* Item phases of thread 0 (clock64, summed over the CTA's items and over every launch
      * since the counters were last cleared, so only their shares mean something):
      * prologue, Q wait, KV loop, epilogue, fence + arrival, merge. */

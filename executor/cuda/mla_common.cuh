@@ -16,7 +16,8 @@
 namespace fimla {
 
 #ifdef FIMLA_TIMING
-/* Debug only (scripts/mla_check built with -DFIMLA_TIMING): per-CTA %globaltimer stamps. */
+/* Profiling builds only (-DFIMLA_TIMING; bench/bench_mla and scripts/mla_check read these
+ * through the fimla_* functions of mla_decode_bf16.cu): per-CTA %globaltimer stamps. */
 __device__ unsigned long long g_stamp[1024][4];
 __device__ __forceinline__ unsigned long long gtimer() {
     unsigned long long t;
@@ -25,20 +26,32 @@ __device__ __forceinline__ unsigned long long gtimer() {
 }
 #define FIMLA_STAMP(i) \
     if (threadIdx.x == 0 && blockIdx.x < 1024) g_stamp[blockIdx.x][i] = gtimer()
+/* Item-edge stamps of thread 0: [0] first item's Q landed, [1] its first KV block landed,
+ * [2] last item's KV loop done, [3] last item's output (or partial) written. */
+__device__ unsigned long long g_stamp2[1024][4];
+#define FIMLA_STAMP2(i) \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) g_stamp2[blockIdx.x][i] = gtimer()
 /* Phase clocks of warp 0 (lane 0) summed over the CTA's steps: [0] data wait, [1] S,
- * [2] sync after S, [3] softmax, [4] sync after softmax, [5] PV, [6] top sync, [7] steps. */
+ * [2] sync after S, [3] softmax, [4] sync after softmax, [5] PV, [6] top sync, [7] steps.
+ * Item phases (thread 0, summed over items): [0] prologue issued, [1] Q landed,
+ * [2] loop done, [3] combine + output written, [4] fence + semaphore, [5] merge. */
 __device__ unsigned long long g_phase[1024][8];
+__device__ unsigned long long g_item[1024][8];
+#else
+#define FIMLA_STAMP(i)
+#define FIMLA_STAMP2(i)
+#endif
+
+/* The clock64 phase sums, unless -DFIMLA_STAMPS_ONLY: they slow the KV loop by ~30% at
+ * heads 16, the globaltimer stamps do not. */
+#if defined(FIMLA_TIMING) && !defined(FIMLA_STAMPS_ONLY)
 #define FIMLA_PH_DECL long long ph_t = clock64(); long long ph_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #define FIMLA_PH(i) { long long n_ = clock64(); ph_acc[i] += n_ - ph_t; ph_t = n_; }
-/* Item phases (thread 0, summed over items): [0] prologue issued, [1] Q landed,
- * [2] loop done, [3] combine + output written, [4] fence + semaphore, [5] merge. */
-__device__ unsigned long long g_item[1024][8];
 #define FIMLA_IT_DECL long long it_t = clock64();
 #define FIMLA_IT(i) { long long n_ = clock64(); if (threadIdx.x == 0 && blockIdx.x < 1024) g_item[blockIdx.x][i] += n_ - it_t; it_t = n_; }
 #define FIMLA_PH_STORE \
     if (threadIdx.x == 0 && blockIdx.x < 1024) for (int q_ = 0; q_ < 8; ++q_) g_phase[blockIdx.x][q_] += ph_acc[q_];
 #else
-#define FIMLA_STAMP(i)
 #define FIMLA_PH_DECL
 #define FIMLA_PH(i)
 #define FIMLA_IT_DECL
@@ -150,6 +163,23 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
 }
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* This CTA's 1/gridDim slice of [base, base + bytes) into L2 (one bulk prefetch by thread
+ * `by`, not thread 0, whose plan loads come first; a hint, never a fault).  The start is
+ * rounded down to 16 bytes, inside the first byte's granule. */
+__device__ __forceinline__ void prefetch_l2_slice(const void *base, uint32_t bytes, unsigned by) {
+    if (threadIdx.x != by || base == nullptr || bytes == 0)
+        return;
+    const uintptr_t b0 = reinterpret_cast<uintptr_t>(base) & ~(uintptr_t)15;
+    const uint32_t n16 = (uint32_t)((reinterpret_cast<uintptr_t>(base) + bytes - b0 + 15) / 16);
+    const uint32_t per = (n16 + gridDim.x - 1) / gridDim.x;
+    const uint32_t g0 = blockIdx.x * per;
+    if (g0 >= n16)
+        return;
+    const uint32_t n = min(per, n16 - g0) * 16;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(b0 + (uintptr_t)g0 * 16), "r"(n)
+                 : "memory");
 }
 
 /* Self-resetting group counter: returns the old value (old >= bound stores 0, else old+1). */

@@ -135,7 +135,8 @@ __device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, ui
  * work on the same bytes. */
 template <typename T>
 __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
-                         const fi_request_info &rq, unsigned char *smem) {
+                         const fi_request_info &rq, unsigned char *smem, bool first) {
+    (void)first; /* profiling builds only (FIMLA_STAMP2) */
     T *sP = reinterpret_cast<T *>(smem);
     float *sMax = reinterpret_cast<float *>(smem + kSmemP);
     float *sL = sMax + 2 * kRows;
@@ -212,6 +213,8 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     FIMLA_IT(0);
     cp_async_wait<0>(); /* Q */
     FIMLA_IT(1);
+    if (first)
+        FIMLA_STAMP2(0);
 
     float acc[32][4];
 #pragma unroll
@@ -246,6 +249,8 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         const int t0 = kv_begin + b * kBlockN;
         if (active)
             mbar_wait(bar0 + (b % NS) * 8, (uint32_t)(b / NS) & 1u);
+        if (first && j == 0)
+            FIMLA_STAMP2(1);
         FIMLA_PH(0);
         float s[2][2][4]; /* [k parity][n8 tile][frag]: two chains per tile for ILP */
         if (active) {
@@ -363,6 +368,7 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     }
     FIMLA_PH_STORE
     FIMLA_IT(2);
+    FIMLA_STAMP2(2);
 
     /* Row sums: each half summed its own tokens under the pair's running max. */
     if (live && q4 == 0) {
@@ -457,11 +463,15 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         }
     }
     FIMLA_IT(3);
+    FIMLA_STAMP2(3);
     if (split) {
-        /* Arrival: partials written and fenced, then one increment of the group's counter.
+        /* Arrival: partials written, then one increment of the group's counter by thread
+         * 0.  The CTA barrier orders every thread's partial stores before thread 0's
+         * atom.acq_rel.gpu, whose release is cumulative (PTX memory model; the pattern of
+         * CUTLASS's split-k semaphore), so no thread fences alone; on the merging side,
+         * thread 0's acquire and the next barrier order the partials' reads.
          * Small groups (merge_is_solo): bound n-1, the last arriver merges now.  Others:
          * bound 2n-1, merged by all their CTAs after their last items (merge_phase). */
-        __threadfence();
         __syncthreads();
         if (tid == 0) {
             const fi_merge_group grp = p.groups[it.merge_group];
@@ -475,10 +485,8 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         coop = sFlag[1] != 0;
         FIMLA_STAMP(2);
         FIMLA_IT(4);
-        if (sFlag[0]) { /* last arriver of a small group: merge it whole now */
-            __threadfence();
+        if (sFlag[0]) /* last arriver of a small group: merge it whole now */
             merge_group<T>(p, ctx, it.merge_group, reinterpret_cast<float *>(sKV), sMax);
-        }
         FIMLA_IT(5);
     }
     fence_proxy_async(); /* generic writes to the ring (sO, sW, zero rows) before the next bulk copy */
@@ -492,6 +500,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
     FIMLA_STAMP(0);
     /* Everything global (plan, q, KV, scales) may come from the previous kernel. */
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    prefetch_l2_slice(p.header, p.plan_bytes, 32); /* lane 0 of warps 1..4 */
+    prefetch_l2_slice(p.page_table, p.page_table_bytes, 64);
+    prefetch_l2_slice(p.q_nope, p.q_nope_bytes, 96);
+    prefetch_l2_slice(p.q_pe, p.q_pe_bytes, 128);
     RunCtx ctx;
     ctx.scale_log2 = (p.bmm1_scale_ptr ? *p.bmm1_scale_ptr : p.bmm1_scale) * kLog2e;
     ctx.scale2 = p.bmm2_scale_ptr ? *p.bmm2_scale_ptr : p.bmm2_scale;
@@ -515,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
             nit = p.items[i + 1];
             nrq = p.requests[nit.request];
         }
-        any_coop |= run_item<T>(p, ctx, it, rq, smem);
+        any_coop |= run_item<T>(p, ctx, it, rq, smem, i == i0);
         it = nit;
         rq = nrq;
     }

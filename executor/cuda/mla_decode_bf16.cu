@@ -10,6 +10,9 @@ cudaError_t fi_mla_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStrea
 extern "C" void fimla_read_stamps(unsigned long long *host, int n) {
     cudaMemcpyFromSymbol(host, fimla::g_stamp, sizeof(unsigned long long) * 4 * n);
 }
+extern "C" void fimla_read_stamps2(unsigned long long *host, int n) {
+    cudaMemcpyFromSymbol(host, fimla::g_stamp2, sizeof(unsigned long long) * 4 * n);
+}
 extern "C" void fimla_phases(unsigned long long *host, int n, int reset) {
     if (reset == 2) {
         cudaMemcpyFromSymbol(host, fimla::g_item, sizeof(unsigned long long) * 8 * n);
