@@ -54,11 +54,6 @@ typedef struct fi_mla_params {
     int32_t page_shift;                /* log2(page_size) */
     int32_t num_heads;                 /* H_q */
     int32_t tile_rows;                 /* 64: partial slot height */
-    /* Byte extents prefetched into L2 at the start of a launch, each CTA a 1/num_ctas
-     * slice (hints only; 0 = none): the plan region, the page table, q_nope, q_pe.  Every
-     * CTA's first loads form a chain (work_indptr -> item -> request -> page index -> KV)
-     * whose links miss L2 after a long KV stream; the prefetch turns most into hits. */
-    uint32_t plan_bytes, page_table_bytes, q_nope_bytes, q_pe_bytes;
 } fi_mla_params;
 
 #endif /* FIATTN_EXECUTOR_MLA_PARAMS_H */

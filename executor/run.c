@@ -80,21 +80,6 @@ static int log2_exact(int32_t v) {
     return (1 << s) == v ? s : -1;
 }
 
-/* Elements from a tensor's first to its last element (non-negative strides, as checked). */
-static int64_t tensor_span(const fi_tensor *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n += (t->shape[d] > 0 ? t->shape[d] - 1 : 0) * t->stride[d];
-    return n;
-}
-
-/* L2 prefetch extent: at most 16 MiB of a table (a hint; larger tables are partly
- * prefetched). */
-static uint32_t prefetch_bytes(int64_t bytes) {
-    const int64_t cap = (int64_t)16 << 20;
-    return (uint32_t)(bytes < 0 ? 0 : bytes > cap ? cap : bytes);
-}
-
 static fi_status check_mla_args(const fi_plan *plan, const fi_attn_args *a, fi_mla_params *p) {
     const fi_caps *caps = &plan->caps;
     const fi_plan_header *hdr = fi_stage_header(plan->staging[plan->cur], &plan->layout);
@@ -195,10 +180,6 @@ static fi_status check_mla_args(const fi_plan *plan, const fi_attn_args *a, fi_m
     q.page_shift = shift;
     q.num_heads = (int32_t)H;
     q.tile_rows = L->tile_rows;
-    q.plan_bytes = prefetch_bytes((int64_t)L->plan_bytes);
-    q.page_table_bytes = prefetch_bytes(4 * tensor_span(pt));
-    q.q_nope_bytes = prefetch_bytes(2 * tensor_span(&a->q));
-    q.q_pe_bytes = prefetch_bytes(2 * tensor_span(&a->q_rope));
     *p = q;
     return FI_OK;
 }

@@ -165,23 +165,6 @@ __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-/* This CTA's 1/gridDim slice of [base, base + bytes) into L2 (one bulk prefetch by thread
- * `by`, not thread 0, whose plan loads come first; a hint, never a fault).  The start is
- * rounded down to 16 bytes, inside the first byte's granule. */
-__device__ __forceinline__ void prefetch_l2_slice(const void *base, uint32_t bytes, unsigned by) {
-    if (threadIdx.x != by || base == nullptr || bytes == 0)
-        return;
-    const uintptr_t b0 = reinterpret_cast<uintptr_t>(base) & ~(uintptr_t)15;
-    const uint32_t n16 = (uint32_t)((reinterpret_cast<uintptr_t>(base) + bytes - b0 + 15) / 16);
-    const uint32_t per = (n16 + gridDim.x - 1) / gridDim.x;
-    const uint32_t g0 = blockIdx.x * per;
-    if (g0 >= n16)
-        return;
-    const uint32_t n = min(per, n16 - g0) * 16;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(b0 + (uintptr_t)g0 * 16), "r"(n)
-                 : "memory");
-}
-
 /* Self-resetting group counter: returns the old value (old >= bound stores 0, else old+1). */
 __device__ __forceinline__ uint32_t sem_inc(uint32_t *sem, uint32_t bound) {
     uint32_t old;

@@ -500,10 +500,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
     FIMLA_STAMP(0);
     /* Everything global (plan, q, KV, scales) may come from the previous kernel. */
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    prefetch_l2_slice(p.header, p.plan_bytes, 32); /* lane 0 of warps 1..4 */
-    prefetch_l2_slice(p.page_table, p.page_table_bytes, 64);
-    prefetch_l2_slice(p.q_nope, p.q_nope_bytes, 96);
-    prefetch_l2_slice(p.q_pe, p.q_pe_bytes, 128);
     RunCtx ctx;
     ctx.scale_log2 = (p.bmm1_scale_ptr ? *p.bmm1_scale_ptr : p.bmm1_scale) * kLog2e;
     ctx.scale2 = p.bmm2_scale_ptr ? *p.bmm2_scale_ptr : p.bmm2_scale;
