@@ -41,6 +41,7 @@ typedef struct fi_mla_params {
     /* Plan region of the workspace (device addresses at fixed layout offsets). */
     const fi_plan_header *header;
     const int32_t *work_indptr;        /* [num_ctas + 1] */
+    const fi_cta_start *cta_starts;    /* [num_ctas]: a CTA's first read */
     const fi_request_info *requests;   /* [max_batch] */
     const fi_merge_group *groups;      /* [max_groups] */
     const fi_work_item *items;         /* [max_items] */

@@ -222,6 +222,7 @@ const fi_caps *fi_plan_caps(const fi_plan *plan);
 typedef struct fi_plan_view {
     const fi_plan_header *header;      /* counts, tile shape, totals */
     const int32_t *work_indptr;        /* [num_ctas + 1] CSR: CTA c runs items [c] .. [c+1]-1 */
+    const fi_cta_start *cta_starts;    /* [num_ctas]: CTA c's range, first item, its request */
     const fi_work_item *items;         /* [header->num_items] */
     const fi_merge_group *groups;      /* [header->num_groups] */
     const fi_request_info *requests;   /* [header->batch_size] */

@@ -63,6 +63,19 @@ typedef struct fi_request_info {
 } fi_request_info;
 FI_STATIC_ASSERT(sizeof(fi_request_info) == 16, "fi_request_info must stay 16 bytes");
 
+/* Where CTA c starts: its item range and its first item with that item's request row, so
+ * the executor's first read is one 64-byte record instead of the dependent chain
+ * work_indptr -> items -> requests (~1 us a link at launch, measured: BENCHMARKS.md).
+ * A CTA without items has item_begin == item_end and zeroed first / request. */
+typedef struct fi_cta_start {
+    fi_work_item first;       /* items[item_begin] */
+    fi_request_info request;  /* requests[first.request] */
+    int32_t item_begin;       /* work_indptr[c] */
+    int32_t item_end;         /* work_indptr[c + 1] */
+    int32_t reserved[2];      /* zero */
+} fi_cta_start;
+FI_STATIC_ASSERT(sizeof(fi_cta_start) == 64, "fi_cta_start must stay 64 bytes");
+
 /* Counts and shapes of the current plan, first in the plan region so a captured graph
  * picks up a new plan at replay.  64 bytes. */
 typedef struct fi_plan_header {

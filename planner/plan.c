@@ -172,6 +172,7 @@ fi_status fi_plan_get_view(const fi_plan *plan, fi_plan_view *view) {
     const fi_layout *l = &plan->layout;
     view->header = fi_stage_header(base, l);
     view->work_indptr = fi_stage_work_indptr(base, l);
+    view->cta_starts = fi_stage_cta_starts(base, l);
     view->items = fi_stage_items(base, l);
     view->groups = fi_stage_groups(base, l);
     view->requests = fi_stage_requests(base, l);

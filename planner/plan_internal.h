@@ -51,6 +51,9 @@ static inline fi_plan_header *fi_stage_header(unsigned char *base, const fi_layo
 static inline int32_t *fi_stage_work_indptr(unsigned char *base, const fi_layout *l) {
     return (int32_t *)(base + l->off_work_indptr);
 }
+static inline fi_cta_start *fi_stage_cta_starts(unsigned char *base, const fi_layout *l) {
+    return (fi_cta_start *)(base + l->off_cta_starts);
+}
 static inline fi_request_info *fi_stage_requests(unsigned char *base, const fi_layout *l) {
     return (fi_request_info *)(base + l->off_requests);
 }

@@ -273,6 +273,19 @@ static void setup_dev(const Case &c, const Inputs &in, const Plan &P, DevRun &D)
     if (c.sinks) p.sinks = D.put(in.sinks);
     p.header = D.put(std::vector<fi_plan_header>{P.hdr});
     p.work_indptr = D.put(P.indptr);
+    {   /* per-CTA start records, as the planner writes them */
+        std::vector<fi_cta_start> st(c.num_ctas);
+        for (int k = 0; k < c.num_ctas; ++k) {
+            memset(&st[k], 0, sizeof st[k]);
+            st[k].item_begin = P.indptr[k];
+            st[k].item_end = P.indptr[k + 1];
+            if (st[k].item_begin < st[k].item_end) {
+                st[k].first = P.items[st[k].item_begin];
+                st[k].request = P.req[st[k].first.request];
+            }
+        }
+        p.cta_starts = D.put(st);
+    }
     p.requests = D.put(P.req);
     p.groups = D.put(P.groups);
     p.items = D.put(P.items);

@@ -93,6 +93,21 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
     CHECK(v.work_indptr[0] == 0 && v.work_indptr[v.num_ctas] == h->num_items, "indptr ends");
     for (int32_t c = 0; c < v.num_ctas; c++)
         CHECK(v.work_indptr[c] <= v.work_indptr[c + 1], "indptr not monotone at %d", c);
+    /* The executor's first read: CTA c's start record repeats its range, its first item and
+     * that item's request row, byte for byte; an empty CTA's record is zero past its range. */
+    for (int32_t c = 0; c < v.num_ctas; c++) {
+        const fi_cta_start *cs = &v.cta_starts[c];
+        fi_cta_start want;
+        memset(&want, 0, sizeof want);
+        want.item_begin = v.work_indptr[c];
+        want.item_end = v.work_indptr[c + 1];
+        if (want.item_begin < want.item_end) {
+            want.first = v.items[want.item_begin];
+            want.request = v.requests[want.first.request];
+        }
+        CHECK(memcmp(cs, &want, sizeof want) == 0, "cta %d start record (range %d..%d)", c,
+              cs->item_begin, cs->item_end);
+    }
 
     const int64_t rows = (int64_t)g->total_q_tokens * Hq;
     writers = calloc((size_t)rows + 1, sizeof(int32_t));

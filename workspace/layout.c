@@ -41,6 +41,8 @@ fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout) {
     off = align_up(off + sizeof(fi_plan_header));
     l.off_work_indptr = off;
     off = align_up(off + sizeof(int32_t) * ((size_t)l.num_ctas + 1));
+    l.off_cta_starts = off;
+    off = align_up(off + sizeof(fi_cta_start) * (size_t)l.num_ctas);
     l.off_requests = off;
     off = align_up(off + sizeof(fi_request_info) * (size_t)l.max_batch);
     l.off_groups = off;

@@ -8,6 +8,7 @@
  *   used item):
  *     header       fi_plan_header                       64 B
  *     work_indptr  int32 [num_ctas + 1]                  CSR CTA ranges
+ *     cta_starts   fi_cta_start [num_ctas]               64 B each: range + first item + its request
  *     requests     fi_request_info [max_batch]           16 B each
  *     groups       fi_merge_group [max_groups]           32 B each
  *     items        fi_work_item [max_items]              32 B each
@@ -46,6 +47,7 @@ typedef struct fi_layout {
     int32_t max_slots;
     size_t off_header;
     size_t off_work_indptr;
+    size_t off_cta_starts;
     size_t off_requests;
     size_t off_groups;
     size_t off_items;

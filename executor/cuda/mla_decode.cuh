@@ -505,16 +505,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
     ctx.scale2 = p.bmm2_scale_ptr ? *p.bmm2_scale_ptr : p.bmm2_scale;
     ctx.causal = p.header->causal;
     ctx.window_left = p.header->window_left;
-    const int i0 = p.work_indptr[blockIdx.x], i1 = p.work_indptr[blockIdx.x + 1];
+    /* One 64-byte record gives the range, the first item and its request row. */
+    const fi_cta_start cs = p.cta_starts[blockIdx.x];
+    const int i0 = cs.item_begin, i1 = cs.item_end;
     FIMLA_STAMP(1);
     /* The next item and its request row are loaded while this one runs (two dependent
      * global round trips off each item's critical path). */
-    fi_work_item it;
-    fi_request_info rq;
-    if (i0 < i1) {
-        it = p.items[i0];
-        rq = p.requests[it.request];
-    }
+    fi_work_item it = cs.first;
+    fi_request_info rq = cs.request;
     bool any_coop = false;
     for (int i = i0; i < i1; ++i) {
         fi_work_item nit = it;
