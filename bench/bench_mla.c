@@ -302,6 +302,21 @@ static double med(double *v, int n) {
     return v[n / 2];
 }
 void fimla_phases(unsigned long long *host, int n, int reset);
+/* One profile line: the shares of k phase counters summed over n CTAs (which = the
+ * fimla_phases selector: 2 item phases, 0 step phases); nothing when all are zero. */
+static void print_shares(const char *what, const char *const *names, int k, int which, int n) {
+    static unsigned long long ph[1024 * 8];
+    double tot[8] = {0}, all = 0;
+    fimla_phases(ph, n, which);
+    for (int c = 0; c < n; c++)
+        for (int j = 0; j < k; j++) tot[j] += (double)ph[c * 8 + j];
+    for (int j = 0; j < k; j++) all += tot[j];
+    if (all <= 0) return;
+    printf("# profile: %s:", what);
+    for (int j = 0; j < k; j++) printf(" %s %.1f%%", names[j], 100 * tot[j] / all);
+    printf("\n");
+}
+
 static void profile_ctas(const fi_plan_view *v) {
     enum { MAXC = 1024 };
     static unsigned long long st[MAXC * 4];
@@ -352,32 +367,14 @@ static void profile_ctas(const fi_plan_view *v) {
            "start skew median %.2f max %.2f; stamp span %.1f\n",
            mplan, mq, mkv, mloop, mout, mskew, skew[n - 1], span);
     /* Item phases of thread 0 (clock64, summed over the CTA's items and over every launch
-     * since the counters were last cleared, so only their shares mean something):
-     * prologue, Q wait, KV loop, epilogue, fence + arrival, merge. */
-    static unsigned long long ph[MAXC * 8];
-    fimla_phases(ph, n, 2);
-    double tot[6] = {0}, all = 0;
-    for (int c = 0; c < n; c++)
-        for (int k = 0; k < 6; k++) tot[k] += (double)ph[c * 8 + k];
-    for (int k = 0; k < 6; k++) all += tot[k];
-    if (all > 0)
-        printf("# profile: item phases (share of thread 0's clocks): prologue %.1f%% Q wait %.1f%% "
-               "KV loop %.1f%% epilogue %.1f%% fence+arrival %.1f%% merge %.1f%%\n",
-               100 * tot[0] / all, 100 * tot[1] / all, 100 * tot[2] / all, 100 * tot[3] / all,
-               100 * tot[4] / all, 100 * tot[5] / all);
-    /* Step phases of warp 0 (summed the same way): data wait, S, sync, softmax, sync, PV,
-     * top-of-step sync. */
-    fimla_phases(ph, n, 0);
-    double st7[7] = {0}, all7 = 0;
-    for (int c = 0; c < n; c++)
-        for (int k = 0; k < 7; k++) st7[k] += (double)ph[c * 8 + k];
-    for (int k = 0; k < 7; k++) all7 += st7[k];
-    if (all7 > 0)
-        printf("# profile: step phases (warp 0): data wait %.1f%% S %.1f%% sync %.1f%% softmax "
-               "%.1f%% sync %.1f%% PV %.1f%% top sync %.1f%%\n",
-               100 * st7[0] / all7, 100 * st7[1] / all7, 100 * st7[2] / all7,
-               100 * st7[3] / all7, 100 * st7[4] / all7, 100 * st7[5] / all7,
-               100 * st7[6] / all7);
+     * since the counters were last cleared, so only their shares mean something), then the
+     * step phases of warp 0 (summed the same way). */
+    static const char *const item_ph[] = {"prologue", "Q wait", "KV loop", "epilogue",
+                                          "fence+arrival", "merge"};
+    static const char *const step_ph[] = {"data wait", "S", "sync", "softmax", "sync", "PV",
+                                          "top sync"};
+    print_shares("item phases (share of thread 0's clocks)", item_ph, 6, 2, n);
+    print_shares("step phases (warp 0)", step_ph, 7, 0, n);
     for (int r = 0; r < n; r++) {
         if (r >= 12 && r < n - 4) continue; /* slowest 12 and fastest 4 */
         const int c = order[r];

@@ -90,7 +90,39 @@ static double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+/* Median seconds of REPEATS runs of launch(r), each timed alone between two events. */
+template <typename F> static double median_time(F &&launch) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<double> t;
+    for (int r = 0; r < REPEATS; r++) {
+        CK(cudaEventRecord(a));
+        launch(r);
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e-3);
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return median(t);
+}
+
 __global__ void empty_kernel() {}
+
+/* A read buffer of `bytes` (filled, so the pages are mapped), its sink word, and how many
+ * streaming-read CTAs fit on an SM. */
+static uint4 *read_buffer(size_t bytes, unsigned **sink, int *per_sm) {
+    uint4 *buf = nullptr;
+    CK(cudaMalloc(&buf, bytes));
+    CK(cudaMalloc(sink, sizeof(unsigned)));
+    CK(cudaMemset(buf, 0x5a, bytes));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, stream_read, 256, 0));
+    return buf;
+}
 
 /* Reference points for small batches (printed, not ceilings): the event-to-event time of an
  * empty one-CTA-per-SM launch, and the same streaming read over windows of a few hundred MB
@@ -99,46 +131,20 @@ __global__ void empty_kernel() {}
 static void small_reads(int sms) {
     const size_t win_mb[3] = {38, 128, 604}; /* B1 x 32k, trace snapshot, B128 x 4096 at h16 */
     const size_t total = (size_t)2 << 30;
-    uint4 *buf = nullptr;
     unsigned *sink = nullptr;
-    CK(cudaMalloc(&buf, total));
-    CK(cudaMalloc(&sink, sizeof(unsigned)));
-    CK(cudaMemset(buf, 0x5a, total));
     int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stream_read, 256, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<double> t;
-    for (int r = 0; r < REPEATS; r++) {
-        CK(cudaEventRecord(a));
-        empty_kernel<<<sms, 256>>>();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1e-3);
-    }
-    printf("floor empty_kernel_us %.2f\n", median(t) * 1e6);
+    uint4 *buf = read_buffer(total, &sink, &per_sm);
+    const double t0 = median_time([&](int) { empty_kernel<<<sms, 256>>>(); });
+    printf("floor empty_kernel_us %.2f\n", t0 * 1e6);
     for (size_t w : win_mb) {
         const size_t bytes = w << 20, nwin = total / bytes;
-        t.clear();
-        for (int r = 0; r < REPEATS; r++) {
-            const uint4 *p = buf + (size_t)(r % nwin) * (bytes / 16);
-            CK(cudaEventRecord(a));
-            stream_read<<<sms * per_sm, 256>>>(p, bytes / 16, sink);
-            CK(cudaEventRecord(b));
-            CK(cudaEventSynchronize(b));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, a, b));
-            t.push_back(ms * 1e-3);
-        }
-        const double s_ = median(t);
+        const double s_ = median_time([&](int r) {
+            stream_read<<<sms * per_sm, 256>>>(buf + (size_t)(r % nwin) * (bytes / 16), bytes / 16,
+                                               sink);
+        });
         printf("small_read MB %zu us %.2f TBps %.3f\n", w, s_ * 1e6, (double)bytes / s_ / 1e12);
     }
     fflush(stdout);
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
     CK(cudaFree(buf));
     CK(cudaFree(sink));
 }
@@ -147,34 +153,15 @@ static double read_ceiling(double gib, int sms) {
     size_t bytes = (size_t)(gib * 1073741824.0);
     bytes &= ~(size_t)4095;
     size_t n16 = bytes / 16;
-    uint4 *buf = nullptr;
     unsigned *sink = nullptr;
-    CK(cudaMalloc(&buf, bytes));
-    CK(cudaMalloc(&sink, sizeof(unsigned)));
-    CK(cudaMemset(buf, 0x5a, bytes));
     int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stream_read, 256, 0));
+    uint4 *buf = read_buffer(bytes, &sink, &per_sm);
     int grid = sms * per_sm;
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
     stream_read<<<grid, 256>>>(buf, n16, sink); /* warm up */
     CK(cudaGetLastError());
-    std::vector<double> t;
-    for (int r = 0; r < REPEATS; r++) {
-        CK(cudaEventRecord(a));
-        stream_read<<<grid, 256>>>(buf, n16, sink);
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1e-3);
-    }
-    double s = median(t);
+    const double s = median_time([&](int) { stream_read<<<grid, 256>>>(buf, n16, sink); });
     fprintf(stderr, "stream read: %.2f GiB, grid %d x 256, median %.1f us over %d\n", gib, grid,
             s * 1e6, REPEATS);
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
     CK(cudaFree(buf));
     CK(cudaFree(sink));
     return (double)bytes / s / 1e12;
@@ -199,23 +186,8 @@ static double gemm_ceiling(void) {
                         CUBLAS_GEMM_DEFAULT));
     };
     for (int w = 0; w < 3; w++) gemm();
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<double> t;
-    for (int r = 0; r < REPEATS; r++) {
-        CK(cudaEventRecord(a));
-        gemm();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1e-3);
-    }
-    double s = median(t);
+    const double s = median_time([&](int) { gemm(); });
     fprintf(stderr, "bf16 gemm %d^3: median %.1f us over %d\n", n, s * 1e6, REPEATS);
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
     CB(cublasDestroy(h));
     CK(cudaFree(A));
     CK(cudaFree(B));
