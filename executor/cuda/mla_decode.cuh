@@ -7,10 +7,8 @@
  * natural-log LSE.  CTA c walks its items work_indptr[c] .. work_indptr[c+1]-1 (plan region
  * of the workspace; the grid never changes, so a captured graph follows fi_plan_update).
  *
- * Files: mla_common.cuh (constants, dtype traits, PTX wrappers), mla_load.cuh (Q and KV
- * loading), mla_step.cuh (the math of one KV block), mla_merge.cuh (the split merges),
- * mla_ws.cuh (the warp-specialised heads-16 path), this one (the lock-step item loop, the
- * kernels and their launcher).
+ * Files: mla_common.cuh (constants, dtype traits, PTX wrappers), mla_merge.cuh (the split
+ * merges), this one (Q and KV loading, the item loop, the kernel and its launcher).
  *
  * How (one CTA = 8 warps = 256 threads, one CTA per SM):
  *  - Tile: up to 64 rows (q-major: r = (q - q_begin) * heads + (h - head_begin)) in shared
@@ -44,12 +42,91 @@
 #pragma once
 
 #include "executor/cuda/mla_common.cuh"
-#include "executor/cuda/mla_load.cuh"
 #include "executor/cuda/mla_merge.cuh"
-#include "executor/cuda/mla_step.cuh"
-#include "executor/cuda/mla_ws.cuh"
 
 namespace fimla {
+
+/* Load the tile's Q rows into sQ (rows >= M inside a live row group are zeroed). */
+template <typename T>
+__device__ __forceinline__ void load_q(const fi_mla_params &p, T *sQ, const fi_work_item &it,
+                                       const fi_request_info &rq, int nh, int M) {
+    const int tid = threadIdx.x;
+    const int rows_live = (M + 15) & ~15;
+    for (int idx = tid; idx < rows_live * kChunks; idx += kThreads) {
+        const int r = idx / kChunks, c = idx - r * kChunks;
+        T *dst = sQ + r * kPitch + c * 8;
+        if (r < M) {
+            const int qi = it.q_begin + r / nh;
+            const int h = it.head_begin + r % nh;
+            const int64_t tok = (int64_t)rq.q_offset + qi;
+            const T *src = c < kChunksNope
+                               ? (const T *)p.q_nope + tok * p.q_nope_stride_tok +
+                                     h * p.q_nope_stride_head + c * 8
+                               : (const T *)p.q_pe + tok * p.q_pe_stride_tok +
+                                     h * p.q_pe_stride_head + (c - kChunksNope) * 8;
+            cp_async16(smem_u32(dst), src, 16);
+        } else {
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+/* Producer warps pw .. 7 share the tokens of a block: pw = 0, every warp copies 4 tokens
+ * (lanes 0..3); pw = 4 (tiles of <= 16 rows, KP = 2, where warps 4..7 do no math), warps
+ * 4..7 copy 8 tokens each, so the math warps 0..3 carry no producer work.  The bulk copies
+ * have uniform operands (the compiler loops over the lanes). */
+__device__ __forceinline__ int prod_tokens(int pw) { return pw ? 8 : 4; } /* pw: 0 or 4 */
+__device__ __forceinline__ int prod_token(int pw) { /* this lane's token in a block */
+    return ((int)(threadIdx.x >> 5) - pw) * prod_tokens(pw) + (int)(threadIdx.x & 31);
+}
+
+/* Page index of this lane's token of block b, -1 past the range or for lanes without one. */
+__device__ __forceinline__ int32_t fetch_page(const fi_mla_params &p, const fi_request_info &rq,
+                                              int kv_begin, int kv_end, int b, int nblk, int pw) {
+    const int lane = threadIdx.x & 31;
+    const int t = kv_begin + b * kBlockN + prod_token(pw);
+    if (lane >= prod_tokens(pw) || b >= nblk || t >= kv_end)
+        return -1;
+    return p.page_table[rq.page_row_offset + (t >> p.page_shift)];
+}
+
+/* Every producer warp: copy its tokens of block b into the ring stage with two bulk copies
+ * a token (ckv 1024 B, kpe 128 B) and arrive on the stage's mbarrier (one arrival a
+ * producer warp a phase) with the bytes it expects.  Rows past kv_end are zeroed with ordinary stores, ordered before
+ * the arrival by __syncwarp (P = 0 must not meet NaN bit patterns). */
+template <typename T>
+__device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, uint32_t bar,
+                                            int t0, int kv_end, int32_t page, int pw) {
+    const int lane = threadIdx.x & 31;
+    const int tpw = prod_tokens(pw);
+    const int j = prod_token(pw) & (kBlockN - 1);
+    const int t = t0 + j;
+    T *row = stage + j * kPitch;
+    if (lane < tpw && page < 0) {
+#pragma unroll 8
+        for (int c = 0; c < kChunks; ++c)
+            reinterpret_cast<uint4 *>(row)[c] = make_uint4(0, 0, 0, 0);
+        fence_proxy_async();
+    }
+    __syncwarp();
+    if (lane == 0) {
+        const int w0 = t0 + ((int)(threadIdx.x >> 5) - pw) * tpw;
+        const int nv = max(0, min(tpw, kv_end - w0));
+        mbar_expect_tx(bar, (uint32_t)nv * (kDqk * 2));
+    }
+    if (lane < tpw && page >= 0) {
+        const int slot = t & (p.page_size - 1);
+        const T *ckv = (const T *)p.ckv + (int64_t)page * p.ckv_stride_page + (int64_t)slot * p.ckv_stride_tok;
+        const T *kpe = (const T *)p.kpe + (int64_t)page * p.kpe_stride_page + (int64_t)slot * p.kpe_stride_tok;
+        if (kpe == ckv + kDv) {
+            /* Concatenated cache ([.., 576]): one copy a token. */
+            bulk_g2s(smem_u32(row), ckv, kDqk * 2, bar);
+        } else {
+            bulk_g2s(smem_u32(row), ckv, kDv * 2, bar);
+            bulk_g2s(smem_u32(row + kDv), kpe, (kDqk - kDv) * 2, bar);
+        }
+    }
+}
 
 /* One work item: attention of the tile over KV [kv_begin, kv_end), then its output.
  * Warp pair wp = warp / 2 covers rows rg * 16 .. + 16 of the tile and, when the tile has
@@ -83,8 +160,22 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     const int nblk = (kv_end - kv_begin + kBlockN - 1) / kBlockN;
     const int nstep = (nblk + KP - 1) / KP;
 
-    int lo[2], hi[2]; /* key bounds of this thread's two rows */
-    row_key_bounds(ctx, it, rq, nh, M, rg, g, lo, hi);
+    /* Key bounds [lo, hi] of this thread's two rows (rg*16 + g and + 8). */
+    int lo[2], hi[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = rg * 16 + g + 8 * i;
+        if (r < M) {
+            const int pos = rq.kv_len - rq.q_len + it.q_begin + r / nh;
+            int h_ = ctx.causal ? pos : rq.kv_len - 1;
+            int l_ = ctx.window_left >= 0 ? max(0, pos - ctx.window_left) : 0;
+            lo[i] = max(l_, kv_begin);
+            hi[i] = min(h_, kv_end - 1);
+        } else {
+            lo[i] = 0;
+            hi[i] = -1;
+        }
+    }
 
     /* Ring: stage k has mbarrier bars[k]; block b lives in stage b % NS, its (b / NS)-th
      * use, so it is complete at parity (b / NS) & 1.  The barriers are re-initialised per
@@ -162,18 +253,117 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
             FIMLA_STAMP2(1);
         FIMLA_PH(0);
         float s[2][2][4]; /* [k parity][n8 tile][frag]: two chains per tile for ILP */
-        if (active)
-            step_scores<T>(stage, sQ_a, wh, wp, lane, t0, lo, hi, ctx.scale_log2, s, sMax);
+        if (active) {
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+                    s[a][n][0] = s[a][n][1] = s[a][n][2] = s[a][n][3] = 0.f;
+            /* B rows: tokens wh*16 + (lane>>4)*8 + (lane&7), k offset ((lane>>3)&1)*8. */
+            const int kr = wh * 16 + (lane >> 4) * 8 + (lane & 7);
+            const uint32_t sK_a = smem_u32(stage + kr * kPitch + ((lane >> 3) & 1) * 8);
+            auto k_addr = [&](int k) -> uint32_t { return sK_a + k * 32; };
+            /* Fragments double-buffered one k-step ahead: the ldmatrix latency hides
+             * behind the previous step's mma (asm volatile keeps program order). */
+            uint32_t af[2][4], bf[2][4];
+            ldsm_x4(sQ_a, af[0]);
+            ldsm_x4(k_addr(0), bf[0]);
+#pragma unroll
+            for (int k = 0; k < kDqk / 16; ++k) {
+                const int c = k & 1;
+                if (k + 1 < kDqk / 16) {
+                    ldsm_x4(sQ_a + (k + 1) * 32, af[c ^ 1]);
+                    ldsm_x4(k_addr(k + 1), bf[c ^ 1]);
+                }
+                Dt<T>::mma(s[c][0], af[c], bf[c][0], bf[c][1]);
+                Dt<T>::mma(s[c][1], af[c], bf[c][2], bf[c][3]);
+            }
+            float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e >> 1;
+                    const int t = t0 + wh * 16 + n * 8 + q4 * 2 + (e & 1);
+                    float v = (s[0][n][e] + s[1][n][e]) * ctx.scale_log2;
+                    if (t < lo[i] || t > hi[i])
+                        v = -CUDART_INF_F;
+                    s[0][n][e] = v;
+                    mloc[i] = fmaxf(mloc[i], v);
+                }
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
+                mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
+            }
+            if (q4 == 0) {
+                sMax[wh * kRows + wp * 16 + g] = mloc[0];
+                sMax[wh * kRows + wp * 16 + g + 8] = mloc[1];
+            }
+        }
         FIMLA_PH(1);
         __syncthreads();
         FIMLA_PH(2);
-        if (active)
-            step_softmax<T>(sMax, sP, wh, wp, lane, s, m_run, l_run, acc);
+        if (active) {
+            float alpha[2], m_use[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float mo = sMax[(wh ^ 1) * kRows + wp * 16 + g + 8 * i];
+                const float m_new = fmaxf(m_run[i], fmaxf(sMax[wh * kRows + wp * 16 + g + 8 * i], mo));
+                m_use[i] = m_new == -CUDART_INF_F ? 0.f : m_new;
+                alpha[i] = exp2f(m_run[i] - m_use[i]);
+                m_run[i] = m_new;
+            }
+            float rs[2] = {0.f, 0.f};
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+                const float p0 = exp2f(s[0][n][0] - m_use[0]);
+                const float p1 = exp2f(s[0][n][1] - m_use[0]);
+                const float p2 = exp2f(s[0][n][2] - m_use[1]);
+                const float p3 = exp2f(s[0][n][3] - m_use[1]);
+                rs[0] += p0 + p1;
+                rs[1] += p2 + p3;
+                T *row0 = sP + (wp * 16 + g) * kPPitch + wh * 16 + n * 8 + q4 * 2;
+                *reinterpret_cast<uint32_t *>(row0) = Dt<T>::pack(p0, p1);
+                *reinterpret_cast<uint32_t *>(row0 + 8 * kPPitch) = Dt<T>::pack(p2, p3);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+                rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+                l_run[i] = l_run[i] * alpha[i] + rs[i];
+            }
+#pragma unroll
+            for (int n = 0; n < 32; ++n) {
+                acc[n][0] *= alpha[0];
+                acc[n][1] *= alpha[0];
+                acc[n][2] *= alpha[1];
+                acc[n][3] *= alpha[1];
+            }
+        }
         FIMLA_PH(3);
         __syncthreads();
         FIMLA_PH(4);
-        if (active)
-            step_pv<T>(stage, sP_a, wh, lane, acc);
+        if (active) {
+            /* V = ckv: tokens are k, dims are n; ldmatrix.trans gives the col-major B frag. */
+            const int vr = ((lane >> 3) & 1) * 8 + (lane & 7);
+            const uint32_t sV_a = smem_u32(stage + vr * kPitch + wh * 256 + (lane >> 4) * 8);
+            auto v_addr = [&](int x) -> uint32_t { /* x = kk * 16 + nn */
+                return sV_a + ((x >> 4) * 16 * kPitch + (x & 15) * 16) * 2;
+            };
+            uint32_t pf[2][4], vf[2][4];
+            ldsm_x4(sP_a, pf[0]);
+            ldsm_x4(sP_a + 32, pf[1]);
+            ldsm_x4_t(v_addr(0), vf[0]);
+#pragma unroll
+            for (int x = 0; x < 32; ++x) {
+                const int kk = x >> 4, nn = x & 15, c = x & 1;
+                if (x + 1 < 32)
+                    ldsm_x4_t(v_addr(x + 1), vf[c ^ 1]);
+                Dt<T>::mma(acc[2 * nn], pf[kk], vf[c][0], vf[c][1]);
+                Dt<T>::mma(acc[2 * nn + 1], pf[kk], vf[c][2], vf[c][3]);
+            }
+        }
         FIMLA_PH(5);
     }
     FIMLA_PH_STORE
@@ -181,30 +371,97 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     FIMLA_STAMP2(2);
 
     /* Row sums: each half summed its own tokens under the pair's running max. */
-    if (live && q4 == 0)
-        pair_stats_store(sL, sMax, wh, wp, lane, l_run, m_run);
+    if (live && q4 == 0) {
+        sL[wh * kRows + wp * 16 + g] = l_run[0];
+        sL[wh * kRows + wp * 16 + g + 8] = l_run[1];
+        if (wh == 0) {
+            sMax[wp * 16 + g] = m_run[0];
+            sMax[wp * 16 + g + 8] = m_run[1];
+        }
+    }
     __syncthreads();
     /* KP = 2: pair 1 hands its O (scaled to the common max) to pair 0 through the ring. */
     float lt[2], mt[2];
-    if (KP == 1) {
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2; ++i) {
+        const int r = g + 8 * i;
+        if (KP == 1) {
             mt[i] = m_run[i];
-            lt[i] = sL[wp * 16 + g + 8 * i] + sL[kRows + wp * 16 + g + 8 * i];
+            lt[i] = sL[wp * 16 + r] + sL[kRows + wp * 16 + r];
+        } else {
+            const float ma = sMax[r], mb = sMax[16 + r];
+            mt[i] = fmaxf(ma, mb);
+            const float mu = mt[i] == -CUDART_INF_F ? 0.f : mt[i];
+            const float fa = exp2f(ma - mu), fb = exp2f(mb - mu);
+            lt[i] = (sL[r] + sL[kRows + r]) * fa + (sL[16 + r] + sL[kRows + 16 + r]) * fb;
+            const float f = exp2f(m_run[i] - mu); /* this pair's own factor */
+#pragma unroll
+            for (int n = 0; n < 32; ++n) {
+                acc[n][2 * i] *= f;
+                acc[n][2 * i + 1] *= f;
+            }
         }
-    } else {
-        pair_totals(sL, sMax, lane, m_run, lt, mt, acc);
-        float *sO = reinterpret_cast<float *>(sKV) + wh * 16 * 256; /* [2 halves][16][256] */
-        if (wp == 1)
-            pair_o_store(sO, lane, acc);
+    }
+    if (KP == 2) {
+        float *sO = reinterpret_cast<float *>(sKV); /* [2 halves][16 rows][256] fp32 */
+        if (wp == 1) {
+#pragma unroll
+            for (int n = 0; n < 32; ++n) {
+                float *o = sO + (wh * 16 + g) * 256 + n * 8 + q4 * 2;
+                *reinterpret_cast<float2 *>(o) = make_float2(acc[n][0], acc[n][1]);
+                *reinterpret_cast<float2 *>(o + 8 * 256) = make_float2(acc[n][2], acc[n][3]);
+            }
+        }
         __syncthreads();
-        if (wp == 0)
-            pair_o_add(sO, lane, acc);
+        if (wp == 0) {
+#pragma unroll
+            for (int n = 0; n < 32; ++n) {
+                const float *o = sO + (wh * 16 + g) * 256 + n * 8 + q4 * 2;
+                const float2 a = *reinterpret_cast<const float2 *>(o);
+                const float2 c = *reinterpret_cast<const float2 *>(o + 8 * 256);
+                acc[n][0] += a.x;
+                acc[n][1] += a.y;
+                acc[n][2] += c.x;
+                acc[n][3] += c.y;
+            }
+        }
     }
     const bool split = it.out_slot >= 0;
     bool coop = false; /* split of a group merged cooperatively (merge_phase) */
-    if (live && kvp == 0)
-        write_rows<T>(p, ctx, it, rq, nh, M, rg, wh, lane, lt, mt, acc);
+    if (live && kvp == 0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int r = rg * 16 + g + 8 * i;
+            if (r >= M)
+                continue;
+            const float l = lt[i];
+            const float lse_keys = l > 0.f ? (mt[i] + log2f(l)) * kLn2 : -CUDART_INF_F;
+            if (split) {
+                const float inv = l > 0.f ? 1.f / l : 0.f;
+                float *dst = p.partial_o + ((int64_t)it.out_slot * p.tile_rows + r) * kDv +
+                             wh * 256 + q4 * 2;
+#pragma unroll
+                for (int n = 0; n < 32; ++n)
+                    __stcg(reinterpret_cast<float2 *>(dst + n * 8),
+                           make_float2(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv));
+                if (wh == 0 && q4 == 0)
+                    __stcg(p.partial_lse + (int64_t)it.out_slot * p.tile_rows + r, lse_keys);
+            } else {
+                const int h = it.head_begin + r % nh;
+                const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+                const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
+                const float f = l > 0.f ? ctx.scale2 / l * expf(lse_keys - lse) : 0.f;
+                T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + wh * 256 +
+                         q4 * 2;
+#pragma unroll
+                for (int n = 0; n < 32; ++n)
+                    *reinterpret_cast<uint32_t *>(dst + n * 8) =
+                        Dt<T>::pack(acc[n][2 * i] * f, acc[n][2 * i + 1] * f);
+                if (p.lse && wh == 0 && q4 == 0)
+                    p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+            }
+        }
+    }
     FIMLA_IT(3);
     FIMLA_STAMP2(3);
     if (split) {
@@ -237,12 +494,21 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     return coop;
 }
 
-/* The lock-step item loop of a CTA (items i0 .. i1-1); true when a split of it belongs to
- * a group merged cooperatively after the CTA's last item. */
 template <typename T>
-__device__ __forceinline__ bool run_items(const fi_mla_params &p, const RunCtx &ctx,
-                                          const fi_cta_start &cs, unsigned char *smem) {
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ fi_mla_params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    FIMLA_STAMP(0);
+    /* Everything global (plan, q, KV, scales) may come from the previous kernel. */
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    RunCtx ctx;
+    ctx.scale_log2 = (p.bmm1_scale_ptr ? *p.bmm1_scale_ptr : p.bmm1_scale) * kLog2e;
+    ctx.scale2 = p.bmm2_scale_ptr ? *p.bmm2_scale_ptr : p.bmm2_scale;
+    ctx.causal = p.header->causal;
+    ctx.window_left = p.header->window_left;
+    /* One 64-byte record gives the range, the first item and its request row. */
+    const fi_cta_start cs = p.cta_starts[blockIdx.x];
     const int i0 = cs.item_begin, i1 = cs.item_end;
+    FIMLA_STAMP(1);
     /* The next item and its request row are loaded while this one runs (two dependent
      * global round trips off each item's critical path). */
     fi_work_item it = cs.first;
@@ -259,29 +525,6 @@ __device__ __forceinline__ bool run_items(const fi_mla_params &p, const RunCtx &
         it = nit;
         rq = nrq;
     }
-    return any_coop;
-}
-
-__device__ __forceinline__ RunCtx run_ctx(const fi_mla_params &p) {
-    RunCtx ctx;
-    ctx.scale_log2 = (p.bmm1_scale_ptr ? *p.bmm1_scale_ptr : p.bmm1_scale) * kLog2e;
-    ctx.scale2 = p.bmm2_scale_ptr ? *p.bmm2_scale_ptr : p.bmm2_scale;
-    ctx.causal = p.header->causal;
-    ctx.window_left = p.header->window_left;
-    return ctx;
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ fi_mla_params p) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    FIMLA_STAMP(0);
-    /* Everything global (plan, q, KV, scales) may come from the previous kernel. */
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    const RunCtx ctx = run_ctx(p);
-    const fi_cta_start cs = p.cta_starts[blockIdx.x];
-    const int i0 = cs.item_begin, i1 = cs.item_end;
-    FIMLA_STAMP(1);
-    const bool any_coop = run_items<T>(p, ctx, cs, smem);
     if (any_coop) /* uniform over the CTA */
         merge_phase<T>(p, ctx, i0, i1, smem);
     FIMLA_STAMP(3);
@@ -289,49 +532,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
-/* The lock-step item loop behind a call, for the warp-specialised kernel's CTAs that have
- * wider tiles (keeps its registers out of that kernel's allocation). */
-template <typename T>
-__device__ __noinline__ bool run_items_call(const fi_mla_params &p, const RunCtx &ctx, int cta) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    return run_items<T>(p, ctx, p.cta_starts[cta], smem);
-}
-
-/* Heads-16 kernel: CTAs whose items all have <= 16 rows run the warp-specialised path
- * (mla_ws.cuh); others (q_len > 1 after a plan update) the lock-step loop. */
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) mla_decode_ws_kernel(const __grid_constant__ fi_mla_params p) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    FIMLA_STAMP(0);
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    const RunCtx ctx = run_ctx(p);
-    const int i0 = p.work_indptr[blockIdx.x], i1 = p.work_indptr[blockIdx.x + 1];
-    FIMLA_STAMP(1);
-    int wide = i1 - i0 > kWsMaxItems;
-    for (int k = i0 + (int)threadIdx.x; k < i1; k += kThreads) {
-        const fi_work_item t = p.items[k];
-        wide |= (t.q_end - t.q_begin) * (t.head_end - t.head_begin) > 16;
-    }
-    wide = __syncthreads_or(wide);
-    const bool any_coop = wide ? run_items_call<T>(p, ctx, (int)blockIdx.x) : ws_cta<T>(p, ctx, i0, i1, smem);
-    if (any_coop)
-        merge_phase<T>(p, ctx, i0, i1, smem);
-    FIMLA_STAMP(3);
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-
 /* Host side: launch one instantiation (grid fixed at params.num_ctas). */
 template <typename T>
 cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) {
-    /* Heads 16: the warp-specialised kernel (FIATTN_MLA_LOCKSTEP=1 forces the other). */
-    static const char *ls = getenv("FIATTN_MLA_LOCKSTEP");
-    const bool ws = p.num_heads == 16 && !(ls && ls[0] == '1');
-    auto kernel = ws ? mla_decode_ws_kernel<T> : mla_decode_kernel<T>;
-    /* Attributes and resident-CTA bound, once per kernel (idempotent, so a race only
-     * repeats it).  The merge phase waits on other CTAs: the whole grid must be resident. */
-    static int max_resident[2] = {0, 0};
-    if (max_resident[ws] == 0) {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    /* Attribute and resident-CTA bound, once (idempotent, so a race only repeats it).
+     * The merge phase waits on other CTAs, so the whole grid must be resident at once. */
+    static int max_resident = 0;
+    if (max_resident == 0) {
+        cudaError_t e = cudaFuncSetAttribute(mla_decode_kernel<T>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)kSmemBytes);
         int dev = 0, sms = 0, per_sm = 0;
         if (e == cudaSuccess)
@@ -339,12 +548,13 @@ cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) 
         if (e == cudaSuccess)
             e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes);
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mla_decode_kernel<T>,
+                                                              kThreads, kSmemBytes);
         if (e != cudaSuccess)
             return e;
-        max_resident[ws] = sms * per_sm;
+        max_resident = sms * per_sm;
     }
-    if (p.num_ctas > max_resident[ws])
+    if (p.num_ctas > max_resident)
         return cudaErrorCooperativeLaunchTooLarge;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)p.num_ctas);
@@ -356,7 +566,7 @@ cudaError_t launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) 
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = enable_pdl ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, mla_decode_kernel<T>, p);
     if (e != cudaSuccess)
         return e;
     return cudaGetLastError();
