@@ -240,8 +240,7 @@ static int l2_probe_pages(mla_case *c, int n, char *msg, size_t cap) {
         mla_msg(msg, cap, "page table upload: %s", cudaGetErrorString(e));
         return -1;
     }
-    printf("# %s: KV page ids taken modulo %d (L2-resident probe, outputs not checked)\n",
-           "probe", n);
+    printf("# probe: KV page ids taken modulo %d (L2-resident, outputs not checked)\n", n);
     return 0;
 }
 
@@ -291,14 +290,10 @@ static void print_row(const bench_case *bc, const char *mode, double s, double b
  * to both for the stamps alone: the phase clocks slow the KV loop by ~30% at heads 16. */
 void fimla_read_stamps(unsigned long long *host, int n);
 void fimla_read_stamps2(unsigned long long *host, int n);
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 /* Median over the CTAs with work of v[c] (n values). */
 static double med(double *v, int n) {
     if (n <= 0) return NAN;
-    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
     return v[n / 2];
 }
 void fimla_phases(unsigned long long *host, int n, int reset);

@@ -40,8 +40,7 @@ typedef struct fi_mla_params {
     const float *sinks;                /* optional [H_q] fp32 (natural-log logits) */
     /* Plan region of the workspace (device addresses at fixed layout offsets). */
     const fi_plan_header *header;
-    const int32_t *work_indptr;        /* [num_ctas + 1] */
-    const fi_cta_start *cta_starts;    /* [num_ctas]: a CTA's first read */
+    const fi_cta_start *cta_starts;    /* [num_ctas]: a CTA's item range, first item, request */
     const fi_request_info *requests;   /* [max_batch] */
     const fi_merge_group *groups;      /* [max_groups] */
     const fi_work_item *items;         /* [max_items] */

@@ -168,7 +168,6 @@ static fi_status check_mla_args(const fi_plan *plan, const fi_attn_args *a, fi_m
     q.bmm2_scale_ptr = a->bmm2_scale_ptr;
     q.sinks = a->sinks;
     q.header = ws_at(ws, L->off_header);
-    q.work_indptr = ws_at(ws, L->off_work_indptr);
     q.cta_starts = ws_at(ws, L->off_cta_starts);
     q.requests = ws_at(ws, L->off_requests);
     q.groups = ws_at(ws, L->off_groups);

@@ -14,6 +14,7 @@
 #define FIATTN_WORK_H
 
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 #define FI_STATIC_ASSERT static_assert
@@ -75,6 +76,22 @@ typedef struct fi_cta_start {
     int32_t reserved[2];      /* zero */
 } fi_cta_start;
 FI_STATIC_ASSERT(sizeof(fi_cta_start) == 64, "fi_cta_start must stay 64 bytes");
+
+/* CTA c's start record from the CSR ranges (work_indptr [num_ctas + 1]), the items and the
+ * request table: what the planner writes, and what hand-built plans (scripts/mla_check.cu)
+ * must write too.  Pure; reads items / requests only when the CTA has an item. */
+static inline fi_cta_start fi_cta_start_make(const int32_t *work_indptr, const fi_work_item *items,
+                                             const fi_request_info *requests, int32_t c) {
+    fi_cta_start s;
+    memset(&s, 0, sizeof s);
+    s.item_begin = work_indptr[c];
+    s.item_end = work_indptr[c + 1];
+    if (s.item_begin < s.item_end) {
+        s.first = items[s.item_begin];
+        s.request = requests[s.first.request];
+    }
+    return s;
+}
 
 /* Counts and shapes of the current plan, first in the plan region so a captured graph
  * picks up a new plan at replay.  64 bytes. */

@@ -19,22 +19,6 @@ static fi_status set_err(fi_plan *p, fi_status st, int32_t cuda_error) {
     return st;
 }
 
-/* Per-CTA start records (fiattn_work.h fi_cta_start), from the CSR ranges just written. */
-static void fill_cta_starts(const fi_layout *l, const int32_t *indptr, const fi_work_item *items,
-                            const fi_request_info *requests, fi_cta_start *starts) {
-    for (int32_t c = 0; c < l->num_ctas; c++) {
-        fi_cta_start s;
-        memset(&s, 0, sizeof s);
-        s.item_begin = indptr[c];
-        s.item_end = indptr[c + 1];
-        if (s.item_begin < s.item_end) {
-            s.first = items[s.item_begin];
-            s.request = requests[s.first.request];
-        }
-        starts[c] = s;
-    }
-}
-
 /* Build the whole plan for `batch` into staging buffer `base`.  Host only. */
 static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base) {
     const fi_layout *l = &p->layout;
@@ -65,8 +49,12 @@ static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base) {
     memset(groups + r.num_groups, 0,
            sizeof(fi_merge_group) * (size_t)(l->max_groups - r.num_groups));
 
-    fill_cta_starts(l, fi_stage_work_indptr(base, l), fi_stage_items(base, l), requests,
-                    fi_stage_cta_starts(base, l));
+    /* Per-CTA start records, from the CSR ranges just written. */
+    const int32_t *indptr = fi_stage_work_indptr(base, l);
+    const fi_work_item *items = fi_stage_items(base, l);
+    fi_cta_start *starts = fi_stage_cta_starts(base, l);
+    for (int32_t c = 0; c < l->num_ctas; c++)
+        starts[c] = fi_cta_start_make(indptr, items, requests, c);
 
     fi_plan_header *h = fi_stage_header(base, l);
     const int split = batch->form != FI_FORM_INDPTR && batch->kv_split_pages;

@@ -272,18 +272,10 @@ static void setup_dev(const Case &c, const Inputs &in, const Plan &P, DevRun &D)
     }
     if (c.sinks) p.sinks = D.put(in.sinks);
     p.header = D.put(std::vector<fi_plan_header>{P.hdr});
-    p.work_indptr = D.put(P.indptr);
-    {   /* per-CTA start records, as the planner writes them */
+    {   /* per-CTA start records (the kernel's only view of the CSR ranges) */
         std::vector<fi_cta_start> st(c.num_ctas);
-        for (int k = 0; k < c.num_ctas; ++k) {
-            memset(&st[k], 0, sizeof st[k]);
-            st[k].item_begin = P.indptr[k];
-            st[k].item_end = P.indptr[k + 1];
-            if (st[k].item_begin < st[k].item_end) {
-                st[k].first = P.items[st[k].item_begin];
-                st[k].request = P.req[st[k].first.request];
-            }
-        }
+        for (int k = 0; k < c.num_ctas; ++k)
+            st[k] = fi_cta_start_make(P.indptr.data(), P.items.data(), P.req.data(), k);
         p.cta_starts = D.put(st);
     }
     p.requests = D.put(P.req);

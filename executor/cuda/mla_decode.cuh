@@ -4,7 +4,7 @@
  * What it computes (fiattn_run.h): for every row (query token, head) of the plan,
  *   s_j = bmm1_scale * (q_nope . ckv_j + q_pe . kpe_j),  out = bmm2_scale * softmax(s) . ckv
  * with the causal / window_left mask of the plan header, sinks in the denominator, and the
- * natural-log LSE.  CTA c walks its items work_indptr[c] .. work_indptr[c+1]-1 (plan region
+ * natural-log LSE.  CTA c walks its items cta_starts[c].item_begin .. item_end - 1 (plan region
  * of the workspace; the grid never changes, so a captured graph follows fi_plan_update).
  *
  * Files: mla_common.cuh (constants, dtype traits, PTX wrappers), mla_merge.cuh (the split
