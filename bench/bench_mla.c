@@ -18,14 +18,21 @@
  * Each replay is timed alone between two cudaEvents, median of --reps (>= 50):
  *   b2b    replays back to back;
  *   flush  a cudaMemsetAsync over a buffer of 4x the L2 size before each replay, outside
- *          the timed region (L2 holds none of the inputs).
+ *          the timed region (L2 holds none of the inputs);
+ *   chain  --chain N (default 8, 0: off) runs captured in ONE graph, each launched with PDL
+ *          and on the next input set, as a decode step chains its layers' kernels: replay
+ *          time / N, median of --reps replays.  The graph launch (an empty one-CTA-per-SM
+ *          launch is ~4.6 us event to event on an H200, bench/ceilings) is paid once per N
+ *          runs and a run's launch overlaps its predecessor's tail, so this is the
+ *          per-layer cost a serving loop sees; b2b and flush are the issue's figures.
  * Figures: GB/s = (KV bytes of the tokens the batch reads, each once, 576 x 2 bytes per
  * token + q + out) / time; TFLOP/s = 2 x sum over rows of visible keys x (576 + 512) / time;
  * fractions of the ceilings measured by bench/ceilings in the same run (--read-tbps,
  * --tflops, or env FI_CEIL_READ_TBPS / FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it).
  *
- * Usage: bench_mla [--reps N] [--sets N] [--case SUBSTR] [--read-tbps X] [--tflops Y]
- *                  [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV instead of the list)
+ * Usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
+ *                  [--tflops Y] [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV
+ *                  instead of the list)
  * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2).
  * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
  * GBps <x> TFLOPs <x> read_frac <x> mma_frac <x>".  No GPU: prints "skip" and exits 0.
@@ -58,6 +65,7 @@ static const bench_case CASES[] = {
 
 typedef struct cfg {
     int reps, sets, sms;
+    int chain; /* runs per graph of the chain mode, 0: off */
     const char *only;
     double read_tbps, tflops;
     int l2_pages; /* > 0: consumer-rate probe, see main */
@@ -141,6 +149,17 @@ static void sets_free(sets *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* The case's run arguments on input set i (the concatenated cache: rope views at +512). */
+static fi_attn_args set_args(const mla_case *c, const sets *s, int i) {
+    fi_attn_args a = mla_case_args(c, 1);
+    a.q.data = s->q[i];
+    a.q_rope.data = (uint16_t *)s->q[i] + MLA_D_CKV;
+    a.k.data = s->kv[i];
+    a.k_rope.data = (uint16_t *)s->kv[i] + MLA_D_CKV;
+    a.out.data = s->out[i];
+    return a;
+}
+
 static int sets_build(mla_case *c, int want, sets *s, char *msg, size_t cap) {
     memset(s, 0, sizeof *s);
     size_t qb = (size_t)c->n_q * 2, kb = (size_t)c->n_kv * 2, free_b = 0, total_b = 0;
@@ -162,12 +181,7 @@ static int sets_build(mla_case *c, int want, sets *s, char *msg, size_t cap) {
             CK(cudaMemcpy(s->kv[i], c->d_kv, kb, cudaMemcpyDeviceToDevice));
         }
         s->n = i + 1;
-        fi_attn_args a = mla_case_args(c, 1);
-        a.q.data = s->q[i];
-        a.q_rope.data = (uint16_t *)s->q[i] + MLA_D_CKV;
-        a.k.data = s->kv[i];
-        a.k_rope.data = (uint16_t *)s->kv[i] + MLA_D_CKV;
-        a.out.data = s->out[i];
+        fi_attn_args a = set_args(c, s, i);
         CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
         fi_status st = fi_run(c->plan, &a, c->stream);
         CK(cudaStreamEndCapture(c->stream, &s->graph[i]));
@@ -177,6 +191,26 @@ static int sets_build(mla_case *c, int want, sets *s, char *msg, size_t cap) {
         }
         CK(cudaGraphInstantiate(&s->exec[i], s->graph[i], 0));
     }
+    return 0;
+}
+
+/* The chain mode's graph: n_runs fi_run launches with PDL, run k on input set k % s->n
+ * (the sets' buffers must outlive *graph / *exec). */
+static int chain_build(mla_case *c, const sets *s, int n_runs, cudaGraph_t *graph,
+                       cudaGraphExec_t *exec, char *msg, size_t cap) {
+    fi_status st = FI_OK;
+    CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
+    for (int k = 0; k < n_runs && st == FI_OK; k++) {
+        fi_attn_args a = set_args(c, s, k % s->n);
+        a.enable_pdl = 1;
+        st = fi_run(c->plan, &a, c->stream);
+    }
+    CK(cudaStreamEndCapture(c->stream, graph));
+    if (st != FI_OK) {
+        mla_msg(msg, cap, "fi_run under capture (chain): %s", fi_status_name(st));
+        return -1;
+    }
+    CK(cudaGraphInstantiate(exec, *graph, 0));
     return 0;
 }
 
@@ -448,6 +482,17 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
         if (!rc) profile_ctas(&v);
 #endif
         if (!rc) rc = time_replays(&c, &s, g->reps, flush, flush_bytes, &t_fl, msg, cap);
+        double t_chain = 0;
+        if (!rc && g->chain > 0) {
+            sets chain;
+            memset(&chain, 0, sizeof chain);
+            chain.n = 1; /* time_replays replays exec[0]; the buffers stay in s */
+            rc = chain_build(&c, &s, g->chain, &chain.graph[0], &chain.exec[0], msg, cap);
+            if (!rc) rc = time_replays(&c, &chain, g->reps, NULL, 0, &t_chain, msg, cap);
+            t_chain /= g->chain;
+            if (chain.exec[0]) cudaGraphExecDestroy(chain.exec[0]);
+            if (chain.graph[0]) cudaGraphDestroy(chain.graph[0]);
+        }
         int nsets = s.n;
         sets_free(&s);
         if (rc) {
@@ -461,6 +506,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
             }
             print_row(bc, "b2b", t_b2b, bytes, flops, g);
             print_row(bc, "flush", t_fl, bytes, flops, g);
+            if (g->chain > 0) print_row(bc, "chain", t_chain, bytes, flops, g);
         }
     }
     fflush(stdout);
@@ -478,20 +524,23 @@ static double env_double(const char *name) {
 #define MAX_EXTRA 16
 
 int main(int argc, char **argv) {
-    cfg g = {100, MAX_SETS, 0, NULL, env_double("FI_CEIL_READ_TBPS"),
-             env_double("FI_CEIL_BF16_TFLOPS"), (int)env_double("FI_BENCH_L2_PAGES")};
+    cfg g = {.reps = 100, .sets = MAX_SETS, .chain = 8, .only = NULL,
+             .read_tbps = env_double("FI_CEIL_READ_TBPS"),
+             .tflops = env_double("FI_CEIL_BF16_TFLOPS"),
+             .l2_pages = (int)env_double("FI_BENCH_L2_PAGES")};
     static bench_case extra[MAX_EXTRA];
     static char extra_name[MAX_EXTRA][32];
     int n_extra = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
-            fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--case SUBSTR] "
+            fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
                             "[--read-tbps X] [--tflops Y] [--uniform B:KV ...]\n");
             return 2;
         }
         if (!strcmp(a, "--reps")) g.reps = atoi(val);
         else if (!strcmp(a, "--sets")) g.sets = atoi(val);
+        else if (!strcmp(a, "--chain")) g.chain = atoi(val);
         else if (!strcmp(a, "--case")) g.only = val;
         else if (!strcmp(a, "--read-tbps")) g.read_tbps = atof(val);
         else if (!strcmp(a, "--tflops")) g.tflops = atof(val);

@@ -43,7 +43,8 @@ echo "windows the size of the cases' KV, ramp-up and tail included):"
 grep -E '^(floor|small_read)' "$OUTDIR/ceilings.out" | sed 's/^/- /' || true
 echo
 echo "bf16, page_size 64, concatenated trtllm layout, CUDA-graph replays (median),"
-echo "b2b = back to back, flush = L2 flushed before each replay. GB/s counts KV tokens once + q + out."
+echo "b2b = back to back, flush = L2 flushed before each replay, chain = per run of 8 PDL-chained"
+echo "runs in one graph (input sets rotated). GB/s counts KV tokens once + q + out."
 echo
 grep -v '^#' "$OUTDIR/bench_mla.out" || true
 echo

@@ -111,6 +111,12 @@ template <> struct Dt<__half> {
     }
 };
 
+/* threadIdx.x as a new value the compiler cannot merge with earlier reads (asm volatile). */
+__device__ __forceinline__ int fresh_tid() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
