@@ -144,9 +144,10 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     T *sQ = reinterpret_cast<T *>(smem + kSmemFixed);
     /* Thread coordinates, re-read after the KV loop (fresh_tid): the epilogue's uses then
      * do not stretch these values' live ranges over the loop, where at 255 registers the
-     * allocator would rematerialise them (S2R inside the loop: measured 3-6% slower when
-     * an epilogue change did that; here spills 20 -> 8 bytes, the loop 989 -> 983 SASS
-     * instructions, same 136 HMMA). */
+     * allocator rematerialises them instead (an epilogue experiment this way put 6 S2R a
+     * step into the loop; with fresh_tid it kept the loop's code).  Here: spills 20 -> 8
+     * bytes, the loop 989 -> 983 SASS instructions, same 136 HMMA; speed within the noise
+     * of three same-call A/Bs (BENCHMARKS.md).  Keep epilogue changes behind it. */
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     int wp = warp >> 1, wh = warp & 1;
     int g = lane >> 2, q4 = lane & 3;
