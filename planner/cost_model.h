@@ -17,8 +17,13 @@
 #define FIATTN_PLANNER_COST_MODEL_H
 
 /* KV tile of the executor, tokens: split points are rounded to multiples of this (absolute
- * request-local token index), so a piece starts on a KV tile boundary of the kernel. */
+ * request-local token index), so a piece starts on a KV tile boundary of the kernel.
+ * H200, 2026-11-21, three reps each: 32 gave the same times as 64; 16 made the trace
+ * snapshot 1 us slower (59.1-59.6 vs 58.2-58.9 us) though its cost balance improved
+ * (1.053 vs 1.069): a piece that starts mid-block reads two partial 32-token blocks. */
+#ifndef FI_KV_TILE_TOKENS /* -DFI_KV_TILE_TOKENS=... overrides it (calibration builds) */
 #define FI_KV_TILE_TOKENS 64
+#endif
 
 /* No piece of a split tile is shorter than this many KV tokens (2 KV tiles), so merge
  * traffic (fp32 partial O + LSE per piece) stays small next to the attention work.  It is
