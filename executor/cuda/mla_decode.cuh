@@ -148,9 +148,8 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
      * step into the loop; with fresh_tid it kept the loop's code).  Here: spills 20 -> 8
      * bytes, the loop 989 -> 983 SASS instructions, same 136 HMMA; speed within the noise
      * of three same-call A/Bs (BENCHMARKS.md).  Keep epilogue changes behind it. */
-    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    int wp = warp >> 1, wh = warp & 1;
-    int g = lane >> 2, q4 = lane & 3;
+    int tid, warp, lane, wp, wh, g, q4, rg, kvp;
+    bool live;
 
     const int nh = it.head_end - it.head_begin;
     const int M = (it.q_end - it.q_begin) * nh;
@@ -160,8 +159,19 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     T *sKV = reinterpret_cast<T *>(smem + ring_off);
     const int NS = min(kMaxStages, (int)((kSmemBytes - ring_off) / kStageBytes));
     const int AHEAD = NS - KP;                 /* blocks in flight beyond the current step */
-    int rg = wp / KP, kvp = wp % KP;
-    bool live = rg * 16 < M;
+    auto coords = [&](int t) {
+        tid = t;
+        warp = tid >> 5;
+        lane = tid & 31;
+        wp = warp >> 1;
+        wh = warp & 1;
+        g = lane >> 2;
+        q4 = lane & 3;
+        rg = wp / KP;
+        kvp = wp % KP;
+        live = rg * 16 < M;
+    };
+    coords(threadIdx.x);
     const int kv_begin = it.kv_begin, kv_end = it.kv_end;
     const int nblk = (kv_end - kv_begin + kBlockN - 1) / kBlockN;
     const int nstep = (nblk + KP - 1) / KP;
@@ -375,16 +385,7 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     FIMLA_PH_STORE
     FIMLA_IT(2);
     FIMLA_STAMP2(2);
-    tid = fresh_tid(); /* see above */
-    warp = tid >> 5;
-    lane = tid & 31;
-    wp = warp >> 1;
-    wh = warp & 1;
-    g = lane >> 2;
-    q4 = lane & 3;
-    rg = wp / KP;
-    kvp = wp % KP;
-    live = rg * 16 < M;
+    coords(fresh_tid()); /* see above */
 
     /* Row sums: each half summed its own tokens under the pair's running max. */
     if (live && q4 == 0) {

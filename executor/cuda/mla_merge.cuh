@@ -39,6 +39,30 @@ __device__ __forceinline__ void row_stats(LseAt lse_at, int ns, int R, float *sR
     }
 }
 
+/* Write one merged float4 (dims 4*c4 .. 4*c4+3) of group row r: t is the keys-only output
+ * (sum over splits of w_s O_s), sRow[rr] / sRow[kRows + rr] the row's max and sum of
+ * exp(lse_s - max) (row_stats); the sink enters through exp(lse_keys - lse).  The row's
+ * LSE is written with column 0. */
+template <typename T>
+__device__ __forceinline__ void write_merged(const fi_mla_params &p, const RunCtx &ctx,
+                                             const fi_merge_group &grp, const fi_request_info &rq,
+                                             int nh, int r, int c4, float4 t, const float *sRow,
+                                             int rr) {
+    const float mx = sRow[rr];
+    const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + rr]);
+    const int h = grp.head_begin + r % nh;
+    const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
+    const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
+    const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
+    T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + c4 * 4;
+    uint2 packed;
+    packed.x = Dt<T>::pack(t.x * f, t.y * f);
+    packed.y = Dt<T>::pack(t.z * f, t.w * f);
+    *reinterpret_cast<uint2 *>(dst) = packed;
+    if (p.lse && c4 == 0)
+        p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+}
+
 /* Merge a small split group's partial slots (in split order) into out / lse, by its last
  * arriving CTA right after that CTA's item (merge_is_solo).  Whole CTA.
  * The partials sit in L2; every pass issues all its loads at once: (1) all partial LSEs
@@ -122,22 +146,8 @@ __device__ __noinline__ /* see merge_slice */ void merge_group(const fi_mla_para
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int r = r0 + 2 * i;
-            if (r >= M)
-                continue;
-            const float mx = sRow[r];
-            const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + r]);
-            const int h = grp.head_begin + r % nh;
-            const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
-            const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
-            /* acc is the keys-only output; exp(lse_keys - lse) adds the sink. */
-            const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
-            T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + v4 * 4;
-            uint2 packed;
-            packed.x = Dt<T>::pack(acc[i].x * f, acc[i].y * f);
-            packed.y = Dt<T>::pack(acc[i].z * f, acc[i].w * f);
-            *reinterpret_cast<uint2 *>(dst) = packed;
-            if (p.lse && v4 == 0)
-                p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+            if (r < M)
+                write_merged<T>(p, ctx, grp, rq, nh, r, v4, acc[i], sRow, r);
         }
     }
 }
@@ -282,21 +292,8 @@ void merge_slice(const fi_mla_params &p, const RunCtx &ctx, int g, int part, int
                     t.z += b.z;
                     t.w += b.w;
                 }
-                const int r = uq[q] / kF4, c = uq[q] - r * kF4, rr = r - r_lo;
-                const float mx = sRow[rr];
-                const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[kRows + rr]);
-                const int h = grp.head_begin + r % nh;
-                const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
-                const float lse = p.sinks ? logaddexp(lse_keys, p.sinks[h]) : lse_keys;
-                /* t is the keys-only output; exp(lse_keys - lse) adds the sink. */
-                const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
-                T *dst = (T *)p.out + tok * p.out_stride_tok + h * p.out_stride_head + c * 4;
-                uint2 packed;
-                packed.x = Dt<T>::pack(t.x * f, t.y * f);
-                packed.y = Dt<T>::pack(t.z * f, t.w * f);
-                *reinterpret_cast<uint2 *>(dst) = packed;
-                if (p.lse && c == 0)
-                    p.lse[tok * p.lse_stride_tok + h * p.lse_stride_head] = lse;
+                const int r = uq[q] / kF4;
+                write_merged<T>(p, ctx, grp, rq, nh, r, uq[q] - r * kF4, t, sRow, r - r_lo);
             }
         }
         if (K > 1)
