@@ -420,22 +420,27 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
         }
     }
     if (KP == 2) {
-        float *sO = reinterpret_cast<float *>(sKV); /* [2 halves][16 rows][256] fp32 */
+        /* sO: [2 halves][16 rows][kOPitch] fp32.  The 8 padding floats a row put the 8
+         * rows g of a float2 access 8 banks apart: conflict-free per half-warp, where an
+         * unpadded 256-float row put all 8 on the same banks (4-way conflicts). */
+        constexpr int kOPitch = 256 + 8;
+        static_assert((size_t)32 * kOPitch * 4 <= 2 * kStageBytes, "sO fits the ring");
+        float *sO = reinterpret_cast<float *>(sKV);
         if (wp == 1) {
 #pragma unroll
             for (int n = 0; n < 32; ++n) {
-                float *o = sO + (wh * 16 + g) * 256 + n * 8 + q4 * 2;
+                float *o = sO + (wh * 16 + g) * kOPitch + n * 8 + q4 * 2;
                 *reinterpret_cast<float2 *>(o) = make_float2(acc[n][0], acc[n][1]);
-                *reinterpret_cast<float2 *>(o + 8 * 256) = make_float2(acc[n][2], acc[n][3]);
+                *reinterpret_cast<float2 *>(o + 8 * kOPitch) = make_float2(acc[n][2], acc[n][3]);
             }
         }
         __syncthreads();
         if (wp == 0) {
 #pragma unroll
             for (int n = 0; n < 32; ++n) {
-                const float *o = sO + (wh * 16 + g) * 256 + n * 8 + q4 * 2;
+                const float *o = sO + (wh * 16 + g) * kOPitch + n * 8 + q4 * 2;
                 const float2 a = *reinterpret_cast<const float2 *>(o);
-                const float2 c = *reinterpret_cast<const float2 *>(o + 8 * 256);
+                const float2 c = *reinterpret_cast<const float2 *>(o + 8 * kOPitch);
                 acc[n][0] += a.x;
                 acc[n][1] += a.y;
                 acc[n][2] += c.x;
