@@ -13,6 +13,8 @@
  *           only if the copy of two updates ago is still pending).
  * Targets (docs/DESIGN.md): < 10 us at 128 requests, < 60 us at 1024.
  *   make build/bench/bench_plan && build/bench/bench_plan [--step S] [--repeats N] [--batch B]
+ *   [--heads H] (H_q, default 128; 16 is DeepSeek-V3 under tensor parallelism 8, where a
+ *   128-request batch has one tile a CTA and the packing partition runs, planner/pack.h)
  * --batch B runs only the row of B requests (e.g. under valgrind --tool=callgrind
  * --toggle-collect=fi_plan_update, whose instruction counts do not depend on machine load).
  */
@@ -92,12 +94,14 @@ static int check_plan(const fi_plan *plan, const fibatch *b) {
 }
 
 int main(int argc, char **argv) {
-    int step = 200, repeats = 2000, only = 0;
+    int step = 200, repeats = 2000, only = 0, heads = 128;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--step")) step = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch")) only = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--heads")) heads = atoi(argv[i + 1]);
     }
+    if (heads < 1 || heads > 128) heads = 128;
     if (repeats < 10) repeats = 10;
     int ngpu = 0;
     int gpu = cudaGetDeviceCount(&ngpu) == cudaSuccess && ngpu > 0;
@@ -109,8 +113,8 @@ int main(int argc, char **argv) {
     }
     static const int sizes[] = {1, 32, 128, 512, 1024};
     double *t = malloc((size_t)repeats * sizeof *t);
-    printf("fi_plan_update, MLA decode, H_q 128, page_size 64, 132 CTAs, Azure conv trace "
-           "step %d, %d updates per row (median / p10 / p90, us)\n\n", step, repeats);
+    printf("fi_plan_update, MLA decode, H_q %d, page_size 64, 132 CTAs, Azure conv trace "
+           "step %d, %d updates per row (median / p10 / p90, us)\n\n", heads, step, repeats);
     printf("| batch | kv_len mean | items | groups | balance | host median | host p10 | host p90 "
            "| device median |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     int rc = 0;
@@ -140,7 +144,7 @@ int main(int argc, char **argv) {
         caps.max_q_tokens = n;
         caps.num_pages = b.num_pages;
         caps.page_size = 64;
-        caps.num_qo_heads = 128;
+        caps.num_qo_heads = heads;
         caps.num_kv_heads = 1;
         caps.head_dim_qk = 576;
         caps.head_dim_vo = 512;

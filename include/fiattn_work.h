@@ -48,7 +48,9 @@ typedef struct fi_merge_group {
     int32_t q_end;
     int32_t first_slot;
     int32_t num_splits;  /* >= 2 */
-    int32_t first_item;  /* index of its first item (items of a group are consecutive) */
+    int32_t first_item;  /* index of its first piece in KV order (the pieces may lie in any
+                            CTAs and in any order in the item list: find them by merge_group
+                            or out_slot) */
     int32_t reserved;
 } fi_merge_group;
 FI_STATIC_ASSERT(sizeof(fi_merge_group) == 32, "fi_merge_group must stay 32 bytes");

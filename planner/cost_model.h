@@ -57,6 +57,20 @@
 #define FI_COST_BETA 192
 #endif
 
+/* Split-piece charges, KV-token units, for the packing partition's choice (planner/pack.h):
+ * the piece that completes its group merges it, the others publish and leave.  H200,
+ * 2026-11-21 (heads 16, 34 ns a key per CTA): one piece per CTA with the merge at each
+ * group's end (u66 x 1636) took 8 us longer than one whole request per CTA (u132 x 818):
+ * ~235 keys; a non-last piece's partial store and arrival ~2 us (BENCHMARKS.md). */
+#ifndef FI_COST_MERGE
+#define FI_COST_MERGE 232
+#endif
+#ifndef FI_COST_ARRIVE
+#define FI_COST_ARRIVE 64
+#endif
+/* What a piece is charged while it is not known which piece of its group ends last. */
+#define FI_COST_PIECE ((FI_COST_MERGE + FI_COST_ARRIVE) / 2)
+
 /* Cost of one item: kv_tokens keys over `rows` tile rows. */
 static inline int64_t fi_cost_item(int64_t kv_tokens, int64_t rows) {
     return kv_tokens + (int64_t)FI_COST_ALPHA * rows + FI_COST_BETA;

@@ -6,7 +6,8 @@
  * KV blocks plus per-request overhead, cutting a request where an SM boundary falls) with
  * flash-decoding's split-KV merge (Dao et al. 2023): a cut tile's pieces write fp32
  * partials that the last CTA of the group merges in split order.  planner/partition.c has
- * the details (budget, rounding, floor).
+ * the details (budget, rounding, floor).  Then, for batches of at most one tile a CTA, the
+ * packing partition (planner/pack.h) replaces the walk's plan when it models cheaper.
  */
 #ifndef FIATTN_PLANNER_PARTITION_H
 #define FIATTN_PLANNER_PARTITION_H
@@ -30,12 +31,15 @@ typedef struct fi_partition_result {
  *   exceeded (err filled; nothing is written past a bound).
  * O(tiles + trials * num_ctas * log tiles); trials: 1-5 on trace decode batches. */
 fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                       int64_t *prefix, const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
+                       int64_t *prefix, fi_pack_scratch *pack, const fi_layout *l,
+                       int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err);
 
 /* Test hook: nonzero makes fi_partition use the global-target walk (its fallback) instead
  * of the capped bisection, so tests can cover both.  Not for production use. */
 extern int fi_partition_test_force_global;
+/* Test hook: nonzero keeps the contiguous walk's plan (no packing, planner/pack.h). */
+extern int fi_partition_test_no_pack;
 
 #endif

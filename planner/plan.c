@@ -43,6 +43,11 @@ static void release(fi_plan *p) {
     fi_host_free(a, p->tiles);
     fi_host_free(a, p->cta_cost);
     fi_host_free(a, p->tile_prefix);
+    void *const pack[] = {p->pack.pieces,   p->pack.sorted,  p->pack.by_cost, p->pack.order,
+                          p->pack.tile_group, p->pack.cta_start, p->pack.load, p->pack.suffix,
+                          p->pack.bk_head,  p->pack.bk_next, p->pack.bk_prev, p->pack.bk_where};
+    for (size_t i = 0; i < sizeof pack / sizeof pack[0]; i++)
+        fi_host_free(a, pack[i]);
     fi_allocator copy = *a;
     fi_host_free(&copy, p);
 }
@@ -104,7 +109,26 @@ fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_
     p->tiles = fi_host_alloc(&a, sizeof(fi_tile) * (size_t)l.max_tiles, 64);
     p->cta_cost = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.num_ctas, 64);
     p->tile_prefix = fi_host_alloc(&a, sizeof(int64_t) * ((size_t)l.max_tiles + 1), 64);
-    if (!p->tiles || !p->cta_cost || !p->tile_prefix) {
+    const size_t ncs = (size_t)(l.num_ctas > l.max_groups ? l.num_ctas : l.max_groups) + 1;
+    p->pack.pieces = fi_host_alloc(&a, sizeof(fi_pack_piece) * (size_t)l.max_items, 64);
+    p->pack.sorted = fi_host_alloc(&a, sizeof(fi_pack_piece) * (size_t)l.max_items, 64);
+    p->pack.by_cost = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.max_tiles, 64);
+    p->pack.order = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.max_items, 64);
+    p->pack.tile_group = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.max_tiles, 64);
+    p->pack.cta_start = fi_host_alloc(&a, sizeof(int32_t) * ncs, 64);
+    p->pack.load = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.num_ctas, 64);
+    p->pack.suffix = fi_host_alloc(&a, sizeof(int64_t) * ((size_t)l.max_tiles + 1), 64);
+    p->pack.bk_head = fi_host_alloc(&a, sizeof(int32_t) * 512, 64);
+    p->pack.bk_next = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
+    p->pack.bk_prev = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
+    p->pack.bk_where = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
+    if (!p->pack.suffix || !p->pack.bk_head || !p->pack.bk_next || !p->pack.bk_prev || !p->pack.bk_where) {
+        release(p);
+        return FI_ERR_OUT_OF_MEMORY;
+    }
+    if (!p->tiles || !p->cta_cost || !p->tile_prefix || !p->pack.pieces || !p->pack.sorted ||
+        !p->pack.by_cost || !p->pack.order || !p->pack.tile_group || !p->pack.cta_start ||
+        !p->pack.load) {
         release(p);
         return FI_ERR_OUT_OF_MEMORY;
     }

@@ -27,6 +27,29 @@ typedef struct fi_tile {
     int64_t cost;
 } fi_tile;
 
+/* One piece while packing: tile, KV range, CTA (bin), split flag, cost (KV-token units,
+ * planner/cost_model.h, without the merge charges). */
+typedef struct fi_pack_piece {
+    int32_t tile, kv0, kv1, bin;
+    int32_t split, pad;
+    int64_t cost;
+} fi_pack_piece;
+
+/* Scratch of the packing partition (planner/pack.h), owned by the plan (allocated once at
+ * create; sizes from the layout: max_items >= max_tiles, max_slots, max_groups + 1). */
+typedef struct fi_pack_scratch {
+    fi_pack_piece *pieces; /* [max_items] */
+    fi_pack_piece *sorted; /* [max_items] */
+    int32_t *by_cost;      /* [max_tiles]: tiles by decreasing cost */
+    int32_t *order;        /* [max_items]: sort scratch, remainder queue, slot lists */
+    int32_t *tile_group;   /* [max_tiles] */
+    int32_t *cta_start;    /* [max(num_ctas, max_groups) + 1] */
+    int64_t *load;         /* [num_ctas] */
+    int64_t *suffix;       /* [max_tiles + 1]: cost of by_cost[i ..] */
+    int32_t *bk_head;      /* [512]: CTAs by load bucket (planner/pack.c) */
+    int32_t *bk_next, *bk_prev, *bk_where; /* [num_ctas] each */
+} fi_pack_scratch;
+
 struct fi_plan {
     fi_caps caps;              /* num_ctas resolved */
     fi_layout layout;
@@ -41,6 +64,7 @@ struct fi_plan {
     fi_tile *tiles;            /* scratch [layout.max_tiles] */
     int64_t *cta_cost;         /* scratch [num_ctas] */
     int64_t *tile_prefix;      /* scratch [max_tiles + 1]: prefix sums of tile costs */
+    fi_pack_scratch pack;      /* scratch of the packing partition (planner/pack.h) */
     fi_error_detail err;
 };
 

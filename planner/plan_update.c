@@ -37,7 +37,7 @@ static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base) {
         return st;
     fi_merge_group *groups = fi_stage_groups(base, l);
     fi_partition_result r;
-    st = fi_partition(p->tiles, num_tiles, tile_cost, p->tile_prefix, l,
+    st = fi_partition(p->tiles, num_tiles, tile_cost, p->tile_prefix, &p->pack, l,
                       fi_stage_work_indptr(base, l),
                       fi_stage_items(base, l), groups, p->cta_cost, &r, err);
     if (st != FI_OK)

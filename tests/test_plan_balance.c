@@ -1,9 +1,11 @@
 /*
  * tests/test_plan_balance.c - on decode snapshots of the bundled Azure conversation trace
- * (viz/trace.h, embedded excerpt) the plan's balance (max CTA cost / mean, cost model of
- * planner/cost_model.h) at 132 CTAs (H100 SXM SMs) is <= 1.10, or within one piece of the
- * mean (see balance_bound), for MLA (H_q 16..128) and GQA decode, batch 128, MTP 1 and 4,
- * at random snapshot steps and trace offsets.
+ * (viz/trace.h, embedded excerpt) the contiguous walk's balance (max CTA cost / mean, cost
+ * model of planner/cost_model.h) at 132 CTAs (H100 SXM SMs) is <= 1.10, or within one
+ * piece of the mean (see balance_bound), and the plan the planner chooses (the walk or the
+ * packing, planner/pack.h) is never worse than the walk in the objective it minimises
+ * (CTA cost plus FI_COST_PIECE per split item), for MLA (H_q 16..128) and GQA decode,
+ * batch 128, MTP 1 and 4, at random snapshot steps and trace offsets.
  * Also checks the reported balance against one recomputed from the view.
  */
 #include <setjmp.h>
@@ -18,13 +20,18 @@
 #include "common/rng.h"
 #include "fiattn.h"
 #include "planner/cost_model.h"
+#include "planner/partition.h"
 #include "viz/batch.h"
 #include "viz/trace.h"
 
 static uint64_t g_seed;
 
-/* max/mean of per-CTA cost recomputed from the items (independent of the planner's sums) */
-static double view_balance(const fi_plan_view *v) {
+/* Largest per-CTA cost and the total, recomputed from the items (independent of the
+ * planner's sums); piece_charge is added per split item (0: the cost model, as
+ * fi_plan_balance reports it; FI_COST_PIECE: the objective the planner minimises when it
+ * chooses between the walk and the packing, planner/pack.h). */
+static void view_costs(const fi_plan_view *v, int64_t piece_charge, int64_t *max_out,
+                       int64_t *total_out) {
     int64_t total = 0, max = 0;
     for (int32_t c = 0; c < v->num_ctas; c++) {
         int64_t cost = 0;
@@ -32,11 +39,19 @@ static double view_balance(const fi_plan_view *v) {
             const fi_work_item *it = &v->items[k];
             cost += fi_cost_item(it->kv_end - it->kv_begin,
                                  (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin));
+            cost += it->out_slot >= 0 ? piece_charge : 0;
         }
         total += cost;
         if (cost > max)
             max = cost;
     }
+    *max_out = max;
+    *total_out = total;
+}
+
+static double view_balance(const fi_plan_view *v) {
+    int64_t max = 0, total = 0;
+    view_costs(v, 0, &max, &total);
     return total > 0 ? (double)max * v->num_ctas / (double)total : 1.0;
 }
 
@@ -58,7 +73,8 @@ static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, 
     tt_rng rng = {g_seed ^ (uint64_t)(hq * 131 + mtp)};
     enum { B = 128 };
     int32_t q[B] = {0}, kv[B] = {0}, src[B] = {0};
-    double worst = 0;
+    double worst = 0, gain = 1.0;
+    int packed = 0;
     for (int it = 0; it < 12; it++) {
         const int32_t first = tt_rng_int(&rng, 0, tr->num_requests - 1);
         const int32_t step = tt_rng_int(&rng, 0, 2000);
@@ -84,12 +100,18 @@ static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, 
         c.num_ctas = 132;
         fi_plan *p = NULL;
         assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+        /* The contiguous walk alone: its balance bound. */
+        fi_partition_test_no_pack = 1;
         assert_int_equal(fi_plan_update(p, &fb.batch, NULL), FI_OK);
+        fi_partition_test_no_pack = 0;
         fi_plan_view v;
         assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
-        const double bal = fi_plan_balance(p);
-        const double recomputed = view_balance(&v);
-        assert_true(bal > recomputed - 1e-9 && bal < recomputed + 1e-9);
+        const double reported = fi_plan_balance(p);
+        const double bal = view_balance(&v);
+        assert_true(reported > bal - 1e-9 && reported < bal + 1e-9);
+        int64_t walk_max = 0, walk_total = 0;
+        view_costs(&v, FI_COST_PIECE, &walk_max, &walk_total);
+        const int32_t walk_items = v.header->num_items;
         if (bal > worst)
             worst = bal;
         const double bound = balance_bound(&v);
@@ -99,10 +121,26 @@ static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, 
                      (unsigned long long)g_seed, (int)kind, hq, mtp, first, step, bal, bound,
                      v.header->num_items, v.header->num_groups,
                      (long long)v.header->max_cta_cost, (long long)v.header->total_cost);
+        /* The planner's choice (walk or packing): never worse than the walk in the
+         * objective it minimises. */
+        assert_int_equal(fi_plan_update(p, &fb.batch, NULL), FI_OK);
+        assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+        const double rep2 = fi_plan_balance(p), bal2 = view_balance(&v);
+        assert_true(rep2 > bal2 - 1e-9 && rep2 < bal2 + 1e-9);
+        int64_t max2 = 0, total2 = 0;
+        view_costs(&v, FI_COST_PIECE, &max2, &total2);
+        if (max2 > walk_max)
+            fail_msg("seed %llu: kind %d H_q %d mtp %d first %d step %d: chosen plan's charged "
+                     "max %lld > the walk's %lld",
+                     (unsigned long long)g_seed, (int)kind, hq, mtp, first, step,
+                     (long long)max2, (long long)walk_max);
+        packed += v.header->num_items != walk_items || max2 != walk_max;
+        gain = (double)max2 / (double)walk_max < gain ? (double)max2 / (double)walk_max : gain;
         fi_plan_destroy(p);
         fibatch_free(&fb);
     }
-    printf("kind %d H_q %d H_kv %d mtp %d: worst balance %.3f\n", (int)kind, hq, hkv, mtp, worst);
+    printf("kind %d H_q %d H_kv %d mtp %d: worst walk balance %.3f; packing chosen %d of 12, "
+           "best charged max / walk's %.3f\n", (int)kind, hq, hkv, mtp, worst, packed, gain);
     fitrace_free(tr);
 }
 

@@ -4,8 +4,9 @@
  * and edge shape (tests/common/batchgen.h), and its bookkeeping is consistent:
  *   - each output row has exactly one writer (an unsplit item or one merge group), rows of
  *     items never overlap, empty rows are still written;
- *   - split items: consecutive items and slots in KV order, pieces >= the floor, cuts on the
- *     KV tile, every slot used once, counts within the workspace/layout.h bounds;
+ *   - split items: a group's slots consecutive and in KV order (its pieces contiguous, in
+ *     any CTAs), first_item its first piece, pieces >= the floor, cuts on the KV tile,
+ *     every slot used once, counts within the workspace/layout.h bounds;
  *   - work_indptr is a CSR over all items; the request table matches the batch.
  * The expected KV range of a row is computed here from fiattn.h's definition, not from
  * the planner's code.  Seed printed; replay with FI_TEST_SEED.
@@ -60,7 +61,7 @@ static void row_range(int32_t q_len, int32_t kv_len, int32_t i, int32_t causal, 
 static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, size_t msz) {
     int rc = -1;
     span *spans = NULL;
-    int32_t *writers = NULL, *slot_used = NULL, *group_items = NULL;
+    int32_t *writers = NULL, *slot_used = NULL, *group_items = NULL, *slot_item = NULL;
     fi_plan_view v;
     CHECK(fi_plan_get_view(plan, &v) == FI_OK, "no view");
     const fi_caps *caps = fi_plan_caps(plan);
@@ -113,9 +114,10 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
     writers = calloc((size_t)rows + 1, sizeof(int32_t));
     slot_used = calloc((size_t)h->num_slots + 1, sizeof(int32_t));
     group_items = calloc((size_t)h->num_groups + 1, sizeof(int32_t));
+    slot_item = calloc((size_t)h->num_slots + 1, sizeof(int32_t));
     int64_t nspans = 0, cap_spans = 1024;
     spans = malloc(sizeof(span) * (size_t)cap_spans);
-    CHECK(writers && slot_used && group_items && spans, "oom");
+    CHECK(writers && slot_used && group_items && slot_item && spans, "oom");
     for (int32_t k = 0; k < h->num_items; k++) {
         const fi_work_item *it = &v.items[k];
         CHECK(it->request >= 0 && it->request < B, "item %d request %d", k, it->request);
@@ -134,6 +136,7 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
             CHECK(it->merge_group < h->num_groups && it->out_slot < h->num_slots,
                   "item %d group/slot out of range", k);
             slot_used[it->out_slot]++;
+            slot_item[it->out_slot] = k;
             group_items[it->merge_group]++;
         }
         for (int32_t i = it->q_begin; i < it->q_end; i++) {
@@ -164,10 +167,12 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
               "group %d splits %d items %d", gi, mg->num_splits, group_items[gi]);
         CHECK(mg->first_slot == next_slot, "group %d slots not consecutive", gi);
         next_slot += mg->num_splits;
-        CHECK(mg->first_item >= 0 && mg->first_item + mg->num_splits <= h->num_items,
-              "group %d items", gi);
+        CHECK(mg->first_item >= 0 && mg->first_item < h->num_items &&
+                  slot_used[mg->first_slot] == 1 && slot_item[mg->first_slot] == mg->first_item,
+              "group %d first item", gi);
         for (int32_t s = 0; s < mg->num_splits; s++) {
-            const fi_work_item *it = &v.items[mg->first_item + s];
+            CHECK(slot_used[mg->first_slot + s] == 1, "group %d slot %d", gi, s);
+            const fi_work_item *it = &v.items[slot_item[mg->first_slot + s]];
             CHECK(it->merge_group == gi && it->out_slot == mg->first_slot + s,
                   "group %d piece %d bookkeeping", gi, s);
             CHECK(it->request == mg->request && it->head_begin == mg->head_begin &&
@@ -177,7 +182,7 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
             CHECK(it->kv_end - it->kv_begin >= FI_MIN_CHUNK_TOKENS, "group %d piece %d below floor",
                   gi, s);
             if (s > 0) {
-                CHECK(v.items[mg->first_item + s - 1].kv_end == it->kv_begin,
+                CHECK(v.items[slot_item[mg->first_slot + s - 1]].kv_end == it->kv_begin,
                       "group %d pieces not contiguous", gi);
                 CHECK(it->kv_begin % FI_KV_TILE_TOKENS == 0, "group %d cut off the KV tile", gi);
             }
@@ -223,6 +228,7 @@ out:
     free(spans);
     free(writers);
     free(slot_used);
+    free(slot_item);
     free(group_items);
     return rc;
 }

@@ -1,0 +1,461 @@
+/*
+ * planner/pack.c - the packing partition (planner/pack.h): best-fit decreasing bin
+ * packing of tiles into CTAs, cutting only what does not fit.
+ *
+ * Per update: tiles sorted by cost once (LSD radix sort, stable: ties keep tile order),
+ * then a few packings under caps T from a galloping / bisection search for the smallest
+ * T that packs (under a cap that packs, the largest CTA cost is T or just below, so the
+ * smallest such T is the best plan of this kind).  One packing (pk_try):
+ *   1. tiles costing more than T, largest first: full pieces of one CTA each (the piece
+ *      as long as T allows with its charge FI_COST_PIECE), the remainder queued;
+ *   2. the queue (remainders merged with the whole tiles, largest first): an item of more
+ *      than half of T opens a new CTA (no open CTA can hold it: each holds an item at least
+ *      as large); a smaller one goes to the fullest CTA that still holds it (best fit),
+ *      else a new CTA, else it is cut into the CTA with the most room (the rest queued).
+ * Cost O(tiles) per packing plus O(CTAs) per best-fit item.
+ */
+#include "planner/pack.h"
+
+#include <string.h>
+
+#include "planner/cost_model.h"
+#include <stdint.h>
+
+#define PK_TILE_MASK (~(int64_t)(FI_KV_TILE_TOKENS - 1))
+
+static inline int64_t pk_round_down(int64_t x) { return x < 0 ? -1 : x & PK_TILE_MASK; }
+
+static inline int64_t pk_cost(const fi_pack_piece *x) {
+    return x->cost + (x->split ? FI_COST_PIECE : 0);
+}
+
+/* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.  LSD radix
+ * sort on 8-bit digits of (max - cost), so a stable ascending sort gives that order.
+ * tmp: [num_tiles] scratch. */
+static void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_cost, int32_t *tmp) {
+    int64_t max = 0;
+    for (int32_t t = 0; t < num_tiles; t++) {
+        by_cost[t] = t;
+        max = tiles[t].cost > max ? tiles[t].cost : max;
+    }
+    int32_t *src = by_cost, *dst = tmp;
+    for (int shift = 0; shift < 56 && (max >> shift) > 0; shift += 8) { /* costs < 2^56 */
+        int32_t count[257];
+        memset(count, 0, sizeof count);
+        for (int32_t i = 0; i < num_tiles; i++)
+            count[((max - tiles[src[i]].cost) >> shift & 0xff) + 1]++;
+        for (int d = 0; d < 256; d++)
+            count[d + 1] += count[d];
+        for (int32_t i = 0; i < num_tiles; i++)
+            dst[count[(max - tiles[src[i]].cost) >> shift & 0xff]++] = src[i];
+        int32_t *x = src;
+        src = dst;
+        dst = x;
+    }
+    if (src != by_cost)
+        memcpy(by_cost, src, sizeof(int32_t) * (size_t)num_tiles);
+}
+
+/* Open CTAs by load, for best fit in O(1) amortised: PK_NB buckets of width T / PK_NB
+ * (rounded up), each a doubly linked list, with a bitmap of the non-empty ones.  The fit
+ * is best to within one bucket width (T / 512). */
+#define PK_NB 512
+typedef struct pk_buckets {
+    int64_t width;
+    int32_t *head, *next, *prev, *where; /* head [PK_NB]; next / prev / where [num_ctas] */
+    uint64_t used[PK_NB / 64];
+} pk_buckets;
+
+static void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
+    bk->width = T / PK_NB + 1;
+    bk->head = s->bk_head;
+    bk->next = s->bk_next;
+    bk->prev = s->bk_prev;
+    bk->where = s->bk_where;
+    for (int i = 0; i < PK_NB; i++)
+        bk->head[i] = -1;
+    memset(bk->used, 0, sizeof bk->used);
+}
+static void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
+    int64_t q = load[b] / bk->width;
+    q = q < PK_NB ? q : PK_NB - 1;
+    bk->where[b] = (int32_t)q;
+    bk->prev[b] = -1;
+    bk->next[b] = bk->head[q];
+    if (bk->head[q] >= 0)
+        bk->prev[bk->head[q]] = b;
+    bk->head[q] = b;
+    bk->used[q >> 6] |= (uint64_t)1 << (q & 63);
+}
+static void bk_remove(pk_buckets *bk, int32_t b) {
+    const int32_t q = bk->where[b];
+    if (bk->prev[b] >= 0)
+        bk->next[bk->prev[b]] = bk->next[b];
+    else
+        bk->head[q] = bk->next[b];
+    if (bk->next[b] >= 0)
+        bk->prev[bk->next[b]] = bk->prev[b];
+    if (bk->head[q] < 0)
+        bk->used[q >> 6] &= ~((uint64_t)1 << (q & 63));
+}
+/* An open CTA with the largest load <= room (to within a bucket), or -1.  Deterministic:
+ * in a bucket, the most recently inserted that fits. */
+static int32_t bk_fit(const pk_buckets *bk, const int64_t *load, int64_t room) {
+    if (room < 0)
+        return -1;
+    int64_t q = room / bk->width;
+    q = q < PK_NB ? q : PK_NB - 1;
+    for (int32_t b = bk->head[q]; b >= 0; b = bk->next[b]) /* the top bucket: check each */
+        if (load[b] <= room)
+            return b;
+    for (int64_t w = (q - 1) >> 6; q > 0 && w >= 0; w--) {
+        uint64_t bits = bk->used[w];
+        if (w == (q - 1) >> 6 && ((q - 1) & 63) != 63)
+            bits &= ((uint64_t)1 << (((q - 1) & 63) + 1)) - 1;
+        if (bits)
+            return bk->head[w * 64 + 63 - __builtin_clzll(bits)];
+    }
+    return -1;
+}
+
+/* The open CTA with the least load (the lowest non-empty bucket's least), or -1. */
+static int32_t bk_min(const pk_buckets *bk, const int64_t *load) {
+    for (int w = 0; w < PK_NB / 64; w++)
+        if (bk->used[w]) {
+            int32_t best = -1;
+            for (int32_t b = bk->head[w * 64 + __builtin_ctzll(bk->used[w])]; b >= 0;
+                 b = bk->next[b])
+                if (best < 0 || load[b] < load[best]) /* ties: the first in the list */
+                    best = b;
+            return best;
+        }
+    return -1;
+}
+
+/* Queue of cut remainders, kept by decreasing charge (few: one per cut tile). */
+static void pk_queue(const fi_pack_piece *pc, int32_t *q, int32_t *nq, int32_t k) {
+    const int64_t ck = pk_cost(&pc[k]);
+    int32_t i = *nq;
+    while (i > 0 && pk_cost(&pc[q[i - 1]]) < ck) {
+        q[i] = q[i - 1];
+        i--;
+    }
+    q[i] = k;
+    (*nq)++;
+}
+
+/* One packing under cap T into s->pieces (bins set).  Returns the number of pieces, or -1
+ * if it does not fit (CTAs, cuts <= num_ctas - 1, pieces <= max_items, or a piece below
+ * the floor). */
+static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l, int64_t T,
+                      fi_pack_scratch *s) {
+    const int32_t n = l->num_ctas, max_pieces = l->max_items;
+    fi_pack_piece *pc = s->pieces;
+    int64_t *load = s->load;
+    int32_t *rq = s->order; /* remainder queue */
+    int32_t np = 0, nb = 0, cuts = 0, nq = 0, qh = 0, w = 0;
+    /* 1. Tiles above T (a prefix of by_cost): full pieces, remainders queued. */
+    for (; w < num_tiles; w++) {
+        const fi_tile *tl = &tiles[s->by_cost[w]];
+        if (tl->cost <= T)
+            break;
+        const int64_t oh = tl->cost - (tl->kv_end - tl->kv_begin);
+        int64_t pos = tl->kv_begin;
+        while (tl->kv_end - pos + oh + FI_COST_PIECE > T) {
+            int64_t end = pk_round_down(pos + T - oh - FI_COST_PIECE);
+            if (tl->kv_end - end < FI_MIN_CHUNK_TOKENS)
+                end = pk_round_down(tl->kv_end - FI_MIN_CHUNK_TOKENS);
+            if (end - pos < FI_MIN_CHUNK_TOKENS || nb == n || np == max_pieces ||
+                cuts == n - 1)
+                return -1;
+            pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, (int32_t)end, nb, 1, 0,
+                                     end - pos + oh};
+            load[nb++] = pk_cost(&pc[np]);
+            np++;
+            cuts++;
+            pos = end;
+        }
+        if (np == max_pieces)
+            return -1;
+        pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, tl->kv_end, -1, 1, 0,
+                                 tl->kv_end - pos + oh};
+        pk_queue(pc, rq, &nq, np++);
+    }
+    /* 2. The rest, largest first: the remainder queue merged with whole tiles w.. . */
+    pk_buckets bk;
+    bk_init(&bk, s, T);
+    int64_t room = (int64_t)n * T, qcost = 0;
+    for (int32_t b = 0; b < nb; b++)
+        room -= load[b];
+    for (int32_t i = 0; i < nq; i++)
+        qcost += pk_cost(&pc[rq[i]]);
+    for (int32_t b = 0; b < nb; b++)
+        bk_insert(&bk, load, b);
+    for (;;) {
+        int32_t k;
+        const int take_whole =
+            w < num_tiles &&
+            (qh == nq || tiles[s->by_cost[w]].cost > pk_cost(&pc[rq[qh]]));
+        if (take_whole) {
+            if (np == max_pieces)
+                return -1;
+            const fi_tile *tl = &tiles[s->by_cost[w]];
+            pc[np] = (fi_pack_piece){s->by_cost[w], tl->kv_begin, tl->kv_end, -1, 0, 0, tl->cost};
+            k = np++;
+            w++;
+        } else if (qh < nq) {
+            k = rq[qh++];
+        } else {
+            break;
+        }
+        fi_pack_piece *x = &pc[k];
+        const int64_t c = pk_cost(x);
+        /* Fail fast: what is left (this item, the whole tiles after it, the queue) cannot
+         * fit in the room of all CTAs (cuts only add charges). */
+        if ((take_whole ? c + qcost : qcost) + s->suffix[w] > room)
+            return -1;
+        if (!take_whole)
+            qcost -= c;
+        room -= c;
+        int32_t best = -1;
+        if (2 * c <= T) /* best fit; larger items cannot share any open CTA */
+            best = bk_fit(&bk, load, T - c);
+        if (best < 0 && nb < n) {
+            best = nb++;
+            load[best] = 0;
+        } else if (best >= 0) {
+            bk_remove(&bk, best);
+        }
+        if (best >= 0) {
+            x->bin = best;
+            load[best] += c;
+            bk_insert(&bk, load, best);
+            continue;
+        }
+        /* Cut: the CTA with the most room takes the longest legal first piece. */
+        const int32_t most = bk_min(&bk, load);
+        if (most < 0)
+            return -1;
+        const fi_tile *tl = &tiles[x->tile];
+        const int64_t oh = tl->cost - (tl->kv_end - tl->kv_begin);
+        const int64_t end = pk_round_down(x->kv0 + (T - load[most]) - oh - FI_COST_PIECE);
+        if (end - x->kv0 < FI_MIN_CHUNK_TOKENS || x->kv1 - end < FI_MIN_CHUNK_TOKENS ||
+            np == max_pieces || cuts == n - 1)
+            return -1;
+        pc[np] = (fi_pack_piece){x->tile, (int32_t)end, x->kv1, -1, 1, 0, x->kv1 - end + oh};
+        x->kv1 = (int32_t)end;
+        x->split = 1;
+        x->cost = end - x->kv0 + oh;
+        x->bin = most;
+        bk_remove(&bk, most);
+        load[most] += pk_cost(x);
+        bk_insert(&bk, load, most);
+        room += c - pk_cost(x); /* c was taken above; the first piece costs pk_cost(x) */
+        qcost += pk_cost(&pc[np]);
+        cuts++;
+        /* the rest joins the remainder queue (drop the consumed head first) */
+        memmove(rq, rq + qh, sizeof(int32_t) * (size_t)(nq - qh));
+        nq -= qh;
+        qh = 0;
+        pk_queue(pc, rq, &nq, np++);
+    }
+    /* A whole tile that was cut while placed is split on both pieces: marked above; a
+     * tile's earlier pieces were marked when cut.  Nothing else to fix. */
+    return np;
+}
+
+/* Largest CTA load of the pieces (their charges included). */
+static int64_t pk_max(const fi_pack_scratch *s, int32_t np, int32_t n) {
+    int64_t *load = s->load;
+    for (int32_t b = 0; b < n; b++)
+        load[b] = 0;
+    int64_t m = 0;
+    for (int32_t i = 0; i < np; i++) {
+        const int32_t b = s->pieces[i].bin;
+        load[b] += pk_cost(&s->pieces[i]);
+        m = load[b] > m ? load[b] : m;
+    }
+    return m;
+}
+
+/* Order of pieces: by CTA; inside a CTA split pieces first (their merges then happen before
+ * the CTA's end), longer first, then by tile and KV position (deterministic). */
+static int pk_before(const fi_pack_piece *a, const fi_pack_piece *b) {
+    if (a->bin != b->bin)
+        return a->bin < b->bin;
+    if (a->split != b->split)
+        return a->split > b->split;
+    const int32_t la = a->kv1 - a->kv0, lb = b->kv1 - b->kv0;
+    if (la != lb)
+        return la > lb;
+    if (a->tile != b->tile)
+        return a->tile < b->tile;
+    return a->kv0 < b->kv0;
+}
+
+/* Write the packing in s->pieces[0 .. np) as the plan.  Returns 0 if it does not fit the
+ * layout's group / slot bounds (nothing written), 1 on success. */
+static int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l,
+                    fi_pack_scratch *s, int32_t np, int64_t T, int32_t *work_indptr,
+                    fi_work_item *items, fi_merge_group *groups, int64_t *cta_cost,
+                    fi_partition_result *res) {
+    const int32_t n = l->num_ctas;
+    fi_pack_piece *pc = s->pieces;
+    int32_t *gid = s->tile_group; /* tile -> group, -1 unsplit */
+    /* Groups: split tiles in tile order; slots in KV order (pieces of a tile are made in
+     * KV order only per cut, so rank them). */
+    int32_t ng = 0, ns = 0;
+    for (int32_t t = 0; t < num_tiles; t++)
+        gid[t] = -1;
+    for (int32_t i = 0; i < np; i++)
+        if (pc[i].split) {
+            ns++;
+            if (gid[pc[i].tile] < 0) {
+                gid[pc[i].tile] = -2;
+                ng++;
+            }
+        }
+    if (ng > l->max_groups || ns > l->max_slots || np > l->max_items)
+        return 0;
+    /* Bucket the pieces by CTA (stable counting sort), then order each CTA's few pieces. */
+    int32_t *start = s->cta_start; /* [n + 1] */
+    memset(start, 0, sizeof(int32_t) * (size_t)(n + 1));
+    for (int32_t i = 0; i < np; i++)
+        start[pc[i].bin + 1]++;
+    for (int32_t b = 0; b < n; b++)
+        start[b + 1] += start[b];
+    for (int32_t i = 0; i < np; i++)
+        s->sorted[start[pc[i].bin]++] = pc[i];
+    memcpy(pc, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
+    for (int32_t i = 1; i < np; i++) { /* insertion: pieces are already grouped by CTA */
+        const fi_pack_piece v = pc[i];
+        int32_t j = i;
+        while (j > 0 && pk_before(&v, &pc[j - 1])) {
+            pc[j] = pc[j - 1];
+            j--;
+        }
+        pc[j] = v;
+    }
+    ng = 0;
+    for (int32_t t = 0; t < num_tiles; t++) {
+        if (gid[t] != -2)
+            continue;
+        const fi_tile *tl = &tiles[t];
+        groups[ng] = (fi_merge_group){tl->request, tl->head_begin, tl->head_end, tl->q_begin,
+                                      tl->q_end, 0, 0, -1, 0};
+        gid[t] = ng++;
+    }
+    for (int32_t i = 0; i < np; i++)
+        if (pc[i].split)
+            groups[gid[pc[i].tile]].num_splits++;
+    ns = 0;
+    for (int32_t g = 0; g < ng; g++) {
+        groups[g].first_slot = ns;
+        ns += groups[g].num_splits;
+    }
+    /* Slots: a group's pieces in KV order.  lst[first_slot ..): its pieces (CSR indices),
+     * filled in CSR order, then sorted by kv0 (insertion: a group has a few pieces, or one
+     * long request's up to num_ctas). */
+    int32_t *lst = s->order, *fill = s->cta_start;
+    for (int32_t g = 0; g < ng; g++)
+        fill[g] = 0;
+    for (int32_t i = 0; i < np; i++)
+        if (pc[i].split) {
+            const int32_t g = gid[pc[i].tile];
+            lst[groups[g].first_slot + fill[g]++] = i;
+        }
+    for (int32_t g = 0; g < ng; g++) {
+        int32_t *L = lst + groups[g].first_slot;
+        for (int32_t a = 1; a < groups[g].num_splits; a++) {
+            const int32_t v = L[a];
+            int32_t j = a;
+            while (j > 0 && pc[L[j - 1]].kv0 > pc[v].kv0) {
+                L[j] = L[j - 1];
+                j--;
+            }
+            L[j] = v;
+        }
+        groups[g].first_item = L[0];
+    }
+    int32_t c = 0;
+    work_indptr[0] = 0;
+    for (int32_t b = 0; b < n; b++)
+        cta_cost[b] = 0;
+    int64_t total = 0, mx = 0;
+    for (int32_t i = 0; i < np; i++) {
+        const fi_pack_piece *x = &pc[i];
+        while (c < x->bin)
+            work_indptr[++c] = i;
+        const fi_tile *tl = &tiles[x->tile];
+        items[i] = (fi_work_item){tl->request, tl->head_begin, tl->head_end, tl->q_begin,
+                                  tl->q_end,   x->kv0,        x->kv1,      -1,
+                                  x->split ? gid[x->tile] : -1};
+        cta_cost[x->bin] += x->cost;
+        total += x->cost;
+    }
+    for (int32_t g = 0; g < ng; g++)
+        for (int32_t r = 0; r < groups[g].num_splits; r++)
+            items[lst[groups[g].first_slot + r]].out_slot = groups[g].first_slot + r;
+    while (c < n)
+        work_indptr[++c] = np;
+    for (int32_t b = 0; b < n; b++)
+        mx = cta_cost[b] > mx ? cta_cost[b] : mx;
+    *res = (fi_partition_result){np, ng, ns, T, total, mx};
+    return 1;
+}
+
+fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
+                            const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo,
+                            int64_t beat, int32_t *work_indptr, fi_work_item *items,
+                            fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
+                            int64_t *model_max) {
+    const int32_t n = l->num_ctas;
+    *model_max = INT64_MAX;
+    if (num_tiles == 0 || num_tiles > FI_PACK_MAX_TILES_PER_CTA * n)
+        return FI_OK;
+    pk_sort(tiles, num_tiles, s->by_cost, s->order);
+    s->suffix[num_tiles] = 0;
+    for (int32_t i = num_tiles - 1; i >= 0; i--)
+        s->suffix[i] = s->suffix[i + 1] + tiles[s->by_cost[i]].cost;
+    /* Smallest packing cap, to within cap_lo / 64: gallop up from cap_lo + cap_lo / 32 in
+     * steps of cap_lo / 32, doubling, then bisect (trace decode batches: 2-4 packings).
+     * The best packing so far is kept in s->sorted, so no packing is redone. */
+    const int64_t lo = cap_lo > (total_cost + n - 1) / n ? cap_lo : (total_cost + n - 1) / n;
+    const int64_t tol = lo / 64 + 1;
+    int64_t good = -1, bad = lo - 1;
+    int32_t np = -1;
+    for (int64_t step = lo / 32 + 1, T = lo + step; T < beat + step; step *= 2, T = bad + step) {
+        const int64_t t = T < beat ? T : beat - 1;
+        const int32_t k = pk_try(tiles, num_tiles, l, t, s);
+        if (k >= 0) {
+            good = t;
+            np = k;
+            memcpy(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
+            break;
+        }
+        bad = t;
+        if (t == beat - 1)
+            break;
+    }
+    if (good < 0)
+        return FI_OK;
+    while (good - bad > tol) {
+        const int64_t mid = bad + (good - bad) / 2;
+        const int32_t k = pk_try(tiles, num_tiles, l, mid, s);
+        if (k >= 0) {
+            good = mid;
+            np = k;
+            memcpy(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
+        } else {
+            bad = mid;
+        }
+    }
+    memcpy(s->pieces, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
+    const int64_t m = pk_max(s, np, n);
+    *model_max = m;
+    if (m >= beat)
+        return FI_OK;
+    if (!pk_write(tiles, num_tiles, l, s, np, good, work_indptr, items, groups, cta_cost, res))
+        *model_max = INT64_MAX;
+    return FI_OK;
+}
