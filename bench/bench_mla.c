@@ -32,7 +32,8 @@
  *
  * Usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
  *                  [--tflops Y] [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV
- *                  instead of the list)
+ *                  instead of the list) [--trace-step S] (the trace snapshot's decode
+ *                  step, default 100: the issue's figures)
  * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2).
  * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
  * GBps <x> TFLOPs <x> read_frac <x> mma_frac <x>".  No GPU: prints "skip" and exits 0.
@@ -278,7 +279,10 @@ static int l2_probe_pages(mla_case *c, int n, char *msg, size_t cap) {
     return 0;
 }
 
-/* Lengths of a case: uniform, or the trace decode snapshot (step 100 from row 0). */
+/* Decode step of the trace snapshot case (--trace-step; the issue's figures use 100). */
+static int32_t g_trace_step = 100;
+
+/* Lengths of a case: uniform, or the trace decode snapshot (step g_trace_step from row 0). */
 static int case_lengths(const bench_case *bc, int32_t *q, int32_t *kv, char *msg, size_t cap) {
     if (bc->kv_len >= 0) {
         for (int32_t b = 0; b < bc->batch; b++) {
@@ -294,7 +298,8 @@ static int case_lengths(const bench_case *bc, int32_t *q, int32_t *kv, char *msg
     }
     int32_t *src = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
     fitrace_lens l = {bc->batch, q, kv, src};
-    fitrace_status st = src ? fitrace_decode(tr, 0, 100, bc->q_len, &l) : FITRACE_ERR_NOMEM;
+    fitrace_status st =
+        src ? fitrace_decode(tr, 0, g_trace_step, bc->q_len, &l) : FITRACE_ERR_NOMEM;
     free(src);
     fitrace_free(tr);
     if (st != FITRACE_OK) {
@@ -535,12 +540,13 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
-                            "[--read-tbps X] [--tflops Y] [--uniform B:KV ...]\n");
+                            "[--read-tbps X] [--tflops Y] [--uniform B:KV ...] [--trace-step S]\n");
             return 2;
         }
         if (!strcmp(a, "--reps")) g.reps = atoi(val);
         else if (!strcmp(a, "--sets")) g.sets = atoi(val);
         else if (!strcmp(a, "--chain")) g.chain = atoi(val);
+        else if (!strcmp(a, "--trace-step")) g_trace_step = atoi(val);
         else if (!strcmp(a, "--case")) g.only = val;
         else if (!strcmp(a, "--read-tbps")) g.read_tbps = atof(val);
         else if (!strcmp(a, "--tflops")) g.tflops = atof(val);

@@ -18,16 +18,16 @@
 
 #include <string.h>
 
-#include "planner/cost_model.h"
 #include <stdint.h>
+
+#include "planner/cost_model.h"
+#include "planner/model.h"
 
 #define PK_TILE_MASK (~(int64_t)(FI_KV_TILE_TOKENS - 1))
 
 static inline int64_t pk_round_down(int64_t x) { return x < 0 ? -1 : x & PK_TILE_MASK; }
 
-static inline int64_t pk_cost(const fi_pack_piece *x) {
-    return x->cost + (x->split ? FI_COST_PIECE : 0);
-}
+static inline int64_t pk_cost(const fi_pack_piece *x) { return x->cost + x->charge; }
 
 /* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.  LSD radix
  * sort on 8-bit digits of (max - cost), so a stable ascending sort gives that order.
@@ -161,6 +161,10 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
             break;
         const int64_t oh = tl->cost - (tl->kv_end - tl->kv_begin);
         int64_t pos = tl->kv_begin;
+        /* Every piece is charged FI_COST_PIECE: which one of a group ends last (and merges)
+         * depends on the rest of the packing.  (Charging full pieces FI_COST_MERGE and
+         * remainders FI_COST_ARRIVE modelled worse on the trace snapshot: remainders that
+         * run second in their CTA end last.) */
         while (tl->kv_end - pos + oh + FI_COST_PIECE > T) {
             int64_t end = pk_round_down(pos + T - oh - FI_COST_PIECE);
             if (tl->kv_end - end < FI_MIN_CHUNK_TOKENS)
@@ -168,8 +172,8 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
             if (end - pos < FI_MIN_CHUNK_TOKENS || nb == n || np == max_pieces ||
                 cuts == n - 1)
                 return -1;
-            pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, (int32_t)end, nb, 1, 0,
-                                     end - pos + oh};
+            pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, (int32_t)end, nb, 1,
+                                     FI_COST_PIECE, end - pos + oh};
             load[nb++] = pk_cost(&pc[np]);
             np++;
             cuts++;
@@ -177,8 +181,8 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
         }
         if (np == max_pieces)
             return -1;
-        pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, tl->kv_end, -1, 1, 0,
-                                 tl->kv_end - pos + oh};
+        pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, tl->kv_end, -1, 1,
+                                 FI_COST_PIECE, tl->kv_end - pos + oh};
         pk_queue(pc, rq, &nq, np++);
     }
     /* 2. The rest, largest first: the remainder queue merged with whole tiles w.. . */
@@ -242,9 +246,11 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
         if (end - x->kv0 < FI_MIN_CHUNK_TOKENS || x->kv1 - end < FI_MIN_CHUNK_TOKENS ||
             np == max_pieces || cuts == n - 1)
             return -1;
-        pc[np] = (fi_pack_piece){x->tile, (int32_t)end, x->kv1, -1, 1, 0, x->kv1 - end + oh};
+        pc[np] = (fi_pack_piece){x->tile, (int32_t)end, x->kv1, -1, 1, FI_COST_PIECE,
+                                 x->kv1 - end + oh};
         x->kv1 = (int32_t)end;
         x->split = 1;
+        x->charge = FI_COST_PIECE;
         x->cost = end - x->kv0 + oh;
         x->bin = most;
         bk_remove(&bk, most);
@@ -262,20 +268,6 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
     /* A whole tile that was cut while placed is split on both pieces: marked above; a
      * tile's earlier pieces were marked when cut.  Nothing else to fix. */
     return np;
-}
-
-/* Largest CTA load of the pieces (their charges included). */
-static int64_t pk_max(const fi_pack_scratch *s, int32_t np, int32_t n) {
-    int64_t *load = s->load;
-    for (int32_t b = 0; b < n; b++)
-        load[b] = 0;
-    int64_t m = 0;
-    for (int32_t i = 0; i < np; i++) {
-        const int32_t b = s->pieces[i].bin;
-        load[b] += pk_cost(&s->pieces[i]);
-        m = load[b] > m ? load[b] : m;
-    }
-    return m;
 }
 
 /* Order of pieces: by CTA; inside a CTA split pieces first (their merges then happen before
@@ -451,11 +443,20 @@ fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t tot
         }
     }
     memcpy(s->pieces, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
-    const int64_t m = pk_max(s, np, n);
+    /* Written to the scratch plan first, scored by the same model as the walk, and copied
+     * out only if it is cheaper. */
+    fi_partition_result r;
+    if (!pk_write(tiles, num_tiles, l, s, np, good, s->work_indptr, s->items, s->groups,
+                  s->cta_cost, &r))
+        return FI_OK;
+    const int64_t m = fi_model_max(s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
     *model_max = m;
     if (m >= beat)
         return FI_OK;
-    if (!pk_write(tiles, num_tiles, l, s, np, good, work_indptr, items, groups, cta_cost, res))
-        *model_max = INT64_MAX;
+    memcpy(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));
+    memcpy(items, s->items, sizeof(fi_work_item) * (size_t)r.num_items);
+    memcpy(groups, s->groups, sizeof(fi_merge_group) * (size_t)r.num_groups);
+    memcpy(cta_cost, s->cta_cost, sizeof(int64_t) * (size_t)n);
+    *res = r;
     return FI_OK;
 }

@@ -33,6 +33,7 @@
 #include "planner/partition.h"
 
 #include "planner/cost_model.h"
+#include "planner/model.h"
 #include "planner/pack.h"
 
 int fi_partition_test_force_global = 0;
@@ -422,20 +423,6 @@ static fi_status cap_walk(const fi_tile *tiles, int32_t num_tiles, const fi_layo
     return FI_OK;
 }
 
-/* The walk's plan under the packing partition's model (every piece charged
- * FI_COST_PIECE), to compare the two. */
-static int64_t walk_model_max(const int32_t *indptr, const fi_work_item *items,
-                              const int64_t *cta_cost, int32_t n) {
-    int64_t max = 0;
-    for (int32_t c = 0; c < n; c++) {
-        int64_t m = cta_cost[c];
-        for (int32_t i = indptr[c]; i < indptr[c + 1]; i++)
-            m += items[i].out_slot >= 0 ? FI_COST_PIECE : 0;
-        max = m > max ? m : max;
-    }
-    return max;
-}
-
 /* The contiguous walk, then the packing partition if it models better (planner/pack.h). */
 static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
                                 int64_t *prefix, const fi_layout *l, int32_t *work_indptr,
@@ -452,7 +439,8 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
                                   groups, cta_cost, res, err);
     if (st != FI_OK || fi_partition_test_no_pack || !pack)
         return st;
-    const int64_t wm = walk_model_max(work_indptr, items, cta_cost, l->num_ctas);
+    const int64_t wm = fi_model_max(work_indptr, l->num_ctas, items, res->num_groups,
+                                    pack->finish, pack->last);
     int64_t pm = 0;
     /* Packing caps start a little under the walk's (packing has fewer items, so less
      * overhead, but charges its pieces). */

@@ -45,7 +45,9 @@ static void release(fi_plan *p) {
     fi_host_free(a, p->tile_prefix);
     void *const pack[] = {p->pack.pieces,   p->pack.sorted,  p->pack.by_cost, p->pack.order,
                           p->pack.tile_group, p->pack.cta_start, p->pack.load, p->pack.suffix,
-                          p->pack.bk_head,  p->pack.bk_next, p->pack.bk_prev, p->pack.bk_where};
+                          p->pack.bk_head,  p->pack.bk_next, p->pack.bk_prev, p->pack.bk_where,
+                          p->pack.items,    p->pack.groups,  p->pack.work_indptr,
+                          p->pack.cta_cost, p->pack.finish,  p->pack.last};
     for (size_t i = 0; i < sizeof pack / sizeof pack[0]; i++)
         fi_host_free(a, pack[i]);
     fi_allocator copy = *a;
@@ -122,6 +124,17 @@ fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_
     p->pack.bk_next = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
     p->pack.bk_prev = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
     p->pack.bk_where = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
+    p->pack.items = fi_host_alloc(&a, sizeof(fi_work_item) * (size_t)l.max_items, 64);
+    p->pack.groups = fi_host_alloc(&a, sizeof(fi_merge_group) * (size_t)l.max_groups, 64);
+    p->pack.work_indptr = fi_host_alloc(&a, sizeof(int32_t) * ((size_t)l.num_ctas + 1), 64);
+    p->pack.cta_cost = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.num_ctas, 64);
+    p->pack.finish = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.max_items, 64);
+    p->pack.last = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.max_groups, 64);
+    if (!p->pack.items || !p->pack.groups || !p->pack.work_indptr || !p->pack.cta_cost ||
+        !p->pack.finish || !p->pack.last) {
+        release(p);
+        return FI_ERR_OUT_OF_MEMORY;
+    }
     if (!p->pack.suffix || !p->pack.bk_head || !p->pack.bk_next || !p->pack.bk_prev || !p->pack.bk_where) {
         release(p);
         return FI_ERR_OUT_OF_MEMORY;

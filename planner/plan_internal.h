@@ -27,11 +27,12 @@ typedef struct fi_tile {
     int64_t cost;
 } fi_tile;
 
-/* One piece while packing: tile, KV range, CTA (bin), split flag, cost (KV-token units,
- * planner/cost_model.h, without the merge charges). */
+/* One piece while packing: tile, KV range, CTA (bin), split flag, the charge packing adds
+ * for its merge work (FI_COST_MERGE / _ARRIVE / _PIECE, planner/pack.c), cost (KV-token
+ * units, planner/cost_model.h, without the charge). */
 typedef struct fi_pack_piece {
     int32_t tile, kv0, kv1, bin;
-    int32_t split, pad;
+    int32_t split, charge;
     int64_t cost;
 } fi_pack_piece;
 
@@ -48,6 +49,13 @@ typedef struct fi_pack_scratch {
     int64_t *suffix;       /* [max_tiles + 1]: cost of by_cost[i ..] */
     int32_t *bk_head;      /* [512]: CTAs by load bucket (planner/pack.c) */
     int32_t *bk_next, *bk_prev, *bk_where; /* [num_ctas] each */
+    /* The packing's plan before it is chosen (planner/model.h scores it first). */
+    fi_work_item *items;   /* [max_items] */
+    fi_merge_group *groups; /* [max_groups] */
+    int32_t *work_indptr;  /* [num_ctas + 1] */
+    int64_t *cta_cost;     /* [num_ctas] */
+    int64_t *finish;       /* [max_items]: fi_model_max scratch */
+    int32_t *last;         /* [max_groups] */
 } fi_pack_scratch;
 
 struct fi_plan {
