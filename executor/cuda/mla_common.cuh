@@ -26,7 +26,8 @@ __device__ __forceinline__ unsigned long long gtimer() {
 }
 #define FIMLA_STAMP(i) \
     if (threadIdx.x == 0 && blockIdx.x < 1024) g_stamp[blockIdx.x][i] = gtimer()
-/* Item-edge stamps of thread 0: [0] first item's Q landed, [1] its first KV block landed,
+/* Item-edge stamps of thread 0: [0] first item's Q landed, [1] its first KV block landed
+ * (the item FIMLA_STAMP_ITEM, below, instead of the first when set),
  * [2] last item's KV loop done, [3] last item's output (or partial) written. */
 __device__ unsigned long long g_stamp2[1024][4];
 #define FIMLA_STAMP2(i) \
@@ -40,6 +41,11 @@ __device__ unsigned long long g_item[1024][8];
 #else
 #define FIMLA_STAMP(i)
 #define FIMLA_STAMP2(i)
+#endif
+/* Which item of a CTA the [0] / [1] item-edge stamps describe (profiling: -D...=1 for the
+ * second item, whose start follows the first's epilogue). */
+#ifndef FIMLA_STAMP_ITEM
+#define FIMLA_STAMP_ITEM 0
 #endif
 
 /* The clock64 phase sums, unless -DFIMLA_STAMPS_ONLY: they slow the KV loop by ~30% at

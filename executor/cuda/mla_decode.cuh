@@ -543,7 +543,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_co
             nit = p.items[i + 1];
             nrq = p.requests[nit.request];
         }
-        any_coop |= run_item<T>(p, ctx, it, rq, smem, i == i0);
+        any_coop |= run_item<T>(p, ctx, it, rq, smem, i == i0 + FIMLA_STAMP_ITEM);
         it = nit;
         rq = nrq;
     }
