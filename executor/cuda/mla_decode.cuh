@@ -205,6 +205,12 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     auto stage_of = [&](int b) -> T * {
         return reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + (b % NS) * kStageBytes);
     };
+    /* The first blocks' page indices are requested first: page -> KV is the item's
+     * critical chain; Q's copies are issued while they travel. */
+    int32_t pp[kMaxStages];
+#pragma unroll
+    for (int b = 0; b < kMaxStages; ++b)
+        pp[b] = producer && b < AHEAD ? fetch_page(p, rq, kv_begin, kv_end, b, nblk, pw) : -1;
     if (tid < NS)
         mbar_init(bar0 + tid * 8, kThreads / 32 - pw);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -213,10 +219,6 @@ __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_wor
     __syncthreads(); /* barriers initialised before any copy or wait */
     int32_t pg[2] = {-1, -1}; /* page of this lane's token in the next step's blocks */
     if (producer) {
-        int32_t pp[kMaxStages];
-#pragma unroll
-        for (int b = 0; b < kMaxStages; ++b)
-            pp[b] = b < AHEAD ? fetch_page(p, rq, kv_begin, kv_end, b, nblk, pw) : -1;
 #pragma unroll
         for (int b = 0; b < kMaxStages; ++b)
             if (b < AHEAD && b < nblk)
