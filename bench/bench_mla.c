@@ -32,8 +32,9 @@
  *
  * Usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
  *                  [--tflops Y] [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV
- *                  instead of the list) [--trace-step S] (the trace snapshot's decode
- *                  step, default 100: the issue's figures)
+ *                  instead of the list) [--trace B ...] (trace decode snapshots of B
+ *                  requests, heads 16, instead of the list) [--trace-step S] (the trace
+ *                  snapshots' decode step, default 100: the issue's figures)
  * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2).
  * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
  * GBps <x> TFLOPs <x> read_frac <x> mma_frac <x>".  No GPU: prints "skip" and exits 0.
@@ -540,7 +541,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
-                            "[--read-tbps X] [--tflops Y] [--uniform B:KV ...] [--trace-step S]\n");
+                            "[--read-tbps X] [--tflops Y] [--uniform B:KV ...] [--trace B ...] "
+                            "[--trace-step S]\n");
             return 2;
         }
         if (!strcmp(a, "--reps")) g.reps = atoi(val);
@@ -559,6 +561,17 @@ int main(int argc, char **argv) {
             }
             snprintf(extra_name[n_extra], sizeof extra_name[0], "u%d_%d", b, k);
             extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, k};
+            n_extra++;
+        } else if (!strcmp(a, "--trace")) {
+            /* extra case: the trace decode snapshot of B requests (heads 16, q_len 1) */
+            const int b = atoi(val);
+            if (n_extra >= MAX_EXTRA || b < 1 || b > 4096) {
+                fprintf(stderr, "bench_mla: --trace wants 1..4096 requests (at most %d cases)\n",
+                        MAX_EXTRA);
+                return 2;
+            }
+            snprintf(extra_name[n_extra], sizeof extra_name[0], "trace%d", b);
+            extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, -1};
             n_extra++;
         } else {
             fprintf(stderr, "bench_mla: unknown option %s\n", a);

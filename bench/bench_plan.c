@@ -3,7 +3,7 @@
  *
  * MLA decode, 128 query heads, page_size 64, 132 CTAs (an H100's SMs), block_tables form,
  * shuffled page ids; decode snapshots at step 200 (viz/trace.h continuous batching) of
- * 1, 32, 128, 512 and 1024 requests.  For each batch: check the plan first (every key of
+ * 1, 32, 128, 256, 512 and 1024 requests.  For each batch: check the plan first (every key of
  * every (request, head tile) read exactly once, CTA ranges well formed), then time many
  * updates and print the median (and 10th / 90th percentiles) in microseconds:
  *   host    host-only plan (fi_plan_create with no workspace): validate + tiles + partition
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_plan: cannot parse the embedded trace\n");
         return 1;
     }
-    static const int sizes[] = {1, 32, 128, 512, 1024};
+    static const int sizes[] = {1, 32, 128, 256, 512, 1024};
     double *t = malloc((size_t)repeats * sizeof *t);
     printf("fi_plan_update, MLA decode, H_q %d, page_size 64, 132 CTAs, Azure conv trace "
            "step %d, %d updates per row (median / p10 / p90, us)\n\n", heads, step, repeats);

@@ -403,7 +403,15 @@ fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t tot
                             int64_t *model_max) {
     const int32_t n = l->num_ctas;
     *model_max = INT64_MAX;
-    if (num_tiles == 0 || num_tiles > FI_PACK_MAX_TILES_PER_CTA * n)
+    /* Which batches are packed at all: planner/pack.h (thin tiles, <= 16 rows). */
+    int64_t rows = 0;
+    for (int32_t t = 0; t < num_tiles; t++) {
+        const int64_t r = (int64_t)(tiles[t].q_end - tiles[t].q_begin) *
+                          (tiles[t].head_end - tiles[t].head_begin);
+        rows = r > rows ? r : rows;
+    }
+    const int64_t per_cta = rows <= 16 ? FI_PACK_THIN_TILES_PER_CTA : FI_PACK_MAX_TILES_PER_CTA;
+    if (num_tiles == 0 || num_tiles > per_cta * n)
         return FI_OK;
     pk_sort(tiles, num_tiles, s->by_cost, s->order);
     s->suffix[num_tiles] = 0;

@@ -1,6 +1,6 @@
 /*
  * planner/pack.h - the packing partition, the alternative to the contiguous walk
- * (planner/partition.h) for batches of uneven requests.
+ * (planner/partition.h) for decode batches of thin tiles.
  *
  * Why: every item costs the executor a fixed ~8-10 us (ring fill and drain, epilogue) and
  * the CTA that finishes a split group last pays its merge (~8 us, H200, BENCHMARKS.md).
@@ -11,27 +11,38 @@
  * (bin packing with splittable items, Chung et al. 2006): tiles longer than the cap T are
  * cut into full pieces of one CTA each, the rest (whole tiles and the remainders) are
  * placed largest first into the CTA with the least room left that still holds them; one
- * that fits nowhere is cut into the CTA with the most room.  Caps T between the mean and
- * the walk's cap are scanned; the plan with the lowest modelled CTA cost is kept.
+ * that fits nowhere is cut into the CTA with the most room.  Every piece is charged
+ * FI_COST_PIECE while packing.  The smallest cap that packs is searched (a cap that packs
+ * bounds the largest CTA cost); the result is scored by the executor model
+ * (planner/model.h) against the walk's plan.
  */
 #ifndef FIATTN_PLANNER_PACK_H
 #define FIATTN_PLANNER_PACK_H
 
 #include "planner/partition.h"
 
-/* Packing is tried only up to this many tiles a CTA: past it every CTA runs several items
- * anyway, the walk's one cut a CTA matters less, and the search would cost more than the
- * plan-update targets allow (docs/DESIGN.md: 10 us at 128 requests, 60 us at 1024). */
-#ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 turns packing off (comparisons) */
-#define FI_PACK_MAX_TILES_PER_CTA 1
+/* Packing is tried for batches of thin tiles (<= 16 rows: heads <= 16 at q_len 1, where a
+ * tile's keys are bandwidth-bound and an item's fixed cost weighs most) up to
+ * FI_PACK_THIN_TILES_PER_CTA tiles a CTA, and for other tiles up to
+ * FI_PACK_MAX_TILES_PER_CTA (0: never; the model favours packing for 32-64-row tiles
+ * too, but that is not measured on a GPU yet).  Past that every CTA runs several items
+ * anyway, and the search would cost more than the plan-update targets allow (docs/
+ * DESIGN.md: 10 us at 128 requests, 60 us at 1024, for H_q 128). */
+#ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */
+#define FI_PACK_MAX_TILES_PER_CTA 0
+#endif
+#ifndef FI_PACK_THIN_TILES_PER_CTA /* tiles of <= 16 rows (pack.c) */
+#define FI_PACK_THIN_TILES_PER_CTA 2
 #endif
 
-/* Pack tiles[0 .. num_tiles) over l->num_ctas CTAs under the smallest cap (>= cap_lo, the
- * walk's, found by galloping and bisection to 1/128) that packs.  If its best
- * plan's modelled cost (the largest CTA cost with every piece charged FI_COST_PIECE) is
- * below `beat`, writes that plan (work_indptr, items, groups, cta_cost, *res) and
- * *model_max; otherwise (or if no cap fits the layout bounds) writes nothing and sets
- * *model_max to its best (INT64_MAX: none). */
+/* Pack tiles[0 .. num_tiles) (tile order; scratch s, owned by the plan) over l->num_ctas
+ * CTAs under the smallest cap that packs (from cap_lo, the walk's cap in cost units,
+ * galloping up by cap_lo / 32 and bisecting to cap_lo / 64).  If that plan's executor
+ * model (planner/model.h, KV-token units) is below `beat` (the walk's), writes it
+ * (work_indptr [num_ctas + 1], items, groups, cta_cost, *res) and *model_max; otherwise,
+ * or if the batch is not packed (see above) or no cap fits the layout bounds, writes
+ * nothing (*model_max: its model, or INT64_MAX).  Always FI_OK (nothing to report: the
+ * walk's plan stands).  Cost: O(tiles + CTAs) per packing, 2-4 packings. */
 fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
                             const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo, int64_t beat,
                             int32_t *work_indptr, fi_work_item *items, fi_merge_group *groups,

@@ -6,8 +6,9 @@
  * KV blocks plus per-request overhead, cutting a request where an SM boundary falls) with
  * flash-decoding's split-KV merge (Dao et al. 2023): a cut tile's pieces write fp32
  * partials that the last CTA of the group merges in split order.  planner/partition.c has
- * the details (budget, rounding, floor).  Then, for batches of at most one tile a CTA, the
- * packing partition (planner/pack.h) replaces the walk's plan when it models cheaper.
+ * the details (budget, rounding, floor).  Then, for batches of thin tiles (pack.h), the
+ * packing partition replaces the walk's plan when the executor model (planner/model.h)
+ * rates it cheaper.
  */
 #ifndef FIATTN_PLANNER_PARTITION_H
 #define FIATTN_PLANNER_PARTITION_H

@@ -100,12 +100,14 @@ static double balance_bound(const fi_plan_view *v) {
     return by_piece > 1.10 ? by_piece : 1.10;
 }
 
-static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, int32_t mtp) {
+static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, int32_t mtp,
+                              int32_t B) {
     fitrace *tr = NULL;
     assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
     tt_rng rng = {g_seed ^ (uint64_t)(hq * 131 + mtp)};
-    enum { B = 128 };
-    int32_t q[B] = {0}, kv[B] = {0}, src[B] = {0};
+    enum { BMAX = 256 };
+    assert_true(B >= 1 && B <= BMAX);
+    int32_t q[BMAX] = {0}, kv[BMAX] = {0}, src[BMAX] = {0};
     double worst = 0, gain = 1.0;
     int packed = 0;
     for (int it = 0; it < 12; it++) {
@@ -170,9 +172,13 @@ static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, 
         fi_plan_destroy(p);
         fibatch_free(&fb);
     }
-    printf("kind %d H_q %d H_kv %d mtp %d: worst walk balance %.3f; packing chosen %d of 12, "
-           "best modelled max / walk's %.3f\n", (int)kind, hq, hkv, mtp, worst, packed, gain);
+    printf("kind %d H_q %d H_kv %d mtp %d B %d: worst walk balance %.3f; packing chosen %d of 12, "
+           "best modelled max / walk's %.3f\n", (int)kind, hq, hkv, mtp, B, worst, packed, gain);
     fitrace_free(tr);
+}
+
+static void check_snapshots(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, int32_t mtp) {
+    check_snapshots_b(kind, hq, hkv, dim, mtp, 128);
 }
 
 static void plan_balance_on_trace_mla(void **state) {
@@ -181,6 +187,8 @@ static void plan_balance_on_trace_mla(void **state) {
         check_snapshots(FI_KIND_MLA_DECODE, hq, 1, 0, 1);
         check_snapshots(FI_KIND_MLA_DECODE, hq, 1, 0, 4);
     }
+    /* 256 requests at heads 16: two thin tiles a CTA, still packed (planner/pack.h). */
+    check_snapshots_b(FI_KIND_MLA_DECODE, 16, 1, 0, 1, 256);
 }
 
 static void plan_balance_on_trace_gqa(void **state) {
