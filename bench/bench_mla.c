@@ -32,8 +32,8 @@
  *
  * Usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
  *                  [--tflops Y] [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV
- *                  instead of the list) [--trace B ...] (trace decode snapshots of B
- *                  requests, heads 16, instead of the list) [--trace-step S] (the trace
+ *                  instead of the list) [--trace B[:H] ...] (trace decode snapshots of B
+ *                  requests, heads H (16), instead of the list) [--trace-step S] (the trace
  *                  snapshots' decode step, default 100: the issue's figures)
  * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2).
  * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
@@ -541,7 +541,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
-                            "[--read-tbps X] [--tflops Y] [--uniform B:KV ...] [--trace B ...] "
+                            "[--read-tbps X] [--tflops Y] [--uniform B:KV ...] [--trace B[:H] ...] "
                             "[--trace-step S]\n");
             return 2;
         }
@@ -563,15 +563,18 @@ int main(int argc, char **argv) {
             extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, k};
             n_extra++;
         } else if (!strcmp(a, "--trace")) {
-            /* extra case: the trace decode snapshot of B requests (heads 16, q_len 1) */
-            const int b = atoi(val);
-            if (n_extra >= MAX_EXTRA || b < 1 || b > 4096) {
-                fprintf(stderr, "bench_mla: --trace wants 1..4096 requests (at most %d cases)\n",
-                        MAX_EXTRA);
+            /* extra case: the trace decode snapshot of B requests, q_len 1, heads H (B or
+             * B:H, default 16) */
+            int b = 0, h = 16;
+            const int got = sscanf(val, "%d:%d", &b, &h);
+            if (n_extra >= MAX_EXTRA || got < 1 || b < 1 || b > 4096 ||
+                (h != 16 && h != 32 && h != 64 && h != 128)) {
+                fprintf(stderr, "bench_mla: --trace wants B or B:H (B 1..4096, H 16/32/64/128; "
+                                "at most %d cases)\n", MAX_EXTRA);
                 return 2;
             }
-            snprintf(extra_name[n_extra], sizeof extra_name[0], "trace%d", b);
-            extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, -1};
+            snprintf(extra_name[n_extra], sizeof extra_name[0], "trace%d_h%d", b, h);
+            extra[n_extra] = (bench_case){extra_name[n_extra], b, h, 1, -1};
             n_extra++;
         } else {
             fprintf(stderr, "bench_mla: unknown option %s\n", a);
