@@ -24,8 +24,9 @@
 /* Packing is tried for batches of thin tiles (<= 16 rows: heads <= 16 at q_len 1, where a
  * tile's keys are bandwidth-bound and an item's fixed cost weighs most) up to
  * FI_PACK_THIN_TILES_PER_CTA tiles a CTA, and for other tiles up to
- * FI_PACK_MAX_TILES_PER_CTA (0: never; the model favours packing for 32-64-row tiles
- * too, but that is not measured on a GPU yet).  Past that every CTA runs several items
+ * FI_PACK_MAX_TILES_PER_CTA (0: never; at 1, H200: heads 32 / 64 x 128 requests and
+ * heads 128 x 64 were 5-8% faster, heads 128 x 32 and heads 64 x 96 1-5% slower, so the
+ * model, calibrated on thin tiles, does not rank tall-tile plans yet; BENCHMARKS.md).  Past that every CTA runs several items
  * anyway, and the search would cost more than the plan-update targets allow (docs/
  * DESIGN.md: 10 us at 128 requests, 60 us at 1024, for H_q 128). */
 #ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */
