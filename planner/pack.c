@@ -12,13 +12,12 @@
  *      than half of T opens a new CTA (no open CTA can hold it: each holds an item at least
  *      as large); a smaller one goes to the fullest CTA that still holds it (best fit),
  *      else a new CTA, else it is cut into the CTA with the most room (the rest queued).
- * Cost O(tiles) per packing plus O(CTAs) per best-fit item.
+ * Cost O(tiles + CTAs) per packing (best fit through load buckets, bk_*).
  */
 #include "planner/pack.h"
 
-#include <string.h>
-
 #include <stdint.h>
+#include <string.h>
 
 #include "planner/cost_model.h"
 #include "planner/model.h"
