@@ -395,6 +395,19 @@ static int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l,
     return 1;
 }
 
+int fi_pack_wanted(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l) {
+    const int64_t n = l->num_ctas;
+    if (num_tiles == 0 || num_tiles > n * (FI_PACK_THIN_TILES_PER_CTA > FI_PACK_MAX_TILES_PER_CTA
+                                               ? FI_PACK_THIN_TILES_PER_CTA
+                                               : FI_PACK_MAX_TILES_PER_CTA))
+        return 0;
+    int thin = 1; /* every tile <= 16 rows */
+    for (int32_t t = 0; t < num_tiles && thin; t++)
+        thin = (int64_t)(tiles[t].q_end - tiles[t].q_begin) *
+                   (tiles[t].head_end - tiles[t].head_begin) <= 16;
+    return num_tiles <= n * (thin ? FI_PACK_THIN_TILES_PER_CTA : FI_PACK_MAX_TILES_PER_CTA);
+}
+
 fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
                             const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo,
                             int64_t beat, int32_t *work_indptr, fi_work_item *items,
@@ -402,15 +415,7 @@ fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t tot
                             int64_t *model_max) {
     const int32_t n = l->num_ctas;
     *model_max = INT64_MAX;
-    /* Which batches are packed at all: planner/pack.h (thin tiles, <= 16 rows). */
-    int64_t rows = 0;
-    for (int32_t t = 0; t < num_tiles; t++) {
-        const int64_t r = (int64_t)(tiles[t].q_end - tiles[t].q_begin) *
-                          (tiles[t].head_end - tiles[t].head_begin);
-        rows = r > rows ? r : rows;
-    }
-    const int64_t per_cta = rows <= 16 ? FI_PACK_THIN_TILES_PER_CTA : FI_PACK_MAX_TILES_PER_CTA;
-    if (num_tiles == 0 || num_tiles > per_cta * n)
+    if (!fi_pack_wanted(tiles, num_tiles, l))
         return FI_OK;
     pk_sort(tiles, num_tiles, s->by_cost, s->order);
     s->suffix[num_tiles] = 0;

@@ -36,6 +36,10 @@
 #define FI_PACK_THIN_TILES_PER_CTA 2
 #endif
 
+/* 1 if the batch's tiles are packed at all (the limits above), 0 if the walk's plan stands
+ * unexamined.  O(tiles), stops at the first tall tile. */
+int fi_pack_wanted(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l);
+
 /* Pack tiles[0 .. num_tiles) (tile order; scratch s, owned by the plan) over l->num_ctas
  * CTAs under the smallest cap that packs (from cap_lo, the walk's cap in cost units,
  * galloping up by cap_lo / 32 and bisecting to cap_lo / 64).  If that plan's executor

@@ -437,7 +437,8 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
                        int64_t *cta_cost, fi_partition_result *res, fi_error_detail *err) {
     fi_status st = walk_partition(tiles, num_tiles, total_cost, prefix, l, work_indptr, items,
                                   groups, cta_cost, res, err);
-    if (st != FI_OK || fi_partition_test_no_pack || !pack)
+    if (st != FI_OK || fi_partition_test_no_pack || !pack ||
+        !fi_pack_wanted(tiles, num_tiles, l))
         return st;
     const int64_t wm = fi_model_max(work_indptr, l->num_ctas, items, res->num_groups,
                                     pack->finish, pack->last);
