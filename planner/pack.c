@@ -26,7 +26,9 @@
 
 static inline int64_t pk_round_down(int64_t x) { return x < 0 ? -1 : x & PK_TILE_MASK; }
 
-static inline int64_t pk_cost(const fi_pack_piece *x) { return x->cost + x->charge; }
+static inline int64_t pk_cost(const fi_pack_piece *x) {
+    return x->cost + (x->split ? FI_COST_PIECE : 0);
+}
 
 /* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.  LSD radix
  * sort on 8-bit digits of (max - cost), so a stable ascending sort gives that order.
@@ -131,7 +133,7 @@ static int32_t bk_min(const pk_buckets *bk, const int64_t *load) {
     return -1;
 }
 
-/* Queue of cut remainders, kept by decreasing charge (few: one per cut tile). */
+/* Queue of cut remainders, kept by decreasing charged cost (few: one per cut tile). */
 static void pk_queue(const fi_pack_piece *pc, int32_t *q, int32_t *nq, int32_t k) {
     const int64_t ck = pk_cost(&pc[k]);
     int32_t i = *nq;
@@ -171,8 +173,8 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
             if (end - pos < FI_MIN_CHUNK_TOKENS || nb == n || np == max_pieces ||
                 cuts == n - 1)
                 return -1;
-            pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, (int32_t)end, nb, 1,
-                                     FI_COST_PIECE, end - pos + oh};
+            pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, (int32_t)end, nb, 1, 0,
+                                     end - pos + oh};
             load[nb++] = pk_cost(&pc[np]);
             np++;
             cuts++;
@@ -180,8 +182,8 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
         }
         if (np == max_pieces)
             return -1;
-        pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, tl->kv_end, -1, 1,
-                                 FI_COST_PIECE, tl->kv_end - pos + oh};
+        pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, tl->kv_end, -1, 1, 0,
+                                 tl->kv_end - pos + oh};
         pk_queue(pc, rq, &nq, np++);
     }
     /* 2. The rest, largest first: the remainder queue merged with whole tiles w.. . */
@@ -245,11 +247,9 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
         if (end - x->kv0 < FI_MIN_CHUNK_TOKENS || x->kv1 - end < FI_MIN_CHUNK_TOKENS ||
             np == max_pieces || cuts == n - 1)
             return -1;
-        pc[np] = (fi_pack_piece){x->tile, (int32_t)end, x->kv1, -1, 1, FI_COST_PIECE,
-                                 x->kv1 - end + oh};
+        pc[np] = (fi_pack_piece){x->tile, (int32_t)end, x->kv1, -1, 1, 0, x->kv1 - end + oh};
         x->kv1 = (int32_t)end;
         x->split = 1;
-        x->charge = FI_COST_PIECE;
         x->cost = end - x->kv0 + oh;
         x->bin = most;
         bk_remove(&bk, most);
@@ -264,8 +264,6 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
         qh = 0;
         pk_queue(pc, rq, &nq, np++);
     }
-    /* A whole tile that was cut while placed is split on both pieces: marked above; a
-     * tile's earlier pieces were marked when cut.  Nothing else to fix. */
     return np;
 }
 
@@ -408,15 +406,11 @@ int fi_pack_wanted(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l) 
     return num_tiles <= n * (thin ? FI_PACK_THIN_TILES_PER_CTA : FI_PACK_MAX_TILES_PER_CTA);
 }
 
-fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                            const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo,
-                            int64_t beat, int32_t *work_indptr, fi_work_item *items,
-                            fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
-                            int64_t *model_max) {
+void fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
+                       const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo, int64_t beat,
+                       int32_t *work_indptr, fi_work_item *items, fi_merge_group *groups,
+                       int64_t *cta_cost, fi_partition_result *res) {
     const int32_t n = l->num_ctas;
-    *model_max = INT64_MAX;
-    if (!fi_pack_wanted(tiles, num_tiles, l))
-        return FI_OK;
     pk_sort(tiles, num_tiles, s->by_cost, s->order);
     s->suffix[num_tiles] = 0;
     for (int32_t i = num_tiles - 1; i >= 0; i--)
@@ -442,7 +436,7 @@ fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t tot
             break;
     }
     if (good < 0)
-        return FI_OK;
+        return;
     while (good - bad > tol) {
         const int64_t mid = bad + (good - bad) / 2;
         const int32_t k = pk_try(tiles, num_tiles, l, mid, s);
@@ -460,15 +454,13 @@ fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t tot
     fi_partition_result r;
     if (!pk_write(tiles, num_tiles, l, s, np, good, s->work_indptr, s->items, s->groups,
                   s->cta_cost, &r))
-        return FI_OK;
+        return;
     const int64_t m = fi_model_max(s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
-    *model_max = m;
     if (m >= beat)
-        return FI_OK;
+        return;
     memcpy(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));
     memcpy(items, s->items, sizeof(fi_work_item) * (size_t)r.num_items);
     memcpy(groups, s->groups, sizeof(fi_merge_group) * (size_t)r.num_groups);
     memcpy(cta_cost, s->cta_cost, sizeof(int64_t) * (size_t)n);
     *res = r;
-    return FI_OK;
 }

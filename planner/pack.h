@@ -40,17 +40,16 @@
  * unexamined.  O(tiles), stops at the first tall tile. */
 int fi_pack_wanted(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l);
 
-/* Pack tiles[0 .. num_tiles) (tile order; scratch s, owned by the plan) over l->num_ctas
- * CTAs under the smallest cap that packs (from cap_lo, the walk's cap in cost units,
- * galloping up by cap_lo / 32 and bisecting to cap_lo / 64).  If that plan's executor
- * model (planner/model.h, KV-token units) is below `beat` (the walk's), writes it
- * (work_indptr [num_ctas + 1], items, groups, cta_cost, *res) and *model_max; otherwise,
- * or if the batch is not packed (see above) or no cap fits the layout bounds, writes
- * nothing (*model_max: its model, or INT64_MAX).  Always FI_OK (nothing to report: the
- * walk's plan stands).  Cost: O(tiles + CTAs) per packing, 2-4 packings. */
-fi_status fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                            const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo, int64_t beat,
-                            int32_t *work_indptr, fi_work_item *items, fi_merge_group *groups,
-                            int64_t *cta_cost, fi_partition_result *res, int64_t *model_max);
+/* Pack tiles[0 .. num_tiles) (tile order; a batch fi_pack_wanted accepts; scratch s, owned
+ * by the plan) over l->num_ctas CTAs under the smallest cap that packs (from cap_lo, the
+ * walk's cap in cost units, galloping up by cap_lo / 32 and bisecting to cap_lo / 64).  If
+ * that plan's executor model (planner/model.h, KV-token units) is below `beat` (the
+ * walk's), writes it over the walk's (work_indptr [num_ctas + 1], items, groups, cta_cost,
+ * *res); otherwise, or if no cap fits the layout bounds, writes nothing: the walk's plan
+ * stands.  Cost: O(tiles + CTAs) per packing, 2-4 packings. */
+void fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
+                       const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo, int64_t beat,
+                       int32_t *work_indptr, fi_work_item *items, fi_merge_group *groups,
+                       int64_t *cta_cost, fi_partition_result *res);
 
 #endif

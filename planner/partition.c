@@ -442,11 +442,11 @@ fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
         return st;
     const int64_t wm = fi_model_max(work_indptr, l->num_ctas, items, res->num_groups,
                                     pack->finish, pack->last);
-    int64_t pm = 0;
-    /* Packing caps start a little under the walk's (packing has fewer items, so less
-     * overhead, but charges its pieces). */
-    return fi_partition_pack(tiles, num_tiles, total_cost, l, pack, res->budget - res->budget / 64,
-                             wm, work_indptr, items, groups, cta_cost, res, &pm);
+    /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less
+     * overhead) but charges its pieces. */
+    fi_partition_pack(tiles, num_tiles, total_cost, l, pack, res->budget - res->budget / 64, wm,
+                      work_indptr, items, groups, cta_cost, res);
+    return FI_OK;
 }
 
 static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,

@@ -27,12 +27,12 @@ typedef struct fi_tile {
     int64_t cost;
 } fi_tile;
 
-/* One piece while packing: tile, KV range, CTA (bin), split flag, the charge packing adds
- * for its merge work (FI_COST_MERGE / _ARRIVE / _PIECE, planner/pack.c), cost (KV-token
- * units, planner/cost_model.h, without the charge). */
+/* One piece while packing: tile, KV range, CTA (bin), split flag (a piece of a cut tile,
+ * charged FI_COST_PIECE while packing), cost (KV-token units, planner/cost_model.h,
+ * without the charge). */
 typedef struct fi_pack_piece {
     int32_t tile, kv0, kv1, bin;
-    int32_t split, charge;
+    int32_t split, pad;
     int64_t cost;
 } fi_pack_piece;
 
