@@ -6,6 +6,10 @@
  *   h128_q1    batch 128 x kv_len 4096, heads 128, q_len 1
  *   h128_q2    batch 128 x kv_len 4096, heads 128, q_len 2 (causal MTP)
  *   trace128   decode snapshot of 128 requests of the bundled Azure trace, heads 16, q_len 1
+ *   u128_trace uniform batch of the same 128 requests and the same total KV (every kv_len
+ *              the snapshot's mean, rounded): the same bytes without the skew, so the
+ *              snapshot's GB/s against it is what load balancing loses, apart from the
+ *              fixed costs a smaller batch pays (launch, ring fill, tail)
  *   b1_32k_h16 / b1_32k_h128   batch 1 x kv_len 32768 (split-k decides everything)
  *
  * Correctness first: one fi_run on NaN-poisoned outputs; every output element must be
@@ -56,12 +60,14 @@
 
 typedef struct bench_case {
     const char *name;
-    int32_t batch, heads, q_len, kv_len; /* kv_len < 0: trace snapshot */
+    int32_t batch, heads, q_len, kv_len; /* kv_len -1: trace snapshot; -2: uniform at the
+                                            snapshot's mean kv_len (same batch) */
 } bench_case;
 
 static const bench_case CASES[] = {
     {"h16_q1", 128, 16, 1, 4096},      {"h128_q1", 128, 128, 1, 4096},
     {"h128_q2", 128, 128, 2, 4096},    {"trace128", 128, 16, 1, -1},
+    {"u128_trace", 128, 16, 1, -2},
     {"b1_32k_h16", 1, 16, 1, 32768},   {"b1_32k_h128", 1, 128, 1, 32768},
 };
 
@@ -307,6 +313,14 @@ static int case_lengths(const bench_case *bc, int32_t *q, int32_t *kv, char *msg
         mla_msg(msg, cap, "fitrace_decode: %s", fitrace_status_name(st));
         return -1;
     }
+    if (bc->kv_len == -2) { /* same requests, same total KV, uniform lengths */
+        int64_t sum = 0;
+        for (int32_t b = 0; b < bc->batch; b++)
+            sum += kv[b];
+        const int32_t mean = (int32_t)((sum + bc->batch / 2) / bc->batch);
+        for (int32_t b = 0; b < bc->batch; b++)
+            kv[b] = mean > q[b] ? mean : q[b];
+    }
     return 0;
 }
 
@@ -427,7 +441,7 @@ static void profile_ctas(const fi_plan_view *v) {
 #endif
 
 static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flush_bytes,
-                    tt_rng *rng, int *header_done) {
+                    tt_rng *rng, int *header_done, double gbps[2]) {
     char msg[MSG];
     const size_t cap = sizeof msg;
     int32_t *q = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
@@ -512,6 +526,8 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
             }
             print_row(bc, "b2b", t_b2b, bytes, flops, g);
             print_row(bc, "flush", t_fl, bytes, flops, g);
+            gbps[0] = bytes / t_b2b / 1e9;
+            gbps[1] = bytes / t_fl / 1e9;
             if (g->chain > 0) print_row(bc, "chain", t_chain, bytes, flops, g);
         }
     }
@@ -520,6 +536,32 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     free(q);
     free(kv);
     return rc;
+}
+
+/* The issue's bar: the trace snapshot's GB/s within 15% of the uniform batch's.  Printed
+ * against both uniform references, b2b and flush; a case that did not run (--case) has
+ * GB/s 0 and is skipped. */
+static int case_index(const char *name) {
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+        if (!strcmp(CASES[i].name, name))
+            return (int)i;
+    return -1;
+}
+static void report_trace_bar(const double gbps[][2]) {
+    const char *mode[2] = {"b2b", "flush"};
+    const int tr = case_index("trace128"), big = case_index("h16_q1"),
+              same = case_index("u128_trace");
+    for (int m = 0; m < 2; m++) {
+        if (gbps[tr][m] <= 0)
+            continue;
+        if (gbps[big][m] > 0)
+            printf("# trace bar (%s): trace128 at %.1f%% of h16_q1's GB/s (B 128 x 4096)\n",
+                   mode[m], 100.0 * gbps[tr][m] / gbps[big][m]);
+        if (gbps[same][m] > 0)
+            printf("# trace bar (%s): trace128 at %.1f%% of u128_trace's GB/s (same requests "
+                   "and total KV, uniform lengths)\n",
+                   mode[m], 100.0 * gbps[tr][m] / gbps[same][m]);
+    }
 }
 
 static double env_double(const char *name) {
@@ -611,10 +653,15 @@ int main(int argc, char **argv) {
     int header = 0, failed = 0;
     const bench_case *list = n_extra ? extra : CASES;
     const size_t n_list = n_extra ? (size_t)n_extra : sizeof CASES / sizeof CASES[0];
+    double gbps[sizeof CASES / sizeof CASES[0] > MAX_EXTRA ? sizeof CASES / sizeof CASES[0]
+                                                            : MAX_EXTRA][2];
+    memset(gbps, 0, sizeof gbps);
     for (size_t i = 0; i < n_list; i++) {
         if (g.only && !strstr(list[i].name, g.only)) continue;
-        if (run_case(&list[i], &g, flush, flush_bytes, &rng, &header)) failed = 1;
+        if (run_case(&list[i], &g, flush, flush_bytes, &rng, &header, gbps[i])) failed = 1;
     }
+    if (!n_extra) /* the trace bar, against both uniform references */
+        report_trace_bar(gbps);
     cudaFree(flush);
     return failed;
 }
