@@ -551,6 +551,8 @@ static void report_trace_bar(const double gbps[][2]) {
     const char *mode[2] = {"b2b", "flush"};
     const int tr = case_index("trace128"), big = case_index("h16_q1"),
               same = case_index("u128_trace");
+    if (tr < 0 || big < 0 || same < 0)
+        return; /* a case renamed: nothing to compare */
     for (int m = 0; m < 2; m++) {
         if (gbps[tr][m] <= 0)
             continue;

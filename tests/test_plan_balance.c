@@ -26,6 +26,12 @@
 
 static uint64_t g_seed;
 
+/* An item's cost in the planner's cost model (planner/cost_model.h). */
+static int64_t item_cost(const fi_work_item *it) {
+    return fi_cost_item(it->kv_end - it->kv_begin,
+                        (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin));
+}
+
 /* Largest per-CTA cost and the total, recomputed from the items (independent of the
  * planner's sums), in the cost model fi_plan_balance reports. */
 static void view_costs(const fi_plan_view *v, int64_t *max_out, int64_t *total_out) {
@@ -33,9 +39,7 @@ static void view_costs(const fi_plan_view *v, int64_t *max_out, int64_t *total_o
     for (int32_t c = 0; c < v->num_ctas; c++) {
         int64_t cost = 0;
         for (int32_t k = v->work_indptr[c]; k < v->work_indptr[c + 1]; k++) {
-            const fi_work_item *it = &v->items[k];
-            cost += fi_cost_item(it->kv_end - it->kv_begin,
-                                 (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin));
+            cost += item_cost(&v->items[k]);
         }
         total += cost;
         if (cost > max)
@@ -60,8 +64,7 @@ static int64_t view_model_max(const fi_plan_view *v) {
         int64_t t = 0;
         for (int32_t k = v->work_indptr[c]; k < v->work_indptr[c + 1]; k++) {
             const fi_work_item *it = &v->items[k];
-            t += fi_cost_item(it->kv_end - it->kv_begin,
-                              (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin));
+            t += item_cost(it);
             end[k] = t;
             if (it->merge_group >= 0 &&
                 (last[it->merge_group] < 0 || end[last[it->merge_group]] < t))
