@@ -53,7 +53,7 @@ GV_PLUGIN_LIBS := $(shell ls $(GV_PLUGIN_DIR)/libgvplugin_dot_layout.so* >/dev/n
 CMOCKA_LIBS := -lcmocka
 
 # ---- sources ---------------------------------------------------------------------------
-LIB_C   := $(wildcard planner/*.c workspace/*.c executor/*.c executor/cpu/*.c)
+LIB_C   := $(wildcard plan/*.c planner/*.c workspace/*.c executor/*.c executor/core/*.c executor/cpu/*.c)
 LIB_CU  := $(wildcard executor/cuda/*.cu)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
 COMMON_C := $(wildcard tests/common/*.c)

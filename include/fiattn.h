@@ -72,6 +72,7 @@ typedef enum fi_status {
     FI_ERR_INVALID_FORM = 28,          /* batch form not valid for the caps' kind */
     FI_ERR_INVALID_ARGUMENT = 29,      /* any other out-of-range scalar argument */
     FI_ERR_HOST_PLAN = 30,             /* a device operation on a plan created without workspace */
+    FI_ERR_UNSUPPORTED_VARIANT = 31,   /* caps.variant names no row of the kind's tile table */
 } fi_status;
 
 /* Name of a status ("FI_ERR_BATCH_OVER_CAPS"); never NULL ("FI_STATUS_UNKNOWN"). */
@@ -122,6 +123,8 @@ typedef struct fi_caps {
     int32_t head_dim_vo;    /* 512 for MLA */
     fi_dtype q_dtype, kv_dtype, o_dtype;
     int32_t num_ctas;       /* persistent grid size; 0 = ask the current CUDA device */
+    int32_t variant;        /* executor variant of the kind (tile shape and kernel; 0 = the
+                               kind's default); rows: docs/DESIGN.md, the tile table */
 } fi_caps;
 
 /* Bytes of device workspace a plan with these caps needs (256-byte aligned regions: work
@@ -233,7 +236,7 @@ typedef struct fi_plan_view {
 fi_status fi_plan_get_view(const fi_plan *plan, fi_plan_view *view);
 
 /* Balance of the current plan: max CTA cost / mean CTA cost (cost model of
- * planner/cost_model.h); 1.0 is perfect.  0 before the first update. */
+ * plan/cost_model.h); 1.0 is perfect.  0 before the first update. */
 double fi_plan_balance(const fi_plan *plan);
 
 #ifdef __cplusplus

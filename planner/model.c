@@ -3,7 +3,7 @@
  */
 #include "planner/model.h"
 
-#include "planner/cost_model.h"
+#include "plan/cost_model.h"
 
 int64_t fi_model_max(const int32_t *work_indptr, int32_t n, const fi_work_item *items,
                      int32_t num_groups, int64_t *finish, int32_t *last) {

@@ -2,11 +2,11 @@
  * planner/model.h - the executor's time model of a written plan, used to choose between
  * partitions (planner/partition.h) and by the tests that check that choice.
  *
- * A CTA runs its items in order; item i costs fi_cost_item (planner/cost_model.h) and ends
+ * A CTA runs its items in order; item i costs fi_cost_item (plan/cost_model.h) and ends
  * at the CTA's running sum.  Of each merge group, the piece that ends last (ties: the
  * lower item index) is where the group is merged (FI_COST_MERGE is added to its CTA); the
  * other pieces publish their partials (FI_COST_ARRIVE each).  The merge's own delay of the
- * CTA's later items is not modelled.  Calibration: planner/cost_model.h.
+ * CTA's later items is not modelled.  Calibration: plan/cost_model.h.
  */
 #ifndef FIATTN_PLANNER_MODEL_H
 #define FIATTN_PLANNER_MODEL_H

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "planner/cost_model.h"
+#include "plan/cost_model.h"
 #include "planner/model.h"
 
 #define PK_TILE_MASK (~(int64_t)(FI_KV_TILE_TOKENS - 1))

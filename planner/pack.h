@@ -19,6 +19,7 @@
 #ifndef FIATTN_PLANNER_PACK_H
 #define FIATTN_PLANNER_PACK_H
 
+#include "plan/cost_model.h"
 #include "planner/partition.h"
 
 /* Packing is tried for batches of thin tiles (<= 16 rows: heads <= 16 at q_len 1, where a
@@ -29,12 +30,7 @@
  * model, calibrated on thin tiles, does not rank tall-tile plans yet; BENCHMARKS.md).  Past that every CTA runs several items
  * anyway, and the search would cost more than the plan-update targets allow (docs/
  * DESIGN.md: 10 us at 128 requests, 60 us at 1024, for H_q 128). */
-#ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */
-#define FI_PACK_MAX_TILES_PER_CTA 0
-#endif
-#ifndef FI_PACK_THIN_TILES_PER_CTA /* tiles of <= 16 rows (pack.c) */
-#define FI_PACK_THIN_TILES_PER_CTA 2
-#endif
+/* (The two limits are plan/cost_model.h FI_PACK_*_TILES_PER_CTA.) */
 
 /* 1 if the batch's tiles are packed at all (the limits above), 0 if the walk's plan stands
  * unexamined.  O(tiles), stops at the first tall tile. */

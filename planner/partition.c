@@ -32,7 +32,7 @@
  */
 #include "planner/partition.h"
 
-#include "planner/cost_model.h"
+#include "plan/cost_model.h"
 #include "planner/model.h"
 #include "planner/pack.h"
 

@@ -28,7 +28,7 @@ typedef struct fi_tile {
 } fi_tile;
 
 /* One piece while packing: tile, KV range, CTA (bin), split flag (a piece of a cut tile,
- * charged FI_COST_PIECE while packing), cost (KV-token units, planner/cost_model.h,
+ * charged FI_COST_PIECE while packing), cost (KV-token units, plan/cost_model.h,
  * without the charge). */
 typedef struct fi_pack_piece {
     int32_t tile, kv0, kv1, bin;

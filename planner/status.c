@@ -35,6 +35,7 @@ const char *fi_status_name(fi_status status) {
     FI_NAME(FI_ERR_INVALID_FORM)
     FI_NAME(FI_ERR_INVALID_ARGUMENT)
     FI_NAME(FI_ERR_HOST_PLAN)
+    FI_NAME(FI_ERR_UNSUPPORTED_VARIANT)
 #undef FI_NAME
     }
     return "FI_STATUS_UNKNOWN";

@@ -1,7 +1,7 @@
 /* planner/tiles.c - tiles of a batch: geometry, order, trimmed KV range, cost (tiles.h). */
 #include "planner/tiles.h"
 
-#include "planner/cost_model.h"
+#include "plan/cost_model.h"
 
 /* Inlined into the tile loop (fi_tiles_build), exported for tests (fi_tile_kv_range). */
 static inline void kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,

@@ -9,7 +9,7 @@
  * KV range of a tile = union of its rows' ranges (fiattn.h fi_batch, causal / window_left)
  * intersected with [0, kv_len); an empty union gives kv_begin == kv_end == 0 (the tile
  * still becomes an item so its rows are written: zeros, lse -inf).
- * Cost: planner/cost_model.h.
+ * Cost: plan/cost_model.h.
  */
 #ifndef FIATTN_PLANNER_TILES_H
 #define FIATTN_PLANNER_TILES_H

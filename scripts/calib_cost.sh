@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/calib_cost.sh - one device call: the full scripts/gpu_check.sh, compute-sanitizer
 # on the cmocka small case, then bench_mla with planner builds whose cost-model constants
-# are overridden (planner/cost_model.h: -DFI_COST_BETA / -DFI_MIN_CHUNK_TOKENS), to
+# are overridden (plan/cost_model.h: -DFI_COST_BETA / -DFI_MIN_CHUNK_TOKENS), to
 # calibrate the per-item overhead against measured times.
 #   source .device/setup.sh && scripts/calib_cost.sh "BETA:MINCHUNK ..."
 set -u

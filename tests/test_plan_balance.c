@@ -1,7 +1,7 @@
 /*
  * tests/test_plan_balance.c - on decode snapshots of the bundled Azure conversation trace
  * (viz/trace.h, embedded excerpt) the contiguous walk's balance (max CTA cost / mean, cost
- * model of planner/cost_model.h) at 132 CTAs (H100 SXM SMs) is <= 1.10, or within one
+ * model of plan/cost_model.h) at 132 CTAs (H100 SXM SMs) is <= 1.10, or within one
  * piece of the mean (see balance_bound), and the plan the planner chooses (the walk or the
  * packing, planner/pack.h) is never worse than the walk in the executor model it chooses
  * by (planner/model.h, recomputed here), for MLA (H_q 16..128) and GQA decode,
@@ -19,14 +19,14 @@
 
 #include "common/rng.h"
 #include "fiattn.h"
-#include "planner/cost_model.h"
+#include "plan/cost_model.h"
 #include "planner/partition.h"
 #include "viz/batch.h"
 #include "viz/trace.h"
 
 static uint64_t g_seed;
 
-/* An item's cost in the planner's cost model (planner/cost_model.h). */
+/* An item's cost in the planner's cost model (plan/cost_model.h). */
 static int64_t item_cost(const fi_work_item *it) {
     return fi_cost_item(it->kv_end - it->kv_begin,
                         (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin));

@@ -22,7 +22,7 @@
 
 #include "common/batchgen.h"
 #include "fiattn.h"
-#include "planner/cost_model.h"
+#include "plan/cost_model.h"
 #include "planner/partition.h"
 #include "workspace/layout.h"
 

@@ -1,5 +1,5 @@
 /*
- * planner/cost_model.h - the planner's cost model, in one place.
+ * plan/cost_model.h - the planner's cost model, in one place.
  *
  * Cost of one work item (a tile, or a piece of a split tile), in units of "KV tokens":
  *     cost = kv_tokens + FI_COST_ALPHA * rows + FI_COST_BETA
@@ -13,8 +13,10 @@
  * times (time per item vs kv_tokens and rows on the GPU executor: slope = 1 token, alpha
  * and beta from the intercepts), then only this file changes.
  */
-#ifndef FIATTN_PLANNER_COST_MODEL_H
-#define FIATTN_PLANNER_COST_MODEL_H
+#ifndef FIATTN_PLAN_COST_MODEL_H
+#define FIATTN_PLAN_COST_MODEL_H
+
+#include <stdint.h>
 
 /* KV tile of the executor, tokens: split points are rounded to multiples of this (absolute
  * request-local token index), so a piece starts on a KV tile boundary of the kernel.
@@ -76,4 +78,12 @@ static inline int64_t fi_cost_item(int64_t kv_tokens, int64_t rows) {
     return kv_tokens + (int64_t)FI_COST_ALPHA * rows + FI_COST_BETA;
 }
 
-#endif /* FIATTN_PLANNER_COST_MODEL_H */
+/* Packing limits (planner/pack.h): tiles a CTA may hold when the planner packs. */
+#ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */
+#define FI_PACK_MAX_TILES_PER_CTA 0
+#endif
+#ifndef FI_PACK_THIN_TILES_PER_CTA /* tiles of <= 16 rows (pack.c) */
+#define FI_PACK_THIN_TILES_PER_CTA 2
+#endif
+
+#endif /* FIATTN_PLAN_COST_MODEL_H */

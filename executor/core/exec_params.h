@@ -1,0 +1,51 @@
+/*
+ * executor/core/exec_params.h - the common execution block every GPU kernel family
+ * carries as the first member of its parameter struct (passed by value as a
+ * __grid_constant__ kernel parameter).  Plain C: filled by executor/core/run.c, read by
+ * the shared device machinery (executor/cuda/persistent, executor/cuda/merge).
+ *
+ * Nothing here changes from one batch to the next: counts, items, requests and merge
+ * groups are read from the plan region of the workspace, so a captured CUDA graph follows
+ * fi_plan_update.  Strides are in elements of the tensor's dtype; last dimension contiguous.
+ */
+#ifndef FIATTN_EXECUTOR_EXEC_PARAMS_H
+#define FIATTN_EXECUTOR_EXEC_PARAMS_H
+
+#include <stdint.h>
+
+#include "fiattn_work.h"
+
+typedef struct fi_exec_common {
+    /* Plan region of the workspace (device addresses at fixed layout offsets). */
+    const fi_plan_header *header;
+    const fi_cta_start *cta_starts;    /* [num_ctas]: a CTA's item range, first item, request */
+    const fi_request_info *requests;   /* [max_batch] */
+    const fi_merge_group *groups;      /* [max_groups] */
+    const fi_work_item *items;         /* [max_items] */
+    /* Device-only region. */
+    float *partial_o;                  /* [max_slots, tile_rows, head_dim_vo] fp32 */
+    float *partial_lse;                /* [max_slots, tile_rows] fp32 */
+    uint32_t *semaphores;              /* [max_groups], zero at rest */
+    /* Paged KV cache addressing. */
+    const int32_t *page_table;         /* block_tables or kv_indices; row start = request.page_row_offset */
+    int32_t page_size;                 /* power of two */
+    int32_t page_shift;                /* log2(page_size) */
+    /* Outputs. */
+    void *out;                         /* [q_tokens, H_q, head_dim_vo], dtype o_dtype */
+    int64_t out_stride_tok, out_stride_head;
+    float *lse;                        /* optional [q_tokens, H_q] fp32 natural log; NULL: not written */
+    int64_t lse_stride_tok, lse_stride_head;
+    /* Scalars. */
+    float bmm1_scale, bmm2_scale;      /* used when the pointer is NULL */
+    const float *bmm1_scale_ptr;       /* optional device fp32 scalar, read at run time */
+    const float *bmm2_scale_ptr;
+    const float *sinks;                /* optional [H_q] fp32 (natural-log logits) */
+    float o_scale;                     /* fp8 outputs only: stored = fp8(out * o_scale); else 1 */
+    /* Fixed shapes. */
+    int32_t num_ctas;                  /* grid size */
+    int32_t num_heads;                 /* H_q */
+    int32_t tile_rows;                 /* partial slot height */
+    int32_t head_dim_vo;               /* output width (partial slot row) */
+} fi_exec_common;
+
+#endif /* FIATTN_EXECUTOR_EXEC_PARAMS_H */

@@ -1,0 +1,46 @@
+/*
+ * plan/variant.h - the tile table: one row per (kind, variant), read by the workspace
+ * layout, the planner and the executors.  Tile shape and cost-model constants are data
+ * here, never a `?:` on the kind in code.
+ *
+ * The rows themselves live in executor/core/registry.c (the registration table): a row
+ * also names the GPU family that runs it (executor/core/family.h), which the planner never
+ * looks at.  Adding a kernel family = one folder under executor/ + one row there.
+ */
+#ifndef FIATTN_PLAN_VARIANT_H
+#define FIATTN_PLAN_VARIANT_H
+
+#include <stdint.h>
+
+#include "fiattn.h"
+
+struct fi_family; /* executor/core/family.h: how the GPU runs a variant (opaque here) */
+
+typedef struct fi_variant {
+    fi_kind kind;
+    int32_t variant;            /* fi_caps.variant (0: the kind's default) */
+    const char *name;           /* e.g. "mla_decode" */
+    int32_t tile_rows;          /* rows (query row x head) per tile = partial slot height */
+    int32_t kv_block;           /* the executor's KV block, tokens */
+    /* Planner cost model (KV-token units; docs/DESIGN.md section 4, plan/cost_model.h). */
+    int32_t kv_tile_tokens;     /* split grain: pieces start on multiples (power of two) */
+    int32_t min_chunk_tokens;   /* no piece shorter than this */
+    int32_t cost_alpha;         /* per tile row */
+    int32_t cost_beta;          /* per item */
+    int32_t cost_merge;         /* the piece that completes its group (packing model) */
+    int32_t cost_arrive;        /* any other piece of a group */
+    int32_t pack_thin_tiles_per_cta; /* packing: tiles of <= 16 rows a CTA (0: never pack) */
+    int32_t pack_max_tiles_per_cta;  /* packing: other tiles a CTA (0: never) */
+    const struct fi_family *family;  /* GPU executor of the row; NULL: CPU reference only */
+} fi_variant;
+
+/* The row of (kind, variant), or NULL when there is none (callers: FI_ERR_UNSUPPORTED_VARIANT).
+ * Pure; the table is static and lives as long as the program. */
+const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
+
+/* The row for caps->kind / caps->variant (caps non-NULL), or NULL. */
+static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
+    return fi_variant_find(caps->kind, caps->variant);
+}
+
+#endif /* FIATTN_PLAN_VARIANT_H */
