@@ -9,6 +9,9 @@
 #include "plan/cost_model.h"
 #include "plan/variant.h"
 
+/* The GPU families (each defined in its folder's *_host.c). */
+extern const fi_family fi_family_mla;
+
 /* Cost-model constants shared by the rows calibrated together (plan/cost_model.h). */
 #define FI_DECODE_COSTS                                                                    \
     .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
@@ -18,7 +21,12 @@
 static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 0, .name = "mla_decode", .tile_rows = 64,
      .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
-     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = NULL},
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
+    /* The same MLA tile body on 32-row tiles (heads 16 x q_len 2 in one tile, heads 128 in
+     * four per query row): proves tile shape is data; not chosen by default. */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 1, .name = "mla_decode_rows32", .tile_rows = 32,
+     .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = NULL},

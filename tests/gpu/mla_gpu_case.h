@@ -143,6 +143,7 @@ typedef struct mla_opts {
     int32_t max_batch;       /* caps.max_batch (0: the batch size) */
     int32_t max_q_tokens;    /* caps.max_q_tokens (0: the batch's tokens) */
     int32_t extra_pages;     /* caps.num_pages = pages used + this */
+    int32_t variant;         /* caps.variant: the executor row (0: default 64-row tiles) */
 } mla_opts;
 
 typedef struct mla_case {
@@ -183,6 +184,7 @@ static inline fi_caps mla_caps(const mla_opts *o, int32_t B, int32_t tokens, int
     c.head_dim_vo = MLA_D_CKV;
     c.q_dtype = c.kv_dtype = c.o_dtype = o->dtype;
     c.num_ctas = o->num_ctas;
+    c.variant = o->variant;
     return c;
 }
 

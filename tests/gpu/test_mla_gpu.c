@@ -603,6 +603,46 @@ static void sanitize_small_case(void **state) {
     mla_case_free(&c);
 }
 
+/* ---- a second registered variant: the same tile body on 32-row tiles ------------------ */
+
+/* caps.variant 1 (executor/core/registry.c "mla_decode_rows32"): the planner cuts 32-row
+ * tiles (heads 64 / 128: two / four tiles a query row; heads 16 x q_len 2-4: one or two
+ * tiles a request) and the executor runs them with 32-row partial slots; with few CTAs the
+ * tiles split, so the merge runs at that slot height too. */
+static void mla_rows32_variant_matches_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = test_rng(41);
+    const int32_t heads[] = {16, 64, 128};
+    for (int ih = 0; ih < 3; ih++)
+        for (int32_t ql = 1; ql <= 4; ql += 3)
+            for (int few = 0; few <= 1; few++) {
+                mla_opts o = default_opts(heads[ih], few ? 32 : 16,
+                                          few ? FI_FORM_BLOCK_TABLES : FI_FORM_INDPTR);
+                o.variant = 1;
+                o.causal = ql > 1;
+                o.sinks = few;
+                o.num_ctas = few ? 5 : 0;
+                int32_t B = tt_rng_int(&rng, 2, 4), q[4], kv[4];
+                for (int32_t b = 0; b < B; b++) {
+                    q[b] = ql;
+                    kv[b] = few ? tt_rng_int(&rng, 700, 1500) : pick_kv_len(&rng, b, ql, 16, 600, !o.causal);
+                }
+                mla_case c;
+                char msg[MSG];
+                if (mla_case_init(&c, &o, q, kv, B, &rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+                fi_plan_view v;
+                assert_int_equal(fi_plan_get_view(c.plan, &v), FI_OK);
+                assert_int_equal(v.header->tile_rows, 32);
+                if (few && v.header->num_groups <= 0) {
+                    mla_case_free(&c);
+                    fail_msg("rows32 heads %d: no split with 5 CTAs", heads[ih]);
+                }
+                check_case(&c);
+                mla_case_free(&c);
+            }
+}
+
 int main(void) {
     g_seed = tt_test_seed();
     printf("test_mla_gpu: seed %llu (replay with FI_TEST_SEED=%llu)\n",
@@ -619,6 +659,7 @@ int main(void) {
         cmocka_unit_test(mla_same_inputs_give_bitwise_identical_outputs),
         cmocka_unit_test(mla_graph_decode_loop_follows_trace_every_step),
         cmocka_unit_test(mla_pdl_chained_graph_matches_unchained),
+        cmocka_unit_test(mla_rows32_variant_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,144 @@
+/*
+ * executor/core/run.c - fi_run: find the plan's GPU family in the registration table,
+ * check and fill the common execution block (plan region, partials, semaphores, page
+ * table, out / lse, scales, sinks), let the family check its own tensors and fill its
+ * parameter struct, launch.
+ *
+ * Nothing is launched unless every check passes; the checks read only the host view of
+ * the plan and the fi_tensor descriptors (never device memory), so fi_run is capturable.
+ * The row count checked is the current plan's total_q_tokens: a graph captured with larger
+ * tensors stays valid for later, smaller plans.
+ */
+#include <cuda_runtime.h>
+#include <stdalign.h>
+#include <stdint.h>
+
+#include "executor/core/checks.h"
+#include "executor/core/family.h"
+#include "fiattn_run.h"
+#include "plan/variant.h"
+#include "planner/plan_internal.h"
+
+/* Device address of a workspace region (pointer arithmetic only, never dereferenced). */
+static void *ws_at(void *workspace, size_t offset) {
+    return (unsigned char *)workspace + offset;
+}
+
+static int log2_exact(int32_t v) {
+    int s = 0;
+    while ((1 << s) < v)
+        ++s;
+    return (1 << s) == v ? s : -1;
+}
+
+/* Page table: int32, 4-byte aligned, contiguous last dimension. */
+static fi_status check_page_table(const fi_tensor *pt) {
+    if (!pt->data)
+        return FI_ERR_NULL_ARGUMENT;
+    if (pt->dtype != FI_DTYPE_I32)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if (pt->ndim < 1 || pt->ndim > 3)
+        return FI_ERR_SHAPE_MISMATCH;
+    if (((uintptr_t)pt->data & 3u) != 0)
+        return FI_ERR_MISALIGNED_POINTER;
+    if (pt->stride[pt->ndim - 1] != 1)
+        return FI_ERR_BAD_STRIDE;
+    return FI_OK;
+}
+
+/* lse: optional [>= rows, H] fp32, 4-byte aligned, last stride 1. */
+static fi_status check_lse(const fi_tensor *l, int64_t rows, int64_t heads) {
+    if (!l->data)
+        return FI_OK;
+    if (l->dtype != FI_DTYPE_F32)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if (l->ndim != 2 || l->shape[0] < rows || l->shape[1] != heads)
+        return FI_ERR_SHAPE_MISMATCH;
+    if (((uintptr_t)l->data & 3u) != 0)
+        return FI_ERR_MISALIGNED_POINTER;
+    if (l->stride[1] != 1 || l->stride[0] < 0)
+        return FI_ERR_BAD_STRIDE;
+    return FI_OK;
+}
+
+/* Check what every family shares and fill the common block. */
+static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec_common *c) {
+    const fi_caps *caps = &plan->caps;
+    const fi_layout *L = &plan->layout;
+    const fi_plan_header *hdr = fi_stage_header(plan->staging[plan->cur], L);
+    const int64_t rows = hdr->total_q_tokens, H = caps->num_qo_heads;
+    fi_status st;
+    const int shift = log2_exact(caps->page_size);
+    if (shift < 0)
+        return FI_ERR_UNSUPPORTED_PAGE_SIZE;
+    if ((st = fi_gpu_check_rows(&a->out, caps->o_dtype, rows, H, caps->head_dim_vo)) != FI_OK)
+        return st;
+    if ((st = check_page_table(&a->page_table)) != FI_OK)
+        return st;
+    if ((st = check_lse(&a->lse, rows, H)) != FI_OK)
+        return st;
+    if (((uintptr_t)a->sinks & 3u) != 0 || ((uintptr_t)a->bmm1_scale_ptr & 3u) != 0 ||
+        ((uintptr_t)a->bmm2_scale_ptr & 3u) != 0)
+        return FI_ERR_MISALIGNED_POINTER;
+
+    void *ws = plan->workspace;
+    fi_exec_common x = {0};
+    x.header = ws_at(ws, L->off_header);
+    x.cta_starts = ws_at(ws, L->off_cta_starts);
+    x.requests = ws_at(ws, L->off_requests);
+    x.groups = ws_at(ws, L->off_groups);
+    x.items = ws_at(ws, L->off_items);
+    x.partial_o = ws_at(ws, L->off_partial_o);
+    x.partial_lse = ws_at(ws, L->off_partial_lse);
+    x.semaphores = ws_at(ws, L->off_semaphores);
+    x.page_table = (const int32_t *)a->page_table.data;
+    x.page_size = caps->page_size;
+    x.page_shift = shift;
+    x.out = a->out.data;
+    x.out_stride_tok = a->out.stride[0];
+    x.out_stride_head = a->out.stride[1];
+    x.lse = (float *)a->lse.data;
+    x.lse_stride_tok = a->lse.data ? a->lse.stride[0] : 0;
+    x.lse_stride_head = a->lse.data ? a->lse.stride[1] : 0;
+    x.bmm1_scale = a->bmm1_scale;
+    x.bmm2_scale = a->bmm2_scale;
+    x.bmm1_scale_ptr = a->bmm1_scale_ptr;
+    x.bmm2_scale_ptr = a->bmm2_scale_ptr;
+    x.sinks = a->sinks;
+    x.o_scale = 1.0f;
+    x.num_ctas = L->num_ctas;
+    x.num_heads = (int32_t)H;
+    x.tile_rows = L->tile_rows;
+    x.head_dim_vo = caps->head_dim_vo;
+    *c = x;
+    return FI_OK;
+}
+
+fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
+    if (!plan || !args)
+        return FI_ERR_NULL_ARGUMENT;
+    if (!plan->workspace)
+        return FI_ERR_HOST_PLAN;
+    if (!plan->planned)
+        return FI_ERR_NOT_PLANNED;
+    const fi_variant *v = fi_variant_of(&plan->caps);
+    if (!v || !v->family)
+        return FI_ERR_UNSUPPORTED_KIND; /* no GPU family for this kind / variant yet */
+    fi_exec_common common;
+    fi_status st = common_fill(plan, args, &common);
+    if (st != FI_OK)
+        return st;
+    alignas(16) unsigned char params[FI_FAMILY_MAX_PARAMS];
+    if (v->family->params_bytes > sizeof params)
+        return FI_ERR_UNSUPPORTED_VARIANT; /* a registration bug, refused rather than overrun */
+    if ((st = v->family->prepare(plan, args, &common, params)) != FI_OK)
+        return st;
+    const int e = v->family->launch(params, plan->caps.q_dtype, args->enable_pdl != 0, stream);
+    /* The in-kernel merge waits on other CTAs: a grid larger than what can be resident at
+     * once (caps.num_ctas > SMs x CTAs per SM) is refused before launch. */
+    if (e == (int)cudaErrorCooperativeLaunchTooLarge)
+        return FI_ERR_INVALID_ARGUMENT;
+    if (e == (int)cudaErrorInvalidValue)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    return e == 0 ? FI_OK : FI_ERR_CUDA;
+}

@@ -1,0 +1,66 @@
+/*
+ * executor/cuda/common/dtype.cuh - element types the kernels compute and store:
+ *   Dt<T>        16-bit inputs (bf16, fp16): pack two floats, mma.sync m16n8k16 with fp32
+ *                accumulate (PTX ISA, "mma" for sm_80+).
+ *   OutStore<O>  the output element (bf16, fp16, fp8 e4m3 with a scale): store 2 or 4
+ *                consecutive fp32 values rounded to nearest (even).
+ */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+namespace fi {
+
+template <typename T> struct Dt;
+template <> struct Dt<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct Dt<__half> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __half2 v = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+/* Output stores.  `o_scale` multiplies before the fp8 conversion (fi_exec_common.o_scale)
+ * and is ignored by the 16-bit types, whose scale is folded into bmm2_scale. */
+template <typename O> struct OutStore {
+    static __device__ __forceinline__ void store4(O *dst, float4 v, float o_scale) {
+        (void)o_scale;
+        uint2 packed;
+        packed.x = Dt<O>::pack(v.x, v.y);
+        packed.y = Dt<O>::pack(v.z, v.w);
+        *reinterpret_cast<uint2 *>(dst) = packed;
+    }
+};
+template <> struct OutStore<__nv_fp8_e4m3> {
+    static __device__ __forceinline__ void store4(__nv_fp8_e4m3 *dst, float4 v, float o_scale) {
+        const float4 s = make_float4(v.x * o_scale, v.y * o_scale, v.z * o_scale, v.w * o_scale);
+        const __nv_fp8x4_e4m3 q(s); /* satfinite, round to nearest even */
+        *reinterpret_cast<__nv_fp8x4_e4m3 *>(dst) = q;
+    }
+};
+
+}  // namespace fi

@@ -1,0 +1,36 @@
+/*
+ * executor/cuda/common/profile.cuh - the profiling build (-DFI_PROFILE; `make profile`,
+ * which CI compiles too): per-CTA %globaltimer stamps, read back by bench_mla --stamps
+ * through fi_profile_read_stamps (executor/cuda/common/profile.h).  In every other build
+ * the stamps compile to nothing.
+ *   g_stamp[cta]  [0] kernel start, [1] plan record read, [2] a split's arrival, [3] CTA end
+ *   g_stamp2[cta] first item: [0] Q landed, [1] first KV block landed; last item:
+ *                 [2] KV loop done, [3] output (or partial) written
+ */
+#pragma once
+
+#ifdef FI_PROFILE
+namespace fi {
+__device__ unsigned long long g_stamp[1024][4];
+__device__ unsigned long long g_stamp2[1024][4];
+__device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+}  // namespace fi
+#define FI_STAMP(i) \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp[blockIdx.x][i] = fi::gtimer()
+#define FI_STAMP2(i) \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp2[blockIdx.x][i] = fi::gtimer()
+/* Host side of a profiling build, in one .cu of a family (it sees that module's stamps). */
+#define FI_PROFILE_READERS                                                                 \
+    extern "C" void fi_profile_read_stamps(unsigned long long *host, int which, int n) {  \
+        cudaMemcpyFromSymbol(host, which ? fi::g_stamp2 : fi::g_stamp,                    \
+                             sizeof(unsigned long long) * 4 * (size_t)n);                  \
+    }
+#else
+#define FI_STAMP(i)
+#define FI_STAMP2(i)
+#define FI_PROFILE_READERS
+#endif

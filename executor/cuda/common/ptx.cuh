@@ -1,0 +1,111 @@
+/*
+ * executor/cuda/common/ptx.cuh - PTX wrappers every kernel family shares (sm_90): shared
+ * addresses, ldmatrix, cp.async, mbarrier, bulk (TMA-engine) copies, proxy fences, the
+ * self-resetting group counter, acquire loads and griddepcontrol (PDL).  No family
+ * constants here.  Source: the PTX ISA 8.x (sm_90), chapters on the named instructions.
+ */
+#pragma once
+
+#include <stdint.h>
+
+namespace fi {
+
+/* threadIdx.x as a new value the compiler cannot merge with earlier reads (asm volatile):
+ * lets an epilogue re-derive thread coordinates without stretching their live ranges. */
+__device__ __forceinline__ int fresh_tid() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* ldmatrix: four 8x8 b16 matrices, plain and transposed. */
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t *r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t *r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* 16-byte async copy; src_bytes 0 zero-fills the destination (src must still be valid). */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* mbarrier (shared::cta addresses). */
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* Make mbarrier inits visible to the async proxy (bulk copies) before first use. */
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+/* Bulk copy global -> shared (TMA engine, no tensor map), completing on mbarrier `bar`. */
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
+                                         uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+/* Order generic-proxy shared-memory writes before later async-proxy (bulk copy) accesses. */
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Self-resetting group counter: returns the old value (old >= bound stores 0, else
+ * old + 1).  acq_rel at gpu scope: the release is cumulative over what the CTA barrier
+ * ordered before it (the pattern of CUTLASS's split-k semaphore). */
+__device__ __forceinline__ uint32_t sem_inc(uint32_t *sem, uint32_t bound) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;\n"
+                 : "=r"(old)
+                 : "l"(sem), "r"(bound)
+                 : "memory");
+    return old;
+}
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Programmatic dependent launch: wait for the previous grid's memory (before the first
+ * global read of anything it may write), and let the next grid start its prologue. */
+__device__ __forceinline__ void griddep_wait() {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+}  // namespace fi

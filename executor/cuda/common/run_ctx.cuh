@@ -1,0 +1,43 @@
+/*
+ * executor/cuda/common/run_ctx.cuh - per-launch constants every item of a CTA uses,
+ * read once after griddepcontrol.wait from the common block and the plan header, and the
+ * softmax helpers shared by tile bodies and the split merge.
+ */
+#pragma once
+
+#include <math_constants.h>
+
+#include "executor/core/exec_params.h"
+
+namespace fi {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct RunCtx {
+    float scale_log2;  /* bmm1_scale * log2(e): logits in the exp2 domain */
+    float scale2;      /* bmm2_scale */
+    int causal;        /* plan header: the mask rule's inputs (plan/mask.h) */
+    int window_left;
+};
+
+/* Global reads: call after griddepcontrol.wait (scales and header may come from the
+ * previous kernel). */
+__device__ __forceinline__ RunCtx run_ctx(const fi_exec_common &c) {
+    RunCtx ctx;
+    ctx.scale_log2 = (c.bmm1_scale_ptr ? *c.bmm1_scale_ptr : c.bmm1_scale) * kLog2e;
+    ctx.scale2 = c.bmm2_scale_ptr ? *c.bmm2_scale_ptr : c.bmm2_scale;
+    ctx.causal = c.header->causal;
+    ctx.window_left = c.header->window_left;
+    return ctx;
+}
+
+/* log(exp(a) + exp(b)) without overflow; -inf + -inf = -inf (never NaN). */
+__device__ __forceinline__ float logaddexp(float a, float b) {
+    const float m = fmaxf(a, b);
+    if (m == -CUDART_INF_F)
+        return -CUDART_INF_F;
+    return m + logf(expf(a - m) + expf(b - m));
+}
+
+}  // namespace fi

@@ -1,0 +1,356 @@
+/*
+ * executor/cuda/merge/split_merge.cuh - the in-kernel split-KV merge every family shares,
+ * templated on the output width W (64..1024, a multiple of 4), the tile height Rows (16 to
+ * 128: the partial slot's rows), the output element O (bf16, fp16, fp8 e4m3 with
+ * fi_exec_common.o_scale) and the CTA size.  It reads only the common block
+ * (executor/core/exec_params.h) and the plan region.
+ *
+ * Small groups (merge_is_solo) are merged whole by their last arriving CTA right after
+ * its item (merge_group); larger ones by all their CTAs after their last items
+ * (merge_phase / merge_slice).  Always in split order, so the bits never depend on which
+ * CTA arrives last.  Method: flash-decoding's LSE merge (Dao et al. 2023):
+ *   L = log(sum_s exp(lse_s)),  O = sum_s exp(lse_s - L) O_s,  sink and bmm2_scale after.
+ */
+#pragma once
+
+#include "executor/cuda/common/dtype.cuh"
+#include "executor/cuda/common/profile.cuh"
+#include "executor/cuda/common/ptx.cuh"
+#include "executor/cuda/common/run_ctx.cuh"
+
+namespace fi {
+
+/* Groups with num_splits x rows <= this (<= 512 KB of fp32 partials at W 512: 2-4 splits
+ * of 64 rows, up to 16 of 16) are merged whole by their last arriving CTA; larger ones
+ * cooperatively.  Why (H200, BENCHMARKS.md): all-cooperative merging made B1 x 32k 3x
+ * faster but the trace snapshot, whose groups are small, slower: every CTA with a split
+ * then paid a merge phase at its end. */
+constexpr int kSoloMergeRows = 256;
+__device__ __forceinline__ bool merge_is_solo(const fi_merge_group &grp) {
+    return grp.num_splits * (grp.q_end - grp.q_begin) * (grp.head_end - grp.head_begin) <=
+           kSoloMergeRows;
+}
+
+template <int W, int Rows, typename O, int Threads> struct SplitMerge {
+    static_assert(W % 4 == 0 && W / 4 <= Threads && Threads % (W / 4) == 0, "merge width");
+    static_assert(Rows >= 16 && Rows <= 128, "merge rows");
+    static constexpr int kF4 = W / 4;              /* float4 columns of an output row */
+    static constexpr int kRowsPerStep = Threads / kF4; /* rows a CTA covers at once */
+    static constexpr int kChunk = 256;             /* splits whose weights sW holds at once */
+    static constexpr int kQ = 4;                   /* merge_slice: units a thread */
+    /* merge_group: sW [kChunk][Rows] floats; sRow [2][Rows]. */
+    static constexpr size_t kGroupSmemBytes = (size_t)kChunk * Rows * 4;
+    static constexpr size_t kSliceFixedBytes = (size_t)kQ * Threads * 16 + 2 * Rows * 4;
+
+    /* Row statistics over the splits, rows rr < R: sRow[rr] = max_s lse(s, rr) and
+     * sRow[Rows + rr] = sum_s exp(lse(s, rr) - max); a warp a row, lanes stride the
+     * splits.  Every caller runs the same loop and shuffle tree, so a row's statistics
+     * have the same bits in merge_group and in every slice of merge_slice. */
+    template <typename LseAt>
+    static __device__ __forceinline__ void row_stats(LseAt lse_at, int ns, int R, float *sRow) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        for (int rr = warp; rr < R; rr += Threads / 32) {
+            float mx = -CUDART_INF_F;
+            for (int s = lane; s < ns; s += 32)
+                mx = fmaxf(mx, lse_at(s, rr));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float sum = 0.f;
+            if (mx != -CUDART_INF_F)
+                for (int s = lane; s < ns; s += 32)
+                    sum += expf(lse_at(s, rr) - mx);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                sRow[rr] = mx;
+                sRow[Rows + rr] = sum;
+            }
+        }
+    }
+
+    /* Write one merged float4 (dims 4*c4 .. +3) of group row r: t = sum_s w_s O_s (keys
+     * only); sRow[rr] / sRow[Rows + rr] are the row's max and sum (row_stats); the sink
+     * enters through exp(lse_keys - lse).  The row's LSE is written with column 0. */
+    static __device__ __forceinline__ void write_merged(const fi_exec_common &c, const RunCtx &ctx,
+                                                        const fi_merge_group &grp,
+                                                        const fi_request_info &rq, int nh, int r,
+                                                        int c4, float4 t, const float *sRow,
+                                                        int rr) {
+        const float mx = sRow[rr];
+        const float lse_keys = mx == -CUDART_INF_F ? -CUDART_INF_F : mx + logf(sRow[Rows + rr]);
+        const int h = grp.head_begin + r % nh;
+        const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
+        const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
+        const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
+        O *dst = (O *)c.out + tok * c.out_stride_tok + h * c.out_stride_head + c4 * 4;
+        OutStore<O>::store4(dst, make_float4(t.x * f, t.y * f, t.z * f, t.w * f), c.o_scale);
+        if (c.lse && c4 == 0)
+            c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
+    }
+
+    /* Merge small group g's partial slots (in split order) into out / lse: the whole CTA,
+     * by the group's last arriving CTA right after its item.  sW: kGroupSmemBytes of free
+     * shared memory; sRow: 2 * Rows floats.  Each pass issues all its loads at once: the
+     * partial LSEs into shared memory, a warp a row for max and sum, the weights
+     * w_s = exp(lse_s - max) / sum, then each thread sums float4 columns of 8 rows, splits
+     * outer, so 16 loads are in flight.  Not inlined: the tile bodies spill least then. */
+    static __device__ __noinline__ void merge_group(const fi_exec_common &c, const RunCtx &ctx,
+                                                    int g, float *sW, float *sRow) {
+        const fi_merge_group grp = c.groups[g];
+        const fi_request_info rq = c.requests[grp.request];
+        const int nh = grp.head_end - grp.head_begin;
+        const int M = (grp.q_end - grp.q_begin) * nh;
+        const int tid = threadIdx.x;
+        const int ns = grp.num_splits;
+        const float *plse = c.partial_lse + (int64_t)grp.first_slot * c.tile_rows;
+        /* With at most kChunk splits the LSEs are staged in shared memory by one pass, so
+         * max, sum and weights cost one L2 round trip, not three. */
+        const bool staged = ns <= kChunk;
+        if (staged) {
+            for (int idx = tid; idx < ns * M; idx += Threads) {
+                const int s = idx / M, r = idx - s * M;
+                sW[s * Rows + r] = __ldcg(plse + (int64_t)s * c.tile_rows + r);
+            }
+            __syncthreads();
+        }
+        auto lse_at = [&](int s, int r) -> float {
+            return staged ? sW[s * Rows + r] : __ldcg(plse + (int64_t)s * c.tile_rows + r);
+        };
+        row_stats(lse_at, ns, M, sRow);
+        const int v4 = tid % kF4; /* float4 column: dims 4*v4 .. 4*v4+3 */
+        const int64_t slot_f4 = (int64_t)c.tile_rows * kF4;
+        /* Passes of 8 * kRowsPerStep rows: thread rows r0 + kRowsPerStep * i, i < 8. */
+        for (int pass = 0; pass * 8 * kRowsPerStep < M; ++pass) {
+            const int r0 = pass * 8 * kRowsPerStep + tid / kF4;
+            float4 acc[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int s0 = 0; s0 < ns; s0 += kChunk) {
+                const int nc = min(kChunk, ns - s0);
+                if (pass == 0 || ns > kChunk) {
+                    __syncthreads(); /* sRow ready; previous chunk's sW consumed */
+                    for (int idx = tid; idx < nc * M; idx += Threads) {
+                        const int s = idx / M, r = idx - s * M;
+                        const float mx = sRow[r];
+                        sW[s * Rows + r] = mx == -CUDART_INF_F
+                                               ? 0.f
+                                               : expf(lse_at(s0 + s, r) - mx) / sRow[Rows + r];
+                    }
+                    __syncthreads();
+                }
+                const float4 *src = reinterpret_cast<const float4 *>(
+                                        c.partial_o + ((int64_t)(grp.first_slot + s0) * c.tile_rows + r0) * W) +
+                                    v4;
+                /* Two splits x 8 rows = 16 independent loads in flight, summed in split order. */
+                constexpr int kU = 2;
+                for (int s = 0; s < nc; s += kU) {
+                    float4 o[kU][8];
+#pragma unroll
+                    for (int u = 0; u < kU; ++u)
+#pragma unroll
+                        for (int i = 0; i < 8; ++i)
+                            if (s + u < nc && r0 + kRowsPerStep * i < M)
+                                o[u][i] = __ldcg(src + (s + u) * slot_f4 + i * kRowsPerStep * kF4);
+#pragma unroll
+                    for (int u = 0; u < kU; ++u)
+#pragma unroll
+                        for (int i = 0; i < 8; ++i)
+                            if (s + u < nc && r0 + kRowsPerStep * i < M) {
+                                const float w = sW[(s + u) * Rows + r0 + kRowsPerStep * i];
+                                acc[i].x += w * o[u][i].x;
+                                acc[i].y += w * o[u][i].y;
+                                acc[i].z += w * o[u][i].z;
+                                acc[i].w += w * o[u][i].w;
+                            }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int r = r0 + kRowsPerStep * i;
+                if (r < M)
+                    write_merged(c, ctx, grp, rq, nh, r, v4, acc[i], sRow, r);
+            }
+        }
+    }
+
+    /* Cooperative merge of group g: its outputs, M rows x kF4 float4 columns (units
+     * u = r * kF4 + c4, also the float4 offset inside a slot), are cut into `nparts`
+     * contiguous slices; slice `part` (the split index of the calling CTA's item) is
+     * merged here by the whole CTA, once every split has arrived.  So n CTAs share a
+     * group's merge (B1 x 32k: 128 CTAs read 32 KB each instead of one CTA 4 MB).
+     * Steps: the slice rows' LSEs into shared memory, a warp a row for max and sum, the
+     * weights in place, then each thread sums up to kQ units over its part of the splits
+     * (K parts a unit, K = Threads / units, at most n), parts added in order through
+     * shared memory.  Deterministic: a row's statistics come out the same in any slice; K
+     * depends only on (slice size, n); parts are summed in split order and added in order.
+     * smem: the whole dynamic block (no item in flight), smem_bytes long. */
+    static __device__ __noinline__ void merge_slice(const fi_exec_common &c, const RunCtx &ctx,
+                                                    int g, int part, int nparts,
+                                                    unsigned char *smem, size_t smem_bytes) {
+        const fi_merge_group grp = c.groups[g];
+        const fi_request_info rq = c.requests[grp.request];
+        const int nh = grp.head_end - grp.head_begin;
+        const int M = (grp.q_end - grp.q_begin) * nh;
+        const int ns = grp.num_splits;
+        const int U = M * kF4;
+        const int u0 = (int)((int64_t)part * U / nparts), u1 = (int)((int64_t)(part + 1) * U / nparts);
+        if (u0 >= u1)
+            return; /* uniform over the CTA */
+        const int r_lo = u0 / kF4, R = (u1 - 1) / kF4 - r_lo + 1;
+        float4 *sAcc = reinterpret_cast<float4 *>(smem);
+        float *sRow = reinterpret_cast<float *>(smem + (size_t)kQ * Threads * 16);
+        float *sWt = sRow + 2 * Rows;
+        const bool staged = (size_t)ns * R * 4 + kSliceFixedBytes <= smem_bytes;
+        const float *plse = c.partial_lse + (int64_t)grp.first_slot * c.tile_rows + r_lo;
+        const int tid = threadIdx.x;
+        if (staged) {
+            for (int idx = tid; idx < ns * R; idx += Threads) {
+                const int s = idx / R, rr = idx - s * R;
+                sWt[idx] = __ldcg(plse + (int64_t)s * c.tile_rows + rr);
+            }
+            __syncthreads();
+        }
+        auto lse_at = [&](int s, int rr) -> float {
+            return staged ? sWt[s * R + rr] : __ldcg(plse + (int64_t)s * c.tile_rows + rr);
+        };
+        row_stats(lse_at, ns, R, sRow);
+        __syncthreads();
+        auto weight_of = [&](float lse, int rr) -> float {
+            const float mx = sRow[rr];
+            return mx == -CUDART_INF_F ? 0.f : expf(lse - mx) / sRow[Rows + rr];
+        };
+        if (staged) {
+            for (int idx = tid; idx < ns * R; idx += Threads)
+                sWt[idx] = weight_of(sWt[idx], idx % R); /* in place: own element only */
+            __syncthreads();
+        }
+        auto weight = [&](int s, int rr) -> float {
+            return staged ? sWt[s * R + rr]
+                          : weight_of(__ldcg(plse + (int64_t)s * c.tile_rows + rr), rr);
+        };
+        const int nu = u1 - u0;
+        const int K = max(1, min(ns, Threads / nu)); /* parts a unit (1 when nu >= Threads) */
+        const int per = Threads / K;                 /* units a round, per q */
+        const int k = tid % K, jt = tid / K;
+        const int sa = (int)((int64_t)k * ns / K), sb = (int)((int64_t)(k + 1) * ns / K);
+        const int64_t slot_f4 = (int64_t)c.tile_rows * kF4;
+        const float4 *po = reinterpret_cast<const float4 *>(c.partial_o) + (int64_t)grp.first_slot * slot_f4;
+        for (int base = 0; base < nu; base += kQ * per) {
+            float4 a[kQ];
+            int uq[kQ];
+            bool vq[kQ];
+#pragma unroll
+            for (int q = 0; q < kQ; ++q) {
+                const int j = base + q * per + jt;
+                vq[q] = jt < per && j < nu;
+                uq[q] = u0 + j;
+                a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            for (int s = sa; s < sb; s += 4) {
+                float4 o[4][kQ]; /* 4 splits x kQ units in flight, summed in split order */
+#pragma unroll
+                for (int h = 0; h < 4; ++h)
+#pragma unroll
+                    for (int q = 0; q < kQ; ++q)
+                        if (s + h < sb && vq[q])
+                            o[h][q] = __ldcg(po + (int64_t)(s + h) * slot_f4 + uq[q]);
+#pragma unroll
+                for (int h = 0; h < 4; ++h)
+#pragma unroll
+                    for (int q = 0; q < kQ; ++q)
+                        if (s + h < sb && vq[q]) {
+                            const float w = weight(s + h, uq[q] / kF4 - r_lo);
+                            a[q].x += w * o[h][q].x;
+                            a[q].y += w * o[h][q].y;
+                            a[q].z += w * o[h][q].z;
+                            a[q].w += w * o[h][q].w;
+                        }
+            }
+            if (K > 1) {
+#pragma unroll
+                for (int q = 0; q < kQ; ++q)
+                    sAcc[q * Threads + tid] = a[q];
+                __syncthreads();
+            }
+            if (k == 0) {
+#pragma unroll
+                for (int q = 0; q < kQ; ++q) {
+                    if (!vq[q])
+                        continue;
+                    float4 t = a[q];
+                    for (int kk = 1; kk < K; ++kk) {
+                        const float4 b = sAcc[q * Threads + tid + kk];
+                        t.x += b.x;
+                        t.y += b.y;
+                        t.z += b.z;
+                        t.w += b.w;
+                    }
+                    const int r = uq[q] / kF4;
+                    write_merged(c, ctx, grp, rq, nh, r, uq[q] - r * kF4, t, sRow, r - r_lo);
+                }
+            }
+            if (K > 1)
+                __syncthreads(); /* sAcc is rewritten by the next round */
+        }
+    }
+
+    /* A CTA's merge phase, after ALL its items: for each of its split items of a large
+     * group, in item order, wait until the group's counter shows all n arrivals, merge the
+     * item's slice, depart.  Counter (atom.inc bound 2n-1, zero at rest): n arrivals bring
+     * it to n; the n departures take it to 2n-1 and the last wraps it to 0, so replays need
+     * no reset, and a waiter cannot see the wrap before it departs itself ("value >= n" is
+     * the whole condition).  Deadlock-free only when every CTA of the grid is resident (a
+     * CTA waits only after issuing all its arrivals): the launcher refuses larger grids. */
+    static __device__ void merge_phase(const fi_exec_common &c, const RunCtx &ctx, int i0,
+                                       int i1, unsigned char *smem, size_t smem_bytes) {
+        for (int i = i0; i < i1; ++i) {
+            const int slot = c.items[i].out_slot, g = c.items[i].merge_group;
+            if (slot < 0)
+                continue;
+            const fi_merge_group grp = c.groups[g];
+            if (merge_is_solo(grp))
+                continue;
+            const int n = grp.num_splits;
+            if (threadIdx.x == 0)
+                while (ld_acquire(c.semaphores + g) < (uint32_t)n)
+                    __nanosleep(64);
+            __syncthreads();
+            __threadfence();
+            merge_slice(c, ctx, g, slot - grp.first_slot, n, smem, smem_bytes);
+            __syncthreads();
+            if (threadIdx.x == 0)
+                sem_inc(c.semaphores + g, (uint32_t)(2 * n - 1));
+        }
+    }
+
+    /* Arrival of a split item whose partial (O / l and lse over its keys) is in its slot:
+     * one counter increment by thread 0 after a CTA barrier (the barrier orders every
+     * thread's partial stores before the cumulative release of atom.acq_rel).  Small
+     * groups: bound n-1, and the last arriver merges the group now (into sW / sRow, see
+     * merge_group).  Returns 1 when the item's group is merged cooperatively later
+     * (merge_phase).  Whole CTA; uses sFlag[0..1] (shared ints). */
+    static __device__ __forceinline__ bool arrive(const fi_exec_common &c, const RunCtx &ctx,
+                                                  const fi_work_item &it, int *sFlag, float *sW,
+                                                  float *sRow) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const fi_merge_group grp = c.groups[it.merge_group];
+            const uint32_t n = (uint32_t)grp.num_splits;
+            const bool solo = merge_is_solo(grp);
+            const uint32_t old = sem_inc(c.semaphores + it.merge_group, solo ? n - 1 : 2 * n - 1);
+            sFlag[0] = solo && old == n - 1; /* bound n-1 wraps to 0: no reset either */
+            sFlag[1] = !solo;
+        }
+        __syncthreads();
+        const bool coop = sFlag[1] != 0;
+        FI_STAMP(2);
+        if (sFlag[0])
+            merge_group(c, ctx, it.merge_group, sW, sRow);
+        return coop;
+    }
+};
+
+}  // namespace fi

@@ -1,0 +1,121 @@
+/*
+ * executor/cuda/persistent/kernel.cuh - the persistent CTA loop every family runs, and
+ * its launcher.
+ *
+ * A family F is a traits struct:
+ *   using Params = ...;        its parameter struct; member `c` is the common block
+ *                              (executor/core/exec_params.h)
+ *   using Merge = fi::SplitMerge<W, Rows, O, kThreads>;   its split merge
+ *   static constexpr int kThreads;  static constexpr size_t kSmemBytes;
+ *   static __device__ bool run_item(const Params &, const RunCtx &, const fi_work_item &,
+ *                                   const fi_request_info &, unsigned char *smem, bool first);
+ *     one work item, whole CTA; returns 1 when the item is a split of a group that is
+ *     merged cooperatively after the CTA's last item (merge_phase).
+ *
+ * CTA c walks items cta_starts[c].item_begin .. item_end - 1 of the plan region (the grid
+ * never changes, so a captured graph follows fi_plan_update).  The first item and its
+ * request row come in the start record; the next item and its request row are loaded
+ * while the current one runs (two dependent round trips off each item's critical path).
+ * PDL: nothing global is read before griddepcontrol.wait; launch_dependents comes last
+ * (a dependent grid started earlier could take SMs from CTAs of this one not yet
+ * resident, and the merge phase needs the whole grid resident).
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "executor/cuda/common/profile.cuh"
+#include "executor/cuda/common/ptx.cuh"
+#include "executor/cuda/common/run_ctx.cuh"
+
+namespace fi {
+
+template <class F>
+__global__ void __launch_bounds__(F::kThreads, 1)
+    persistent_kernel(const __grid_constant__ typename F::Params p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    FI_STAMP(0);
+    griddep_wait(); /* everything global (plan, q, KV, scales) may come from the previous kernel */
+    const RunCtx ctx = run_ctx(p.c);
+    const fi_cta_start cs = p.c.cta_starts[blockIdx.x];
+    const int i0 = cs.item_begin, i1 = cs.item_end;
+    FI_STAMP(1);
+    fi_work_item it = cs.first;
+    fi_request_info rq = cs.request;
+    bool any_coop = false;
+    for (int i = i0; i < i1; ++i) {
+        fi_work_item nit = it;
+        fi_request_info nrq = rq;
+        if (i + 1 < i1) {
+            nit = p.c.items[i + 1];
+            nrq = p.c.requests[nit.request];
+        }
+        any_coop |= F::run_item(p, ctx, it, rq, smem, i == i0);
+        it = nit;
+        rq = nrq;
+    }
+    if (any_coop) /* uniform over the CTA */
+        F::Merge::merge_phase(p.c, ctx, i0, i1, smem, F::kSmemBytes);
+    FI_STAMP(3);
+    griddep_launch_dependents();
+}
+
+/* Resident-CTA limit of kernel `fn` on the current device (SMs x occupancy), with its
+ * shared-memory attribute set there; cached per device (a process that drives several
+ * GPUs gets each device's own limit).  Setting the attribute is idempotent, so a race
+ * between host threads only repeats the work.  0 and the error on failure. */
+template <class F> cudaError_t resident_ctas(int *limit) {
+    constexpr int kMaxDevices = 64;
+    static int cache[kMaxDevices]; /* 0: not yet known */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (dev < kMaxDevices && cache[dev] > 0) {
+        *limit = cache[dev];
+        return cudaSuccess;
+    }
+    const void *fn = reinterpret_cast<const void *>(persistent_kernel<F>);
+    int sms = 0, per_sm = 0;
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)F::kSmemBytes);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel<F>,
+                                                          F::kThreads, F::kSmemBytes);
+    if (e != cudaSuccess)
+        return e;
+    *limit = sms * per_sm;
+    if (dev < kMaxDevices)
+        cache[dev] = *limit;
+    return cudaSuccess;
+}
+
+/* Launch family F's persistent grid (p.c.num_ctas CTAs) on stream, with programmatic
+ * stream serialization when enable_pdl.  cudaErrorCooperativeLaunchTooLarge when the grid
+ * cannot be resident at once (nothing launched). */
+template <class F>
+cudaError_t launch_persistent(const typename F::Params &p, int enable_pdl, cudaStream_t stream) {
+    int limit = 0;
+    cudaError_t e = resident_ctas<F>(&limit);
+    if (e != cudaSuccess)
+        return e;
+    if (p.c.num_ctas > limit)
+        return cudaErrorCooperativeLaunchTooLarge;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)p.c.num_ctas);
+    cfg.blockDim = dim3(F::kThreads);
+    cfg.dynamicSmemBytes = F::kSmemBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = enable_pdl ? 1 : 0;
+    e = cudaLaunchKernelEx(&cfg, persistent_kernel<F>, p);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+}  // namespace fi

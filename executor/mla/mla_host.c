@@ -1,0 +1,59 @@
+/*
+ * executor/mla/mla_host.c - the MLA decode family on the host: its tensor checks, its
+ * parameter block, and its fi_family record (registered in executor/core/registry.c).
+ * Shapes: fiattn_run.h (q_nope / q_pe / ckv / kpe views; a concatenated [.., 576] tensor is
+ * passed as a 512-wide view and a 64-wide view at +512 elements).
+ */
+#include <string.h>
+
+#include "executor/core/checks.h"
+#include "executor/core/family.h"
+#include "executor/mla/mla_launch.h"
+#include "executor/mla/mla_params.h"
+#include "planner/plan_internal.h"
+
+/* The tile body's largest tile (executor/mla/mla_tile.cuh kRows). */
+#define MLA_MAX_TILE_ROWS 64
+
+static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
+                             const fi_exec_common *common, void *params) {
+    const fi_caps *caps = &plan->caps;
+    const fi_plan_header *hdr = fi_stage_header(plan->staging[plan->cur], &plan->layout);
+    const int64_t rows = hdr->total_q_tokens, H = caps->num_qo_heads;
+    const fi_dtype dt = caps->q_dtype;
+    fi_status st;
+    if (caps->head_dim_qk != 576 || caps->head_dim_vo != 512 || caps->num_kv_heads != 1)
+        return FI_ERR_UNSUPPORTED_HEAD_DIM;
+    if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) || caps->kv_dtype != dt || caps->o_dtype != dt)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if (plan->layout.tile_rows > MLA_MAX_TILE_ROWS)
+        return FI_ERR_UNSUPPORTED_VARIANT;
+    if ((st = fi_gpu_check_rows(&a->q, dt, rows, H, 512)) != FI_OK)
+        return st;
+    if ((st = fi_gpu_check_rows(&a->q_rope, dt, rows, H, 64)) != FI_OK)
+        return st;
+    fi_mla_params p;
+    memset(&p, 0, sizeof p);
+    p.c = *common;
+    if ((st = fi_gpu_check_cache(&a->k, dt, caps, 512, &p.m.ckv_stride_page, &p.m.ckv_stride_tok)) != FI_OK)
+        return st;
+    if ((st = fi_gpu_check_cache(&a->k_rope, dt, caps, 64, &p.m.kpe_stride_page, &p.m.kpe_stride_tok)) != FI_OK)
+        return st;
+    p.m.q_nope = a->q.data;
+    p.m.q_nope_stride_tok = a->q.stride[0];
+    p.m.q_nope_stride_head = a->q.stride[1];
+    p.m.q_pe = a->q_rope.data;
+    p.m.q_pe_stride_tok = a->q_rope.stride[0];
+    p.m.q_pe_stride_head = a->q_rope.stride[1];
+    p.m.ckv = a->k.data;
+    p.m.kpe = a->k_rope.data;
+    memcpy(params, &p, sizeof p);
+    return FI_OK;
+}
+
+const fi_family fi_family_mla = {
+    .name = "mla_decode_sm90",
+    .params_bytes = sizeof(fi_mla_params),
+    .prepare = mla_prepare,
+    .launch = fi_mla_launch,
+};

@@ -1,0 +1,21 @@
+/* executor/mla/mla_launch.h - the MLA family's instantiations (one per .cu) and its C ABI
+ * launcher (mla_launch.cu), which family.h's `launch` points at. */
+#pragma once
+
+#include "executor/mla/mla_params.h"
+#include "fiattn.h"
+
+#ifdef __cplusplus
+#include <cuda_runtime.h>
+cudaError_t fi_mla_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
+cudaError_t fi_mla_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
+extern "C" {
+#endif
+
+/* fi_family.launch of the MLA family: params is a fi_mla_params; dtype bf16 or fp16
+ * (else cudaErrorInvalidValue).  See executor/core/family.h. */
+int fi_mla_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,30 @@
+/*
+ * executor/mla/mla_params.h - the MLA decode family's parameter struct: the common block
+ * (executor/core/exec_params.h: plan region, partials, semaphores, page table, out / lse,
+ * scales, sinks) and the family's own tensors.  Plain C, passed by value to the kernel as
+ * a __grid_constant__ parameter.  Strides are in elements; the last dimension is contiguous.
+ */
+#ifndef FIATTN_EXECUTOR_MLA_PARAMS_H
+#define FIATTN_EXECUTOR_MLA_PARAMS_H
+
+#include <stdint.h>
+
+#include "executor/core/exec_params.h"
+
+typedef struct fi_mla_block {
+    const void *q_nope;          /* [q_tokens, H_q, 512] */
+    int64_t q_nope_stride_tok, q_nope_stride_head;
+    const void *q_pe;            /* [q_tokens, H_q, 64] */
+    int64_t q_pe_stride_tok, q_pe_stride_head;
+    const void *ckv;             /* [num_pages, page_size, 512] (K and V) */
+    int64_t ckv_stride_page, ckv_stride_tok;
+    const void *kpe;             /* [num_pages, page_size, 64] */
+    int64_t kpe_stride_page, kpe_stride_tok;
+} fi_mla_block;
+
+typedef struct fi_mla_params {
+    fi_exec_common c;
+    fi_mla_block m;
+} fi_mla_params;
+
+#endif /* FIATTN_EXECUTOR_MLA_PARAMS_H */
