@@ -566,10 +566,10 @@ template <typename T> struct MlaFamily {
                                     unsigned char *smem, bool first) {
         const Item<T> x = item_map<T>(it, smem);
         const Lane ln = lane_of(threadIdx.x, x.KP, x.M);
-        int32_t pg[2];
-        prologue<T>(p, it, rq, x, ln, pg, first);
         int lo[2], hi[2];
         row_bounds<T>(ctx, it, rq, x, ln, lo, hi);
+        int32_t pg[2];
+        prologue<T>(p, it, rq, x, ln, pg, first);
         Acc a;
         kv_loop<T>(p, ctx, rq, x, ln, lo, hi, pg, a, first);
         return epilogue(p, ctx, it, rq, x, a);
