@@ -24,6 +24,10 @@ VERSION := 0.1.0
 SOVER   := 0
 
 BUILD := build
+ifeq ($(PROFILE),1)
+BUILD := build-prof
+PROF_FLAGS := -DFI_PROFILE
+endif
 ifeq ($(SANITIZE),1)
 BUILD := build-asan
 NO_JEMALLOC := 1
@@ -32,9 +36,9 @@ endif
 
 INCLUDES := -Iinclude -I. -I$(CUDA_HOME)/include
 CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
-            -fPIC -D_POSIX_C_SOURCE=200809L -MMD -MP $(INCLUDES) $(SAN_FLAGS)
+            -fPIC -D_POSIX_C_SOURCE=200809L -MMD -MP $(INCLUDES) $(SAN_FLAGS) $(PROF_FLAGS)
 NVFLAGS  := -std=c++17 $(OPT) $(GPU_ARCH) -Xcompiler -fPIC -MMD -MP $(INCLUDES) \
-            --expt-relaxed-constexpr -Xptxas --warn-on-spills -lineinfo
+            --expt-relaxed-constexpr -Xptxas --warn-on-spills -lineinfo $(PROF_FLAGS)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 LDLIBS   := -lm $(SAN_FLAGS)
 
@@ -69,13 +73,16 @@ GPU_TESTS  := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 BENCH_C := $(wildcard bench/*.c)
 BENCH_CU := $(wildcard bench/*.cu)
 BENCHES := $(BENCH_C:bench/%.c=$(BUILD)/bench/%) $(BENCH_CU:bench/%.cu=$(BUILD)/bench/%)
+# Stand-alone CUDA reproducers (scripts/README.md): built so that CI compiles every GPU source.
+SCRIPT_CU := $(wildcard scripts/*.cu)
+SCRIPT_BINS := $(SCRIPT_CU:scripts/%.cu=$(BUILD)/scripts/%)
 
 LIB_A  := $(BUILD)/libfiattn.a
 LIB_SO := $(BUILD)/libfiattn.so.$(VERSION)
 FIPLAN := $(BUILD)/fiplan
 
-.PHONY: all lib test gpu-test asan lint install uninstall clean run bench
-all: lib $(FIPLAN) $(TESTS) $(GPU_TESTS) $(BENCHES)
+.PHONY: all lib test gpu-test asan profile lint install uninstall clean run bench
+all: lib $(FIPLAN) $(TESTS) $(GPU_TESTS) $(BENCHES) $(SCRIPT_BINS)
 lib: $(LIB_A) $(LIB_SO)
 
 $(BUILD)/%.o: %.c
@@ -119,6 +126,10 @@ $(BUILD)/bench/%: bench/%.cu $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -o $@ $< $(LIB_A) -lcublas
 
+$(BUILD)/scripts/%: scripts/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -o $@ $<
+
 # ---- running ---------------------------------------------------------------------------
 # The main job on the embedded default: plan a decode snapshot from the bundled trace
 # excerpt, print the summary, write the SVG, execute (GPU if present, else CPU reference)
@@ -138,6 +149,11 @@ bench: $(BENCHES)
 
 asan:
 	$(MAKE) SANITIZE=1 test
+
+# The one profiling build (-DFI_PROFILE: per-CTA %globaltimer stamps, executor/cuda/common/
+# profile.cuh) into build-prof/: library and benches; bench_mla prints the stamps.
+profile:
+	$(MAKE) PROFILE=1 lib bench
 
 lint:
 	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \

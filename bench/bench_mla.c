@@ -3,6 +3,7 @@
  * 64) on the cases of issue 3, checked before timed:
  *
  *   h16_q1     batch 128 x kv_len 4096, heads 16,  q_len 1
+ *   h16_q1_ps1 the same with page_size 1 (one page-table entry and one gather a token)
  *   h128_q1    batch 128 x kv_len 4096, heads 128, q_len 1
  *   h128_q2    batch 128 x kv_len 4096, heads 128, q_len 2 (causal MTP)
  *   trace128   decode snapshot of 128 requests of the bundled Azure trace, heads 16, q_len 1
@@ -10,7 +11,10 @@
  *              the snapshot's mean, rounded): the same bytes without the skew, so the
  *              snapshot's GB/s against it is what load balancing loses, apart from the
  *              fixed costs a smaller batch pays (launch, ring fill, tail)
- *   b1_32k_h16 / b1_32k_h128   batch 1 x kv_len 32768 (split-k decides everything)
+ *   trace_h128 the trace128 snapshot with heads 128 (two 64-head tiles a request, each
+ *              reading the request's KV: the plan line's "kv reads/unique" is 2)
+ *   b1_32k_h16 / b1_32k_h128   batch 1 x kv_len 32768 (split-k decides everything; with
+ *              --ctas N fewer, longer pieces)
  *
  * Correctness first: one fi_run on NaN-poisoned outputs; every output element must be
  * finite, and a few requests (first, last, longest) are compared with fi_naive_attention
@@ -35,7 +39,8 @@
  * --tflops, or env FI_CEIL_READ_TBPS / FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it).
  *
  * Usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
- *                  [--tflops Y] [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV
+ *                  [--tflops Y] [--ctas N] (caps.num_ctas instead of the SM count)
+ *                  [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV
  *                  instead of the list) [--trace B[:H] ...] (trace decode snapshots of B
  *                  requests, heads H (16), instead of the list) [--trace-step S] (the trace
  *                  snapshots' decode step, default 100: the issue's figures)
@@ -62,17 +67,20 @@ typedef struct bench_case {
     const char *name;
     int32_t batch, heads, q_len, kv_len; /* kv_len -1: trace snapshot; -2: uniform at the
                                             snapshot's mean kv_len (same batch) */
+    int32_t page_size;                   /* 0: PAGE_SIZE */
 } bench_case;
 
 static const bench_case CASES[] = {
-    {"h16_q1", 128, 16, 1, 4096},      {"h128_q1", 128, 128, 1, 4096},
-    {"h128_q2", 128, 128, 2, 4096},    {"trace128", 128, 16, 1, -1},
-    {"u128_trace", 128, 16, 1, -2},
-    {"b1_32k_h16", 1, 16, 1, 32768},   {"b1_32k_h128", 1, 128, 1, 32768},
+    {"h16_q1", 128, 16, 1, 4096, 0},     {"h16_q1_ps1", 128, 16, 1, 4096, 1},
+    {"h128_q1", 128, 128, 1, 4096, 0},   {"h128_q2", 128, 128, 2, 4096, 0},
+    {"trace128", 128, 16, 1, -1, 0},     {"u128_trace", 128, 16, 1, -2, 0},
+    {"trace_h128", 128, 128, 1, -1, 0},
+    {"b1_32k_h16", 1, 16, 1, 32768, 0},  {"b1_32k_h128", 1, 128, 1, 32768, 0},
 };
 
 typedef struct cfg {
     int reps, sets, sms;
+    int ctas; /* caps.num_ctas of every case: the SM count unless --ctas */
     int chain; /* runs per graph of the chain mode, 0: off */
     const char *only;
     double read_tbps, tflops;
@@ -335,44 +343,25 @@ static void print_row(const bench_case *bc, const char *mode, double s, double b
             bc->name, mode, s * 1e6, gbps, tf, rf, mf);
 }
 
-#ifdef FIMLA_TIMING
-/* Profiling builds only (library and bench built with -DFIMLA_TIMING, e.g.
- * make BUILD=build-prof CC="gcc -DFIMLA_TIMING" NVCC="nvcc -DFIMLA_TIMING"
- * build-prof/bench/bench_mla): per-CTA %globaltimer stamps of the last launch (head and
- * tail of each CTA), next to what the plan gave each CTA (items, keys, split items),
- * slowest CTAs first; clock64 phase shares of items and KV steps.  Add -DFIMLA_STAMPS_ONLY
- * to both for the stamps alone: the phase clocks slow the KV loop by ~30% at heads 16. */
-void fimla_read_stamps(unsigned long long *host, int n);
-void fimla_read_stamps2(unsigned long long *host, int n);
+#ifdef FI_PROFILE
+/* Profiling build only (`make profile`: library and bench built with -DFI_PROFILE into
+ * build-prof/): per-CTA %globaltimer stamps of the last launch (head and tail of each
+ * CTA, executor/cuda/common/profile.cuh), next to what the plan gave each CTA (items,
+ * keys, split items), slowest CTAs first. */
+void fi_profile_read_stamps(unsigned long long *host, int which, int n);
 /* Median over the CTAs with work of v[c] (n values). */
 static double med(double *v, int n) {
     if (n <= 0) return NAN;
     qsort(v, (size_t)n, sizeof(double), cmp_double);
     return v[n / 2];
 }
-void fimla_phases(unsigned long long *host, int n, int reset);
-/* One profile line: the shares of k phase counters summed over n CTAs (which = the
- * fimla_phases selector: 2 item phases, 0 step phases); nothing when all are zero. */
-static void print_shares(const char *what, const char *const *names, int k, int which, int n) {
-    static unsigned long long ph[1024 * 8];
-    double tot[8] = {0}, all = 0;
-    fimla_phases(ph, n, which);
-    for (int c = 0; c < n; c++)
-        for (int j = 0; j < k; j++) tot[j] += (double)ph[c * 8 + j];
-    for (int j = 0; j < k; j++) all += tot[j];
-    if (all <= 0) return;
-    printf("# profile: %s:", what);
-    for (int j = 0; j < k; j++) printf(" %s %.1f%%", names[j], 100 * tot[j] / all);
-    printf("\n");
-}
-
 static void profile_ctas(const fi_plan_view *v) {
     enum { MAXC = 1024 };
     static unsigned long long st[MAXC * 4];
     static double work[MAXC];
     static int order[MAXC];
     const int n = v->num_ctas < MAXC ? v->num_ctas : MAXC;
-    fimla_read_stamps(st, n);
+    fi_profile_read_stamps(st, 0, n);
     unsigned long long t0 = ~0ull;
     for (int c = 0; c < n; c++)
         if (st[c * 4] < t0) t0 = st[c * 4];
@@ -393,7 +382,7 @@ static void profile_ctas(const fi_plan_view *v) {
      * last output written to the CTA's end; start skew and the kernel's stamp span. */
     static unsigned long long s2[MAXC * 4];
     static double h[5][MAXC];
-    fimla_read_stamps2(s2, n);
+    fi_profile_read_stamps(s2, 1, n);
     unsigned long long t_end = 0;
     int m = 0;
     for (int c = 0; c < n; c++) {
@@ -415,15 +404,6 @@ static void profile_ctas(const fi_plan_view *v) {
            "block %.2f; tail (to CTA end): from last loop end %.2f, from last output %.2f; "
            "start skew median %.2f max %.2f; stamp span %.1f\n",
            mplan, mq, mkv, mloop, mout, mskew, skew[n - 1], span);
-    /* Item phases of thread 0 (clock64, summed over the CTA's items and over every launch
-     * since the counters were last cleared, so only their shares mean something), then the
-     * step phases of warp 0 (summed the same way). */
-    static const char *const item_ph[] = {"prologue", "Q wait", "KV loop", "epilogue",
-                                          "fence+arrival", "merge"};
-    static const char *const step_ph[] = {"data wait", "S", "sync", "softmax", "sync", "PV",
-                                          "top sync"};
-    print_shares("item phases (share of thread 0's clocks)", item_ph, 6, 2, n);
-    print_shares("step phases (warp 0)", step_ph, 7, 0, n);
     for (int r = 0; r < n; r++) {
         if (r >= 12 && r < n - 4) continue; /* slowest 12 and fastest 4 */
         const int c = order[r];
@@ -456,15 +436,12 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     memset(&o, 0, sizeof o);
     o.dtype = FI_DTYPE_BF16;
     o.heads = bc->heads;
-    o.page_size = PAGE_SIZE;
+    o.page_size = bc->page_size > 0 ? bc->page_size : PAGE_SIZE;
     o.form = FI_FORM_BLOCK_TABLES;
     o.causal = bc->q_len > 1;
-    o.num_ctas = g->sms;
+    o.num_ctas = g->ctas;
     o.return_lse = 0;
     mla_case c;
-#ifdef FIMLA_TIMING
-    fimla_phases(NULL, 0, 1); /* this case's launches only */
-#endif
     int rc = mla_case_init(&c, &o, q, kv, bc->batch, rng, msg, cap);
     if (rc) {
         fprintf(stderr, "%s: init: %s\n", bc->name, msg);
@@ -485,10 +462,15 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
                    (double)c.out_bytes;
     fi_plan_view v;
     fi_plan_get_view(c.plan, &v);
-    printf("# %s: B=%d H=%d q_len=%d kv mean %.0f max %d; plan: ctas %d items %d groups %d "
-           "kv_chunk %d balance %.3f\n", bc->name, bc->batch, bc->heads, bc->q_len,
-           kv_tokens / bc->batch, c.fb.max_kv_len, v.num_ctas, v.header->num_items,
-           v.header->num_groups, v.header->kv_chunk, fi_plan_balance(c.plan));
+    /* KV tokens the items read (a request's KV once per head tile) over the batch's */
+    double kv_read = 0;
+    for (int32_t i = 0; i < v.header->num_items; i++)
+        kv_read += v.items[i].kv_end - v.items[i].kv_begin;
+    printf("# %s: B=%d H=%d q_len=%d page_size=%d kv mean %.0f max %d; plan: ctas %d items %d "
+           "groups %d kv_chunk %d balance %.3f kv reads/unique %.2f\n", bc->name, bc->batch,
+           bc->heads, bc->q_len, o.page_size, kv_tokens / bc->batch, c.fb.max_kv_len,
+           v.num_ctas, v.header->num_items, v.header->num_groups, v.header->kv_chunk,
+           fi_plan_balance(c.plan), kv_tokens > 0 ? kv_read / kv_tokens : 0.0);
     rc = check_case(&c, msg, cap);
     if (rc) {
         printf("# %s: CHECK FAILED, not timed: %s\n", bc->name, msg);
@@ -498,7 +480,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
         rc = sets_build(&c, g->sets, &s, msg, cap);
         if (!rc && g->l2_pages > 0) rc = l2_probe_pages(&c, g->l2_pages, msg, cap);
         if (!rc) rc = time_replays(&c, &s, g->reps, NULL, 0, &t_b2b, msg, cap);
-#ifdef FIMLA_TIMING
+#ifdef FI_PROFILE
         if (!rc) profile_ctas(&v);
 #endif
         if (!rc) rc = time_replays(&c, &s, g->reps, flush, flush_bytes, &t_fl, msg, cap);
@@ -585,13 +567,14 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
-                            "[--read-tbps X] [--tflops Y] [--uniform B:KV ...] [--trace B[:H] ...] "
-                            "[--trace-step S]\n");
+                            "[--read-tbps X] [--tflops Y] [--ctas N] [--uniform B:KV ...] "
+                            "[--trace B[:H] ...] [--trace-step S]\n");
             return 2;
         }
         if (!strcmp(a, "--reps")) g.reps = atoi(val);
         else if (!strcmp(a, "--sets")) g.sets = atoi(val);
         else if (!strcmp(a, "--chain")) g.chain = atoi(val);
+        else if (!strcmp(a, "--ctas")) g.ctas = atoi(val);
         else if (!strcmp(a, "--trace-step")) g_trace_step = atoi(val);
         else if (!strcmp(a, "--case")) g.only = val;
         else if (!strcmp(a, "--read-tbps")) g.read_tbps = atof(val);
@@ -604,7 +587,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             snprintf(extra_name[n_extra], sizeof extra_name[0], "u%d_%d", b, k);
-            extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, k};
+            extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, k, 0};
             n_extra++;
         } else if (!strcmp(a, "--trace")) {
             /* extra case: the trace decode snapshot of B requests, q_len 1, heads H (B or
@@ -618,7 +601,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             snprintf(extra_name[n_extra], sizeof extra_name[0], "trace%d_h%d", b, h);
-            extra[n_extra] = (bench_case){extra_name[n_extra], b, h, 1, -1};
+            extra[n_extra] = (bench_case){extra_name[n_extra], b, h, 1, -1, 0};
             n_extra++;
         } else {
             fprintf(stderr, "bench_mla: unknown option %s\n", a);
@@ -640,10 +623,11 @@ int main(int argc, char **argv) {
     }
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, dev);
+    if (g.ctas <= 0) g.ctas = g.sms;
     uint64_t seed = tt_test_seed();
     tt_rng rng = {seed};
     printf("# bench_mla: %s, %d SMs, L2 %d MiB; planner num_ctas = %d; seed %llu\n", prop.name,
-           g.sms, l2 >> 20, g.sms, (unsigned long long)seed);
+           g.sms, l2 >> 20, g.ctas, (unsigned long long)seed);
     printf("# ceilings: read %.3f TB/s, bf16 mma %.1f TFLOP/s (%s)\n", g.read_tbps, g.tflops,
            g.read_tbps > 0 ? "measured by bench/ceilings" : "not given: fractions are nan");
     size_t flush_bytes = (size_t)4 * (size_t)l2;

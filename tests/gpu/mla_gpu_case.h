@@ -3,8 +3,8 @@
  * shared by tests/gpu/test_mla_gpu.c and bench/bench_mla.c (header-only, static inline).
  *
  * A case owns:
- *   - the batch (viz/batch.h fibatch: lengths, shuffled page ids, block_tables or
- *     qo_indptr/kv_indptr/kv_indices);
+ *   - the batch (viz/batch.h fibatch: lengths, shuffled or request-ordered page ids,
+ *     causal, window_left, block_tables or qo_indptr/kv_indptr/kv_indices);
  *   - host bf16/fp16 inputs with fresh random values in [-1, 1) and their device copies, in
  *     the layout of the reference API the form belongs to:
  *       FI_FORM_BLOCK_TABLES (trtllm_batch_decode_with_kv_cache_mla, concatenated):
@@ -143,6 +143,9 @@ typedef struct mla_opts {
     int32_t max_batch;       /* caps.max_batch (0: the batch size) */
     int32_t max_q_tokens;    /* caps.max_q_tokens (0: the batch's tokens) */
     int32_t extra_pages;     /* caps.num_pages = pages used + this */
+    int32_t windowed;        /* 1: the batch's window_left is window_left; 0: -1 (none) */
+    int32_t window_left;     /* >= 0, read only when windowed */
+    int32_t contig_pages;    /* 1: page ids in request order; 0: a seeded shuffle */
     int32_t variant;         /* caps.variant: the executor row (0: default 64-row tiles) */
 } mla_opts;
 
@@ -301,10 +304,10 @@ static inline int mla_case_init(mla_case *c, const mla_opts *o, const int32_t *q
     fibatch_opts bo = fibatch_default_opts();
     bo.form = o->form;
     bo.page_size = o->page_size;
-    bo.shuffle = 1;
+    bo.shuffle = !o->contig_pages;
     bo.seed = tt_rng_next(rng);
     bo.causal = o->causal;
-    bo.window_left = -1;
+    bo.window_left = o->windowed ? o->window_left : -1;
     fibatch_status bs = fibatch_build(&bo, q_len, kv_len, n, NULL, &c->fb);
     if (bs != FIBATCH_OK) {
         mla_msg(msg, cap, "fibatch_build: %s", fibatch_status_name(bs));
@@ -532,11 +535,12 @@ static inline void mla_case_name(const mla_case *c, char *buf, size_t cap) {
     int32_t maxkv = 0;
     for (int32_t b = 0; b < c->B; b++)
         if (c->fb.kv_lens[b] > maxkv) maxkv = c->fb.kv_lens[b];
-    snprintf(buf, cap, "%s %s H=%d page_size=%d B=%d tokens=%d max_kv=%d causal=%d ctas=%d "
-             "sinks=%d lse=%d scale_ptr=%d items=%d groups=%d",
+    snprintf(buf, cap, "%s %s H=%d page_size=%d B=%d tokens=%d max_kv=%d causal=%d "
+             "window_left=%d pages=%s ctas=%d sinks=%d lse=%d scale_ptr=%d items=%d groups=%d",
              c->o.dtype == FI_DTYPE_F16 ? "f16" : "bf16",
              c->o.form == FI_FORM_BLOCK_TABLES ? "concat/block_tables" : "split/indptr",
              c->o.heads, c->o.page_size, c->B, c->tokens, maxkv, c->o.causal,
+             c->o.windowed ? c->o.window_left : -1, c->o.contig_pages ? "contig" : "shuffled",
              c->plan ? fi_plan_caps(c->plan)->num_ctas : -1, c->o.sinks, c->o.return_lse,
              c->o.scale_ptr, items, groups);
 }

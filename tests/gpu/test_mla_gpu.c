@@ -5,10 +5,16 @@
  * Fresh random inputs each run; the seed is printed and FI_TEST_SEED=<seed> replays it.
  * Outputs are poisoned with NaN before each run; a NaN left anywhere fails (full coverage).
  * Tolerance: per (token, head) row ||out - ref|| / ||ref|| <= 1e-2 (bf16 and fp16 inputs).
+ * Cases planned through the public API only (caps.num_ctas picks the CTAs, the planner
+ * the splits; tests that need splits assert the plan has them).  The sweeps, the split
+ * variants and the keyless batch also run each case twice, without and with PDL, and
+ * require bitwise-identical outputs.
  *
- * Run one test only (e.g. under compute-sanitizer):
+ * Run one test only (e.g. under compute-sanitizer; the two small split tests are what
+ * scripts/gpu_check.sh gives memcheck and racecheck):
  *   FI_GPU_TEST_FILTER=sanitize_small_case compute-sanitizer --tool memcheck \
  *       build/tests/gpu/test_mla_gpu
+ *   FI_GPU_TEST_FILTER=mla_split_merge_matches_reference_few_and_many_ctas ...
  * (the filter is a cmocka glob over test names).
  */
 #include <setjmp.h>
@@ -51,8 +57,9 @@ static mla_opts default_opts(int32_t heads, int32_t page_size, fi_batch_form for
     return o;
 }
 
-/* kv_len for request b of a decode batch: 0 (only when q_len 1 and non-causal), q_len,
- * page boundaries (ps - 1, ps, ps + 1, 2 ps), or uniform up to max_kv. */
+/* kv_len for request b of a decode batch: 0 (only when allow_zero: non-causal, where a
+ * request may have fewer keys than query rows), 1, page boundaries (ps - 1, ps, ps + 1,
+ * 2 ps), or uniform up to max_kv.  Causal requests get at least q_len keys. */
 static int32_t pick_kv_len(tt_rng *r, int32_t b, int32_t q_len, int32_t ps, int32_t max_kv,
                            int allow_zero) {
     int32_t v;
@@ -63,75 +70,152 @@ static int32_t pick_kv_len(tt_rng *r, int32_t b, int32_t q_len, int32_t ps, int3
     case 3: v = 2 * ps; break;
     default: v = tt_rng_int(r, 1, max_kv); break;
     }
-    if (v < q_len) v = q_len;
-    if (v < 0) v = 0;
+    if (!allow_zero && v < q_len) v = q_len;
     return v;
 }
 
-/* Build, run, check one case; fails the test with the case name on any error. */
-static void run_and_check(const mla_opts *o, const int32_t *q_len, const int32_t *kv_len,
-                          int32_t n, tt_rng *rng, int print) {
-    mla_case c;
-    char msg[MSG], name[MSG];
-    if (mla_case_init(&c, o, q_len, kv_len, n, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
-    mla_case_name(&c, name, sizeof name);
-    if (mla_case_run(&c, msg, sizeof msg)) {
-        mla_case_free(&c);
-        fail_msg("%s: %s", name, msg);
-    }
-    if (mla_case_reference(&c, msg, sizeof msg)) {
-        mla_case_free(&c);
-        fail_msg("%s: %s", name, msg);
-    }
-    double wo = 0, wl = 0;
-    int bad = mla_case_check(&c, TOL, &wo, &wl, msg, sizeof msg);
-    if (print || bad) print_message("  %s: out err %.2e lse err %.2e%s\n", name, wo, wl,
-                                    bad ? " FAILED" : "");
-    mla_case_free(&c);
-    if (bad) fail_msg("%s: %s", name, msg);
+/* What a case's plan asks of the executor: merge groups, the most pieces of one group,
+ * CTAs that run more than one item. */
+typedef struct split_stats {
+    int32_t groups, max_splits, multi_item_ctas;
+} split_stats;
+
+static split_stats plan_split_stats(const mla_case *c) {
+    split_stats s = {0, 0, 0};
+    fi_plan_view v;
+    if (fi_plan_get_view(c->plan, &v) != FI_OK) return s;
+    s.groups = v.header->num_groups;
+    for (int32_t g = 0; g < s.groups; g++)
+        if (v.groups[g].num_splits > s.max_splits) s.max_splits = v.groups[g].num_splits;
+    for (int32_t k = 0; k < v.num_ctas; k++)
+        s.multi_item_ctas += v.work_indptr[k + 1] - v.work_indptr[k] > 1;
+    return s;
 }
 
-/* ---- every shape: heads x page sizes x q_len (causal MTP), both forms ----------------- */
+/* Run c once, or twice (runs 2: without, then with PDL; the two outputs and lse must be
+ * bitwise identical), then compare the last run with the fp64 reference.  0, or -1 and
+ * the first difference in msg. */
+static int verify_case(mla_case *c, int runs, double *wo, double *wl, char *msg, size_t cap) {
+    uint16_t *o1 = NULL;
+    float *l1 = NULL;
+    int bad = mla_case_run(c, msg, cap) || mla_case_download(c, msg, cap);
+    if (!bad && runs > 1) {
+        o1 = malloc(c->out_bytes);
+        l1 = malloc(c->lse_bytes);
+        if (!o1 || !l1) {
+            mla_msg(msg, cap, "host allocation failed");
+            bad = 1;
+        } else {
+            memcpy(o1, c->h_out, c->out_bytes);
+            memcpy(l1, c->h_lse, c->lse_bytes);
+            fi_attn_args a = mla_case_args(c, 1);
+            a.enable_pdl = 1;
+            bad = mla_case_run_args(c, &a, msg, cap) || mla_case_download(c, msg, cap);
+            if (!bad && (memcmp(o1, c->h_out, c->out_bytes) != 0 ||
+                         memcmp(l1, c->h_lse, c->lse_bytes) != 0)) {
+                mla_msg(msg, cap, "a second run (PDL on) is not bitwise identical to the first");
+                bad = 1;
+            }
+        }
+    }
+    free(o1);
+    free(l1);
+    if (!bad) bad = mla_case_reference(c, msg, cap);
+    if (!bad) bad = mla_case_compare(c, 0, c->B, TOL, wo, wl, msg, cap);
+    return bad ? -1 : 0;
+}
 
+/* verify_case, print the case and its errors; on failure free c and fail the test. */
+static void check_case(mla_case *c, int runs) {
+    char msg[MSG], name[MSG];
+    mla_case_name(c, name, sizeof name);
+    double wo = 0, wl = 0;
+    int bad = verify_case(c, runs, &wo, &wl, msg, sizeof msg);
+    print_message("  %s: out err %.2e lse err %.2e%s\n", name, wo, wl, bad ? " FAILED" : "");
+    if (bad) {
+        mla_case_free(c);
+        fail_msg("%s: %s", name, msg);
+    }
+}
+
+/* Build one case, check it (two runs, PDL off and on), return its plan's split figures. */
+static split_stats run_and_check(const mla_opts *o, const int32_t *q_len,
+                                 const int32_t *kv_len, int32_t n, tt_rng *rng) {
+    mla_case c;
+    char msg[MSG];
+    if (mla_case_init(&c, o, q_len, kv_len, n, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+    split_stats s = plan_split_stats(&c);
+    check_case(&c, 2);
+    mla_case_free(&c);
+    return s;
+}
+
+/* ---- every shape: heads x page sizes x q_len, both forms, every option --------------- */
+
+/* One case per (heads, page size, q_len); the options rotate over the case index so each
+ * is on and off across the sweep and within every head count: concatenated / split caches
+ * (form), sinks, lse, scales by pointer (parities of mixed index bits); CTAs (the device's
+ * count, or 2..25 so tiles are cut into merged pieces and CTAs run several items);
+ * window_left (none, or 0, 37, a page + 1, 250); page ids shuffled or in request order;
+ * causal, or not (then requests without keys occur, and MTP rows see every key); kv_len
+ * up to 600, or 2000 on the few CTAs. */
 static void sweep(fi_dtype dt, const int32_t *heads, int nh, const int32_t *pss, int nps,
-                  int32_t max_q_len, uint64_t tag) {
+                  int32_t max_q_len, int require_paths, uint64_t tag) {
     tt_rng rng = test_rng(tag);
-    int idx = 0;
+    int idx = 0, n_split = 0, n_multi = 0, n_empty = 0;
     for (int ih = 0; ih < nh; ih++)
         for (int ip = 0; ip < nps; ip++)
             for (int32_t ql = 1; ql <= max_q_len; ql++, idx++) {
-                /* every option on and off across the sweep, and within q_len 1 (where
-                 * kv_len 0 occurs): parities of mixed bits of the case index */
                 int form = (idx ^ (idx >> 2)) & 1;
                 mla_opts o = default_opts(heads[ih], pss[ip],
                                           form ? FI_FORM_INDPTR : FI_FORM_BLOCK_TABLES);
                 o.dtype = dt;
-                o.causal = ql > 1;
+                o.causal = ql > 1 && idx % 5 != 0;
                 o.sinks = ((idx >> 1) ^ (idx >> 2)) & 1;
                 o.return_lse = (((idx >> 3) ^ idx) & 1) == 0;
                 o.scale_ptr = ((idx >> 4) ^ (idx >> 1)) & 1;
+                o.num_ctas = idx % 3 == 0 ? 0 : 2 + (idx * 7) % 24;
+                if (idx % 4 == 1) {
+                    const int32_t wins[4] = {0, 37, pss[ip] + 1, 250};
+                    o.windowed = 1;
+                    o.window_left = wins[(idx / 4) % 4];
+                }
+                o.contig_pages = idx % 5 == 2;
                 int32_t B = heads[ih] >= 128 ? tt_rng_int(&rng, 3, 4) : tt_rng_int(&rng, 3, 8);
                 int32_t q[8], kv[8];
                 for (int32_t b = 0; b < B; b++) {
                     q[b] = ql;
-                    kv[b] = pick_kv_len(&rng, b, ql, pss[ip], 600, !o.causal);
+                    kv[b] = pick_kv_len(&rng, b, ql, pss[ip], o.num_ctas ? 2000 : 600,
+                                        !o.causal);
+                    n_empty += kv[b] == 0;
                 }
-                run_and_check(&o, q, kv, B, &rng, 1);
+                split_stats s = run_and_check(&o, q, kv, B, &rng);
+                n_split += s.groups > 0;
+                n_multi += s.multi_item_ctas > 0;
             }
+    print_message("  %d cases: %d with merged splits, %d with CTAs running several items, "
+                  "%d requests without keys\n", idx, n_split, n_multi, n_empty);
+    /* the sweep is there for these paths too: a planner change must not remove them (the
+     * 64-case sweep has 14+ of each; the 16-case one only prints its counts) */
+    if (require_paths) {
+        assert_true(n_split > 0);
+        assert_true(n_multi > 0);
+        assert_true(n_empty > 0);
+    }
 }
 
 static void mla_bf16_matches_reference_every_shape(void **state) {
     (void)state;
     REQUIRE_GPU();
     const int32_t heads[] = {16, 32, 64, 128}, pss[] = {1, 16, 32, 64};
-    sweep(FI_DTYPE_BF16, heads, 4, pss, 4, 4, 1);
+    sweep(FI_DTYPE_BF16, heads, 4, pss, 4, 4, 1, 1);
 }
 
 static void mla_f16_matches_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     const int32_t heads[] = {16, 32, 64, 128}, pss[] = {16, 64};
-    sweep(FI_DTYPE_F16, heads, 4, pss, 2, 2, 2);
+    sweep(FI_DTYPE_F16, heads, 4, pss, 2, 2, 0, 2);
 }
 
 /* ---- the wrapper's causal incremental prefill, INDPTR form, q_len up to 8 ------------- */
@@ -153,47 +237,44 @@ static void mla_indptr_causal_prefill_matches_reference(void **state) {
                     q[b] = b == 0 ? 8 : tt_rng_int(&rng, 1, 8);
                     kv[b] = q[b] + (b == 1 ? 0 : tt_rng_int(&rng, 0, 590));
                 }
-                run_and_check(&o, q, kv, B, &rng, 1);
+                run_and_check(&o, q, kv, B, &rng);
             }
 }
 
 /* ---- split-k: few and many CTAs, merges must happen and be exact ------------------------ */
 
-/* Case with long KV so the planner splits; asserts the plan has merge groups. */
+/* Case under options o with B (<= 8) requests of q_len rows and kv_len in [kv_lo, kv_hi]
+ * (request 0 without keys when empty_first), long enough for the planner to split; fails
+ * unless one merge group of the plan has at least min_splits (>= 2) pieces. */
+static void split_case_opts(mla_case *c, const mla_opts *o, int32_t B, int32_t q_len,
+                            int32_t kv_lo, int32_t kv_hi, int empty_first, int32_t min_splits,
+                            tt_rng *rng) {
+    int32_t q[8], kv[8];
+    assert_true(B >= 1 && B <= 8 && (!empty_first || !o->causal));
+    for (int32_t b = 0; b < B; b++) {
+        q[b] = q_len;
+        kv[b] = b == 0 && empty_first ? 0 : tt_rng_int(rng, kv_lo, kv_hi);
+    }
+    char msg[MSG];
+    if (mla_case_init(c, o, q, kv, B, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+    split_stats s = plan_split_stats(c);
+    if (s.groups <= 0 || s.max_splits < min_splits) {
+        char name[MSG];
+        mla_case_name(c, name, sizeof name);
+        mla_case_free(c);
+        fail_msg("%s: the plan's largest merge group has %d pieces (%d groups); the test "
+                 "needs %d", name, s.max_splits, s.groups, min_splits);
+    }
+}
+
+/* The bf16 concatenated-cache split case of the tests below (page size 32, sinks). */
 static void split_case(mla_case *c, int32_t num_ctas, int32_t heads, int32_t B, int32_t q_len,
                        int32_t kv_lo, int32_t kv_hi, tt_rng *rng) {
     mla_opts o = default_opts(heads, 32, FI_FORM_BLOCK_TABLES);
     o.num_ctas = num_ctas;
     o.causal = q_len > 1;
     o.sinks = 1;
-    int32_t q[8], kv[8];
-    for (int32_t b = 0; b < B; b++) {
-        q[b] = q_len;
-        kv[b] = tt_rng_int(rng, kv_lo, kv_hi);
-    }
-    char msg[MSG];
-    if (mla_case_init(c, &o, q, kv, B, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
-    fi_plan_view v;
-    assert_int_equal(fi_plan_get_view(c->plan, &v), FI_OK);
-    if (v.header->num_groups <= 0) {
-        char name[MSG];
-        mla_case_name(c, name, sizeof name);
-        mla_case_free(c);
-        fail_msg("%s: the plan has no split (merge groups 0); the test needs merges", name);
-    }
-}
-
-static void check_case(mla_case *c) {
-    char msg[MSG], name[MSG];
-    mla_case_name(c, name, sizeof name);
-    int bad = mla_case_run(c, msg, sizeof msg) || mla_case_reference(c, msg, sizeof msg);
-    double wo = 0, wl = 0;
-    if (!bad) bad = mla_case_check(c, TOL, &wo, &wl, msg, sizeof msg);
-    print_message("  %s: out err %.2e lse err %.2e\n", name, wo, wl);
-    if (bad) {
-        mla_case_free(c);
-        fail_msg("%s: %s", name, msg);
-    }
+    split_case_opts(c, &o, B, q_len, kv_lo, kv_hi, 0, 2, rng);
 }
 
 static void mla_split_merge_matches_reference_few_and_many_ctas(void **state) {
@@ -202,17 +283,102 @@ static void mla_split_merge_matches_reference_few_and_many_ctas(void **state) {
     tt_rng rng = test_rng(4);
     mla_case c;
     split_case(&c, 8, 16, 3, 1, 1500, 2500, &rng);      /* 3 tiles on 8 CTAs */
-    check_case(&c);
+    check_case(&c, 1);
     mla_case_free(&c);
     split_case(&c, 8, 64, 3, 2, 1500, 3000, &rng);      /* MTP, 2 tiles per request */
-    check_case(&c);
+    check_case(&c, 1);
     mla_case_free(&c);
     split_case(&c, 132, 16, 1, 1, 3000, 4000, &rng);    /* batch 1: split-k decides */
-    check_case(&c);
+    check_case(&c, 1);
     mla_case_free(&c);
     split_case(&c, 132, 128, 2, 4, 1000, 3000, &rng);
-    check_case(&c);
+    check_case(&c, 1);
     mla_case_free(&c);
+}
+
+/* ---- split-k in every layout and option: few pieces, and many pieces per group --------- */
+
+typedef struct split_variant {
+    fi_dtype dtype;
+    fi_batch_form form;          /* BLOCK_TABLES: concatenated caches; INDPTR: split ones */
+    int32_t heads, page_size, q_len, B, kv_lo, kv_hi;
+    int32_t num_ctas;            /* 0: the device's count */
+    int32_t causal, window_left; /* window_left -1: none */
+    int32_t sinks, lse, scale_ptr, contig_pages;
+    int32_t empty_first;         /* request 0 without keys (non-causal only) */
+    int32_t min_splits;          /* the plan must cut one tile into at least this many */
+} split_variant;
+
+#define BT FI_FORM_BLOCK_TABLES
+#define IP FI_FORM_INDPTR
+#define BF FI_DTYPE_BF16
+#define HF FI_DTYPE_F16
+static const split_variant SPLIT_VARIANTS[] = {
+    /* dtype form  H  ps  q  B  kv_lo kv_hi ctas causal win sinks lse sptr contig empty min */
+    /* two long requests, 64-row tiles (one q row x 64 heads), 5+ pieces: merged by every
+     * CTA of the group (pieces x rows > 256, docs/DESIGN.md section 9) */
+    {BF, BT, 128, 64, 2, 2, 3000, 5000, 0, 1, -1, 1, 1, 1, 0, 0, 5},
+    /* one request over every CTA, split caches, no sinks, non-causal; 17+ pieces of 16
+     * rows: the cooperative merge too */
+    {HF, IP, 16, 16, 1, 1, 20000, 30000, 0, 0, -1, 0, 1, 0, 0, 0, 17},
+    /* page size 1, a window inside the request, no lse, request-ordered pages, 9 CTAs */
+    {BF, IP, 64, 1, 3, 2, 1500, 3000, 9, 1, 1000, 1, 0, 0, 1, 0, 2},
+    /* non-causal MTP, request 0 without keys next to split ones, 11 CTAs */
+    {HF, BT, 32, 32, 4, 4, 800, 2000, 11, 0, -1, 0, 1, 1, 1, 1, 2},
+    /* a window on non-causal rows (keys [p - 700, kv_len)), every CTA */
+    {BF, BT, 128, 16, 1, 5, 1000, 3000, 0, 0, 700, 1, 1, 0, 0, 1, 4},
+    /* heads 16 x q_len 2 (32-row tiles), a window across pages, every CTA */
+    {HF, IP, 16, 64, 2, 6, 2000, 4000, 0, 1, 1000, 1, 1, 1, 1, 0, 4},
+};
+#undef BT
+#undef IP
+#undef BF
+#undef HF
+
+static void mla_split_variants_match_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = test_rng(11);
+    for (size_t i = 0; i < sizeof SPLIT_VARIANTS / sizeof SPLIT_VARIANTS[0]; i++) {
+        const split_variant *sv = &SPLIT_VARIANTS[i];
+        mla_opts o = default_opts(sv->heads, sv->page_size, sv->form);
+        o.dtype = sv->dtype;
+        o.num_ctas = sv->num_ctas;
+        o.causal = sv->causal;
+        o.windowed = sv->window_left >= 0;
+        o.window_left = sv->window_left;
+        o.sinks = sv->sinks;
+        o.return_lse = sv->lse;
+        o.scale_ptr = sv->scale_ptr;
+        o.contig_pages = sv->contig_pages;
+        mla_case c;
+        split_case_opts(&c, &o, sv->B, sv->q_len, sv->kv_lo, sv->kv_hi, sv->empty_first,
+                        sv->min_splits, &rng);
+        check_case(&c, 2);
+        mla_case_free(&c);
+    }
+}
+
+/* ---- a batch without keys: zeros, and lse -inf or the sink -------------------------------- */
+
+static void mla_keyless_batch_writes_zeros_and_sink_lse(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = test_rng(10);
+    for (int k = 0; k < 8; k++) {
+        /* heads 16 q_len 1 and heads 64 q_len 2, both forms, sinks off and on */
+        mla_opts o = default_opts(k & 1 ? 64 : 16, 16,
+                                  k & 2 ? FI_FORM_INDPTR : FI_FORM_BLOCK_TABLES);
+        o.sinks = (k >> 2) & 1;
+        o.scale_ptr = k == 5;
+        o.num_ctas = 5;
+        int32_t q[4], kv[4];
+        for (int32_t b = 0; b < 4; b++) {
+            q[b] = 1 + (k & 1);
+            kv[b] = 0;
+        }
+        run_and_check(&o, q, kv, 4, &rng);
+    }
 }
 
 /* ---- determinism ---------------------------------------------------------------------- */
@@ -586,7 +752,7 @@ static void mla_bad_arguments_return_their_status_and_write_nothing(void **state
     assert_int_equal(fi_plan_get_view(c.plan, &v), FI_OK);
     assert_memory_equal(&before, v.header, sizeof before);
     /* and the plan still runs right */
-    check_case(&c);
+    check_case(&c, 1);
     mla_case_free(&c);
 
 }
@@ -599,7 +765,7 @@ static void sanitize_small_case(void **state) {
     tt_rng rng = test_rng(9);
     mla_case c;
     split_case(&c, 8, 16, 2, 2, 700, 900, &rng); /* >= 2 pieces of >= 256 keys */
-    check_case(&c);
+    check_case(&c, 1);
     mla_case_free(&c);
 }
 
@@ -638,7 +804,7 @@ static void mla_rows32_variant_matches_reference(void **state) {
                     mla_case_free(&c);
                     fail_msg("rows32 heads %d: no split with 5 CTAs", heads[ih]);
                 }
-                check_case(&c);
+                check_case(&c, 2);
                 mla_case_free(&c);
             }
 }
@@ -656,6 +822,8 @@ int main(void) {
         cmocka_unit_test(mla_f16_matches_reference),
         cmocka_unit_test(mla_indptr_causal_prefill_matches_reference),
         cmocka_unit_test(mla_split_merge_matches_reference_few_and_many_ctas),
+        cmocka_unit_test(mla_split_variants_match_reference),
+        cmocka_unit_test(mla_keyless_batch_writes_zeros_and_sink_lse),
         cmocka_unit_test(mla_same_inputs_give_bitwise_identical_outputs),
         cmocka_unit_test(mla_graph_decode_loop_follows_trace_every_step),
         cmocka_unit_test(mla_pdl_chained_graph_matches_unchained),
