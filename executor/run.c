@@ -13,7 +13,7 @@
 #include "executor/launch.h"
 #include "executor/mla_params.h"
 #include "fiattn_run.h"
-#include "planner/plan_internal.h"
+#include "plan/plan.h"
 
 /* A tensor's base must be 16-byte aligned and every outer stride a multiple of 16 bytes,
  * so each row can be moved with 16-byte copies. */

@@ -7,11 +7,13 @@
  *   CONTEXT     as GQA_DECODE
  *   page_size   {1,16,32,64,128} for every kind
  *   dtypes      q, kv: F32 (CPU reference), F16, BF16, E4M3 (xqa_mla); o: F32, F16, BF16
+ *   variant     a row of the tile table (plan/variant.h) for (kind, variant)
  */
 #include <cuda_runtime_api.h>
 
-#include "planner/validate.h"
+#include "plan/variant.h"
 #include "planner/caps_internal.h"
+#include "planner/validate.h"
 #include "workspace/layout.h"
 
 static int page_size_ok(int32_t p) {
@@ -32,6 +34,8 @@ fi_status fi_caps_validate(const fi_caps *caps) {
     if (caps->kind != FI_KIND_MLA_DECODE && caps->kind != FI_KIND_GQA_DECODE &&
         caps->kind != FI_KIND_CONTEXT)
         return FI_ERR_UNSUPPORTED_KIND;
+    if (!fi_variant_of(caps))
+        return FI_ERR_UNSUPPORTED_VARIANT;
     if (caps->max_batch <= 0 || caps->max_q_tokens <= 0 || caps->num_pages <= 0 ||
         caps->num_ctas < 0 || caps->num_qo_heads <= 0 || caps->num_kv_heads <= 0 ||
         caps->page_size <= 0)

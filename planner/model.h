@@ -11,7 +11,9 @@
 #ifndef FIATTN_PLANNER_MODEL_H
 #define FIATTN_PLANNER_MODEL_H
 
-#include "planner/plan_internal.h"
+#include <stdint.h>
+
+#include "fiattn_work.h"
 
 /* Largest CTA cost, KV-token units, of the plan work_indptr [n + 1] / items (a plan view or
  * staging).  finish: scratch [work_indptr[n]]; last: scratch [num_groups] (item index of

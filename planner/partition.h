@@ -13,7 +13,7 @@
 #ifndef FIATTN_PLANNER_PARTITION_H
 #define FIATTN_PLANNER_PARTITION_H
 
-#include "planner/plan_internal.h"
+#include "planner/scratch.h"
 
 typedef struct fi_partition_result {
     int32_t num_items;

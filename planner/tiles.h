@@ -1,5 +1,5 @@
 /*
- * planner/tiles.h - cut a validated batch into tiles (fi_tile, planner/plan_internal.h).
+ * planner/tiles.h - cut a validated batch into tiles (fi_tile, planner/scratch.h).
  *
  * Geometry (tile_rows = fi_tile_rows(caps): 64 decode kinds, 128 context; group = H_q/H_kv):
  *   group >= tile_rows: a tile is 1 query row x tile_rows heads (fewer in the last chunk);
@@ -14,7 +14,7 @@
 #ifndef FIATTN_PLANNER_TILES_H
 #define FIATTN_PLANNER_TILES_H
 
-#include "planner/plan_internal.h"
+#include "planner/scratch.h"
 
 /* Write the batch's tiles to tiles[0 .. *num_tiles) (capacity max_tiles) and the sum of
  * their costs to *total_cost.  requests: [batch_size] from fi_batch_validate.

@@ -44,8 +44,9 @@ fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
 
 /* Validate caps (kind, heads, dims, page size, dtypes, positive maxima).  num_ctas may
  * be 0 here (resolved later).  @return FI_OK, FI_ERR_NULL_ARGUMENT, FI_ERR_UNSUPPORTED_KIND,
- * FI_ERR_INVALID_CAPS, FI_ERR_UNSUPPORTED_HEADS, FI_ERR_UNSUPPORTED_HEAD_DIM,
- * FI_ERR_UNSUPPORTED_PAGE_SIZE, FI_ERR_UNSUPPORTED_DTYPE. */
+ * FI_ERR_UNSUPPORTED_VARIANT (no tile table row for kind / variant), FI_ERR_INVALID_CAPS,
+ * FI_ERR_UNSUPPORTED_HEADS, FI_ERR_UNSUPPORTED_HEAD_DIM, FI_ERR_UNSUPPORTED_PAGE_SIZE,
+ * FI_ERR_UNSUPPORTED_DTYPE. */
 fi_status fi_caps_validate(const fi_caps *caps);
 
 #endif

@@ -404,7 +404,7 @@ static void create_rejects_unsupported_caps(void **state) {
         size_t bytes = 0;
         assert_int_equal(fi_workspace_size(&good, &bytes), FI_OK);
         assert_true(bytes > 0 && bytes % 256 == 0);
-        struct { fi_caps c; fi_status want; } cases[12];
+        struct { fi_caps c; fi_status want; } cases[13];
         int n = 0;
         cases[n].c = good; cases[n].c.head_dim_qk = good.kind == FI_KIND_MLA_DECODE ? 512 : 96;
         cases[n++].want = FI_ERR_UNSUPPORTED_HEAD_DIM;
@@ -415,6 +415,10 @@ static void create_rejects_unsupported_caps(void **state) {
         cases[n].c = good; cases[n].c.o_dtype = FI_DTYPE_E4M3; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.q_dtype = (fi_dtype)0; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.kind = (fi_kind)9; cases[n++].want = FI_ERR_UNSUPPORTED_KIND;
+        /* no tile table row: any variant but 0, either sign */
+        cases[n].c = good;
+        cases[n].c.variant = tt_rng_int(&rng, 1, 1000000) * (tt_rng_int(&rng, 0, 1) ? 1 : -1);
+        cases[n++].want = FI_ERR_UNSUPPORTED_VARIANT;
         cases[n].c = good; cases[n].c.max_batch = 0; cases[n++].want = FI_ERR_INVALID_CAPS;
         cases[n].c = good; cases[n].c.num_ctas = -1; cases[n++].want = FI_ERR_INVALID_CAPS;
         cases[n].c = good;

@@ -20,8 +20,8 @@
 
 #include "executor/cpu/ref_common.h"
 #include "fiattn_ref.h"
-#include "planner/host_alloc.h"
-#include "planner/plan_internal.h"
+#include "plan/host_alloc.h"
+#include "plan/plan.h"
 
 /* Keys per inner block: the executor's KV tile. */
 #define FI_REF_KV_BLOCK 64
