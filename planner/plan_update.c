@@ -32,14 +32,14 @@ static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base) {
         return st;
     int32_t num_tiles = 0;
     int64_t tile_cost = 0;
-    st = fi_tiles_build(&p->caps, requests, batch->batch_size, batch->causal,
+    st = fi_tiles_build(p->variant, &p->caps, requests, batch->batch_size, batch->causal,
                         batch->window_left, s->tiles, l->max_tiles, &num_tiles, &tile_cost,
                         err);
     if (st != FI_OK)
         return st;
     fi_merge_group *groups = fi_stage_groups(base, l);
     fi_partition_result r;
-    st = fi_partition(s->tiles, num_tiles, tile_cost, s->tile_prefix, &s->pack, l,
+    st = fi_partition(p->variant, s->tiles, num_tiles, tile_cost, s->tile_prefix, &s->pack, l,
                       fi_stage_work_indptr(base, l), fi_stage_items(base, l), groups,
                       s->cta_cost, &r, err);
     if (st != FI_OK)

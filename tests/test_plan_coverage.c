@@ -22,7 +22,7 @@
 
 #include "common/batchgen.h"
 #include "fiattn.h"
-#include "plan/cost_model.h"
+#include "plan/variant.h"
 #include "planner/partition.h"
 #include "workspace/layout.h"
 
@@ -65,6 +65,8 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
     fi_plan_view v;
     CHECK(fi_plan_get_view(plan, &v) == FI_OK, "no view");
     const fi_caps *caps = fi_plan_caps(plan);
+    const fi_variant *var = fi_variant_of(caps);
+    CHECK(var != NULL, "no tile table row");
     fi_layout l;
     CHECK(fi_layout_compute(caps, &l) == FI_OK, "layout");
     const fi_plan_header *h = v.header;
@@ -73,7 +75,7 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
     const int32_t group = Hq / caps->num_kv_heads;
     CHECK(v.num_ctas == caps->num_ctas, "num_ctas");
     CHECK(h->batch_size == B && h->total_q_tokens == g->total_q_tokens, "header sizes");
-    CHECK(h->tile_rows == fi_tile_rows(caps), "tile_rows");
+    CHECK(h->tile_rows == var->tile_rows && h->tile_rows == fi_tile_rows(caps), "tile_rows");
     CHECK(h->causal == bt->causal && h->window_left == bt->window_left && h->form == (int32_t)bt->form,
           "header batch fields");
     CHECK(h->num_items >= 0 && h->num_items <= l.max_items, "items %d > bound %d", h->num_items,
@@ -179,12 +181,12 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
                       it->head_end == mg->head_end && it->q_begin == mg->q_begin &&
                       it->q_end == mg->q_end,
                   "group %d piece %d rectangle", gi, s);
-            CHECK(it->kv_end - it->kv_begin >= FI_MIN_CHUNK_TOKENS, "group %d piece %d below floor",
-                  gi, s);
+            CHECK(it->kv_end - it->kv_begin >= var->min_chunk_tokens,
+                  "group %d piece %d below floor", gi, s);
             if (s > 0) {
                 CHECK(v.items[slot_item[mg->first_slot + s - 1]].kv_end == it->kv_begin,
                       "group %d pieces not contiguous", gi);
-                CHECK(it->kv_begin % FI_KV_TILE_TOKENS == 0, "group %d cut off the KV tile", gi);
+                CHECK(it->kv_begin % var->kv_tile_tokens == 0, "group %d cut off the KV tile", gi);
             }
         }
         const fi_request_info *r = &v.requests[mg->request];
