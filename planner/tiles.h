@@ -6,9 +6,9 @@
  *   else:               tile_rows / group query rows x all `group` heads of one KV head
  *                       (fewer rows at the end of a request).
  * Order: request-major, then KV head, then query-row tile, then head chunk.
- * KV range of a tile = union of its rows' ranges (fiattn.h fi_batch, causal / window_left)
- * intersected with [0, kv_len); an empty union gives kv_begin == kv_end == 0 (the tile
- * still becomes an item so its rows are written: zeros, lse -inf).
+ * KV range of a tile = union of its rows' ranges (plan/mask.h fi_tile_kv_range); an
+ * empty union gives kv_begin == kv_end == 0 (the tile still becomes an item so its rows
+ * are written: zeros, lse -inf).
  * Cost: fi_variant_item_cost of the variant row (plan/variant.h).
  */
 #ifndef FIATTN_PLANNER_TILES_H
@@ -26,10 +26,5 @@ fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
                          const fi_request_info *requests, int32_t batch_size, int32_t causal,
                          int32_t window_left, fi_tile *tiles, int32_t max_tiles,
                          int32_t *num_tiles, int64_t *total_cost, fi_error_detail *err);
-
-/* KV range [*lo, *hi) seen by query rows [q_begin, q_end) of a request (q_len rows,
- * kv_len keys); *lo == *hi == 0 when empty. */
-void fi_tile_kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,
-                      int32_t causal, int32_t window_left, int32_t *lo, int32_t *hi);
 
 #endif

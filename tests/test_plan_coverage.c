@@ -22,6 +22,7 @@
 
 #include "common/batchgen.h"
 #include "fiattn.h"
+#include "plan/mask.h" /* the row rule; tests/test_mask.c checks it by brute force */
 #include "plan/variant.h"
 #include "planner/partition.h"
 #include "workspace/layout.h"
@@ -34,19 +35,6 @@ static int span_cmp(const void *a, const void *b) {
     const span *x = a, *y = b;
     if (x->row != y->row) return x->row < y->row ? -1 : 1;
     return (x->lo > y->lo) - (x->lo < y->lo);
-}
-
-/* Keys [*lo, *hi) query row i of request (q_len, kv_len) may see (fiattn.h fi_batch). */
-static void row_range(int32_t q_len, int32_t kv_len, int32_t i, int32_t causal, int32_t window,
-                      int32_t *lo, int32_t *hi) {
-    const int64_t p = (int64_t)kv_len - q_len + i;
-    int64_t h = causal ? p + 1 : kv_len;
-    if (h > kv_len) h = kv_len;
-    int64_t l = window >= 0 ? p - window : 0;
-    if (l < 0) l = 0;
-    if (l >= h) l = h = 0;
-    *lo = (int32_t)l;
-    *hi = (int32_t)h;
 }
 
 #define CHECK(cond, ...)                                                                  \
@@ -143,7 +131,7 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
         }
         for (int32_t i = it->q_begin; i < it->q_end; i++) {
             int32_t lo, hi;
-            row_range(r->q_len, r->kv_len, i, bt->causal, bt->window_left, &lo, &hi);
+            fi_row_kv_range(bt->causal, bt->window_left, r->q_len, r->kv_len, i, &lo, &hi);
             for (int32_t hh = it->head_begin; hh < it->head_end; hh++) {
                 const int64_t row = (int64_t)(r->q_offset + i) * Hq + hh;
                 if (it->merge_group < 0)
@@ -207,7 +195,7 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
         const fi_request_info *r = &v.requests[b];
         for (int32_t i = 0; i < r->q_len; i++) {
             int32_t lo, hi;
-            row_range(r->q_len, r->kv_len, i, bt->causal, bt->window_left, &lo, &hi);
+            fi_row_kv_range(bt->causal, bt->window_left, r->q_len, r->kv_len, i, &lo, &hi);
             for (int32_t hh = 0; hh < Hq; hh++) {
                 const int64_t row = (int64_t)(r->q_offset + i) * Hq + hh;
                 int32_t at = lo;
