@@ -1,5 +1,5 @@
 /*
- * planner/caps.c - fi_caps_validate (planner/validate.h) and fi_workspace_size (fiattn.h).
+ * planner/caps.c - fi_caps_validate and fi_workspace_size (fiattn.h).
  *
  * Supported sets (fiattn.h fi_caps comment):
  *   MLA_DECODE  H_kv 1, H_q in {16,32,64,128}, head_dim_qk 576, head_dim_vo 512
@@ -13,7 +13,6 @@
 
 #include "plan/variant.h"
 #include "planner/caps_internal.h"
-#include "planner/validate.h"
 #include "workspace/layout.h"
 
 static int page_size_ok(int32_t p) {

@@ -9,8 +9,8 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "planner/partition.h"
 #include "plan/plan.h"
+#include "planner/partition.h"
 #include "planner/scratch.h"
 #include "planner/tiles.h"
 #include "planner/validate.h"
@@ -27,7 +27,7 @@ static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base) {
     fi_request_info *requests = fi_stage_requests(base, l);
     int32_t total_q = 0;
     fi_planner_scratch *s = p->scratch;
-    fi_status st = fi_batch_validate(&p->caps, batch, requests, &total_q, err);
+    fi_status st = fi_batch_check(&p->caps, batch, requests, &total_q, err);
     if (st != FI_OK)
         return st;
     int32_t num_tiles = 0;

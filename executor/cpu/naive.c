@@ -16,7 +16,6 @@
 
 #include "executor/cpu/ref_common.h"
 #include "fiattn_ref.h"
-#include "planner/validate.h"
 
 /* Speed (the GPU tests check whole batches against this): rows are done in blocks of up
  * to NAIVE_ROWS (query row, head) pairs of one request and KV head, keys converted to fp64
