@@ -158,7 +158,7 @@ profile:
 lint:
 	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \
 	    --inline-suppr --suppress=missingIncludeSystem -Iinclude -I. \
-	    planner workspace executor/*.c executor/cpu viz tests bench
+	    plan planner workspace executor/*.c executor/core executor/cpu viz tests bench
 
 # ---- install ---------------------------------------------------------------------------
 LIBDIR := $(PREFIX)/lib

@@ -127,6 +127,18 @@ typedef struct fi_caps {
                                kind's default); rows: docs/DESIGN.md, the tile table */
 } fi_caps;
 
+/* Check caps against the supported sets above: kind; a tile table row for (kind, variant);
+ * positive max_batch, max_q_tokens, num_pages, num_qo_heads, num_kv_heads, page_size and
+ * num_ctas >= 0 (0 is resolved later, against the device); heads, head dims, page size and
+ * dtypes (q, kv: F32 (CPU reference), F16, BF16, E4M3; out: F32, F16, BF16).  Pure: no CUDA
+ * call, nothing written.  fi_workspace_size, fi_plan_create and fi_naive_attention call it.
+ * @return, for the first rule broken in this order: FI_OK; FI_ERR_NULL_ARGUMENT;
+ *   FI_ERR_UNSUPPORTED_KIND; FI_ERR_UNSUPPORTED_VARIANT (no tile table row for kind and
+ *   caps.variant); FI_ERR_INVALID_CAPS (a maximum <= 0, num_ctas < 0, H_q % H_kv != 0);
+ *   FI_ERR_UNSUPPORTED_HEADS; FI_ERR_UNSUPPORTED_HEAD_DIM; FI_ERR_UNSUPPORTED_PAGE_SIZE;
+ *   FI_ERR_UNSUPPORTED_DTYPE. */
+fi_status fi_caps_validate(const fi_caps *caps);
+
 /* Bytes of device workspace a plan with these caps needs (256-byte aligned regions: work
  * items, CTA ranges, request table, merge table, counts, fp32 partial O and LSE,
  * semaphores).  Depends only on *caps (num_ctas 0 is resolved against the current device).
@@ -199,6 +211,49 @@ typedef struct fi_batch {
                              context attention use 1. */
     int32_t window_left;  /* -1 unlimited; else the query at position p sees [p - window_left, p] */
 } fi_batch;
+
+/* Validate a batch against caps and normalise it into the per-request table the executors
+ * read (fiattn_work.h fi_request_info), whatever its form:
+ *   BLOCK_TABLES  q_offset = b * q_len_per_request, q_len = q_len_per_request,
+ *                 kv_len = seq_lens[b], page_row_offset = b * P * (kv_split_pages ? 2 : 1)
+ *   INDPTR        q from qo_indptr, kv_len[b], page_row_offset = kv_indptr[b]
+ *   CUM_SEQ_LENS  q from cum_seq_lens_q, kv_len = cum_seq_lens_kv difference (seq_lens, if
+ *                 given, must equal it), page_row_offset as BLOCK_TABLES
+ * (P = max_pages_per_seq.)  fi_plan_update applies the same rules; fi_naive_attention
+ * validates through it.
+ * Rules, in the order checked, and their status:
+ *   NULL caps / batch / requests / total_q_tokens, or a required array of the form
+ *                                                         FI_ERR_NULL_ARGUMENT
+ *   form not one of the three                             FI_ERR_INVALID_FORM
+ *   batch_size < 0                                        FI_ERR_INVALID_ARGUMENT
+ *   batch_size > caps.max_batch                           FI_ERR_BATCH_OVER_CAPS
+ *   window_left < -1                                      FI_ERR_INVALID_WINDOW
+ *   causal not 0 / 1, max_pages_per_seq < 0, kv_split_pages not 0 / 1
+ *                                                         FI_ERR_INVALID_ARGUMENT
+ *   q_len_per_request < 0, a kv_len / seq_lens < 0        FI_ERR_NEGATIVE_LENGTH
+ *   an indptr / cum_seq_lens not starting at 0, or decreasing
+ *                                                         FI_ERR_INDPTR_NOT_MONOTONE
+ *   seq_lens != cum_seq_lens_kv difference; causal with 0 < kv_len < q_len
+ *                                                         FI_ERR_INCONSISTENT_LENGTHS
+ *     (kv_len 0 is always valid: an empty request, its rows get zeros and lse -inf)
+ *   q_len outside the kind's range (decode kinds 1..8, context >= 0)
+ *                                                         FI_ERR_Q_LEN_UNSUPPORTED
+ *   sum of q_len > caps.max_q_tokens                      FI_ERR_Q_TOKENS_OVER_CAPS
+ *   ceil(kv_len / page_size) > the pages of the request's row
+ *                                                         FI_ERR_SEQ_LEN_EXCEEDS_PAGES
+ *   a row offset or token offset beyond int32             FI_ERR_INVALID_ARGUMENT
+ *   a used page index (K and, for 3-D tables, V row) outside [0, caps.num_pages)
+ *                                                         FI_ERR_PAGE_INDEX_OUT_OF_RANGE
+ * Every form is accepted for every kind; only the pages a request uses are read.
+ * caps: caps that pass fi_caps_validate.  requests: [batch->batch_size] out and
+ * *total_q_tokens (the sum of q_len): written on success only.
+ * err: may be NULL; on failure its status, request (b or -1), needed and limit say which
+ *   rule broke; on success status FI_OK and the other fields -1 / 0.
+ * Reads the host arrays only; no allocation.  O(B + used pages).
+ * @return FI_OK or the status of the first broken rule above. */
+fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
+                            fi_request_info *requests, int32_t *total_q_tokens,
+                            fi_error_detail *err);
 
 /* Re-plan for a new batch: validate, partition (balanced split-k), lay out, and (device
  * plans) issue ONE cudaMemcpyAsync of the used plan bytes from pinned staging to the

@@ -1,5 +1,9 @@
 /*
- * plan/cost_model.h - the planner's cost model, in one place.
+ * plan/cost_model.h - the calibrated values of the planner's cost model: the numbers of
+ * the tile table rows (executor/core/registry.c), and the record of how they were found.
+ * Code never reads these macros: the planner reads the plan's fi_variant row
+ * (plan/variant.h: fi_variant_item_cost, fi_variant_piece_charge), so another row can
+ * carry other values.
  *
  * Cost of one work item (a tile, or a piece of a split tile), in units of "KV tokens":
  *     cost = kv_tokens + FI_COST_ALPHA * rows + FI_COST_BETA
@@ -26,6 +30,9 @@
 #ifndef FI_KV_TILE_TOKENS /* -DFI_KV_TILE_TOKENS=... overrides it (calibration builds) */
 #define FI_KV_TILE_TOKENS 64
 #endif
+/* The partition rounds cuts with a mask (planner/partition.c). */
+_Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_TOKENS > 0,
+               "FI_KV_TILE_TOKENS must be a power of two");
 
 /* No piece of a split tile is shorter than this many KV tokens (2 KV tiles), so merge
  * traffic (fp32 partial O + LSE per piece) stays small next to the attention work.  It is
@@ -70,13 +77,6 @@
 #ifndef FI_COST_ARRIVE
 #define FI_COST_ARRIVE 64
 #endif
-/* What a piece is charged while it is not known which piece of its group ends last. */
-#define FI_COST_PIECE ((FI_COST_MERGE + FI_COST_ARRIVE) / 2)
-
-/* Cost of one item: kv_tokens keys over `rows` tile rows. */
-static inline int64_t fi_cost_item(int64_t kv_tokens, int64_t rows) {
-    return kv_tokens + (int64_t)FI_COST_ALPHA * rows + FI_COST_BETA;
-}
 
 /* Packing limits (planner/pack.h): tiles a CTA may hold when the planner packs. */
 #ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */

@@ -1,11 +1,17 @@
 /*
- * plan/mask.h - the mask rule, in one place for the planner, the CPU references and the
- * GPU kernels (C11 and CUDA C++).
+ * plan/mask.h - the mask rule, in one place for the host (planner, CPU references) and the
+ * device (kernels): which keys a query row sees (docs/DESIGN.md section 7).
  *
- * Query row i (0-based) of a request with q_len rows and kv_len keys sits at position
+ * Request with q_len query rows and kv_len keys; query row i (0-based) sits at position
  * p = kv_len - q_len + i (the query block is aligned to the end of the KV range).  It sees
- * keys [lo, hi): hi = p + 1 when causal, else kv_len; lo = p - window_left when
- * window_left >= 0, else 0; both clamped to [0, kv_len], and hi >= lo (empty: lo == hi).
+ * keys [lo, hi) with
+ *     lo = window_left >= 0 ? max(0, p - window_left) : 0
+ *     hi = causal ? min(p + 1, kv_len) : kv_len
+ * and none when hi <= lo.  Both ends are non-decreasing in i and a row's range starts no
+ * later than the previous row's ends, so the keys of rows [q_begin, q_end) form one range.
+ *
+ * Plain C11 and CUDA C++ (FI_HOST_DEVICE); no allocation, no error: callers pass
+ * validated lengths (fiattn.h fi_batch_validate), int32 in and out, int64 inside.
  */
 #ifndef FIATTN_PLAN_MASK_H
 #define FIATTN_PLAN_MASK_H
@@ -18,7 +24,9 @@
 #define FI_HOST_DEVICE static inline
 #endif
 
-/* Keys [*lo, *hi) seen by query row i; see the rule above. */
+/* Keys [*lo, *hi) seen by query row i of a request of q_len rows and kv_len keys, under
+ * causal (0 / 1) and window_left (-1: unlimited).  An empty range has *lo == *hi (not
+ * necessarily 0). */
 FI_HOST_DEVICE void fi_row_kv_range(int32_t causal, int32_t window_left, int32_t q_len,
                                     int32_t kv_len, int32_t i, int32_t *lo, int32_t *hi) {
     const int64_t p = (int64_t)kv_len - q_len + i;
@@ -32,6 +40,24 @@ FI_HOST_DEVICE void fi_row_kv_range(int32_t causal, int32_t window_left, int32_t
         h = l;
     *lo = (int32_t)l;
     *hi = (int32_t)h;
+}
+
+/* Keys [*lo, *hi) seen by any of the query rows [q_begin, q_end) (q_begin < q_end): the
+ * first row's start to the last row's end; *lo == *hi == 0 when no row sees a key.  Exact
+ * for validated batches (a causal request has kv_len 0 or kv_len >= q_len, so no row before
+ * a seeing row is blind). */
+FI_HOST_DEVICE void fi_tile_kv_range(int32_t causal, int32_t window_left, int32_t q_len,
+                                     int32_t kv_len, int32_t q_begin, int32_t q_end,
+                                     int32_t *lo, int32_t *hi) {
+    int32_t first_lo, first_hi, last_lo, last_hi;
+    fi_row_kv_range(causal, window_left, q_len, kv_len, q_begin, &first_lo, &first_hi);
+    fi_row_kv_range(causal, window_left, q_len, kv_len, q_end - 1, &last_lo, &last_hi);
+    if (first_lo >= last_hi) {
+        *lo = *hi = 0;
+        return;
+    }
+    *lo = first_lo;
+    *hi = last_hi;
 }
 
 #endif /* FIATTN_PLAN_MASK_H */

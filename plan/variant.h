@@ -34,6 +34,18 @@ typedef struct fi_variant {
     const struct fi_family *family;  /* GPU executor of the row; NULL: CPU reference only */
 } fi_variant;
 
+/* Cost of one item (a tile, or a piece of a split tile), KV-token units: kv_tokens keys
+ * over `rows` tile rows (query rows x heads), plus the per-item overhead. */
+static inline int64_t fi_variant_item_cost(const fi_variant *v, int64_t kv_tokens, int64_t rows) {
+    return kv_tokens + (int64_t)v->cost_alpha * rows + v->cost_beta;
+}
+
+/* What the packing partition charges a split piece while it cannot yet know which piece of
+ * its group ends last (and merges): the mean of the merge and arrival charges. */
+static inline int64_t fi_variant_piece_charge(const fi_variant *v) {
+    return ((int64_t)v->cost_merge + v->cost_arrive) / 2;
+}
+
 /* The row of (kind, variant), or NULL when there is none (callers: FI_ERR_UNSUPPORTED_VARIANT).
  * Pure; the table is static and lives as long as the program. */
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);

@@ -1,5 +1,5 @@
 /*
- * planner/caps.c - fi_caps_validate (planner/validate.h) and fi_workspace_size (fiattn.h).
+ * planner/caps.c - fi_caps_validate and fi_workspace_size (fiattn.h).
  *
  * Supported sets (fiattn.h fi_caps comment):
  *   MLA_DECODE  H_kv 1, H_q in {16,32,64,128}, head_dim_qk 576, head_dim_vo 512
@@ -7,10 +7,11 @@
  *   CONTEXT     as GQA_DECODE
  *   page_size   {1,16,32,64,128} for every kind
  *   dtypes      q, kv: F32 (CPU reference), F16, BF16, E4M3 (xqa_mla); o: F32, F16, BF16
+ *   variant     a row of the tile table (plan/variant.h) for (kind, variant)
  */
 #include <cuda_runtime_api.h>
 
-#include "planner/validate.h"
+#include "plan/variant.h"
 #include "planner/caps_internal.h"
 #include "workspace/layout.h"
 
@@ -32,6 +33,8 @@ fi_status fi_caps_validate(const fi_caps *caps) {
     if (caps->kind != FI_KIND_MLA_DECODE && caps->kind != FI_KIND_GQA_DECODE &&
         caps->kind != FI_KIND_CONTEXT)
         return FI_ERR_UNSUPPORTED_KIND;
+    if (!fi_variant_of(caps))
+        return FI_ERR_UNSUPPORTED_VARIANT;
     if (caps->max_batch <= 0 || caps->max_q_tokens <= 0 || caps->num_pages <= 0 ||
         caps->num_ctas < 0 || caps->num_qo_heads <= 0 || caps->num_kv_heads <= 0 ||
         caps->page_size <= 0)

@@ -2,21 +2,25 @@
  * planner/model.h - the executor's time model of a written plan, used to choose between
  * partitions (planner/partition.h) and by the tests that check that choice.
  *
- * A CTA runs its items in order; item i costs fi_cost_item (plan/cost_model.h) and ends
- * at the CTA's running sum.  Of each merge group, the piece that ends last (ties: the
- * lower item index) is where the group is merged (FI_COST_MERGE is added to its CTA); the
- * other pieces publish their partials (FI_COST_ARRIVE each).  The merge's own delay of the
- * CTA's later items is not modelled.  Calibration: plan/cost_model.h.
+ * A CTA runs its items in order; item i costs fi_variant_item_cost (plan/variant.h) and
+ * ends at the CTA's running sum.  Of each merge group, the piece that ends last (ties: the
+ * lower item index) is where the group is merged (the row's cost_merge is added to its
+ * CTA); the other pieces publish their partials (cost_arrive each).  The merge's own delay
+ * of the CTA's later items is not modelled.  Calibration: plan/cost_model.h.
  */
 #ifndef FIATTN_PLANNER_MODEL_H
 #define FIATTN_PLANNER_MODEL_H
 
-#include "planner/plan_internal.h"
+#include <stdint.h>
+
+#include "fiattn_work.h"
+#include "plan/variant.h"
 
 /* Largest CTA cost, KV-token units, of the plan work_indptr [n + 1] / items (a plan view or
- * staging).  finish: scratch [work_indptr[n]]; last: scratch [num_groups] (item index of
- * the latest piece).  O(items + groups). */
-int64_t fi_model_max(const int32_t *work_indptr, int32_t n, const fi_work_item *items,
-                     int32_t num_groups, int64_t *finish, int32_t *last);
+ * staging) under the cost model of row v.  finish: scratch [work_indptr[n]]; last: scratch
+ * [num_groups] (item index of the latest piece).  O(items + groups). */
+int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int32_t n,
+                     const fi_work_item *items, int32_t num_groups, int64_t *finish,
+                     int32_t *last);
 
 #endif

@@ -7,7 +7,7 @@
  * T that packs (under a cap that packs, the largest CTA cost is T or just below, so the
  * smallest such T is the best plan of this kind).  One packing (pk_try):
  *   1. tiles costing more than T, largest first: full pieces of one CTA each (the piece
- *      as long as T allows with its charge FI_COST_PIECE), the remainder queued;
+ *      as long as T allows with its piece charge), the remainder queued;
  *   2. the queue (remainders merged with the whole tiles, largest first): an item of more
  *      than half of T opens a new CTA (no open CTA can hold it: each holds an item at least
  *      as large); a smaller one goes to the fullest CTA that still holds it (best fit),
@@ -19,15 +19,18 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "plan/cost_model.h"
 #include "planner/model.h"
 
-#define PK_TILE_MASK (~(int64_t)(FI_KV_TILE_TOKENS - 1))
+/* The variant row's rules as packing uses them: where a tile may be cut, and what a piece
+ * of a cut tile is charged (fi_variant_piece_charge). */
+typedef struct pk_rules {
+    fi_split_grain grain;
+    int64_t piece;
+} pk_rules;
 
-static inline int64_t pk_round_down(int64_t x) { return x < 0 ? -1 : x & PK_TILE_MASK; }
-
-static inline int64_t pk_cost(const fi_pack_piece *x) {
-    return x->cost + (x->split ? FI_COST_PIECE : 0);
+/* A piece's cost with its charge, if it is one of a cut tile. */
+static inline int64_t pk_cost(const pk_rules *r, const fi_pack_piece *x) {
+    return x->cost + (x->split ? r->piece : 0);
 }
 
 /* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.  LSD radix
@@ -148,10 +151,11 @@ static int32_t bk_min(const pk_buckets *bk, const int64_t *load) {
 }
 
 /* Queue of cut remainders, kept by decreasing charged cost (few: one per cut tile). */
-static void pk_queue(const fi_pack_piece *pc, int32_t *q, int32_t *nq, int32_t k) {
-    const int64_t ck = pk_cost(&pc[k]);
+static void pk_queue(const pk_rules *r, const fi_pack_piece *pc, int32_t *q, int32_t *nq,
+                     int32_t k) {
+    const int64_t ck = pk_cost(r, &pc[k]);
     int32_t i = *nq;
-    while (i > 0 && pk_cost(&pc[q[i - 1]]) < ck) {
+    while (i > 0 && pk_cost(r, &pc[q[i - 1]]) < ck) {
         q[i] = q[i - 1];
         i--;
     }
@@ -162,9 +166,11 @@ static void pk_queue(const fi_pack_piece *pc, int32_t *q, int32_t *nq, int32_t k
 /* One packing under cap T into s->pieces (bins set).  Returns the number of pieces, or -1
  * if it does not fit (CTAs, cuts <= num_ctas - 1, pieces <= max_items, or a piece below
  * the floor). */
-static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l, int64_t T,
-                      fi_pack_scratch *s) {
+static int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num_tiles,
+                      const fi_layout *l, int64_t T, fi_pack_scratch *s) {
     const int32_t n = l->num_ctas, max_pieces = l->max_items;
+    const fi_split_grain g = r->grain;
+    const int64_t piece = r->piece;
     fi_pack_piece *pc = s->pieces;
     int64_t *load = s->load;
     int32_t *rq = s->order; /* remainder queue */
@@ -176,20 +182,20 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
             break;
         const int64_t oh = tl->cost - (tl->kv_end - tl->kv_begin);
         int64_t pos = tl->kv_begin;
-        /* Every piece is charged FI_COST_PIECE: which one of a group ends last (and merges)
-         * depends on the rest of the packing.  (Charging full pieces FI_COST_MERGE and
-         * remainders FI_COST_ARRIVE modelled worse on the trace snapshot: remainders that
+        /* Every piece is charged the piece charge: which one of a group ends last (and
+         * merges) depends on the rest of the packing.  (Charging full pieces cost_merge and
+         * remainders cost_arrive modelled worse on the trace snapshot: remainders that
          * run second in their CTA end last.) */
-        while (tl->kv_end - pos + oh + FI_COST_PIECE > T) {
-            int64_t end = pk_round_down(pos + T - oh - FI_COST_PIECE);
-            if (tl->kv_end - end < FI_MIN_CHUNK_TOKENS)
-                end = pk_round_down(tl->kv_end - FI_MIN_CHUNK_TOKENS);
-            if (end - pos < FI_MIN_CHUNK_TOKENS || nb == n || np == max_pieces ||
+        while (tl->kv_end - pos + oh + piece > T) {
+            int64_t end = fi_grain_round_down(g, pos + T - oh - piece);
+            if (tl->kv_end - end < g.floor)
+                end = fi_grain_round_down(g, tl->kv_end - g.floor);
+            if (end - pos < g.floor || nb == n || np == max_pieces ||
                 cuts == n - 1)
                 return -1;
             pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, (int32_t)end, nb, 1, 0,
                                      end - pos + oh};
-            load[nb++] = pk_cost(&pc[np]);
+            load[nb++] = pk_cost(r, &pc[np]);
             np++;
             cuts++;
             pos = end;
@@ -198,7 +204,7 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
             return -1;
         pc[np] = (fi_pack_piece){s->by_cost[w], (int32_t)pos, tl->kv_end, -1, 1, 0,
                                  tl->kv_end - pos + oh};
-        pk_queue(pc, rq, &nq, np++);
+        pk_queue(r, pc, rq, &nq, np++);
     }
     /* 2. The rest, largest first: the remainder queue merged with whole tiles w.. . */
     pk_buckets bk;
@@ -207,14 +213,14 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
     for (int32_t b = 0; b < nb; b++)
         room -= load[b];
     for (int32_t i = 0; i < nq; i++)
-        qcost += pk_cost(&pc[rq[i]]);
+        qcost += pk_cost(r, &pc[rq[i]]);
     for (int32_t b = 0; b < nb; b++)
         bk_insert(&bk, load, b);
     for (;;) {
         int32_t k;
         const int take_whole =
             w < num_tiles &&
-            (qh == nq || tiles[s->by_cost[w]].cost > pk_cost(&pc[rq[qh]]));
+            (qh == nq || tiles[s->by_cost[w]].cost > pk_cost(r, &pc[rq[qh]]));
         if (take_whole) {
             if (np == max_pieces)
                 return -1;
@@ -228,7 +234,7 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
             break;
         }
         fi_pack_piece *x = &pc[k];
-        const int64_t c = pk_cost(x);
+        const int64_t c = pk_cost(r, x);
         /* Fail fast: what is left (this item, the whole tiles after it, the queue) cannot
          * fit in the room of all CTAs (cuts only add charges). */
         if ((take_whole ? c + qcost : qcost) + s->suffix[w] > room)
@@ -257,8 +263,8 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
             return -1;
         const fi_tile *tl = &tiles[x->tile];
         const int64_t oh = tl->cost - (tl->kv_end - tl->kv_begin);
-        const int64_t end = pk_round_down(x->kv0 + (T - load[most]) - oh - FI_COST_PIECE);
-        if (end - x->kv0 < FI_MIN_CHUNK_TOKENS || x->kv1 - end < FI_MIN_CHUNK_TOKENS ||
+        const int64_t end = fi_grain_round_down(g, x->kv0 + (T - load[most]) - oh - piece);
+        if (end - x->kv0 < g.floor || x->kv1 - end < g.floor ||
             np == max_pieces || cuts == n - 1)
             return -1;
         pc[np] = (fi_pack_piece){x->tile, (int32_t)end, x->kv1, -1, 1, 0, x->kv1 - end + oh};
@@ -267,16 +273,16 @@ static int32_t pk_try(const fi_tile *tiles, int32_t num_tiles, const fi_layout *
         x->cost = end - x->kv0 + oh;
         x->bin = most;
         bk_remove(&bk, most);
-        load[most] += pk_cost(x);
+        load[most] += pk_cost(r, x);
         bk_insert(&bk, load, most);
-        room += c - pk_cost(x); /* c was taken above; the first piece costs pk_cost(x) */
-        qcost += pk_cost(&pc[np]);
+        room += c - pk_cost(r, x); /* c was taken above; the first piece costs pk_cost(r, x) */
+        qcost += pk_cost(r, &pc[np]);
         cuts++;
         /* the rest joins the remainder queue (drop the consumed head first) */
         memmove(rq, rq + qh, sizeof(int32_t) * (size_t)(nq - qh));
         nq -= qh;
         qh = 0;
-        pk_queue(pc, rq, &nq, np++);
+        pk_queue(r, pc, rq, &nq, np++);
     }
     return np;
 }
@@ -407,24 +413,25 @@ static int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l,
     return 1;
 }
 
-int fi_pack_wanted(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l) {
+int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                   const fi_layout *l) {
     const int64_t n = l->num_ctas;
-    if (num_tiles == 0 || num_tiles > n * (FI_PACK_THIN_TILES_PER_CTA > FI_PACK_MAX_TILES_PER_CTA
-                                               ? FI_PACK_THIN_TILES_PER_CTA
-                                               : FI_PACK_MAX_TILES_PER_CTA))
+    const int64_t thin_max = v->pack_thin_tiles_per_cta, other_max = v->pack_max_tiles_per_cta;
+    if (num_tiles == 0 || num_tiles > n * (thin_max > other_max ? thin_max : other_max))
         return 0;
     int thin = 1; /* every tile <= 16 rows */
     for (int32_t t = 0; t < num_tiles && thin; t++)
         thin = (int64_t)(tiles[t].q_end - tiles[t].q_begin) *
                    (tiles[t].head_end - tiles[t].head_begin) <= 16;
-    return num_tiles <= n * (thin ? FI_PACK_THIN_TILES_PER_CTA : FI_PACK_MAX_TILES_PER_CTA);
+    return num_tiles <= n * (thin ? thin_max : other_max);
 }
 
-void fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                       const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo, int64_t beat,
-                       int32_t *work_indptr, fi_work_item *items, fi_merge_group *groups,
-                       int64_t *cta_cost, fi_partition_result *res) {
+void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                       int64_t total_cost, const fi_layout *l, fi_pack_scratch *s,
+                       int64_t cap_lo, int64_t beat, int32_t *work_indptr, fi_work_item *items,
+                       fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res) {
     const int32_t n = l->num_ctas;
+    const pk_rules rules = {fi_split_grain_of(v), fi_variant_piece_charge(v)};
     pk_sort(tiles, num_tiles, s->by_cost, s->order);
     s->suffix[num_tiles] = 0;
     for (int32_t i = num_tiles - 1; i >= 0; i--)
@@ -438,7 +445,7 @@ void fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
     int32_t np = -1;
     for (int64_t step = lo / 32 + 1, T = lo + step; T < beat + step; step *= 2, T = bad + step) {
         const int64_t t = T < beat ? T : beat - 1;
-        const int32_t k = pk_try(tiles, num_tiles, l, t, s);
+        const int32_t k = pk_try(&rules, tiles, num_tiles, l, t, s);
         if (k >= 0) {
             good = t;
             np = k;
@@ -453,7 +460,7 @@ void fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
         return;
     while (good - bad > tol) {
         const int64_t mid = bad + (good - bad) / 2;
-        const int32_t k = pk_try(tiles, num_tiles, l, mid, s);
+        const int32_t k = pk_try(&rules, tiles, num_tiles, l, mid, s);
         if (k >= 0) {
             good = mid;
             np = k;
@@ -469,7 +476,8 @@ void fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_co
     if (!pk_write(tiles, num_tiles, l, s, np, good, s->work_indptr, s->items, s->groups,
                   s->cta_cost, &r))
         return;
-    const int64_t m = fi_model_max(s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
+    const int64_t m =
+        fi_model_max(v, s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
     if (m >= beat)
         return;
     memcpy(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));

@@ -11,41 +11,41 @@
  * (bin packing with splittable items, Chung et al. 2006): tiles longer than the cap T are
  * cut into full pieces of one CTA each, the rest (whole tiles and the remainders) are
  * placed largest first into the CTA with the least room left that still holds them; one
- * that fits nowhere is cut into the CTA with the most room.  Every piece is charged
- * FI_COST_PIECE while packing.  The smallest cap that packs is searched (a cap that packs
- * bounds the largest CTA cost); the result is scored by the executor model
- * (planner/model.h) against the walk's plan.
+ * that fits nowhere is cut into the CTA with the most room.  Every piece is charged the
+ * row's piece charge (fi_variant_piece_charge) while packing.  The smallest cap that packs
+ * is searched (a cap that packs bounds the largest CTA cost); the result is scored by the
+ * executor model (planner/model.h) against the walk's plan.
  */
 #ifndef FIATTN_PLANNER_PACK_H
 #define FIATTN_PLANNER_PACK_H
 
-#include "plan/cost_model.h"
 #include "planner/partition.h"
 
 /* Packing is tried for batches of thin tiles (<= 16 rows: heads <= 16 at q_len 1, where a
- * tile's keys are bandwidth-bound and an item's fixed cost weighs most) up to
- * FI_PACK_THIN_TILES_PER_CTA tiles a CTA, and for other tiles up to
- * FI_PACK_MAX_TILES_PER_CTA (0: never; at 1, H200: heads 32 / 64 x 128 requests and
+ * tile's keys are bandwidth-bound and an item's fixed cost weighs most) up to the row's
+ * pack_thin_tiles_per_cta tiles a CTA, and for other tiles up to its
+ * pack_max_tiles_per_cta (0: never; at 1, H200: heads 32 / 64 x 128 requests and
  * heads 128 x 64 were 5-8% faster, heads 128 x 32 and heads 64 x 96 1-5% slower, so the
  * model, calibrated on thin tiles, does not rank tall-tile plans yet; BENCHMARKS.md).  Past that every CTA runs several items
  * anyway, and the search would cost more than the plan-update targets allow (docs/
  * DESIGN.md: 10 us at 128 requests, 60 us at 1024, for H_q 128). */
-/* (The two limits are plan/cost_model.h FI_PACK_*_TILES_PER_CTA.) */
+/* (The default rows' limits: plan/cost_model.h FI_PACK_*_TILES_PER_CTA.) */
 
-/* 1 if the batch's tiles are packed at all (the limits above), 0 if the walk's plan stands
- * unexamined.  O(tiles), stops at the first tall tile. */
-int fi_pack_wanted(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l);
+/* 1 if the batch's tiles are packed at all (row v's limits, above), 0 if the walk's plan
+ * stands unexamined.  O(tiles), stops at the first tall tile. */
+int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                   const fi_layout *l);
 
-/* Pack tiles[0 .. num_tiles) (tile order; a batch fi_pack_wanted accepts; scratch s, owned
- * by the plan) over l->num_ctas CTAs under the smallest cap that packs (from cap_lo, the
- * walk's cap in cost units, galloping up by cap_lo / 32 and bisecting to cap_lo / 64).  If
- * that plan's executor model (planner/model.h, KV-token units) is below `beat` (the
- * walk's), writes it over the walk's (work_indptr [num_ctas + 1], items, groups, cta_cost,
- * *res); otherwise, or if no cap fits the layout bounds, writes nothing: the walk's plan
- * stands.  Cost: O(tiles + CTAs) per packing, 2-4 packings. */
-void fi_partition_pack(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                       const fi_layout *l, fi_pack_scratch *s, int64_t cap_lo, int64_t beat,
-                       int32_t *work_indptr, fi_work_item *items, fi_merge_group *groups,
-                       int64_t *cta_cost, fi_partition_result *res);
+/* Pack tiles[0 .. num_tiles) (tile order; a batch fi_pack_wanted accepts; row v; scratch
+ * s, owned by the plan) over l->num_ctas CTAs under the smallest cap that packs (from
+ * cap_lo, the walk's cap in cost units, galloping up by cap_lo / 32 and bisecting to
+ * cap_lo / 64).  If that plan's executor model (planner/model.h, KV-token units) is below
+ * `beat` (the walk's), writes it over the walk's (work_indptr [num_ctas + 1], items,
+ * groups, cta_cost, *res); otherwise, or if no cap fits the layout bounds, writes nothing:
+ * the walk's plan stands.  Cost: O(tiles + CTAs) per packing, 2-4 packings. */
+void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                       int64_t total_cost, const fi_layout *l, fi_pack_scratch *s,
+                       int64_t cap_lo, int64_t beat, int32_t *work_indptr, fi_work_item *items,
+                       fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res);
 
 #endif

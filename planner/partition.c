@@ -3,9 +3,9 @@
  * get_decoding_sched_meta scheduler) with flash-decoding split-KV (Dao et al. 2023).
  *
  * Tiles are walked in plan order; each CTA takes the next run of cost, and a tile that
- * straddles a CTA boundary is cut there (split-KV), the cut on a multiple of
- * FI_KV_TILE_TOKENS (request-local token index) with no piece shorter than
- * FI_MIN_CHUNK_TOKENS (when the boundary would leave one, it moves instead).
+ * straddles a CTA boundary is cut there (split-KV), the cut on a multiple of the variant's
+ * kv_tile_tokens (request-local token index) with no piece shorter than its
+ * min_chunk_tokens (fi_split_grain; when the boundary would leave one, it moves instead).
  * 1. Capped walk (the plan): the smallest cap C such that "each CTA takes as much as fits
  *    under C, cutting the tile below C" covers all tiles with num_ctas CTAs, to within
  *    1/64 of a lower bound (mean cost per CTA, or the largest piece a tile cannot avoid).
@@ -32,13 +32,14 @@
  */
 #include "planner/partition.h"
 
-#include "plan/cost_model.h"
 #include "planner/model.h"
 #include "planner/pack.h"
 
 int fi_partition_test_force_global = 0;
 
 typedef struct walk {
+    const fi_variant *v;
+    fi_split_grain grain;
     const fi_layout *l;
     int32_t *indptr;
     fi_work_item *items;
@@ -126,31 +127,18 @@ static fi_status emit(walk *w, const fi_tile *t, int32_t kv0, int32_t kv1, int s
     return FI_OK;
 }
 
-/* Nearest / next / previous multiple of the KV tile (x >= 0; a power of two, so masks). */
-_Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0,
-               "FI_KV_TILE_TOKENS must be a power of two");
-#define FI_KV_TILE_MASK (~(int64_t)(FI_KV_TILE_TOKENS - 1))
-static inline int64_t round_kv_tile(int64_t x) {
-    return (x + FI_KV_TILE_TOKENS / 2) & FI_KV_TILE_MASK;
-}
-static inline int64_t round_up_kv_tile(int64_t x) {
-    return (x + FI_KV_TILE_TOKENS - 1) & FI_KV_TILE_MASK;
-}
-static inline int64_t round_down_kv_tile(int64_t x) { /* -1 for x < 0 */
-    return x < 0 ? -1 : x & FI_KV_TILE_MASK;
-}
-
 /* Capped walk's cut of a tile whose rest [pos, kv_end) (plus `overhead`) does not fit in
  * the rem cost units left on the CTA: the largest KV tile multiple that fits and leaves
- * both pieces >= the floor, or -1 (no such cut: the CTA ends before this tile). */
-static inline int64_t cap_cut(int32_t pos, int32_t kv_end, int64_t overhead, int64_t rem) {
-    const int64_t lo = round_up_kv_tile((int64_t)pos + FI_MIN_CHUNK_TOKENS);
-    const int64_t hi = round_down_kv_tile((int64_t)kv_end - FI_MIN_CHUNK_TOKENS);
-    const int64_t room = rem - overhead; /* KV tokens that fit */
-    int64_t want = room >= 0 ? round_down_kv_tile(pos + room) : -1;
-    if (want > hi)
-        want = hi;
-    return lo <= hi && want >= lo ? want : -1;
+ * both pieces >= the floor, or -1 (no such cut: the CTA ends before this tile).
+ * Branch-free: a negative value stays negative under the mask, so a room or a tile too
+ * short for the floor gives a `want` below `lo` (lo >= 0). */
+static inline int64_t cap_cut(fi_split_grain sg, int32_t pos, int32_t kv_end, int64_t overhead,
+                              int64_t rem) {
+    const int64_t lo = fi_grain_round_up(sg, (int64_t)pos + sg.floor);
+    const int64_t hi = ((int64_t)kv_end - sg.floor) & sg.mask;
+    int64_t want = ((int64_t)pos + rem - overhead) & sg.mask;
+    want = want < hi ? want : hi;
+    return want >= lo ? want : -1;
 }
 
 /* Global-target walk (the fallback) with w->budget: CTA c ends near (c + 1) * budget, the
@@ -168,7 +156,7 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
     for (int32_t i = 0; i < num_tiles; i++) {
         const fi_tile *t = &tiles[i];
         const int64_t rows = (int64_t)(t->q_end - t->q_begin) * (t->head_end - t->head_begin);
-        const int64_t overhead = fi_cost_item(0, rows);
+        const int64_t overhead = fi_variant_item_cost(w->v, 0, rows);
         int32_t pos = t->kv_begin;
         int32_t g = -1;
         for (;;) {
@@ -177,15 +165,16 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
                 /* Three ways to end CTA c near its target; take the one that misses it
                  * least: stop before this piece, take it whole, or cut it where the
                  * target falls (clamped so no piece is below the floor). */
-                const int64_t lo = round_up_kv_tile((int64_t)pos + FI_MIN_CHUNK_TOKENS);
-                const int64_t hi = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
+                const fi_split_grain sg = w->grain;
+                const int64_t lo = fi_grain_round_up(sg, (int64_t)pos + sg.floor);
+                const int64_t hi = fi_grain_round_down(sg, (int64_t)t->kv_end - sg.floor);
                 const int64_t room = w->target - w->cum - overhead; /* KV tokens that fit */
                 const int64_t under = w->target - w->cum;
                 const int64_t over = w->cum + rest_cost - w->target;
                 int64_t best = under < over ? under : over;
                 int64_t cut = -1;
                 if (lo <= hi) {
-                    int64_t want = round_kv_tile(pos + (room > 0 ? room : 0));
+                    int64_t want = fi_grain_round(sg, pos + (room > 0 ? room : 0));
                     want = want < lo ? lo : want > hi ? hi : want;
                     int64_t miss = w->cum + (want - pos) + overhead - w->target;
                     miss = miss < 0 ? -miss : miss;
@@ -238,7 +227,7 @@ static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
     int64_t budget = (total_cost + n - 1) / n;
     *best_max = INT64_MAX;
     for (int pass = 0; pass < 2; pass++) {
-        w->budget = budget < FI_MIN_CHUNK_TOKENS ? FI_MIN_CHUNK_TOKENS : budget;
+        w->budget = budget < w->grain.floor ? w->grain.floor : budget;
         fi_status st = walk_tiles(w, tiles, num_tiles);
         if (st != FI_OK)
             return st;
@@ -262,8 +251,8 @@ static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
  * The walk under the returned cost makes the same decisions (every CTA's content still
  * fits and nothing more does), so the caller may lower its upper bound to it.
  * On -1, *est: a guess of the cap that would fit (not a bound; 0: no guess). */
-static int64_t cap_trial(const fi_tile *tiles, const int64_t *prefix, int32_t num_tiles,
-                         int32_t n, int64_t cap, int64_t *est) {
+static int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
+                         int32_t num_tiles, int32_t n, int64_t cap, int64_t *est) {
     int32_t i = 0;
     int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
     int64_t max = 0;
@@ -317,7 +306,7 @@ static int64_t cap_trial(const fi_tile *tiles, const int64_t *prefix, int32_t nu
                 pos = tiles[i].kv_begin;
                 continue;
             }
-            const int64_t cut = cap_cut(pos, t->kv_end, overhead, rem);
+            const int64_t cut = cap_cut(sg, pos, t->kv_end, overhead, rem);
             if (cut >= 0) {
                 rem -= (cut - pos) + overhead;
                 pos = (int32_t)cut;
@@ -339,8 +328,8 @@ static int64_t cap_trial(const fi_tile *tiles, const int64_t *prefix, int32_t nu
 /* The capped walk that writes the plan (the decisions of cap_trial): items in tile order,
  * a merge group per cut tile, CTA ranges and costs.  *fits = 0 if the tiles do not fit in
  * num_ctas CTAs (outputs partial: the caller must fail). */
-static fi_status cap_walk(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l,
-                          int64_t cap, int32_t *indptr, fi_work_item *items,
+static fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t num_tiles,
+                          const fi_layout *l, int64_t cap, int32_t *indptr, fi_work_item *items,
                           fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                           int *fits, fi_error_detail *err) {
     /* Bounds in locals: stores to items / groups may alias *l as far as the compiler
@@ -363,7 +352,7 @@ static fi_status cap_walk(const fi_tile *tiles, int32_t num_tiles, const fi_layo
             if ((int64_t)(t->kv_end - pos) + overhead > rem) {
                 if (c == n - 1)
                     return FI_OK; /* the rest does not fit in the last CTA */
-                const int64_t cut = cap_cut(pos, t->kv_end, overhead, rem);
+                const int64_t cut = cap_cut(sg, pos, t->kv_end, overhead, rem);
                 if (cut < 0) { /* end the CTA before this tile */
                     cta_cost[c] = cap - rem;
                     total += cap - rem;
@@ -424,36 +413,40 @@ static fi_status cap_walk(const fi_tile *tiles, int32_t num_tiles, const fi_layo
 }
 
 /* The contiguous walk, then the packing partition if it models better (planner/pack.h). */
-static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                                int64_t *prefix, const fi_layout *l, int32_t *work_indptr,
-                                fi_work_item *items, fi_merge_group *groups, int64_t *cta_cost,
+static fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                                int64_t total_cost, int64_t *prefix, const fi_layout *l,
+                                int32_t *work_indptr, fi_work_item *items,
+                                fi_merge_group *groups, int64_t *cta_cost,
                                 fi_partition_result *res, fi_error_detail *err);
 
 int fi_partition_test_no_pack = 0;
 
-fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                       int64_t *prefix, fi_pack_scratch *pack, const fi_layout *l,
-                       int32_t *work_indptr, fi_work_item *items, fi_merge_group *groups,
-                       int64_t *cta_cost, fi_partition_result *res, fi_error_detail *err) {
-    fi_status st = walk_partition(tiles, num_tiles, total_cost, prefix, l, work_indptr, items,
-                                  groups, cta_cost, res, err);
+fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                       int64_t total_cost, int64_t *prefix, fi_pack_scratch *pack,
+                       const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
+                       fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
+                       fi_error_detail *err) {
+    fi_status st = walk_partition(v, tiles, num_tiles, total_cost, prefix, l, work_indptr,
+                                  items, groups, cta_cost, res, err);
     if (st != FI_OK || fi_partition_test_no_pack || !pack ||
-        !fi_pack_wanted(tiles, num_tiles, l))
+        !fi_pack_wanted(v, tiles, num_tiles, l))
         return st;
-    const int64_t wm = fi_model_max(work_indptr, l->num_ctas, items, res->num_groups,
+    const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
                                     pack->finish, pack->last);
     /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less
      * overhead) but charges its pieces. */
-    fi_partition_pack(tiles, num_tiles, total_cost, l, pack, res->budget - res->budget / 64, wm,
+    fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack, res->budget - res->budget / 64, wm,
                       work_indptr, items, groups, cta_cost, res);
     return FI_OK;
 }
 
-static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                                int64_t *prefix, const fi_layout *l, int32_t *work_indptr,
-                                fi_work_item *items, fi_merge_group *groups, int64_t *cta_cost,
+static fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                                int64_t total_cost, int64_t *prefix, const fi_layout *l,
+                                int32_t *work_indptr, fi_work_item *items,
+                                fi_merge_group *groups, int64_t *cta_cost,
                                 fi_partition_result *res, fi_error_detail *err) {
     const int64_t n = l->num_ctas;
+    const fi_split_grain sg = fi_split_grain_of(v);
     /* The smallest cap that fits, to within tol = 1/128 of the lower bound, by dry trials
      * (cap_trial, O(num_ctas log tiles) each).  Bracket:
      *   lo: max(mean cost per CTA, the largest piece some tile cannot avoid: an uncuttable
@@ -479,12 +472,12 @@ static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t
     /* The piece bound is below 2 floors + 2 KV tiles + oh_max (an uncuttable tile is
      * shorter than that; a cut piece's minimum is one floor + one KV tile), so it only
      * matters (and is only computed) when the mean is below that. */
-    if (lo < 2 * FI_MIN_CHUNK_TOKENS + 2 * FI_KV_TILE_TOKENS + oh_max) {
+    if (lo < 2 * sg.floor + 2 * sg.tile + oh_max) {
         for (int32_t i = 0; i < num_tiles; i++) {
             const fi_tile *t = &tiles[i];
             const int64_t oh = t->cost - (t->kv_end - t->kv_begin);
-            const int64_t c0 = round_up_kv_tile((int64_t)t->kv_begin + FI_MIN_CHUNK_TOKENS);
-            const int64_t c1 = round_down_kv_tile((int64_t)t->kv_end - FI_MIN_CHUNK_TOKENS);
+            const int64_t c0 = fi_grain_round_up(sg, (int64_t)t->kv_begin + sg.floor);
+            const int64_t c1 = fi_grain_round_down(sg, (int64_t)t->kv_end - sg.floor);
             int64_t need = t->cost; /* uncuttable: whole */
             if (c0 <= c1) {         /* first piece ends at >= c0, last starts at <= c1 */
                 const int64_t first = c0 - t->kv_begin, last = t->kv_end - c1;
@@ -493,8 +486,8 @@ static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t
             lo = need > lo ? need : lo;
         }
     }
-    int64_t hi = (total_cost + (n - 1) * oh_max + n - 1) / n + 2 * FI_MIN_CHUNK_TOKENS +
-                 2 * FI_KV_TILE_TOKENS + oh_max;
+    int64_t hi =
+        (total_cost + (n - 1) * oh_max + n - 1) / n + 2 * sg.floor + 2 * sg.tile + oh_max;
     hi = hi < lo ? lo : hi;
     const int64_t tol = lo / 64 + 1;
     int64_t best_cap = -1;
@@ -504,7 +497,7 @@ static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t
         int64_t cand = lo + tol;
         for (int64_t step = tol; trials < FI_CAP_TRIALS; step *= 2) { /* gallop */
             cand = cand < hi ? cand : hi;
-            const int64_t m = cap_trial(tiles, prefix, num_tiles, (int32_t)n, cand, &est);
+            const int64_t m = cap_trial(sg, tiles, prefix, num_tiles, (int32_t)n, cand, &est);
             trials++;
             if (m >= 0) {
                 best_cap = m;
@@ -522,7 +515,7 @@ static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t
         for (int first = 1; best_cap >= 0 && trials < FI_CAP_TRIALS && hi - lo >= tol;
              first = 0) {
             const int64_t mid = first ? hi + 1 - tol : lo + (hi - lo) / 2;
-            const int64_t m = cap_trial(tiles, prefix, num_tiles, (int32_t)n, mid, &est);
+            const int64_t m = cap_trial(sg, tiles, prefix, num_tiles, (int32_t)n, mid, &est);
             trials++;
             if (m >= 0) {
                 best_cap = m;
@@ -535,7 +528,7 @@ static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t
     if (best_cap >= 0) {
         /* The real walk, writing items, groups and CTA ranges (trials were dry). */
         int fits = 0;
-        fi_status st = cap_walk(tiles, num_tiles, l, best_cap, work_indptr, items, groups,
+        fi_status st = cap_walk(sg, tiles, num_tiles, l, best_cap, work_indptr, items, groups,
                                 cta_cost, res, &fits, err);
         if (st != FI_OK)
             return st;
@@ -550,8 +543,8 @@ static fi_status walk_partition(const fi_tile *tiles, int32_t num_tiles, int64_t
         return FI_OK;
     }
     /* Fallback (not expected; tests force it): global-target walks, then the real one. */
-    walk w = {.l = l, .indptr = work_indptr, .items = items, .groups = groups,
-              .cta_cost = cta_cost, .err = err, .dry = 1};
+    walk w = {.v = v, .grain = sg, .l = l, .indptr = work_indptr, .items = items,
+              .groups = groups, .cta_cost = cta_cost, .err = err, .dry = 1};
     int64_t g_budget = 0, g_max = 0;
     fi_status st = global_walks(&w, tiles, num_tiles, total_cost, &g_budget, &g_max);
     if (st != FI_OK)

@@ -13,7 +13,8 @@
 #ifndef FIATTN_PLANNER_PARTITION_H
 #define FIATTN_PLANNER_PARTITION_H
 
-#include "planner/plan_internal.h"
+#include "plan/variant.h"
+#include "planner/scratch.h"
 
 typedef struct fi_partition_result {
     int32_t num_items;
@@ -24,16 +25,42 @@ typedef struct fi_partition_result {
     int64_t max_cta_cost;
 } fi_partition_result;
 
-/* Partition tiles[0 .. num_tiles) (tile order) over l->num_ctas CTAs.
+/* Where a tile may be cut, from the variant row: on request-local token multiples of
+ * `tile` (kv_tile_tokens, a power of two: rounding is a mask), never leaving a piece
+ * shorter than `floor` (min_chunk_tokens).  Read into locals once per update. */
+typedef struct fi_split_grain {
+    int64_t mask;  /* ~(tile - 1) */
+    int32_t tile;
+    int32_t floor;
+} fi_split_grain; /* 16 bytes: passed in two registers */
+
+static inline fi_split_grain fi_split_grain_of(const fi_variant *v) {
+    const fi_split_grain g = {~((int64_t)v->kv_tile_tokens - 1), v->kv_tile_tokens,
+                              v->min_chunk_tokens};
+    return g;
+}
+/* Nearest / next / previous multiple of the tile (x >= 0; round_down gives -1 for x < 0). */
+static inline int64_t fi_grain_round(fi_split_grain g, int64_t x) {
+    return (x + g.tile / 2) & g.mask;
+}
+static inline int64_t fi_grain_round_up(fi_split_grain g, int64_t x) {
+    return (x + g.tile - 1) & g.mask;
+}
+static inline int64_t fi_grain_round_down(fi_split_grain g, int64_t x) {
+    return x < 0 ? -1 : x & g.mask;
+}
+
+/* Partition tiles[0 .. num_tiles) (tile order) over l->num_ctas CTAs under the cost model
+ * and split grain of row v (plan/variant.h).
  * prefix: scratch [num_tiles + 1] (prefix sums of tile costs).
  * Writes work_indptr[num_ctas + 1], items[< l->max_items], groups[< l->max_groups],
  * cta_cost[num_ctas] and *res.  total_cost: sum of the tiles' costs.
  * @return FI_OK; FI_ERR_PLAN_OVER_CAPS if a layout bound (items, groups, slots) would be
  *   exceeded (err filled; nothing is written past a bound).
  * O(tiles + trials * num_ctas * log tiles); trials: 1-5 on trace decode batches. */
-fi_status fi_partition(const fi_tile *tiles, int32_t num_tiles, int64_t total_cost,
-                       int64_t *prefix, fi_pack_scratch *pack, const fi_layout *l,
-                       int32_t *work_indptr, fi_work_item *items,
+fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                       int64_t total_cost, int64_t *prefix, fi_pack_scratch *pack,
+                       const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err);
 

@@ -12,8 +12,9 @@
 #include <string.h>
 
 #include "planner/caps_internal.h"
-#include "planner/host_alloc.h"
-#include "planner/plan_internal.h"
+#include "plan/host_alloc.h"
+#include "plan/plan.h"
+#include "planner/scratch.h"
 
 static fi_status cuda_status(cudaError_t e) {
     (void)cudaGetLastError(); /* clear a non-sticky error so later calls are not poisoned */
@@ -40,16 +41,7 @@ static void release(fi_plan *p) {
     }
     if (p->owns_workspace && p->workspace)
         cudaFree(p->workspace);
-    fi_host_free(a, p->tiles);
-    fi_host_free(a, p->cta_cost);
-    fi_host_free(a, p->tile_prefix);
-    void *const pack[] = {p->pack.pieces,   p->pack.sorted,  p->pack.by_cost, p->pack.order,
-                          p->pack.tile_group, p->pack.cta_start, p->pack.load, p->pack.suffix,
-                          p->pack.bk_head,  p->pack.bk_next, p->pack.bk_prev, p->pack.bk_where,
-                          p->pack.items,    p->pack.groups,  p->pack.work_indptr,
-                          p->pack.cta_cost, p->pack.finish,  p->pack.last};
-    for (size_t i = 0; i < sizeof pack / sizeof pack[0]; i++)
-        fi_host_free(a, pack[i]);
+    fi_planner_scratch_destroy(p->scratch, a);
     fi_allocator copy = *a;
     fi_host_free(&copy, p);
 }
@@ -104,44 +96,13 @@ fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_
         return FI_ERR_OUT_OF_MEMORY;
     memset(p, 0, sizeof *p);
     p->caps = c;
+    p->variant = fi_variant_of(&c);
     p->layout = l;
     p->alloc = a;
     p->workspace = workspace;
     p->err = (fi_error_detail){FI_OK, -1, -1, -1, 0};
-    p->tiles = fi_host_alloc(&a, sizeof(fi_tile) * (size_t)l.max_tiles, 64);
-    p->cta_cost = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.num_ctas, 64);
-    p->tile_prefix = fi_host_alloc(&a, sizeof(int64_t) * ((size_t)l.max_tiles + 1), 64);
-    const size_t ncs = (size_t)(l.num_ctas > l.max_groups ? l.num_ctas : l.max_groups) + 1;
-    p->pack.pieces = fi_host_alloc(&a, sizeof(fi_pack_piece) * (size_t)l.max_items, 64);
-    p->pack.sorted = fi_host_alloc(&a, sizeof(fi_pack_piece) * (size_t)l.max_items, 64);
-    p->pack.by_cost = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.max_tiles, 64);
-    p->pack.order = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.max_items, 64);
-    p->pack.tile_group = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.max_tiles, 64);
-    p->pack.cta_start = fi_host_alloc(&a, sizeof(int32_t) * ncs, 64);
-    p->pack.load = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.num_ctas, 64);
-    p->pack.suffix = fi_host_alloc(&a, sizeof(int64_t) * ((size_t)l.max_tiles + 1), 64);
-    p->pack.bk_head = fi_host_alloc(&a, sizeof(int32_t) * 512, 64);
-    p->pack.bk_next = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
-    p->pack.bk_prev = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
-    p->pack.bk_where = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.num_ctas, 64);
-    p->pack.items = fi_host_alloc(&a, sizeof(fi_work_item) * (size_t)l.max_items, 64);
-    p->pack.groups = fi_host_alloc(&a, sizeof(fi_merge_group) * (size_t)l.max_groups, 64);
-    p->pack.work_indptr = fi_host_alloc(&a, sizeof(int32_t) * ((size_t)l.num_ctas + 1), 64);
-    p->pack.cta_cost = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.num_ctas, 64);
-    p->pack.finish = fi_host_alloc(&a, sizeof(int64_t) * (size_t)l.max_items, 64);
-    p->pack.last = fi_host_alloc(&a, sizeof(int32_t) * (size_t)l.max_groups, 64);
-    if (!p->pack.items || !p->pack.groups || !p->pack.work_indptr || !p->pack.cta_cost ||
-        !p->pack.finish || !p->pack.last) {
-        release(p);
-        return FI_ERR_OUT_OF_MEMORY;
-    }
-    if (!p->pack.suffix || !p->pack.bk_head || !p->pack.bk_next || !p->pack.bk_prev || !p->pack.bk_where) {
-        release(p);
-        return FI_ERR_OUT_OF_MEMORY;
-    }
-    if (!p->tiles || !p->cta_cost || !p->tile_prefix || !p->pack.pieces || !p->pack.sorted ||
-        !p->pack.by_cost || !p->pack.order || !p->pack.tile_group || !p->pack.cta_start ||
-        !p->pack.load) {
+    p->scratch = fi_planner_scratch_create(&l, &a);
+    if (!p->scratch) {
         release(p);
         return FI_ERR_OUT_OF_MEMORY;
     }

@@ -9,8 +9,9 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
+#include "plan/plan.h"
 #include "planner/partition.h"
-#include "planner/plan_internal.h"
+#include "planner/scratch.h"
 #include "planner/tiles.h"
 #include "planner/validate.h"
 
@@ -25,21 +26,22 @@ static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base) {
     fi_error_detail *err = &p->err;
     fi_request_info *requests = fi_stage_requests(base, l);
     int32_t total_q = 0;
-    fi_status st = fi_batch_validate(&p->caps, batch, requests, &total_q, err);
+    fi_planner_scratch *s = p->scratch;
+    fi_status st = fi_batch_check(&p->caps, batch, requests, &total_q, err);
     if (st != FI_OK)
         return st;
     int32_t num_tiles = 0;
     int64_t tile_cost = 0;
-    st = fi_tiles_build(&p->caps, requests, batch->batch_size, batch->causal,
-                        batch->window_left, p->tiles, l->max_tiles, &num_tiles, &tile_cost,
+    st = fi_tiles_build(p->variant, &p->caps, requests, batch->batch_size, batch->causal,
+                        batch->window_left, s->tiles, l->max_tiles, &num_tiles, &tile_cost,
                         err);
     if (st != FI_OK)
         return st;
     fi_merge_group *groups = fi_stage_groups(base, l);
     fi_partition_result r;
-    st = fi_partition(p->tiles, num_tiles, tile_cost, p->tile_prefix, &p->pack, l,
-                      fi_stage_work_indptr(base, l),
-                      fi_stage_items(base, l), groups, p->cta_cost, &r, err);
+    st = fi_partition(p->variant, s->tiles, num_tiles, tile_cost, s->tile_prefix, &s->pack, l,
+                      fi_stage_work_indptr(base, l), fi_stage_items(base, l), groups,
+                      s->cta_cost, &r, err);
     if (st != FI_OK)
         return st;
     /* Unused tails of the copied regions are zeroed so the copied bytes depend only on the

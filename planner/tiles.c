@@ -1,38 +1,15 @@
 /* planner/tiles.c - tiles of a batch: geometry, order, trimmed KV range, cost (tiles.h). */
 #include "planner/tiles.h"
 
-#include "plan/cost_model.h"
+#include "plan/mask.h"
 
-/* Inlined into the tile loop (fi_tiles_build), exported for tests (fi_tile_kv_range). */
-static inline void kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,
-                            int32_t causal, int32_t window_left, int32_t *lo, int32_t *hi) {
-    /* Row i sits at position p = kv_len - q_len + i (query block aligned to the end). */
-    const int64_t p_first = (int64_t)kv_len - q_len + q_begin;
-    const int64_t p_last = (int64_t)kv_len - q_len + q_end - 1;
-    int64_t h = causal ? p_last + 1 : kv_len;
-    int64_t l = window_left >= 0 ? p_first - window_left : 0;
-    if (l < 0)
-        l = 0;
-    if (h > kv_len)
-        h = kv_len;
-    if (l >= h) {
-        *lo = *hi = 0;
-        return;
-    }
-    *lo = (int32_t)l;
-    *hi = (int32_t)h;
-}
-
-void fi_tile_kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,
-                      int32_t causal, int32_t window_left, int32_t *lo, int32_t *hi) {
-    kv_range(q_len, kv_len, q_begin, q_end, causal, window_left, lo, hi);
-}
-
-fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
-                         int32_t batch_size, int32_t causal, int32_t window_left,
-                         fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
-                         int64_t *total_cost, fi_error_detail *err) {
-    const int32_t tile_rows = fi_tile_rows(caps);
+fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
+                         const fi_request_info *requests, int32_t batch_size, int32_t causal,
+                         int32_t window_left, fi_tile *tiles, int32_t max_tiles,
+                         int32_t *num_tiles, int64_t *total_cost, fi_error_detail *err) {
+    /* A local copy: the tile stores below could alias *v, which would reload it per tile. */
+    const fi_variant row = *v;
+    const int32_t tile_rows = row.tile_rows;
     const int32_t h_kv = caps->num_kv_heads;
     const int32_t group = caps->num_qo_heads / h_kv;
     /* q rows per tile and heads per tile */
@@ -47,7 +24,7 @@ fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
             for (int32_t q0 = 0; q0 < q_len; q0 += q_step) {
                 const int32_t q1 = q0 + q_step < q_len ? q0 + q_step : q_len;
                 int32_t lo, hi;
-                kv_range(q_len, kv_len, q0, q1, causal, window_left, &lo, &hi);
+                fi_tile_kv_range(causal, window_left, q_len, kv_len, q0, q1, &lo, &hi);
                 for (int32_t hb = h0; hb < h1; hb += h_step) {
                     const int32_t he = hb + h_step < h1 ? hb + h_step : h1;
                     if (n >= max_tiles) {
@@ -58,7 +35,8 @@ fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
                         err->cuda_error = 0;
                         return FI_ERR_PLAN_OVER_CAPS;
                     }
-                    const int64_t cost = fi_cost_item(hi - lo, (int64_t)(q1 - q0) * (he - hb));
+                    const int64_t rows = (int64_t)(q1 - q0) * (he - hb);
+                    const int64_t cost = fi_variant_item_cost(&row, hi - lo, rows);
                     tiles[n++] = (fi_tile){b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
                     total += cost;
                 }

@@ -1,33 +1,30 @@
 /*
- * planner/tiles.h - cut a validated batch into tiles (fi_tile, planner/plan_internal.h).
+ * planner/tiles.h - cut a validated batch into tiles (fi_tile, planner/scratch.h).
  *
- * Geometry (tile_rows = fi_tile_rows(caps): 64 decode kinds, 128 context; group = H_q/H_kv):
+ * Geometry (tile_rows of the variant row, plan/variant.h; group = H_q/H_kv):
  *   group >= tile_rows: a tile is 1 query row x tile_rows heads (fewer in the last chunk);
  *   else:               tile_rows / group query rows x all `group` heads of one KV head
  *                       (fewer rows at the end of a request).
  * Order: request-major, then KV head, then query-row tile, then head chunk.
- * KV range of a tile = union of its rows' ranges (fiattn.h fi_batch, causal / window_left)
- * intersected with [0, kv_len); an empty union gives kv_begin == kv_end == 0 (the tile
- * still becomes an item so its rows are written: zeros, lse -inf).
- * Cost: plan/cost_model.h.
+ * KV range of a tile = union of its rows' ranges (plan/mask.h fi_tile_kv_range); an
+ * empty union gives kv_begin == kv_end == 0 (the tile still becomes an item so its rows
+ * are written: zeros, lse -inf).
+ * Cost: fi_variant_item_cost of the variant row (plan/variant.h).
  */
 #ifndef FIATTN_PLANNER_TILES_H
 #define FIATTN_PLANNER_TILES_H
 
-#include "planner/plan_internal.h"
+#include "plan/variant.h"
+#include "planner/scratch.h"
 
 /* Write the batch's tiles to tiles[0 .. *num_tiles) (capacity max_tiles) and the sum of
- * their costs to *total_cost.  requests: [batch_size] from fi_batch_validate.
+ * their costs to *total_cost.  v: the caps' tile table row.  requests: [batch_size] from
+ * fi_batch_validate.
  * @return FI_OK; FI_ERR_PLAN_OVER_CAPS (more than max_tiles: a layout bound bug;
  *   err->needed / limit set).  O(tiles). */
-fi_status fi_tiles_build(const fi_caps *caps, const fi_request_info *requests,
-                         int32_t batch_size, int32_t causal, int32_t window_left,
-                         fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
-                         int64_t *total_cost, fi_error_detail *err);
-
-/* KV range [*lo, *hi) seen by query rows [q_begin, q_end) of a request (q_len rows,
- * kv_len keys); *lo == *hi == 0 when empty. */
-void fi_tile_kv_range(int32_t q_len, int32_t kv_len, int32_t q_begin, int32_t q_end,
-                      int32_t causal, int32_t window_left, int32_t *lo, int32_t *hi);
+fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
+                         const fi_request_info *requests, int32_t batch_size, int32_t causal,
+                         int32_t window_left, fi_tile *tiles, int32_t max_tiles,
+                         int32_t *num_tiles, int64_t *total_cost, fi_error_detail *err);
 
 #endif

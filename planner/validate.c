@@ -5,7 +5,7 @@
  * One pass over the requests, O(B + used pages).  Only the pages a request actually uses
  * (ceil(kv_len / page_size)) are checked, both K and V rows for a 3-D [B, 2, P] table;
  * unused tail entries of a block-table row may hold anything (often -1).
- * Rules and the status each one returns: planner/validate.h.
+ * Rules and the status each one returns: fiattn.h (fi_batch_validate).
  */
 #include "planner/validate.h"
 
@@ -112,13 +112,13 @@ static fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t us
     return FI_OK;
 }
 
-fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
-                            fi_request_info *requests, int32_t *total_q_tokens,
-                            fi_error_detail *err) {
+fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
+                         fi_request_info *requests, int32_t *total_q_tokens,
+                         fi_error_detail *err) {
     fi_error_detail local;
     if (!err)
         err = &local;
-    if (!caps || !batch || !requests || !total_q_tokens)
+    if (!caps || !batch || !total_q_tokens)
         return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
     fi_status st = check_scalars(caps, batch, err);
     if (st != FI_OK)
@@ -201,10 +201,12 @@ fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
             st = check_pages(caps, table + row + P, used, b, err);
         if (st != FI_OK)
             return st;
-        requests[b].q_offset = (int32_t)q_off;
-        requests[b].q_len = (int32_t)q_len;
-        requests[b].kv_len = (int32_t)kv_len;
-        requests[b].page_row_offset = (int32_t)row;
+        if (requests) {
+            requests[b].q_offset = (int32_t)q_off;
+            requests[b].q_len = (int32_t)q_len;
+            requests[b].kv_len = (int32_t)kv_len;
+            requests[b].page_row_offset = (int32_t)row;
+        }
     }
     *total_q_tokens = (int32_t)total_q;
     err->status = FI_OK;
@@ -213,4 +215,22 @@ fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
     err->limit = -1;
     err->cuda_error = 0;
     return FI_OK;
+}
+
+fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
+                            fi_request_info *requests, int32_t *total_q_tokens,
+                            fi_error_detail *err) {
+    if (!requests) {
+        fi_error_detail local;
+        return fail(err ? err : &local, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
+    }
+    /* Check first, then write: a bad batch leaves the caller's table untouched. */
+    int32_t total = 0;
+    fi_status st = fi_batch_check(caps, batch, NULL, &total, err);
+    if (st != FI_OK)
+        return st;
+    st = fi_batch_check(caps, batch, requests, &total, err);
+    if (st == FI_OK)
+        *total_q_tokens = total;
+    return st;
 }

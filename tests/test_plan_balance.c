@@ -1,10 +1,10 @@
 /*
  * tests/test_plan_balance.c - on decode snapshots of the bundled Azure conversation trace
  * (viz/trace.h, embedded excerpt) the contiguous walk's balance (max CTA cost / mean, cost
- * model of plan/cost_model.h) at 132 CTAs (H100 SXM SMs) is <= 1.10, or within one
- * piece of the mean (see balance_bound), and the plan the planner chooses (the walk or the
- * packing, planner/pack.h) is never worse than the walk in the executor model it chooses
- * by (planner/model.h, recomputed here), for MLA (H_q 16..128) and GQA decode,
+ * model of the caps' tile table row, plan/variant.h) at 132 CTAs (H100 SXM SMs) is <= 1.10,
+ * or within one piece of the mean (see balance_bound), and the plan the planner chooses
+ * (the walk or the packing, planner/pack.h) is never worse than the walk in the executor
+ * model it chooses by (planner/model.h, recomputed here), for MLA (H_q 16..128) and GQA decode,
  * batch 128, MTP 1 and 4, at random snapshot steps and trace offsets.
  * Also checks the reported balance against one recomputed from the view.
  */
@@ -19,27 +19,28 @@
 
 #include "common/rng.h"
 #include "fiattn.h"
-#include "plan/cost_model.h"
+#include "plan/variant.h"
 #include "planner/partition.h"
 #include "viz/batch.h"
 #include "viz/trace.h"
 
 static uint64_t g_seed;
 
-/* An item's cost in the planner's cost model (plan/cost_model.h). */
-static int64_t item_cost(const fi_work_item *it) {
-    return fi_cost_item(it->kv_end - it->kv_begin,
-                        (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin));
+/* An item's cost in the planner's cost model (row: the plan's tile table row). */
+static int64_t item_cost(const fi_variant *row, const fi_work_item *it) {
+    const int64_t rows = (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin);
+    return fi_variant_item_cost(row, it->kv_end - it->kv_begin, rows);
 }
 
 /* Largest per-CTA cost and the total, recomputed from the items (independent of the
  * planner's sums), in the cost model fi_plan_balance reports. */
-static void view_costs(const fi_plan_view *v, int64_t *max_out, int64_t *total_out) {
+static void view_costs(const fi_variant *row, const fi_plan_view *v, int64_t *max_out,
+                       int64_t *total_out) {
     int64_t total = 0, max = 0;
     for (int32_t c = 0; c < v->num_ctas; c++) {
         int64_t cost = 0;
         for (int32_t k = v->work_indptr[c]; k < v->work_indptr[c + 1]; k++) {
-            cost += item_cost(&v->items[k]);
+            cost += item_cost(row, &v->items[k]);
         }
         total += cost;
         if (cost > max)
@@ -51,8 +52,8 @@ static void view_costs(const fi_plan_view *v, int64_t *max_out, int64_t *total_o
 
 /* The executor model the planner chooses by (planner/model.h), recomputed here: items in
  * CTA order end at their CTA's running cost; the piece of a group that ends last (ties:
- * lower item index) adds FI_COST_MERGE to its CTA, every other piece FI_COST_ARRIVE. */
-static int64_t view_model_max(const fi_plan_view *v) {
+ * lower item index) adds the row's cost_merge to its CTA, every other piece cost_arrive. */
+static int64_t view_model_max(const fi_variant *row, const fi_plan_view *v) {
     const int32_t ni = v->header->num_items, ng = v->header->num_groups;
     int64_t *end = calloc((size_t)ni + 1, sizeof(int64_t));
     int32_t *last = malloc(sizeof(int32_t) * ((size_t)ng + 1));
@@ -64,7 +65,7 @@ static int64_t view_model_max(const fi_plan_view *v) {
         int64_t t = 0;
         for (int32_t k = v->work_indptr[c]; k < v->work_indptr[c + 1]; k++) {
             const fi_work_item *it = &v->items[k];
-            t += item_cost(it);
+            t += item_cost(row, it);
             end[k] = t;
             if (it->merge_group >= 0 &&
                 (last[it->merge_group] < 0 || end[last[it->merge_group]] < t))
@@ -77,7 +78,7 @@ static int64_t view_model_max(const fi_plan_view *v) {
         int64_t t = e > v->work_indptr[c] ? end[e - 1] : 0;
         for (int32_t k = v->work_indptr[c]; k < v->work_indptr[c + 1]; k++)
             if (v->items[k].merge_group >= 0)
-                t += last[v->items[k].merge_group] == k ? FI_COST_MERGE : FI_COST_ARRIVE;
+                t += last[v->items[k].merge_group] == k ? row->cost_merge : row->cost_arrive;
         max = t > max ? t : max;
     }
     free(end);
@@ -85,9 +86,9 @@ static int64_t view_model_max(const fi_plan_view *v) {
     return max;
 }
 
-static double view_balance(const fi_plan_view *v) {
+static double view_balance(const fi_variant *row, const fi_plan_view *v) {
     int64_t max = 0, total = 0;
-    view_costs(v, &max, &total);
+    view_costs(row, v, &max, &total);
     return total > 0 ? (double)max * v->num_ctas / (double)total : 1.0;
 }
 
@@ -96,9 +97,10 @@ static double view_balance(const fi_plan_view *v) {
  * KV tile of cut granularity): past that point splitting costs more than it evens out, so
  * no planner can promise 1.10 (seen: mean 1477, max 1629 = 1.103 at H_q 16, MTP 4, with
  * a cut adding 256). */
-static double balance_bound(const fi_plan_view *v) {
+static double balance_bound(const fi_variant *row, const fi_plan_view *v) {
     const double mean = (double)v->header->total_cost / v->num_ctas;
-    const double piece = FI_COST_BETA + (double)FI_COST_ALPHA * v->header->tile_rows + FI_KV_TILE_TOKENS;
+    const double piece = row->cost_beta + (double)row->cost_alpha * v->header->tile_rows +
+                         row->kv_tile_tokens;
     const double by_piece = mean > 0 ? 1.0 + piece / mean : 1.10;
     return by_piece > 1.10 ? by_piece : 1.10;
 }
@@ -138,6 +140,8 @@ static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim
         c.num_ctas = 132;
         fi_plan *p = NULL;
         assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+        const fi_variant *row = fi_variant_of(&c);
+        assert_non_null(row);
         /* The contiguous walk alone: its balance bound. */
         fi_partition_test_no_pack = 1;
         assert_int_equal(fi_plan_update(p, &fb.batch, NULL), FI_OK);
@@ -145,13 +149,13 @@ static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim
         fi_plan_view v;
         assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
         const double reported = fi_plan_balance(p);
-        const double bal = view_balance(&v);
+        const double bal = view_balance(row, &v);
         assert_true(reported > bal - 1e-9 && reported < bal + 1e-9);
-        const int64_t walk_max = view_model_max(&v);
+        const int64_t walk_max = view_model_max(row, &v);
         const int32_t walk_items = v.header->num_items;
         if (bal > worst)
             worst = bal;
-        const double bound = balance_bound(&v);
+        const double bound = balance_bound(row, &v);
         if (bal > bound)
             fail_msg("seed %llu: kind %d H_q %d mtp %d first %d step %d: balance %.3f > %.3f "
                      "(items %d groups %d max %lld total %lld)",
@@ -162,9 +166,9 @@ static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim
          * objective it minimises. */
         assert_int_equal(fi_plan_update(p, &fb.batch, NULL), FI_OK);
         assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
-        const double rep2 = fi_plan_balance(p), bal2 = view_balance(&v);
+        const double rep2 = fi_plan_balance(p), bal2 = view_balance(row, &v);
         assert_true(rep2 > bal2 - 1e-9 && rep2 < bal2 + 1e-9);
-        const int64_t max2 = view_model_max(&v);
+        const int64_t max2 = view_model_max(row, &v);
         if (max2 > walk_max)
             fail_msg("seed %llu: kind %d H_q %d mtp %d first %d step %d: chosen plan's modelled "
                      "max %lld > the walk's %lld",

@@ -22,7 +22,8 @@
 
 #include "common/batchgen.h"
 #include "fiattn.h"
-#include "plan/cost_model.h"
+#include "plan/mask.h" /* the row rule; tests/test_mask.c checks it by brute force */
+#include "plan/variant.h"
 #include "planner/partition.h"
 #include "workspace/layout.h"
 
@@ -34,19 +35,6 @@ static int span_cmp(const void *a, const void *b) {
     const span *x = a, *y = b;
     if (x->row != y->row) return x->row < y->row ? -1 : 1;
     return (x->lo > y->lo) - (x->lo < y->lo);
-}
-
-/* Keys [*lo, *hi) query row i of request (q_len, kv_len) may see (fiattn.h fi_batch). */
-static void row_range(int32_t q_len, int32_t kv_len, int32_t i, int32_t causal, int32_t window,
-                      int32_t *lo, int32_t *hi) {
-    const int64_t p = (int64_t)kv_len - q_len + i;
-    int64_t h = causal ? p + 1 : kv_len;
-    if (h > kv_len) h = kv_len;
-    int64_t l = window >= 0 ? p - window : 0;
-    if (l < 0) l = 0;
-    if (l >= h) l = h = 0;
-    *lo = (int32_t)l;
-    *hi = (int32_t)h;
 }
 
 #define CHECK(cond, ...)                                                                  \
@@ -65,6 +53,8 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
     fi_plan_view v;
     CHECK(fi_plan_get_view(plan, &v) == FI_OK, "no view");
     const fi_caps *caps = fi_plan_caps(plan);
+    const fi_variant *var = fi_variant_of(caps);
+    CHECK(var != NULL, "no tile table row");
     fi_layout l;
     CHECK(fi_layout_compute(caps, &l) == FI_OK, "layout");
     const fi_plan_header *h = v.header;
@@ -73,7 +63,7 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
     const int32_t group = Hq / caps->num_kv_heads;
     CHECK(v.num_ctas == caps->num_ctas, "num_ctas");
     CHECK(h->batch_size == B && h->total_q_tokens == g->total_q_tokens, "header sizes");
-    CHECK(h->tile_rows == fi_tile_rows(caps), "tile_rows");
+    CHECK(h->tile_rows == var->tile_rows && h->tile_rows == fi_tile_rows(caps), "tile_rows");
     CHECK(h->causal == bt->causal && h->window_left == bt->window_left && h->form == (int32_t)bt->form,
           "header batch fields");
     CHECK(h->num_items >= 0 && h->num_items <= l.max_items, "items %d > bound %d", h->num_items,
@@ -141,7 +131,7 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
         }
         for (int32_t i = it->q_begin; i < it->q_end; i++) {
             int32_t lo, hi;
-            row_range(r->q_len, r->kv_len, i, bt->causal, bt->window_left, &lo, &hi);
+            fi_row_kv_range(bt->causal, bt->window_left, r->q_len, r->kv_len, i, &lo, &hi);
             for (int32_t hh = it->head_begin; hh < it->head_end; hh++) {
                 const int64_t row = (int64_t)(r->q_offset + i) * Hq + hh;
                 if (it->merge_group < 0)
@@ -179,12 +169,12 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
                       it->head_end == mg->head_end && it->q_begin == mg->q_begin &&
                       it->q_end == mg->q_end,
                   "group %d piece %d rectangle", gi, s);
-            CHECK(it->kv_end - it->kv_begin >= FI_MIN_CHUNK_TOKENS, "group %d piece %d below floor",
-                  gi, s);
+            CHECK(it->kv_end - it->kv_begin >= var->min_chunk_tokens,
+                  "group %d piece %d below floor", gi, s);
             if (s > 0) {
                 CHECK(v.items[slot_item[mg->first_slot + s - 1]].kv_end == it->kv_begin,
                       "group %d pieces not contiguous", gi);
-                CHECK(it->kv_begin % FI_KV_TILE_TOKENS == 0, "group %d cut off the KV tile", gi);
+                CHECK(it->kv_begin % var->kv_tile_tokens == 0, "group %d cut off the KV tile", gi);
             }
         }
         const fi_request_info *r = &v.requests[mg->request];
@@ -205,7 +195,7 @@ static int check_plan(const batchgen_batch *g, const fi_plan *plan, char *msg, s
         const fi_request_info *r = &v.requests[b];
         for (int32_t i = 0; i < r->q_len; i++) {
             int32_t lo, hi;
-            row_range(r->q_len, r->kv_len, i, bt->causal, bt->window_left, &lo, &hi);
+            fi_row_kv_range(bt->causal, bt->window_left, r->q_len, r->kv_len, i, &lo, &hi);
             for (int32_t hh = 0; hh < Hq; hh++) {
                 const int64_t row = (int64_t)(r->q_offset + i) * Hq + hh;
                 int32_t at = lo;

@@ -15,7 +15,7 @@
 
 #include "common/batchgen.h"
 #include "fiattn.h"
-#include "planner/plan_internal.h"
+#include "plan/plan.h"
 
 static uint64_t g_seed;
 

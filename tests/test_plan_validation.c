@@ -89,6 +89,16 @@ static void setup(fixture *f, tt_rng *rng, fi_kind kind, fi_batch_form form, int
     f->caps.num_pages = f->good.caps.num_pages;
     assert_int_equal(fi_plan_create(&f->caps, NULL, 0, NULL, &f->plan), FI_OK);
     assert_int_equal(fi_plan_update(f->plan, &f->good.batch, NULL), FI_OK);
+    /* the public entry normalises the batch into the table the plan holds */
+    fi_request_info table[8];
+    int32_t total = -1;
+    assert_int_equal(fi_batch_validate(&f->caps, &f->good.batch, table, &total, NULL), FI_OK);
+    fi_plan_view v;
+    assert_int_equal(fi_plan_get_view(f->plan, &v), FI_OK);
+    assert_int_equal(total, v.header->total_q_tokens);
+    assert_memory_equal(table, v.requests, sizeof(fi_request_info) * (size_t)n);
+    assert_int_equal(fi_batch_validate(&f->caps, &f->good.batch, NULL, &total, NULL),
+                     FI_ERR_NULL_ARGUMENT);
 }
 
 static void teardown(fixture *f) {
@@ -96,9 +106,32 @@ static void teardown(fixture *f) {
     batchgen_free(&f->good);
 }
 
+/* The public entry (fiattn.h fi_batch_validate) on `bad` with the plan's caps: the same
+ * status and request as the update, and nothing written (table and total stay poisoned). */
+static void expect_validate_rejects(fixture *f, const fi_batch *bad, fi_status want,
+                                    int32_t req, const char *what) {
+    enum { POISON = 0x5a };
+    fi_request_info table[8];
+    int32_t total = -12345;
+    memset(table, POISON, sizeof table);
+    fi_error_detail d;
+    const fi_status st = fi_batch_validate(fi_plan_caps(f->plan), bad, table, &total, &d);
+    if (st != want || d.status != want || (req != -2 && d.request != req))
+        fail_msg("seed %llu: %s: fi_batch_validate gave %s request %d, want %s request %d",
+                 (unsigned long long)g_seed, what, fi_status_name(st), d.request,
+                 fi_status_name(want), req);
+    const unsigned char *bytes = (const unsigned char *)table;
+    for (size_t i = 0; i < sizeof table; i++)
+        if (bytes[i] != POISON)
+            fail_msg("seed %llu: %s: fi_batch_validate wrote byte %zu of the request table",
+                     (unsigned long long)g_seed, what, i);
+    assert_int_equal(total, -12345);
+}
+
 /* Update with `bad` must return `want` (request `req`, or any if -2) and change nothing. */
 static void expect_rejected(fixture *f, const fi_batch *bad, fi_status want, int32_t req,
                             const char *what) {
+    expect_validate_rejects(f, bad, want, req, what);
     snapshot before = take(f->plan);
     fi_status st = fi_plan_update(f->plan, bad, NULL);
     if (st != want)
@@ -404,7 +437,7 @@ static void create_rejects_unsupported_caps(void **state) {
         size_t bytes = 0;
         assert_int_equal(fi_workspace_size(&good, &bytes), FI_OK);
         assert_true(bytes > 0 && bytes % 256 == 0);
-        struct { fi_caps c; fi_status want; } cases[12];
+        struct { fi_caps c; fi_status want; } cases[13];
         int n = 0;
         cases[n].c = good; cases[n].c.head_dim_qk = good.kind == FI_KIND_MLA_DECODE ? 512 : 96;
         cases[n++].want = FI_ERR_UNSUPPORTED_HEAD_DIM;
@@ -415,6 +448,10 @@ static void create_rejects_unsupported_caps(void **state) {
         cases[n].c = good; cases[n].c.o_dtype = FI_DTYPE_E4M3; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.q_dtype = (fi_dtype)0; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.kind = (fi_kind)9; cases[n++].want = FI_ERR_UNSUPPORTED_KIND;
+        /* no tile table row: any variant but 0, either sign */
+        cases[n].c = good;
+        cases[n].c.variant = tt_rng_int(&rng, 1, 1000000) * (tt_rng_int(&rng, 0, 1) ? 1 : -1);
+        cases[n++].want = FI_ERR_UNSUPPORTED_VARIANT;
         cases[n].c = good; cases[n].c.max_batch = 0; cases[n++].want = FI_ERR_INVALID_CAPS;
         cases[n].c = good; cases[n].c.num_ctas = -1; cases[n++].want = FI_ERR_INVALID_CAPS;
         cases[n].c = good;

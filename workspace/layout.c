@@ -1,6 +1,8 @@
 /* workspace/layout.c - region offsets and bounds of the device workspace (see layout.h). */
 #include "layout.h"
 
+#include "plan/variant.h"
+
 static size_t align_up(size_t x) {
     return (x + FI_WORKSPACE_ALIGN - 1) / FI_WORKSPACE_ALIGN * FI_WORKSPACE_ALIGN;
 }
@@ -8,7 +10,8 @@ static size_t align_up(size_t x) {
 static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int32_t fi_tile_rows(const fi_caps *caps) {
-    return caps->kind == FI_KIND_CONTEXT ? 128 : 64;
+    const fi_variant *v = fi_variant_of(caps);
+    return v ? v->tile_rows : 0;
 }
 
 fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout) {
@@ -16,6 +19,8 @@ fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout) {
     const int64_t group = caps->num_qo_heads / caps->num_kv_heads;
     l.num_ctas = caps->num_ctas;
     l.tile_rows = fi_tile_rows(caps);
+    if (l.tile_rows <= 0)
+        return FI_ERR_UNSUPPORTED_VARIANT;
     l.head_dim_vo = caps->head_dim_vo;
     l.max_batch = caps->max_batch;
 

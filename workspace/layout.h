@@ -58,12 +58,14 @@ typedef struct fi_layout {
     size_t total_bytes;     /* fi_workspace_size() */
 } fi_layout;
 
-/* Rows per tile for a kind: the M of the executor's tile (query rows x heads of one KV head).
- * MLA 64 (one wgmma M), GQA decode 64, context 128. */
+/* Rows per tile of the caps' tile table row (plan/variant.h): the M of the executor's tile
+ * (query rows x heads of one KV head); today MLA 64 (one wgmma M), GQA decode 64,
+ * context 128.  0 when kind / variant name no row. */
 int32_t fi_tile_rows(const fi_caps *caps);
 
 /* Fill *layout from validated caps with num_ctas already resolved (> 0).
- * @return FI_OK, or FI_ERR_INVALID_CAPS if a bound overflows int32 / size_t. */
+ * @return FI_OK, FI_ERR_UNSUPPORTED_VARIANT (no tile table row), or FI_ERR_INVALID_CAPS if
+ *   a bound overflows int32 / size_t. */
 fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout);
 
 /* Bytes of the plan prefix that an update must copy: through the last used item. */

@@ -17,7 +17,7 @@
 #include "executor/core/family.h"
 #include "fiattn_run.h"
 #include "plan/variant.h"
-#include "planner/plan_internal.h"
+#include "plan/plan.h"
 
 /* Device address of a workspace region (pointer arithmetic only, never dereferenced). */
 static void *ws_at(void *workspace, size_t offset) {
@@ -121,7 +121,7 @@ fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
         return FI_ERR_HOST_PLAN;
     if (!plan->planned)
         return FI_ERR_NOT_PLANNED;
-    const fi_variant *v = fi_variant_of(&plan->caps);
+    const fi_variant *v = plan->variant;
     if (!v || !v->family)
         return FI_ERR_UNSUPPORTED_KIND; /* no GPU family for this kind / variant yet */
     fi_exec_common common;

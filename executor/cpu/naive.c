@@ -2,7 +2,7 @@
  * executor/cpu/naive.c - fi_naive_attention: the definition of the right answer.
  *
  * Straight from the batch description, no plan: for every request b, query row i and
- * query head h (KV head h / group), over the row's keys j in [lo, hi) (ref_common.h
+ * query head h (KV head h / group), over the row's keys j in [lo, hi) (plan/mask.h
  * fi_row_kv_range):
  *   s_j = bmm1_scale * (q . k_j)             MLA: q_nope . ckv_j + q_pe . kpe_j
  *   m   = max(max_j s_j, sink_h)             (shift for exp; cancels out)
@@ -16,7 +16,6 @@
 
 #include "executor/cpu/ref_common.h"
 #include "fiattn_ref.h"
-#include "planner/validate.h"
 
 /* Speed (the GPU tests check whole batches against this): rows are done in blocks of up
  * to NAIVE_ROWS (query row, head) pairs of one request and KV head, keys converted to fp64

@@ -1,7 +1,7 @@
 /*
  * executor/cpu/ref_common.h - small helpers shared by the two CPU references
  * (naive.c: fp64, no plan; ref_run.c: fp32, runs the plan): strided element access in
- * F32 / F16 / BF16, page lookup, and a query row's visible key range.
+ * F32 / F16 / BF16 and page lookup (a query row's visible keys: plan/mask.h).
  *
  * Tensor indices are logical (fiattn_run.h shapes); strides are in elements, so NHD and
  * HND KV caches, and the 512 + 64 views of a concatenated MLA tensor, need no special case.
@@ -13,6 +13,7 @@
 
 #include "executor/cpu/dtype_convert.h"
 #include "fiattn_run.h"
+#include "plan/mask.h" /* fi_row_kv_range: a query row's visible keys */
 
 /* Element offset of a logical index in a 2/3/4-D view. */
 static inline int64_t fi_off2(const fi_tensor *t, int64_t i0, int64_t i1) {
@@ -58,22 +59,6 @@ static inline void fi_row_load(const fi_tensor *t, int64_t off, int32_t n, float
 static inline int32_t fi_kv_page(const int32_t *page_table, int32_t row_offset,
                                  int32_t page_size, int32_t t) {
     return page_table[row_offset + t / page_size];
-}
-
-/* Keys [*lo, *hi) seen by query row i (0-based) of a request with q_len rows and kv_len
- * keys (fiattn.h, fi_batch.causal / window_left): the row's position is
- * p = kv_len - q_len + i; causal rows end at p, others at kv_len - 1; with
- * window_left >= 0 they start at p - window_left.  Clamped to [0, kv_len); may be empty. */
-static inline void fi_row_kv_range(int32_t causal, int32_t window_left, int32_t q_len,
-                                   int32_t kv_len, int32_t i, int32_t *lo, int32_t *hi) {
-    const int64_t p = (int64_t)kv_len - q_len + i;
-    int64_t h = causal ? p + 1 : kv_len;
-    int64_t l = window_left >= 0 ? p - window_left : 0;
-    if (h > kv_len) h = kv_len;
-    if (l < 0) l = 0;
-    if (h < l) h = l;
-    *lo = (int32_t)l;
-    *hi = (int32_t)h;
 }
 
 /* Dimensions of one run, derived from the caps (kind-specific widths). */

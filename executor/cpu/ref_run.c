@@ -7,7 +7,7 @@
  *     [kv_begin, kv_end) in blocks of FI_REF_KV_BLOCK tokens with the online softmax of
  *     FlashAttention-2 (Dao 2023): per row a running max m, denominator l and unnormalised
  *     accumulator acc, rescaled by exp(m_old - m_new) when the max grows; each row is
- *     masked to its own causal / window range (ref_common.h fi_row_kv_range).
+ *     masked to its own causal / window range (plan/mask.h fi_row_kv_range).
  *     Unsplit item: out = bmm2_scale * acc / (l + exp(sink - m)), lse = log of that
  *       denominator (unshifted).
  *     Split item: partial O = acc / l, partial lse = m + log(l) (keys only) -> its slot.
@@ -20,8 +20,8 @@
 
 #include "executor/cpu/ref_common.h"
 #include "fiattn_ref.h"
-#include "planner/host_alloc.h"
-#include "planner/plan_internal.h"
+#include "plan/host_alloc.h"
+#include "plan/plan.h"
 
 /* Keys per inner block: the executor's KV tile. */
 #define FI_REF_KV_BLOCK 64

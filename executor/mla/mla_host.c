@@ -10,7 +10,7 @@
 #include "executor/core/family.h"
 #include "executor/mla/mla_launch.h"
 #include "executor/mla/mla_params.h"
-#include "planner/plan_internal.h"
+#include "plan/plan.h"
 
 /* The tile body's largest tile (executor/mla/mla_tile.cuh kRows). */
 #define MLA_MAX_TILE_ROWS 64

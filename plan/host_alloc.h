@@ -1,7 +1,7 @@
-/* planner/host_alloc.h - the plan's host allocations through fi_allocator (fiattn.h).
+/* plan/host_alloc.h - the plan's host allocations through fi_allocator (fiattn.h).
  * NULL hooks mean posix_memalign / free.  Not installed. */
-#ifndef FIATTN_PLANNER_HOST_ALLOC_H
-#define FIATTN_PLANNER_HOST_ALLOC_H
+#ifndef FIATTN_PLAN_HOST_ALLOC_H
+#define FIATTN_PLAN_HOST_ALLOC_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
-/* planner/host_alloc.c - fi_allocator hooks with a posix_memalign default (host_alloc.h). */
-#include "planner/host_alloc.h"
+/* plan/host_alloc.c - fi_allocator hooks with a posix_memalign default (host_alloc.h). */
+#include "plan/host_alloc.h"
 
 #include <stdlib.h>
 

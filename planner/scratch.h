@@ -1,0 +1,69 @@
+/*
+ * planner/scratch.h - the planner's host scratch: tiles before partitioning and the
+ * packing partition's working arrays.  Allocated once at fi_plan_create from the layout's
+ * bounds, owned by the plan (fi_plan.scratch), never seen by an executor.  Not installed.
+ */
+#ifndef FIATTN_PLANNER_SCRATCH_H
+#define FIATTN_PLANNER_SCRATCH_H
+
+#include <stdint.h>
+
+#include "fiattn.h"
+#include "workspace/layout.h"
+
+/* A tile before partitioning: the rectangle of one request and KV head, its effective KV
+ * range (after causal / window_left trimming) and its cost (KV-token units). */
+typedef struct fi_tile {
+    int32_t request;
+    int16_t head_begin, head_end;
+    int32_t q_begin, q_end;
+    int32_t kv_begin, kv_end;
+    int64_t cost;
+} fi_tile;
+
+/* One piece while packing: tile, KV range, CTA (bin), split flag (a piece of a cut tile,
+ * charged the variant's piece charge while packing, plan/variant.h), cost (KV-token units,
+ * without the charge). */
+typedef struct fi_pack_piece {
+    int32_t tile, kv0, kv1, bin;
+    int32_t split, pad;
+    int64_t cost;
+} fi_pack_piece;
+
+/* Scratch of the packing partition (planner/pack.h); sizes from the layout: max_items >=
+ * max_tiles, max_slots, max_groups + 1. */
+typedef struct fi_pack_scratch {
+    fi_pack_piece *pieces; /* [max_items] */
+    fi_pack_piece *sorted; /* [max_items] */
+    int32_t *by_cost;      /* [max_tiles]: tiles by decreasing cost */
+    int32_t *order;        /* [max_items]: sort scratch, remainder queue, slot lists */
+    int32_t *tile_group;   /* [max_tiles] */
+    int32_t *cta_start;    /* [max(num_ctas, max_groups) + 1] */
+    int64_t *load;         /* [num_ctas] */
+    int64_t *suffix;       /* [max_tiles + 1]: cost of by_cost[i ..] */
+    int32_t *bk_head;      /* [512]: CTAs by load bucket (planner/pack.c) */
+    int32_t *bk_next, *bk_prev, *bk_where; /* [num_ctas] each */
+    /* The packing's plan before it is chosen (planner/model.h scores it first). */
+    fi_work_item *items;   /* [max_items] */
+    fi_merge_group *groups; /* [max_groups] */
+    int32_t *work_indptr;  /* [num_ctas + 1] */
+    int64_t *cta_cost;     /* [num_ctas] */
+    int64_t *finish;       /* [max_items]: fi_model_max scratch */
+    int32_t *last;         /* [max_groups] */
+} fi_pack_scratch;
+
+typedef struct fi_planner_scratch {
+    fi_tile *tiles;        /* [max_tiles] */
+    int64_t *cta_cost;     /* [num_ctas] */
+    int64_t *tile_prefix;  /* [max_tiles + 1]: prefix sums of tile costs */
+    fi_pack_scratch pack;  /* the packing partition's (planner/pack.h) */
+} fi_planner_scratch;
+
+/* Allocate the scratch for layout l through allocator a (plan/host_alloc.h).
+ * @return the scratch, or NULL when an allocation fails (nothing left allocated). */
+fi_planner_scratch *fi_planner_scratch_create(const fi_layout *l, const fi_allocator *a);
+
+/* Free s (NULL is fine) through the allocator it was created with. */
+void fi_planner_scratch_destroy(fi_planner_scratch *s, const fi_allocator *a);
+
+#endif /* FIATTN_PLANNER_SCRATCH_H */
