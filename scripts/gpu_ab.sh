@@ -22,7 +22,7 @@ if [ "$mode" = check ]; then
   timeout 400 make NO_JEMALLOC=1 gpu-test > "$OUT/gpu_test.log" 2>&1
   sum "make gpu-test rc=$? : $(grep -cE '^\[       OK \]' "$OUT/gpu_test.log") OK, $(grep -cE '^\[  FAILED  \]' "$OUT/gpu_test.log") FAILED, $(grep -c SKIPPED "$OUT/gpu_test.log") skipped lines"
   grep -E 'FAILED|ERROR|error' "$OUT/gpu_test.log" | head -20
-  for f in mla_split_merge_matches_reference_few_and_many_ctas mla_rows32_variant_matches_reference; do
+  for f in sanitize_small_case mla_split_merge_matches_reference_few_and_many_ctas mla_rows32_variant_matches_reference; do
     for tool in memcheck racecheck; do
       FI_GPU_TEST_FILTER=$f timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
         build/tests/gpu/test_mla_gpu > "$OUT/san_${f%%_matches*}_$tool.log" 2>&1
@@ -43,3 +43,5 @@ else
   done
 fi
 cat "$OUT/summary.txt"
+# at most 8 files come back from the device tool: everything but the summary in one archive
+( cd "$OUT" && tar czf /tmp/ab_logs.tgz --exclude=summary.txt . && find . -type f ! -name summary.txt -delete && mv /tmp/ab_logs.tgz "logs_$mode.tgz" )
