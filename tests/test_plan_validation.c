@@ -18,32 +18,11 @@
 
 static uint64_t g_seed;
 
-/* Copy of every region the view exposes, to prove an error changed nothing. */
-typedef struct snapshot {
-    unsigned char *bytes;
-    size_t len;
-} snapshot;
-
-static void append(snapshot *s, const void *p, size_t n) {
-    s->bytes = realloc(s->bytes, s->len + n + 1);
-    assert_non_null(s->bytes);
-    memcpy(s->bytes + s->len, p, n);
-    s->len += n;
-}
-
-static snapshot take(const fi_plan *p) {
-    snapshot s = {0};
-    fi_plan_view v;
-    memset(&v, 0, sizeof v); /* padding after num_ctas */
-    assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
-    append(&s, &v, sizeof v); /* the pointers themselves */
-    append(&s, v.header, sizeof *v.header);
-    append(&s, v.work_indptr, sizeof(int32_t) * (size_t)(v.num_ctas + 1));
-    append(&s, v.items, sizeof(fi_work_item) * (size_t)v.header->num_items);
-    append(&s, v.groups, sizeof(fi_merge_group) * (size_t)v.header->num_groups);
-    append(&s, v.requests, sizeof(fi_request_info) * (size_t)v.header->batch_size);
-    double bal = fi_plan_balance(p);
-    append(&s, &bal, sizeof bal);
+/* Every region the view exposes (tests/common/plan_check.h), to prove an error changed
+ * nothing. */
+static tt_plan_snapshot take(const fi_plan *p) {
+    tt_plan_snapshot s;
+    assert_int_equal(tt_plan_snapshot_take(p, &s), 0);
     return s;
 }
 
@@ -99,7 +78,7 @@ static void teardown(fixture *f) {
 /* Update with `bad` must return `want` (request `req`, or any if -2) and change nothing. */
 static void expect_rejected(fixture *f, const fi_batch *bad, fi_status want, int32_t req,
                             const char *what) {
-    snapshot before = take(f->plan);
+    tt_plan_snapshot before = take(f->plan);
     fi_status st = fi_plan_update(f->plan, bad, NULL);
     if (st != want)
         fail_msg("seed %llu: %s: got %s, want %s", (unsigned long long)g_seed, what,
@@ -109,17 +88,13 @@ static void expect_rejected(fixture *f, const fi_batch *bad, fi_status want, int
     if (req != -2 && d.request != req)
         fail_msg("seed %llu: %s: detail.request %d, want %d", (unsigned long long)g_seed, what,
                  d.request, req);
-    snapshot after = take(f->plan);
-    assert_int_equal(before.len, after.len);
-    if (memcmp(before.bytes, after.bytes, before.len) != 0) {
-        size_t at = 0;
-        while (before.bytes[at] == after.bytes[at]) at++;
-        print_message("first differing byte %zu of %zu\n", at, before.len);
-    }
-    if (memcmp(before.bytes, after.bytes, before.len) != 0)
-        fail_msg("seed %llu: %s changed the previous plan", (unsigned long long)g_seed, what);
-    free(before.bytes);
-    free(after.bytes);
+    tt_plan_snapshot after = take(f->plan);
+    const long at = tt_plan_snapshot_diff(&before, &after);
+    if (at >= 0)
+        fail_msg("seed %llu: %s changed the previous plan (first differing byte %ld of %zu)",
+                 (unsigned long long)g_seed, what, at, before.len);
+    tt_plan_snapshot_free(&before);
+    tt_plan_snapshot_free(&after);
     /* and the plan still accepts a good batch afterwards, with a clean detail */
     assert_int_equal(fi_plan_update(f->plan, f->recover ? f->recover : &f->good.batch, NULL),
                      FI_OK);
