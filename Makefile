@@ -21,7 +21,10 @@ OPT       ?= -O2
 GPU_ARCH  ?= -gencode=arch=compute_90a,code=sm_90a
 PKG_CONFIG ?= pkg-config
 
-VERSION := 0.1.0
+# The version lives in include/fiattn.h (FIATTN_VERSION_MAJOR / _MINOR / _PATCH).
+VERSION := $(shell for k in MAJOR MINOR PATCH; do \
+               sed -n "s/^\#define FIATTN_VERSION_$$k  *\([0-9][0-9]*\).*/\1/p" include/fiattn.h; \
+           done | paste -sd.)
 SOVER   := 0
 
 BUILD := build
@@ -75,7 +78,7 @@ LIB_A  := $(BUILD)/libfiattn.a
 LIB_SO := $(BUILD)/libfiattn.so.$(VERSION)
 FIPLAN := $(BUILD)/fiplan
 
-.PHONY: all lib test gpu-test asan lint install uninstall clean run bench fuzz
+.PHONY: all lib test gpu-test asan lint install uninstall clean run bench fuzz print-version
 # Executor self-check (hand-built plans, no planner; scripts/README.md): run on a GPU by
 # scripts/gpu_check.sh, built here too so CI keeps it compiling against the kernel.
 MLA_CHECK := $(BUILD)/scripts/mla_check
@@ -197,7 +200,7 @@ BINDIR := $(PREFIX)/bin
 
 $(BUILD)/fiattn.pc: fiattn.pc.in
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CUDA_HOME@|$(CUDA_HOME)|' $< > $@
 
 install: lib $(FIPLAN) $(BUILD)/fiattn.pc
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR)
@@ -208,6 +211,9 @@ install: lib $(FIPLAN) $(BUILD)/fiattn.pc
 	ln -sf libfiattn.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfiattn.so
 	install -m 644 $(BUILD)/fiattn.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
 	install -m 755 $(FIPLAN) $(DESTDIR)$(BINDIR)/
+
+print-version:
+	@echo $(VERSION)
 
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/fiattn.h $(DESTDIR)$(INCDIR)/fiattn_work.h \
