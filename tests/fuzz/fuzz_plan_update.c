@@ -50,8 +50,10 @@ static uint32_t tt_fz_u32(tt_fz *f, int bytes) {
 }
 /* uniform-ish integer in [lo, hi] from one or two bytes */
 static int32_t tt_fz_int(tt_fz *f, int32_t lo, int32_t hi) {
-    const uint32_t span = (uint32_t)((int64_t)hi - lo + 1);
-    return lo + (int32_t)(tt_fz_u32(f, span > 256 ? 2 : 1) % span);
+    if (hi <= lo)
+        return lo;
+    const uint64_t span = (uint64_t)((int64_t)hi - lo) + 1; /* up to 2^32 */
+    return (int32_t)(lo + (int64_t)(tt_fz_u32(f, span > 256 ? 2 : 1) % span));
 }
 /* 1 with probability about n / 256 */
 static int tt_fz_chance(tt_fz *f, int n) { return (int)tt_fz_u32(f, 1) >= 256 - n; }
@@ -359,7 +361,8 @@ static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
         const int64_t used = pages_for(kv, c->page_size);
         const int64_t avail = indptr ? (int64_t)k_ptr[i + 1] - k_ptr[i] : b->max_pages_per_seq;
         if (used > avail) return "kv_len over the row's pages";
-        for (int s = 0; s <= (!indptr && b->kv_split_pages); s++)
+        const int rows = !indptr && b->kv_split_pages == 1 ? 2 : 1;
+        for (int s = 0; s < rows; s++)
             for (int64_t k = 0; k < used; k++) {
                 const int64_t at = e->page_row[i] + s * (int64_t)b->max_pages_per_seq + k;
                 if (at < 0 || at >= z->table_len) return "page read past the table";
