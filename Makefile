@@ -7,6 +7,7 @@
 #   make gpu-test   GPU test suite (skips cleanly without a GPU)
 #   make asan       ASan + UBSan build of the CPU tests (jemalloc off), then run them
 #   make lint       cppcheck on the C sources
+#   make fuzz       libFuzzer harness (clang, ASan + UBSan) for FUZZ_SECONDS (default 60)
 #   make install / uninstall   PREFIX=/usr/local DESTDIR=
 #
 # Knobs: CC, NVCC, CUDA_HOME, OPT, SANITIZE=1, NO_JEMALLOC=1, GPU_ARCH.
@@ -20,7 +21,10 @@ OPT       ?= -O2
 GPU_ARCH  ?= -gencode=arch=compute_90a,code=sm_90a
 PKG_CONFIG ?= pkg-config
 
-VERSION := 0.1.0
+# The version lives in include/fiattn.h (FIATTN_VERSION_MAJOR / _MINOR / _PATCH).
+VERSION := $(shell for k in MAJOR MINOR PATCH; do \
+               sed -n "s/^\#define FIATTN_VERSION_$$k  *\([0-9][0-9]*\).*/\1/p" include/fiattn.h; \
+           done | paste -sd.)
 SOVER   := 0
 
 BUILD := build
@@ -81,7 +85,7 @@ LIB_A  := $(BUILD)/libfiattn.a
 LIB_SO := $(BUILD)/libfiattn.so.$(VERSION)
 FIPLAN := $(BUILD)/fiplan
 
-.PHONY: all lib test gpu-test asan profile lint install uninstall clean run bench
+.PHONY: all lib test gpu-test asan profile lint install uninstall clean run bench fuzz print-version
 all: lib $(FIPLAN) $(TESTS) $(GPU_TESTS) $(BENCHES) $(SCRIPT_BINS)
 lib: $(LIB_A) $(LIB_SO)
 
@@ -160,6 +164,44 @@ lint:
 	    --inline-suppr --suppress=missingIncludeSystem -Iinclude -I. \
 	    plan planner workspace executor/*.c executor/core executor/cpu viz tests bench
 
+# ---- fuzzing ---------------------------------------------------------------------------
+# libFuzzer harness over batch validation + fi_plan_update on host-only plans
+# (tests/fuzz/README.md): the library's C sources, the harness and tests/common rebuilt
+# with clang, ASan + UBSan and coverage.  make fuzz FUZZ_SECONDS=N (default 60).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_FLAGS   := -std=c11 -O2 -g -Wall -Wextra -Wno-unused-parameter -D_POSIX_C_SOURCE=200809L \
+                -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+                $(INCLUDES) -Itests -DTT_FUZZ_STRICT_INDPTR=$(if $(FUZZ_STRICT),1,0)
+FUZZ_OBJ     := $(LIB_C:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_LIB     := $(FUZZ_BUILD)/libfiattn_host.a
+FUZZ_BIN     := $(FUZZ_BUILD)/fuzz_plan_update
+
+FUZZ_TEST_OBJ := $(FUZZ_BUILD)/tests/fuzz/fuzz_plan_update.o $(FUZZ_BUILD)/tests/common/plan_check.o
+
+# Coverage feedback from the library only: the harness and the checker (test code, where
+# most of the time goes) get the sanitizers without the coverage hooks.
+$(FUZZ_OBJ): $(FUZZ_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+$(FUZZ_TEST_OBJ): $(FUZZ_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
+
+# An archive: host-only plans pull in no executor object (fi_run needs the CUDA kernels).
+$(FUZZ_LIB): $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BIN): $(FUZZ_TEST_OBJ) $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $^ $(CUDA_LIBS) -lm
+
+fuzz: $(FUZZ_BIN)
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -timeout=20 -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus
+-include $(shell find $(FUZZ_BUILD) -name '*.d' 2>/dev/null)
+
 # ---- install ---------------------------------------------------------------------------
 LIBDIR := $(PREFIX)/lib
 INCDIR := $(PREFIX)/include
@@ -167,7 +209,7 @@ BINDIR := $(PREFIX)/bin
 
 $(BUILD)/fiattn.pc: fiattn.pc.in
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CUDA_HOME@|$(CUDA_HOME)|' $< > $@
 
 install: lib $(FIPLAN) $(BUILD)/fiattn.pc
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR)
@@ -179,6 +221,9 @@ install: lib $(FIPLAN) $(BUILD)/fiattn.pc
 	install -m 644 $(BUILD)/fiattn.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
 	install -m 755 $(FIPLAN) $(DESTDIR)$(BINDIR)/
 
+print-version:
+	@echo $(VERSION)
+
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/fiattn.h $(DESTDIR)$(INCDIR)/fiattn_work.h \
 	      $(DESTDIR)$(INCDIR)/fiattn_run.h $(DESTDIR)$(INCDIR)/fiattn_ref.h \
@@ -186,6 +231,6 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/fiattn.pc $(DESTDIR)$(BINDIR)/fiplan
 
 clean:
-	rm -rf build build-asan plan.svg
+	rm -rf build build-asan build-fuzz plan.svg
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

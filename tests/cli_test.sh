@@ -32,7 +32,22 @@ exit_code() {
     if [ "$got" -eq "$want" ]; then ok "$name (exit $got)"; else bad "$name: exit $got, want $want"; fi
 }
 
-dot_parses() { "$FIPLAN" --repeat 0 --dot "$@" 2>/dev/null | dot -Tsvg >/dev/null; }
+# exit_msg WANT PATTERN NAME ARGS...: as exit_code, and stderr must match PATTERN (grep -E):
+# the run failed for the reason named, not for another one.
+exit_msg() {
+    want=$1; pat=$2; name=$3; shift 3
+    "$FIPLAN" "$@" >/dev/null 2>"$TMP/err"
+    got=$?
+    if [ "$got" -eq "$want" ] && grep -Eq "$pat" "$TMP/err"; then ok "$name (exit $got)"
+    else bad "$name: exit $got, want $want and a message matching '$pat'"; fi
+}
+
+# fiplan must succeed and print a graph; then dot must parse it (no pipe: sh has no
+# pipefail, and an empty or failed fiplan would pass through one).
+dot_parses() {
+    "$FIPLAN" --repeat 0 --dot "$@" >"$TMP/d.dot" 2>"$TMP/err" || return 1
+    grep -q '^digraph' "$TMP/d.dot" && dot -Tsvg "$TMP/d.dot" >/dev/null
+}
 json_parses() { "$FIPLAN" --repeat 3 --json "$@" 2>/dev/null | python3 -m json.tool >/dev/null; }
 
 # An --execute --cpu run must exit 0, report the CPU path and an error below the bound.
@@ -116,8 +131,8 @@ exit_code 2 "--lengths with an empty entry" --lengths 1,,2
 exit_code 2 "--page-size not a number" --page-size 6x4
 exit_code 2 "stray argument" extra
 exit_code 2 "missing value" --batch
-exit_code 1 "missing trace file" --trace /nonexistent/trace.csv
-exit_code 1 "unsupported page size (library rejects)" --page-size 48 --repeat 0
+exit_msg 1 'cannot load trace /nonexistent/trace.csv: FITRACE_ERR_IO' "missing trace file" --trace /nonexistent/trace.csv
+exit_msg 1 'FI_ERR_UNSUPPORTED_PAGE_SIZE' "unsupported page size (library rejects)" --page-size 48 --repeat 0
 check "malformed trace row reported with its line (exit 1)" bad_trace
 
 [ "$skipped" -gt 0 ] && echo "($skipped checks skipped: python3 not installed)"

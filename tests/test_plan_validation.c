@@ -18,32 +18,11 @@
 
 static uint64_t g_seed;
 
-/* Copy of every region the view exposes, to prove an error changed nothing. */
-typedef struct snapshot {
-    unsigned char *bytes;
-    size_t len;
-} snapshot;
-
-static void append(snapshot *s, const void *p, size_t n) {
-    s->bytes = realloc(s->bytes, s->len + n + 1);
-    assert_non_null(s->bytes);
-    memcpy(s->bytes + s->len, p, n);
-    s->len += n;
-}
-
-static snapshot take(const fi_plan *p) {
-    snapshot s = {0};
-    fi_plan_view v;
-    memset(&v, 0, sizeof v); /* padding after num_ctas */
-    assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
-    append(&s, &v, sizeof v); /* the pointers themselves */
-    append(&s, v.header, sizeof *v.header);
-    append(&s, v.work_indptr, sizeof(int32_t) * (size_t)(v.num_ctas + 1));
-    append(&s, v.items, sizeof(fi_work_item) * (size_t)v.header->num_items);
-    append(&s, v.groups, sizeof(fi_merge_group) * (size_t)v.header->num_groups);
-    append(&s, v.requests, sizeof(fi_request_info) * (size_t)v.header->batch_size);
-    double bal = fi_plan_balance(p);
-    append(&s, &bal, sizeof bal);
+/* Every region the view exposes (tests/common/plan_check.h), to prove an error changed
+ * nothing. */
+static tt_plan_snapshot take(const fi_plan *p) {
+    tt_plan_snapshot s;
+    assert_int_equal(tt_plan_snapshot_take(p, &s), 0);
     return s;
 }
 
@@ -89,16 +68,6 @@ static void setup(fixture *f, tt_rng *rng, fi_kind kind, fi_batch_form form, int
     f->caps.num_pages = f->good.caps.num_pages;
     assert_int_equal(fi_plan_create(&f->caps, NULL, 0, NULL, &f->plan), FI_OK);
     assert_int_equal(fi_plan_update(f->plan, &f->good.batch, NULL), FI_OK);
-    /* the public entry normalises the batch into the table the plan holds */
-    fi_request_info table[8];
-    int32_t total = -1;
-    assert_int_equal(fi_batch_validate(&f->caps, &f->good.batch, table, &total, NULL), FI_OK);
-    fi_plan_view v;
-    assert_int_equal(fi_plan_get_view(f->plan, &v), FI_OK);
-    assert_int_equal(total, v.header->total_q_tokens);
-    assert_memory_equal(table, v.requests, sizeof(fi_request_info) * (size_t)n);
-    assert_int_equal(fi_batch_validate(&f->caps, &f->good.batch, NULL, &total, NULL),
-                     FI_ERR_NULL_ARGUMENT);
 }
 
 static void teardown(fixture *f) {
@@ -106,33 +75,10 @@ static void teardown(fixture *f) {
     batchgen_free(&f->good);
 }
 
-/* The public entry (fiattn.h fi_batch_validate) on `bad` with the plan's caps: the same
- * status and request as the update, and nothing written (table and total stay poisoned). */
-static void expect_validate_rejects(fixture *f, const fi_batch *bad, fi_status want,
-                                    int32_t req, const char *what) {
-    enum { POISON = 0x5a };
-    fi_request_info table[8];
-    int32_t total = -12345;
-    memset(table, POISON, sizeof table);
-    fi_error_detail d;
-    const fi_status st = fi_batch_validate(fi_plan_caps(f->plan), bad, table, &total, &d);
-    if (st != want || d.status != want || (req != -2 && d.request != req))
-        fail_msg("seed %llu: %s: fi_batch_validate gave %s request %d, want %s request %d",
-                 (unsigned long long)g_seed, what, fi_status_name(st), d.request,
-                 fi_status_name(want), req);
-    const unsigned char *bytes = (const unsigned char *)table;
-    for (size_t i = 0; i < sizeof table; i++)
-        if (bytes[i] != POISON)
-            fail_msg("seed %llu: %s: fi_batch_validate wrote byte %zu of the request table",
-                     (unsigned long long)g_seed, what, i);
-    assert_int_equal(total, -12345);
-}
-
 /* Update with `bad` must return `want` (request `req`, or any if -2) and change nothing. */
 static void expect_rejected(fixture *f, const fi_batch *bad, fi_status want, int32_t req,
                             const char *what) {
-    expect_validate_rejects(f, bad, want, req, what);
-    snapshot before = take(f->plan);
+    tt_plan_snapshot before = take(f->plan);
     fi_status st = fi_plan_update(f->plan, bad, NULL);
     if (st != want)
         fail_msg("seed %llu: %s: got %s, want %s", (unsigned long long)g_seed, what,
@@ -142,17 +88,13 @@ static void expect_rejected(fixture *f, const fi_batch *bad, fi_status want, int
     if (req != -2 && d.request != req)
         fail_msg("seed %llu: %s: detail.request %d, want %d", (unsigned long long)g_seed, what,
                  d.request, req);
-    snapshot after = take(f->plan);
-    assert_int_equal(before.len, after.len);
-    if (memcmp(before.bytes, after.bytes, before.len) != 0) {
-        size_t at = 0;
-        while (before.bytes[at] == after.bytes[at]) at++;
-        print_message("first differing byte %zu of %zu\n", at, before.len);
-    }
-    if (memcmp(before.bytes, after.bytes, before.len) != 0)
-        fail_msg("seed %llu: %s changed the previous plan", (unsigned long long)g_seed, what);
-    free(before.bytes);
-    free(after.bytes);
+    tt_plan_snapshot after = take(f->plan);
+    const long at = tt_plan_snapshot_diff(&before, &after);
+    if (at >= 0)
+        fail_msg("seed %llu: %s changed the previous plan (first differing byte %ld of %zu)",
+                 (unsigned long long)g_seed, what, at, before.len);
+    tt_plan_snapshot_free(&before);
+    tt_plan_snapshot_free(&after);
     /* and the plan still accepts a good batch afterwards, with a clean detail */
     assert_int_equal(fi_plan_update(f->plan, f->recover ? f->recover : &f->good.batch, NULL),
                      FI_OK);
@@ -437,7 +379,7 @@ static void create_rejects_unsupported_caps(void **state) {
         size_t bytes = 0;
         assert_int_equal(fi_workspace_size(&good, &bytes), FI_OK);
         assert_true(bytes > 0 && bytes % 256 == 0);
-        struct { fi_caps c; fi_status want; } cases[13];
+        struct { fi_caps c; fi_status want; } cases[12];
         int n = 0;
         cases[n].c = good; cases[n].c.head_dim_qk = good.kind == FI_KIND_MLA_DECODE ? 512 : 96;
         cases[n++].want = FI_ERR_UNSUPPORTED_HEAD_DIM;
@@ -448,10 +390,6 @@ static void create_rejects_unsupported_caps(void **state) {
         cases[n].c = good; cases[n].c.o_dtype = FI_DTYPE_E4M3; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.q_dtype = (fi_dtype)0; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.kind = (fi_kind)9; cases[n++].want = FI_ERR_UNSUPPORTED_KIND;
-        /* no tile table row: any variant but 0, either sign */
-        cases[n].c = good;
-        cases[n].c.variant = tt_rng_int(&rng, 1, 1000000) * (tt_rng_int(&rng, 0, 1) ? 1 : -1);
-        cases[n++].want = FI_ERR_UNSUPPORTED_VARIANT;
         cases[n].c = good; cases[n].c.max_batch = 0; cases[n++].want = FI_ERR_INVALID_CAPS;
         cases[n].c = good; cases[n].c.num_ctas = -1; cases[n++].want = FI_ERR_INVALID_CAPS;
         cases[n].c = good;

@@ -298,3 +298,9 @@ const char *batchgen_describe(const batchgen_batch *b) {
              b->total_q_tokens);
     return buf;
 }
+
+tt_plan_expect batchgen_expect(const batchgen_batch *b) {
+    const tt_plan_expect e = {b->batch.batch_size, b->total_q_tokens, b->q_len,
+                              b->kv_len, b->q_offset, b->page_row};
+    return e;
+}

