@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "executor/core/args.h"
 #include "executor/launch.h"
 #include "executor/mla_params.h"
 #include "fiattn_run.h"
@@ -113,16 +114,8 @@ static fi_status check_mla_args(const fi_plan *plan, const fi_attn_args *a, fi_m
         return st;
 
     const fi_tensor *pt = &a->page_table;
-    if (!pt->data)
-        return FI_ERR_NULL_ARGUMENT;
-    if (pt->dtype != FI_DTYPE_I32)
-        return FI_ERR_UNSUPPORTED_DTYPE;
-    if (pt->ndim < 1 || pt->ndim > 3)
-        return FI_ERR_SHAPE_MISMATCH;
-    if (((uintptr_t)pt->data & 3u) != 0)
-        return FI_ERR_MISALIGNED_POINTER;
-    if (pt->stride[pt->ndim - 1] != 1)
-        return FI_ERR_BAD_STRIDE;
+    if ((st = fi_check_page_table(plan, pt)) != FI_OK)
+        return st;
 
     int64_t lse_st = 0, lse_sh = 0;
     if (a->lse.data) {
