@@ -101,6 +101,7 @@ typedef enum fi_dtype {
     FI_DTYPE_BF16 = 3,
     FI_DTYPE_E4M3 = 4,  /* fp8 e4m3 (xqa_mla) */
     FI_DTYPE_I32 = 5,   /* page tables */
+    FI_DTYPE_E5M2 = 6,  /* fp8 e5m2 */
 } fi_dtype;
 
 /* Capacity of a plan: fixes the workspace layout, the persistent grid and every bound.

@@ -25,8 +25,11 @@ extern "C" {
  * with FlashAttention-2's fp32 online softmax (Dao 2023), split partials merged in split
  * order with the flash-decoding LSE weights.
  * Scratch (partials) is allocated with the plan's allocator for the call and freed.
- * @return FI_OK; FI_ERR_NOT_PLANNED; FI_ERR_NULL_ARGUMENT; FI_ERR_SHAPE_MISMATCH;
- *   FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_OUT_OF_MEMORY; FI_ERR_PLAN_OVER_CAPS (an item or
+ * @return FI_OK; FI_ERR_NOT_PLANNED; FI_ERR_NULL_ARGUMENT; FI_ERR_SHAPE_MISMATCH (also a
+ *   page table shorter than the plan reads: fewer rows or columns, or an indptr
+ *   kv_indices shorter than its last used index); FI_ERR_BAD_STRIDE (a page-table stride
+ *   other than the plan assumed); FI_ERR_MISALIGNED_POINTER (a base not aligned to its
+ *   element size); FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_OUT_OF_MEMORY; FI_ERR_PLAN_OVER_CAPS (an item or
  *   group indexes outside the plan's requests / rows / slots: a planner bug).
  *   Writes out (and lse) rows of the plan. */
 fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args);

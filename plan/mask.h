@@ -24,22 +24,27 @@
 #define FI_HOST_DEVICE static inline
 #endif
 
+/* First key seen from position p (int64: p may be negative): max(0, p - window_left), or 0
+ * without a window. */
+FI_HOST_DEVICE int64_t fi_mask_lo(int32_t window_left, int64_t p) {
+    const int64_t l = window_left >= 0 ? p - window_left : 0;
+    return l > 0 ? l : 0;
+}
+
+/* One past the last key seen from position p: min(p + 1, kv_len) when causal, else kv_len. */
+FI_HOST_DEVICE int64_t fi_mask_hi(int32_t causal, int32_t kv_len, int64_t p) {
+    return causal && p + 1 < kv_len ? p + 1 : kv_len;
+}
+
 /* Keys [*lo, *hi) seen by query row i of a request of q_len rows and kv_len keys, under
  * causal (0 / 1) and window_left (-1: unlimited).  An empty range has *lo == *hi (not
  * necessarily 0). */
 FI_HOST_DEVICE void fi_row_kv_range(int32_t causal, int32_t window_left, int32_t q_len,
                                     int32_t kv_len, int32_t i, int32_t *lo, int32_t *hi) {
     const int64_t p = (int64_t)kv_len - q_len + i;
-    int64_t h = causal ? p + 1 : kv_len;
-    int64_t l = window_left >= 0 ? p - window_left : 0;
-    if (h > kv_len)
-        h = kv_len;
-    if (l < 0)
-        l = 0;
-    if (h < l)
-        h = l;
+    const int64_t l = fi_mask_lo(window_left, p), h = fi_mask_hi(causal, kv_len, p);
     *lo = (int32_t)l;
-    *hi = (int32_t)h;
+    *hi = (int32_t)(h > l ? h : l);
 }
 
 /* Keys [*lo, *hi) seen by any of the query rows [q_begin, q_end) (q_begin < q_end): the
@@ -49,15 +54,10 @@ FI_HOST_DEVICE void fi_row_kv_range(int32_t causal, int32_t window_left, int32_t
 FI_HOST_DEVICE void fi_tile_kv_range(int32_t causal, int32_t window_left, int32_t q_len,
                                      int32_t kv_len, int32_t q_begin, int32_t q_end,
                                      int32_t *lo, int32_t *hi) {
-    int32_t first_lo, first_hi, last_lo, last_hi;
-    fi_row_kv_range(causal, window_left, q_len, kv_len, q_begin, &first_lo, &first_hi);
-    fi_row_kv_range(causal, window_left, q_len, kv_len, q_end - 1, &last_lo, &last_hi);
-    if (first_lo >= last_hi) {
-        *lo = *hi = 0;
-        return;
-    }
-    *lo = first_lo;
-    *hi = last_hi;
+    const int64_t p0 = (int64_t)kv_len - q_len + q_begin, p1 = (int64_t)kv_len - q_len + q_end - 1;
+    const int64_t l = fi_mask_lo(window_left, p0), h = fi_mask_hi(causal, kv_len, p1);
+    *lo = l < h ? (int32_t)l : 0;
+    *hi = l < h ? (int32_t)h : 0;
 }
 
 #endif /* FIATTN_PLAN_MASK_H */

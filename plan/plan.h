@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "fiattn.h"
+#include "plan/page_table.h"
 #include "plan/variant.h"
 #include "workspace/layout.h"
 
@@ -32,6 +33,8 @@ struct fi_plan {
     int staging_pending[2];    /* 1 once a copy was issued from that buffer */
     int cur;                   /* staging buffer holding the current plan */
     int planned;               /* 1 after the first successful update */
+    fi_page_table_geom page_table; /* the current plan's batch: what it reads of the page
+                                      table (set with cur, host only) */
     struct fi_planner_scratch *scratch; /* owned; allocated at create */
     fi_error_detail err;
 };

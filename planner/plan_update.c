@@ -20,14 +20,16 @@ static fi_status set_err(fi_plan *p, fi_status st, int32_t cuda_error) {
     return st;
 }
 
-/* Build the whole plan for `batch` into staging buffer `base`.  Host only. */
-static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base) {
+/* Build the whole plan for `batch` into staging buffer `base`, and in *geom what it reads
+ * of the page table.  Host only. */
+static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base,
+                       fi_page_table_geom *geom) {
     const fi_layout *l = &p->layout;
     fi_error_detail *err = &p->err;
     fi_request_info *requests = fi_stage_requests(base, l);
     int32_t total_q = 0;
     fi_planner_scratch *s = p->scratch;
-    fi_status st = fi_batch_check(&p->caps, batch, requests, &total_q, err);
+    fi_status st = fi_batch_check(&p->caps, batch, requests, &total_q, geom, err);
     if (st != FI_OK)
         return st;
     int32_t num_tiles = 0;
@@ -106,7 +108,8 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
         }
     }
     unsigned char *base = plan->staging[next];
-    fi_status st = build(plan, batch, base);
+    fi_page_table_geom geom;
+    fi_status st = build(plan, batch, base, &geom);
     if (st != FI_OK)
         return st; /* build filled plan->err */
     if (device) {
@@ -121,12 +124,14 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
              * make the new plan current since the device copy now holds it. */
             cudaStreamSynchronize(s);
             plan->cur = next;
+            plan->page_table = geom;
             plan->planned = 1;
             return set_err(plan, FI_ERR_CUDA, (int32_t)e);
         }
         plan->staging_pending[next] = 1;
     }
     plan->cur = next;
+    plan->page_table = geom;
     plan->planned = 1;
     plan->err = (fi_error_detail){FI_OK, -1, -1, -1, 0};
     return FI_OK;

@@ -114,7 +114,7 @@ static fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t us
 
 fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
                          fi_request_info *requests, int32_t *total_q_tokens,
-                         fi_error_detail *err) {
+                         fi_page_table_geom *geom, fi_error_detail *err) {
     fi_error_detail local;
     if (!err)
         err = &local;
@@ -130,6 +130,7 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
     const int64_t row_stride = P * (bt->form != FI_FORM_INDPTR && bt->kv_split_pages ? 2 : 1);
     const int32_t *table = bt->form == FI_FORM_INDPTR ? bt->kv_indices : bt->block_tables;
     int64_t total_q = 0;
+    fi_page_table_geom g = fi_page_table_geom_begin(bt);
     /* Pages used = ceil(kv_len / page_size): a shift for the power-of-two page sizes caps
      * allow (a 64-bit division per request costs tens of cycles). */
     const int64_t page_size = caps->page_size;
@@ -201,6 +202,7 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
             st = check_pages(caps, table + row + P, used, b, err);
         if (st != FI_OK)
             return st;
+        fi_page_table_geom_add(&g, row, used);
         if (requests) {
             requests[b].q_offset = (int32_t)q_off;
             requests[b].q_len = (int32_t)q_len;
@@ -209,6 +211,8 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
         }
     }
     *total_q_tokens = (int32_t)total_q;
+    if (geom)
+        *geom = g;
     err->status = FI_OK;
     err->request = -1;
     err->needed = -1;
@@ -226,10 +230,10 @@ fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
     }
     /* Check first, then write: a bad batch leaves the caller's table untouched. */
     int32_t total = 0;
-    fi_status st = fi_batch_check(caps, batch, NULL, &total, err);
+    fi_status st = fi_batch_check(caps, batch, NULL, &total, NULL, err);
     if (st != FI_OK)
         return st;
-    st = fi_batch_check(caps, batch, requests, &total, err);
+    st = fi_batch_check(caps, batch, requests, &total, NULL, err);
     if (st == FI_OK)
         *total_q_tokens = total;
     return st;

@@ -13,7 +13,7 @@
 #include <stdalign.h>
 #include <stdint.h>
 
-#include "executor/core/checks.h"
+#include "executor/core/args.h"
 #include "executor/core/family.h"
 #include "fiattn_run.h"
 #include "plan/variant.h"
@@ -29,21 +29,6 @@ static int log2_exact(int32_t v) {
     while ((1 << s) < v)
         ++s;
     return (1 << s) == v ? s : -1;
-}
-
-/* Page table: int32, 4-byte aligned, contiguous last dimension. */
-static fi_status check_page_table(const fi_tensor *pt) {
-    if (!pt->data)
-        return FI_ERR_NULL_ARGUMENT;
-    if (pt->dtype != FI_DTYPE_I32)
-        return FI_ERR_UNSUPPORTED_DTYPE;
-    if (pt->ndim < 1 || pt->ndim > 3)
-        return FI_ERR_SHAPE_MISMATCH;
-    if (((uintptr_t)pt->data & 3u) != 0)
-        return FI_ERR_MISALIGNED_POINTER;
-    if (pt->stride[pt->ndim - 1] != 1)
-        return FI_ERR_BAD_STRIDE;
-    return FI_OK;
 }
 
 /* lse: optional [>= rows, H] fp32, 4-byte aligned, last stride 1. */
@@ -71,15 +56,18 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     const int shift = log2_exact(caps->page_size);
     if (shift < 0)
         return FI_ERR_UNSUPPORTED_PAGE_SIZE;
-    if ((st = fi_gpu_check_rows(&a->out, caps->o_dtype, rows, H, caps->head_dim_vo)) != FI_OK)
+    if (a->out.data && a->out.dtype != caps->o_dtype)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if ((st = fi_check_rows(&a->out, rows, H, caps->head_dim_vo, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
-    if ((st = check_page_table(&a->page_table)) != FI_OK)
+    if ((st = fi_check_page_table(plan, &a->page_table)) != FI_OK)
         return st;
     if ((st = check_lse(&a->lse, rows, H)) != FI_OK)
         return st;
-    if (((uintptr_t)a->sinks & 3u) != 0 || ((uintptr_t)a->bmm1_scale_ptr & 3u) != 0 ||
-        ((uintptr_t)a->bmm2_scale_ptr & 3u) != 0)
-        return FI_ERR_MISALIGNED_POINTER;
+    if ((st = fi_check_f32_pointer(a->sinks)) != FI_OK ||
+        (st = fi_check_f32_pointer(a->bmm1_scale_ptr)) != FI_OK ||
+        (st = fi_check_f32_pointer(a->bmm2_scale_ptr)) != FI_OK)
+        return st;
 
     void *ws = plan->workspace;
     fi_exec_common x = {0};

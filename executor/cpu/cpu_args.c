@@ -1,16 +1,18 @@
-/* executor/cpu/cpu_args.c - argument checks shared by the CPU references (ref_common.h). */
+/* executor/cpu/cpu_args.c - argument checks shared by the CPU references (ref_common.h),
+ * on top of the executors' common tensor checks (executor/core/args.h). */
+#include "executor/core/args.h"
 #include "executor/cpu/ref_common.h"
 
 static int is_float_dtype(fi_dtype d) {
     return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16;
 }
 
-/* shape[0] >= rows (a caller may pass a larger buffer) and shape[1..] == dims exactly. */
-static int shape_ok(const fi_tensor *t, int32_t ndim, int64_t rows, const int64_t *dims) {
-    if (t->ndim != ndim || t->shape[0] < rows) return 0;
-    for (int32_t i = 1; i < ndim; ++i)
-        if (t->shape[i] != dims[i - 1]) return 0;
-    return 1;
+/* The first non-OK status of a list of checks, in order. */
+static fi_status first_error(const fi_status *st, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (st[i] != FI_OK)
+            return st[i];
+    return FI_OK;
 }
 
 fi_status fi_cpu_check_args(const fi_caps *caps, const fi_attn_args *a, int32_t q_tokens,
@@ -26,36 +28,37 @@ fi_status fi_cpu_check_args(const fi_caps *caps, const fi_attn_args *a, int32_t 
     g.d_main = g.mla ? caps->head_dim_vo : caps->head_dim_qk;
     g.d_rope = g.mla ? caps->head_dim_qk - caps->head_dim_vo : 0;
 
-    if (!a->q.data || !a->k.data || !a->out.data || !a->page_table.data)
+    if (!a->q.data || !a->k.data || !a->out.data)
         return FI_ERR_NULL_ARGUMENT;
     if (g.mla ? (!a->q_rope.data || !a->k_rope.data) : !a->v.data) return FI_ERR_NULL_ARGUMENT;
 
     if (!is_float_dtype(a->q.dtype) || !is_float_dtype(a->k.dtype) ||
-        !is_float_dtype(a->out.dtype) || a->page_table.dtype != FI_DTYPE_I32 ||
-        (a->lse.data && a->lse.dtype != FI_DTYPE_F32))
+        !is_float_dtype(a->out.dtype) || (a->lse.data && a->lse.dtype != FI_DTYPE_F32))
         return FI_ERR_UNSUPPORTED_DTYPE;
     if (g.mla ? (!is_float_dtype(a->q_rope.dtype) || !is_float_dtype(a->k_rope.dtype))
               : !is_float_dtype(a->v.dtype))
         return FI_ERR_UNSUPPORTED_DTYPE;
 
-    const int64_t q_dims[2] = {g.num_qo_heads, g.d_main};
-    const int64_t k_dims[3] = {g.page_size, g.num_kv_heads, g.d_main};
-    const int64_t o_dims[2] = {g.num_qo_heads, g.d_vo};
-    const int64_t lse_dims[1] = {g.num_qo_heads};
-    if (!shape_ok(&a->q, 3, q_tokens, q_dims) || !shape_ok(&a->k, 4, caps->num_pages, k_dims) ||
-        !shape_ok(&a->out, 3, q_tokens, o_dims) ||
-        (a->lse.data && !shape_ok(&a->lse, 2, q_tokens, lse_dims)) || a->page_table.ndim < 1)
-        return FI_ERR_SHAPE_MISMATCH;
-    if (g.mla) {
-        const int64_t qr_dims[2] = {g.num_qo_heads, g.d_rope};
-        const int64_t kr_dims[3] = {g.page_size, 1, g.d_rope};
-        if (!shape_ok(&a->q_rope, 3, q_tokens, qr_dims) ||
-            !shape_ok(&a->k_rope, 4, caps->num_pages, kr_dims))
-            return FI_ERR_SHAPE_MISMATCH;
-    } else {
-        const int64_t v_dims[3] = {g.page_size, g.num_kv_heads, g.d_vo};
-        if (!shape_ok(&a->v, 4, caps->num_pages, v_dims)) return FI_ERR_SHAPE_MISMATCH;
-    }
+    const fi_layout_rule host = FI_LAYOUT_HOST;
+    const int64_t pages = caps->num_pages;
+    const fi_status st[] = {
+        fi_check_rows(&a->q, q_tokens, g.num_qo_heads, g.d_main, host),
+        fi_check_cache(&a->k, pages, g.page_size, g.num_kv_heads, g.d_main, 0, host),
+        fi_check_rows(&a->out, q_tokens, g.num_qo_heads, g.d_vo, host),
+        g.mla ? fi_check_rows(&a->q_rope, q_tokens, g.num_qo_heads, g.d_rope, host)
+              : fi_check_cache(&a->v, pages, g.page_size, g.num_kv_heads, g.d_vo, 0, host),
+        g.mla ? fi_check_cache(&a->k_rope, pages, g.page_size, 1, g.d_rope, 0, host) : FI_OK,
+        a->lse.data && (a->lse.ndim != 2 || a->lse.shape[0] < q_tokens ||
+                        a->lse.shape[1] != g.num_qo_heads)
+            ? FI_ERR_SHAPE_MISMATCH
+            : FI_OK,
+        a->lse.data ? fi_check_layout(&a->lse, host) : FI_OK,
+        fi_check_f32_pointer(a->bmm1_scale_ptr),
+        fi_check_f32_pointer(a->bmm2_scale_ptr),
+        fi_check_f32_pointer(a->sinks),
+    };
+    const fi_status s = first_error(st, sizeof st / sizeof st[0]);
+    if (s != FI_OK) return s;
     *geom = g;
     return FI_OK;
 }

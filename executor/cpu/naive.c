@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "executor/core/args.h"
 #include "executor/cpu/ref_common.h"
 #include "fiattn_ref.h"
 
@@ -185,6 +186,10 @@ fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
     fi_cpu_geom g;
     st = fi_batch_validate(caps, batch, req, &q_tokens, &err);
     if (st == FI_OK) st = fi_cpu_check_args(caps, args, q_tokens, &g);
+    if (st == FI_OK) {
+        const fi_page_table_geom pt = fi_page_table_geom_of(batch, req, caps->page_size);
+        st = fi_check_page_table_geom(&pt, &args->page_table);
+    }
     if (st != FI_OK) {
         free(req);
         return st;

@@ -70,12 +70,13 @@ typedef struct fi_cpu_geom {
     int32_t d_vo;      /* width of v and out */
 } fi_cpu_geom;
 
-/* Check the run arguments against the caps before anything is written:
- * required pointers (q, k, out, page_table; MLA q_rope + k_rope; others v),
- * dtypes (inputs F32/F16/BF16, out F32/F16/BF16, lse F32, page_table I32) and logical
- * shapes (q/out/lse at least q_tokens rows, k/v at least caps->num_pages pages).
+/* Check the run arguments but the page table (executor/core/args.h checks that against
+ * the batch) against the caps before anything is written: required pointers (q, k, out;
+ * MLA q_rope + k_rope; others v), dtypes (inputs F32/F16/BF16, out F32/F16/BF16, lse F32),
+ * logical shapes (q/out/lse at least q_tokens rows, k/v at least caps->num_pages pages),
+ * bases aligned to their element size, and the scale / sink pointers to 4 bytes.
  * @return FI_OK and *geom, or FI_ERR_NULL_ARGUMENT / FI_ERR_UNSUPPORTED_DTYPE /
- *   FI_ERR_SHAPE_MISMATCH. */
+ *   FI_ERR_SHAPE_MISMATCH / FI_ERR_MISALIGNED_POINTER. */
 fi_status fi_cpu_check_args(const fi_caps *caps, const fi_attn_args *args, int32_t q_tokens,
                             fi_cpu_geom *geom);
 

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "executor/core/args.h"
 #include "executor/cpu/ref_common.h"
 #include "fiattn_ref.h"
 #include "plan/host_alloc.h"
@@ -277,6 +278,7 @@ fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args) {
     const fi_plan_header *hd = view.header;
     fi_cpu_geom g;
     st = fi_cpu_check_args(&plan->caps, args, hd->total_q_tokens, &g);
+    if (st == FI_OK) st = fi_check_page_table(plan, &args->page_table);
     if (st != FI_OK) return st;
     st = check_plan(&view, hd->tile_rows, g.num_qo_heads);
     if (st != FI_OK) return st;

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "executor/core/checks.h"
+#include "executor/core/args.h"
 #include "executor/core/family.h"
 #include "executor/mla/mla_launch.h"
 #include "executor/mla/mla_params.h"
@@ -28,17 +28,25 @@ static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
         return FI_ERR_UNSUPPORTED_DTYPE;
     if (plan->layout.tile_rows > MLA_MAX_TILE_ROWS)
         return FI_ERR_UNSUPPORTED_VARIANT;
-    if ((st = fi_gpu_check_rows(&a->q, dt, rows, H, 512)) != FI_OK)
+    const fi_tensor *in[4] = {&a->q, &a->q_rope, &a->k, &a->k_rope};
+    for (int i = 0; i < 4; ++i)
+        if (in[i]->data && in[i]->dtype != dt)
+            return FI_ERR_UNSUPPORTED_DTYPE;
+    if ((st = fi_check_rows(&a->q, rows, H, 512, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
-    if ((st = fi_gpu_check_rows(&a->q_rope, dt, rows, H, 64)) != FI_OK)
+    if ((st = fi_check_rows(&a->q_rope, rows, H, 64, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
     fi_mla_params p;
     memset(&p, 0, sizeof p);
     p.c = *common;
-    if ((st = fi_gpu_check_cache(&a->k, dt, caps, 512, &p.m.ckv_stride_page, &p.m.ckv_stride_tok)) != FI_OK)
+    if ((st = fi_check_cache(&a->k, caps->num_pages, caps->page_size, 1, 512, 1, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
-    if ((st = fi_gpu_check_cache(&a->k_rope, dt, caps, 64, &p.m.kpe_stride_page, &p.m.kpe_stride_tok)) != FI_OK)
+    if ((st = fi_check_cache(&a->k_rope, caps->num_pages, caps->page_size, 1, 64, 1, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
+    p.m.ckv_stride_page = a->k.stride[0];
+    p.m.ckv_stride_tok = a->k.stride[1];
+    p.m.kpe_stride_page = a->k_rope.stride[0];
+    p.m.kpe_stride_tok = a->k_rope.stride[1];
     p.m.q_nope = a->q.data;
     p.m.q_nope_stride_tok = a->q.stride[0];
     p.m.q_nope_stride_head = a->q.stride[1];

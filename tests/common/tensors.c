@@ -5,16 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t tt_dtype_size(fi_dtype dtype) {
-    switch (dtype) {
-    case FI_DTYPE_E4M3: return 1;
-    case FI_DTYPE_F16:
-    case FI_DTYPE_BF16: return 2;
-    case FI_DTYPE_F32:
-    case FI_DTYPE_I32: return 4;
-    default: return 0;
-    }
-}
+#include "executor/core/args.h" /* fi_dtype_size */
+
+size_t tt_dtype_size(fi_dtype dtype) { return fi_dtype_size(dtype); }
 
 int tt_tensor_alloc(fi_tensor *t, fi_dtype dtype, int32_t ndim, const int64_t *shape,
                     const int32_t *mem_order) {

@@ -27,7 +27,8 @@
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
-/* Bytes per element of a dtype (E4M3 1, F16/BF16 2, F32/I32 4; 0 if unknown). */
+/* Bytes per element of a dtype (the library's fi_dtype_size: E4M3/E5M2 1, F16/BF16 2,
+ * F32/I32 4; 0 if unknown). */
 size_t tt_dtype_size(fi_dtype dtype);
 
 /* Allocate a tensor of logical `shape` (ndim <= FI_MAX_DIMS) and `dtype`, zero-filled.

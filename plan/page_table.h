@@ -1,0 +1,45 @@
+/*
+ * plan/page_table.h - the page-table geometry a batch makes the executors assume: which
+ * rows and columns of block_tables (or which elements of kv_indices) they read, and at
+ * which row stride.  fi_plan_update records it for the current plan (fi_plan.page_table);
+ * executor/core/args.h checks a page-table tensor against it.  Not installed.
+ */
+#ifndef FIATTN_PLAN_PAGE_TABLE_H
+#define FIATTN_PLAN_PAGE_TABLE_H
+
+#include <stdint.h>
+
+#include "fiattn.h"
+
+typedef struct fi_page_table_geom {
+    int32_t form;           /* fi_batch_form of the batch */
+    int32_t kv_split_pages; /* 1: a [B, 2, P] table (V row at + P); block-table forms only */
+    int32_t rows;           /* block-table forms: rows read, B; INDPTR: 0 */
+    int32_t pages_per_row;  /* block-table forms: P (max_pages_per_seq); INDPTR: 0 */
+    int64_t row_stride;     /* elements between rows, as page_row_offset assumed: P or 2P */
+    int64_t max_cols;       /* columns read in the longest row: max of ceil(kv_len /
+                               page_size) (what block-table forms check) */
+    int64_t extent;         /* largest element read + 1 as a flat array, 0: none (what
+                               INDPTR checks) */
+} fi_page_table_geom;
+
+/* The batch's form, rows and strides, nothing read yet; then fi_page_table_geom_add each
+ * request.  batch: validated.  Pure. */
+fi_page_table_geom fi_page_table_geom_begin(const fi_batch *batch);
+
+/* Request reads `pages` entries from element row_offset (fi_request_info.page_row_offset)
+ * on: widen g to cover them. */
+static inline void fi_page_table_geom_add(fi_page_table_geom *g, int64_t row_offset,
+                                          int64_t pages) {
+    const int64_t end = pages > 0 ? row_offset + pages : 0;
+    g->max_cols = pages > g->max_cols ? pages : g->max_cols;
+    g->extent = end > g->extent ? end : g->extent;
+}
+
+/* The whole geometry of a validated batch: requests [batch->batch_size] from
+ * fi_batch_validate, page_size the caps' (a power of two).  Pure.  O(B).  (The planner
+ * gathers the same while it validates.) */
+fi_page_table_geom fi_page_table_geom_of(const fi_batch *batch, const fi_request_info *requests,
+                                         int32_t page_size);
+
+#endif /* FIATTN_PLAN_PAGE_TABLE_H */
