@@ -80,7 +80,8 @@ typedef struct fi_attn_args {
  * stream: cudaStream_t.  Graph-capturable: fixed grid, reads the plan from the workspace.
  * @return FI_OK; FI_ERR_NOT_PLANNED, FI_ERR_SHAPE_MISMATCH, FI_ERR_UNSUPPORTED_DTYPE,
  *   FI_ERR_BAD_STRIDE, FI_ERR_MISALIGNED_POINTER, FI_ERR_NULL_ARGUMENT (checked before any
- *   launch), FI_ERR_HOST_PLAN, FI_ERR_INVALID_ARGUMENT (caps.num_ctas exceeds the CTAs the
+ *   launch), FI_ERR_UNSUPPORTED_VARIANT (a tile shape the kind's GPU family cannot run),
+ *   FI_ERR_HOST_PLAN, FI_ERR_INVALID_ARGUMENT (caps.num_ctas exceeds the CTAs the
  *   device can hold resident at once: SMs x occupancy; nothing launched), FI_ERR_CUDA
  *   (launch failure). */
 fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream);

@@ -23,6 +23,16 @@ typedef struct fi_page_table_geom {
                                INDPTR checks) */
 } fi_page_table_geom;
 
+/* log2(page_size) for a power of two, else -1 (page addressing by shift, not division). */
+static inline int fi_page_shift(int32_t page_size) {
+    if (page_size <= 0 || (page_size & (page_size - 1)) != 0)
+        return -1;
+    int s = 0;
+    while ((1 << s) < page_size)
+        ++s;
+    return s;
+}
+
 /* The batch's form, rows and strides, nothing read yet; then fi_page_table_geom_add each
  * request.  batch: validated.  Pure. */
 fi_page_table_geom fi_page_table_geom_begin(const fi_batch *batch);

@@ -263,6 +263,34 @@ static void plan_rejects_non_monotone_indptr(void **state) {
     }
 }
 
+/* kv_indices holds exactly kv_indptr[B] entries.  An indptr that rises past its last entry
+ * and then falls ({0, 56, 43}) must be refused (at request 1, where it decreases) before
+ * request 0's pages are read: they would lie past the caller's array (found by the fuzzer,
+ * tests/fuzz/crashes/crash-kv-indptr-decreases; `make asan` sees the overflow). */
+static void plan_rejects_indptr_past_its_end_before_reading_pages(void **state) {
+    (void)state;
+    fi_caps caps = {.kind = FI_KIND_MLA_DECODE, .max_batch = 4, .max_q_tokens = 4,
+                    .num_pages = 64, .page_size = 1, .num_qo_heads = 16, .num_kv_heads = 1,
+                    .head_dim_qk = 576, .head_dim_vo = 512, .q_dtype = FI_DTYPE_BF16,
+                    .kv_dtype = FI_DTYPE_BF16, .o_dtype = FI_DTYPE_BF16, .num_ctas = 8};
+    fi_plan *plan = NULL;
+    assert_int_equal(fi_plan_create(&caps, NULL, 0, NULL, &plan), FI_OK);
+    const int32_t qo_indptr[3] = {0, 1, 2}, kv_indptr[3] = {0, 56, 43}, kv_len[2] = {56, 1};
+    int32_t *kv_indices = malloc(sizeof(int32_t) * 43); /* exactly kv_indptr[B] */
+    assert_non_null(kv_indices);
+    for (int32_t i = 0; i < 43; i++) kv_indices[i] = i;
+    fi_batch b = {.form = FI_FORM_INDPTR, .batch_size = 2, .qo_indptr = qo_indptr,
+                  .kv_indptr = kv_indptr, .kv_indices = kv_indices, .kv_len = kv_len,
+                  .causal = 1, .window_left = -1};
+    assert_int_equal(fi_plan_update(plan, &b, NULL), FI_ERR_INDPTR_NOT_MONOTONE);
+    assert_int_equal(fi_plan_error(plan).request, 1);
+    fi_request_info req[2];
+    int32_t q_tokens = -1;
+    assert_int_equal(fi_batch_validate(&caps, &b, req, &q_tokens, NULL), FI_ERR_INDPTR_NOT_MONOTONE);
+    free(kv_indices);
+    fi_plan_destroy(plan);
+}
+
 static void plan_rejects_inconsistent_lengths(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 5};
@@ -532,6 +560,7 @@ int main(void) {
         cmocka_unit_test(plan_rejects_seq_len_beyond_pages),
         cmocka_unit_test(plan_rejects_negative_lengths),
         cmocka_unit_test(plan_rejects_non_monotone_indptr),
+        cmocka_unit_test(plan_rejects_indptr_past_its_end_before_reading_pages),
         cmocka_unit_test(plan_rejects_inconsistent_lengths),
         cmocka_unit_test(plan_rejects_batch_and_q_tokens_over_caps),
         cmocka_unit_test(plan_rejects_bad_scalars),

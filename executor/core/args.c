@@ -55,6 +55,19 @@ fi_status fi_check_cache(const fi_tensor *t, int64_t pages, int64_t page_size, i
     return fi_check_layout(t, rule);
 }
 
+fi_status fi_check_lse(const fi_tensor *t, int64_t rows, int64_t heads, fi_layout_rule rule) {
+    if (!t->data)
+        return FI_OK;
+    if (t->dtype != FI_DTYPE_F32)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if (t->ndim != 2 || t->shape[0] < rows || t->shape[1] != heads)
+        return FI_ERR_SHAPE_MISMATCH;
+    const fi_status st = fi_check_layout(t, FI_LAYOUT_HOST); /* 4-byte base */
+    if (st != FI_OK || rule == FI_LAYOUT_HOST)
+        return st;
+    return t->stride[1] == 1 && t->stride[0] >= 0 ? FI_OK : FI_ERR_BAD_STRIDE;
+}
+
 fi_status fi_check_f32_pointer(const float *p) {
     return (uintptr_t)p % sizeof(float) == 0 ? FI_OK : FI_ERR_MISALIGNED_POINTER;
 }

@@ -46,6 +46,13 @@ fi_status fi_check_rows(const fi_tensor *t, int64_t rows, int64_t heads, int64_t
 fi_status fi_check_cache(const fi_tensor *t, int64_t pages, int64_t page_size, int64_t heads,
                          int64_t dim, int head_axis_optional, fi_layout_rule rule);
 
+/* The optional lse output [>= rows, heads] fp32 (NULL data: absent, FI_OK).  Its rows are
+ * written one float at a time, so the GPU rule asks only a 4-byte base, a last stride of 1
+ * and non-negative strides; the host rule the element alignment.
+ * @return FI_OK; FI_ERR_UNSUPPORTED_DTYPE (not F32); FI_ERR_SHAPE_MISMATCH;
+ *   FI_ERR_MISALIGNED_POINTER; FI_ERR_BAD_STRIDE. */
+fi_status fi_check_lse(const fi_tensor *t, int64_t rows, int64_t heads, fi_layout_rule rule);
+
 /* An optional fp32 scalar / vector argument (scale pointers, sinks): NULL, or 4-byte
  * aligned.  @return FI_OK or FI_ERR_MISALIGNED_POINTER. */
 fi_status fi_check_f32_pointer(const float *p);

@@ -43,9 +43,8 @@ typedef struct fi_exec_common {
     float o_scale;                     /* fp8 outputs only: stored = fp8(out * o_scale); else 1 */
     /* Fixed shapes. */
     int32_t num_ctas;                  /* grid size */
-    int32_t num_heads;                 /* H_q */
-    int32_t tile_rows;                 /* partial slot height */
-    int32_t head_dim_vo;               /* output width (partial slot row) */
+    int32_t tile_rows;                 /* partial slot height (the output width is the
+                                          family's SplitMerge parameter) */
 } fi_exec_common;
 
 #endif /* FIATTN_EXECUTOR_EXEC_PARAMS_H */

@@ -24,28 +24,6 @@ static void *ws_at(void *workspace, size_t offset) {
     return (unsigned char *)workspace + offset;
 }
 
-static int log2_exact(int32_t v) {
-    int s = 0;
-    while ((1 << s) < v)
-        ++s;
-    return (1 << s) == v ? s : -1;
-}
-
-/* lse: optional [>= rows, H] fp32, 4-byte aligned, last stride 1. */
-static fi_status check_lse(const fi_tensor *l, int64_t rows, int64_t heads) {
-    if (!l->data)
-        return FI_OK;
-    if (l->dtype != FI_DTYPE_F32)
-        return FI_ERR_UNSUPPORTED_DTYPE;
-    if (l->ndim != 2 || l->shape[0] < rows || l->shape[1] != heads)
-        return FI_ERR_SHAPE_MISMATCH;
-    if (((uintptr_t)l->data & 3u) != 0)
-        return FI_ERR_MISALIGNED_POINTER;
-    if (l->stride[1] != 1 || l->stride[0] < 0)
-        return FI_ERR_BAD_STRIDE;
-    return FI_OK;
-}
-
 /* Check what every family shares and fill the common block. */
 static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec_common *c) {
     const fi_caps *caps = &plan->caps;
@@ -53,7 +31,7 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     const fi_plan_header *hdr = fi_stage_header(plan->staging[plan->cur], L);
     const int64_t rows = hdr->total_q_tokens, H = caps->num_qo_heads;
     fi_status st;
-    const int shift = log2_exact(caps->page_size);
+    const int shift = fi_page_shift(caps->page_size);
     if (shift < 0)
         return FI_ERR_UNSUPPORTED_PAGE_SIZE;
     if (a->out.data && a->out.dtype != caps->o_dtype)
@@ -62,7 +40,7 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
         return st;
     if ((st = fi_check_page_table(plan, &a->page_table)) != FI_OK)
         return st;
-    if ((st = check_lse(&a->lse, rows, H)) != FI_OK)
+    if ((st = fi_check_lse(&a->lse, rows, H, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
     if ((st = fi_check_f32_pointer(a->sinks)) != FI_OK ||
         (st = fi_check_f32_pointer(a->bmm1_scale_ptr)) != FI_OK ||
@@ -95,9 +73,7 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     x.sinks = a->sinks;
     x.o_scale = 1.0f;
     x.num_ctas = L->num_ctas;
-    x.num_heads = (int32_t)H;
     x.tile_rows = L->tile_rows;
-    x.head_dim_vo = caps->head_dim_vo;
     *c = x;
     return FI_OK;
 }
@@ -126,7 +102,5 @@ fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
      * once (caps.num_ctas > SMs x CTAs per SM) is refused before launch. */
     if (e == (int)cudaErrorCooperativeLaunchTooLarge)
         return FI_ERR_INVALID_ARGUMENT;
-    if (e == (int)cudaErrorInvalidValue)
-        return FI_ERR_UNSUPPORTED_DTYPE;
     return e == 0 ? FI_OK : FI_ERR_CUDA;
 }

@@ -48,11 +48,7 @@ fi_status fi_cpu_check_args(const fi_caps *caps, const fi_attn_args *a, int32_t 
         g.mla ? fi_check_rows(&a->q_rope, q_tokens, g.num_qo_heads, g.d_rope, host)
               : fi_check_cache(&a->v, pages, g.page_size, g.num_kv_heads, g.d_vo, 0, host),
         g.mla ? fi_check_cache(&a->k_rope, pages, g.page_size, 1, g.d_rope, 0, host) : FI_OK,
-        a->lse.data && (a->lse.ndim != 2 || a->lse.shape[0] < q_tokens ||
-                        a->lse.shape[1] != g.num_qo_heads)
-            ? FI_ERR_SHAPE_MISMATCH
-            : FI_OK,
-        a->lse.data ? fi_check_layout(&a->lse, host) : FI_OK,
+        fi_check_lse(&a->lse, q_tokens, g.num_qo_heads, host),
         fi_check_f32_pointer(a->bmm1_scale_ptr),
         fi_check_f32_pointer(a->bmm2_scale_ptr),
         fi_check_f32_pointer(a->sinks),

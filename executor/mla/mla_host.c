@@ -12,9 +12,6 @@
 #include "executor/mla/mla_params.h"
 #include "plan/plan.h"
 
-/* The tile body's largest tile (executor/mla/mla_tile.cuh kRows). */
-#define MLA_MAX_TILE_ROWS 64
-
 static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
                              const fi_exec_common *common, void *params) {
     const fi_caps *caps = &plan->caps;
@@ -26,8 +23,8 @@ static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
         return FI_ERR_UNSUPPORTED_HEAD_DIM;
     if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) || caps->kv_dtype != dt || caps->o_dtype != dt)
         return FI_ERR_UNSUPPORTED_DTYPE;
-    if (plan->layout.tile_rows > MLA_MAX_TILE_ROWS)
-        return FI_ERR_UNSUPPORTED_VARIANT;
+    if (plan->variant->tile_rows > FI_MLA_MAX_TILE_ROWS || plan->variant->kv_block != FI_MLA_KV_BLOCK)
+        return FI_ERR_UNSUPPORTED_VARIANT; /* a registry row this tile body cannot run */
     const fi_tensor *in[4] = {&a->q, &a->q_rope, &a->k, &a->k_rope};
     for (int i = 0; i < 4; ++i)
         if (in[i]->data && in[i]->dtype != dt)

@@ -11,6 +11,11 @@
 
 #include "executor/core/exec_params.h"
 
+/* The tile body's shape (executor/mla/mla_tile.cuh), which a registry row of this family
+ * must match: tiles of at most 64 rows, KV blocks of 32 tokens. */
+#define FI_MLA_MAX_TILE_ROWS 64
+#define FI_MLA_KV_BLOCK 32
+
 typedef struct fi_mla_block {
     const void *q_nope;          /* [q_tokens, H_q, 512] */
     int64_t q_nope_stride_tok, q_nope_stride_head;

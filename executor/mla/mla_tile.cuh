@@ -44,12 +44,12 @@ namespace fimla {
 using namespace fi;
 
 constexpr int kThreads = 256;
-constexpr int kRows = 64;                 /* the largest tile this body runs */
+constexpr int kRows = FI_MLA_MAX_TILE_ROWS; /* the largest tile this body runs */
 constexpr int kDqk = 576;                 /* 512 ckv + 64 kpe */
 constexpr int kDv = 512;
 constexpr int kChunksNope = kDv / 8;      /* 16-byte chunks of a 512-element row: 64 */
 constexpr int kChunks = kDqk / 8;         /* 72 */
-constexpr int kBlockN = 32;               /* KV tokens per block */
+constexpr int kBlockN = FI_MLA_KV_BLOCK;  /* KV tokens per block */
 constexpr int kMaxStages = 5;             /* ring depth when Q needs <= 32 rows */
 constexpr int kPitch = kDqk + 8;          /* elements per smem row: 1168 B, 292 words */
 constexpr int kPPitch = kBlockN + 8;      /* P row: 80 B */

@@ -241,16 +241,9 @@ static void fuzz_batch(tt_fz *f, const fi_caps *c, int mutate, fz_batch *z) {
         }
         if (mut[MUT_INDPTR0])
             (tt_fz_int(f, 0, 1) ? z->qi : z->ki)[0] = tt_fz_chance(f, 128) ? -1 : 1;
-        /* kv_indices holds exactly kv_indptr[B] entries, the API's contract.  Known finding
-         * (tests/fuzz/README.md): fi_batch_validate reads request b's pages before it sees
-         * a later kv_indptr entry decrease, past kv_indptr[B] (crash-kv-indptr-decreases);
-         * until that is fixed the default build sizes kv_indices to the largest entry, and
-         * -DTT_FUZZ_STRICT_INDPTR=1 (make fuzz FUZZ_STRICT=1) restores the exact size. */
-        int32_t len = z->ki[B];
-#if !TT_FUZZ_STRICT_INDPTR
-        for (int32_t i = 0; i < B; i++)
-            len = z->ki[i] > len ? z->ki[i] : len;
-#endif
+        /* kv_indices holds exactly kv_indptr[B] entries, the API's contract (ASan sees any
+         * read past it: tests/fuzz/crashes/crash-kv-indptr-decreases). */
+        const int32_t len = z->ki[B];
         z->table_len = len > 0 ? len : 0;
         z->table = alloc32(z->table_len);
         for (int32_t i = 0; i < B; i++) {
