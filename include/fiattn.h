@@ -102,6 +102,9 @@ typedef enum fi_dtype {
     FI_DTYPE_E4M3 = 4,  /* fp8 e4m3 (xqa_mla) */
     FI_DTYPE_I32 = 5,   /* page tables */
     FI_DTYPE_E5M2 = 6,  /* fp8 e5m2 */
+    FI_DTYPE_E2M1 = 7,  /* NVFP4 values (fp4 e2m1), two per byte, low nibble first; a tensor
+                           of them is described in bytes (last dim head_dim / 2, strides in
+                           bytes); its block scales travel in fi_attn_args.k_sf / v_sf */
 } fi_dtype;
 
 /* Capacity of a plan: fixes the workspace layout, the persistent grid and every bound.

@@ -68,6 +68,13 @@ typedef struct fi_attn_args {
     const float *bmm2_scale_ptr;
     const float *sinks;            /* optional [H_q] fp32 logits added to the denominator only */
     int32_t enable_pdl;            /* 1: launch with programmatic dependent launch */
+    /* Appended in 0.2 (zero-initialised args keep the 0.1 behaviour): */
+    float o_scale;                 /* fp8 e4m3 out only: stored = fp8(out / o_scale), the
+                                      reference APIs' o_scale; 0 is read as 1 */
+    fi_tensor k_sf, v_sf;          /* NVFP4 (FI_DTYPE_E2M1) KV only: the per-16-element block
+                                      scales, fp8 e4m3 bytes [num_pages, page_size, H_kv,
+                                      D / 16] (any permutation of the first three axes, as
+                                      k / v); absent (data NULL) otherwise */
 } fi_attn_args;
 
 /* Run the plan's attention on the GPU (persistent executor, in-kernel split-k merge).

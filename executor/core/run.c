@@ -42,6 +42,8 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
         return st;
     if ((st = fi_check_lse(&a->lse, rows, H, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
+    if (!(a->o_scale >= 0.f) || a->o_scale > 3.4e38f) /* negative, NaN or inf */
+        return FI_ERR_INVALID_ARGUMENT;
     if ((st = fi_check_f32_pointer(a->sinks)) != FI_OK ||
         (st = fi_check_f32_pointer(a->bmm1_scale_ptr)) != FI_OK ||
         (st = fi_check_f32_pointer(a->bmm2_scale_ptr)) != FI_OK)
@@ -71,7 +73,7 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     x.bmm1_scale_ptr = a->bmm1_scale_ptr;
     x.bmm2_scale_ptr = a->bmm2_scale_ptr;
     x.sinks = a->sinks;
-    x.o_scale = 1.0f;
+    x.o_scale = a->o_scale != 0.f ? 1.0f / a->o_scale : 1.0f; /* the kernels multiply */
     x.num_ctas = L->num_ctas;
     x.tile_rows = L->tile_rows;
     *c = x;
