@@ -10,7 +10,8 @@ size_t fi_dtype_size(fi_dtype dtype) {
     case FI_DTYPE_F16:
     case FI_DTYPE_BF16: return 2;
     case FI_DTYPE_E4M3:
-    case FI_DTYPE_E5M2: return 1;
+    case FI_DTYPE_E5M2:
+    case FI_DTYPE_E2M1: return 1; /* E2M1 tensors are described in bytes (two values each) */
     }
     return 0;
 }

@@ -17,7 +17,8 @@
 
 struct fi_plan;
 
-/* Bytes of one element: F32 / I32 4, F16 / BF16 2, E4M3 / E5M2 1; 0 for any other value. */
+/* Bytes of one element: F32 / I32 4, F16 / BF16 2, E4M3 / E5M2 1, E2M1 1 (its tensors
+ * count bytes, two values each); 0 for any other value. */
 size_t fi_dtype_size(fi_dtype dtype);
 
 /* What an executor needs of a tensor's memory layout. */
