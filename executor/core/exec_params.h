@@ -41,6 +41,8 @@ typedef struct fi_exec_common {
     const float *bmm2_scale_ptr;
     const float *sinks;                /* optional [H_q] fp32 (natural-log logits) */
     float o_scale;                     /* fp8 outputs only: stored = fp8(out * o_scale); else 1 */
+    int32_t o_fp8;                     /* 1: out is fp8 e4m3 (families whose output type is
+                                          chosen at run time: fi::OutDyn); else 0 */
     /* Fixed shapes. */
     int32_t num_ctas;                  /* grid size */
     int32_t tile_rows;                 /* partial slot height (the output width is the

@@ -11,6 +11,7 @@
 
 /* The GPU families (each defined in its folder's *_host.c). */
 extern const fi_family fi_family_mla;
+extern const fi_family fi_family_gqa;
 
 /* Cost-model constants shared by the rows calibrated together (plan/cost_model.h). */
 #define FI_DECODE_COSTS                                                                    \
@@ -29,7 +30,7 @@ static const fi_variant k_variants[] = {
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
-     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = NULL},
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_gqa},
     {.kind = FI_KIND_CONTEXT, .variant = 0, .name = "context", .tile_rows = 128,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = NULL},

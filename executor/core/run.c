@@ -74,6 +74,7 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     x.bmm2_scale_ptr = a->bmm2_scale_ptr;
     x.sinks = a->sinks;
     x.o_scale = a->o_scale != 0.f ? 1.0f / a->o_scale : 1.0f; /* the kernels multiply */
+    x.o_fp8 = caps->o_dtype == FI_DTYPE_E4M3;
     x.num_ctas = L->num_ctas;
     x.tile_rows = L->tile_rows;
     *c = x;

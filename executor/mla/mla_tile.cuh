@@ -537,7 +537,10 @@ template <typename T> struct MlaFamily {
     using Params = fi_mla_params;
     using Merge = SplitMerge<kDv, kRows, T, kThreads>;
     static constexpr int kThreads = fimla::kThreads;
+    static constexpr int kProducerWarps = 0; /* every warp loads and computes */
     static constexpr size_t kSmemBytes = fimla::kSmemBytes;
+    struct State {}; /* items share nothing: each re-initialises its ring */
+    static __device__ __forceinline__ State setup(unsigned char *) { return State{}; }
 
     /* Epilogue: thread coordinates re-read (fresh_tid: their uses here do not stretch
      * live ranges over the loop, where at 255 registers the allocator rematerialises them
@@ -563,7 +566,7 @@ template <typename T> struct MlaFamily {
 
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx,
                                     const fi_work_item &it, const fi_request_info &rq,
-                                    unsigned char *smem, bool first) {
+                                    unsigned char *smem, bool first, State &) {
         const Item<T> x = item_map<T>(it, smem);
         const Lane ln = lane_of(threadIdx.x, x.KP, x.M);
         int lo[2], hi[2];

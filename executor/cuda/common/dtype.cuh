@@ -63,4 +63,27 @@ template <> struct OutStore<__nv_fp8_e4m3> {
     }
 };
 
+/* An output type chosen at run time: T (bf16 / fp16), or fp8 e4m3 when the common block's
+ * o_fp8 is set (one instantiation serves both; the branch is uniform over the grid). */
+template <typename T> struct OutDyn {};
+
+/* Store 4 consecutive fp32 outputs at element offset `off` of c.out ([.., D] rows of O or,
+ * for OutDyn<T>, of T or fp8 e4m3). */
+template <typename O, typename C>
+__device__ __forceinline__ void store_out4(const C &c, int64_t off, float4 v) {
+    OutStore<O>::store4(static_cast<O *>(c.out) + off, v, c.o_scale);
+}
+template <typename O> struct is_out_dyn { static constexpr bool value = false; };
+template <typename T> struct is_out_dyn<OutDyn<T>> {
+    static constexpr bool value = true;
+    using type = T;
+};
+template <typename T, typename C>
+__device__ __forceinline__ void store_out4_dyn(const C &c, int64_t off, float4 v) {
+    if (c.o_fp8)
+        OutStore<__nv_fp8_e4m3>::store4(static_cast<__nv_fp8_e4m3 *>(c.out) + off, v, c.o_scale);
+    else
+        OutStore<T>::store4(static_cast<T *>(c.out) + off, v, 1.f);
+}
+
 }  // namespace fi

@@ -2,7 +2,8 @@
  * executor/cuda/merge/split_merge.cuh - the in-kernel split-KV merge every family shares,
  * templated on the output width W (64..1024, a multiple of 4), the tile height Rows (16 to
  * 128: the partial slot's rows), the output element O (bf16, fp16, fp8 e4m3 with
- * fi_exec_common.o_scale) and the CTA size.  It reads only the common block
+ * fi_exec_common.o_scale, or OutDyn<T>: T or fp8 chosen by fi_exec_common.o_fp8) and the
+ * number of threads that run it (the family's kThreads: barrier 1 over those).  It reads only the common block
  * (executor/core/exec_params.h) and the plan region.
  *
  * Small groups (merge_is_solo) are merged whole by their last arriving CTA right after
@@ -38,8 +39,9 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
     static constexpr int kRowsPerStep = Threads / kF4; /* rows a CTA covers at once */
     static constexpr int kChunk = 256;             /* splits whose weights sW holds at once */
     static constexpr int kQ = 4;                   /* merge_slice: units a thread */
-    /* merge_group: sW [kChunk][Rows] floats; sRow [2][Rows]. */
-    static constexpr size_t kGroupSmemBytes = (size_t)kChunk * Rows * 4;
+    /* merge_group: sW [splits][group rows] floats, at most kSoloMergeRows of them (a solo
+     * group, merge_is_solo); sRow [2][Rows]. */
+    static constexpr size_t kGroupSmemBytes = (size_t)kSoloMergeRows * 4;
     static constexpr size_t kSliceFixedBytes = (size_t)kQ * Threads * 16 + 2 * Rows * 4;
 
     /* Row statistics over the splits, rows rr < R: sRow[rr] = max_s lse(s, rr) and
@@ -84,15 +86,19 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
         const int64_t tok = (int64_t)rq.q_offset + grp.q_begin + r / nh;
         const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
         const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
-        O *dst = (O *)c.out + tok * c.out_stride_tok + h * c.out_stride_head + c4 * 4;
-        OutStore<O>::store4(dst, make_float4(t.x * f, t.y * f, t.z * f, t.w * f), c.o_scale);
+        const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head + c4 * 4;
+        const float4 v = make_float4(t.x * f, t.y * f, t.z * f, t.w * f);
+        if constexpr (is_out_dyn<O>::value)
+            store_out4_dyn<typename is_out_dyn<O>::type>(c, off, v);
+        else
+            store_out4<O>(c, off, v);
         if (c.lse && c4 == 0)
             c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
     }
 
     /* Merge small group g's partial slots (in split order) into out / lse: the whole CTA,
      * by the group's last arriving CTA right after its item.  sW: kGroupSmemBytes of free
-     * shared memory; sRow: 2 * Rows floats.  Each pass issues all its loads at once: the
+     * shared memory (splits x group rows <= kSoloMergeRows floats); sRow: 2 * Rows floats.  Each pass issues all its loads at once: the
      * partial LSEs into shared memory, a warp a row for max and sum, the weights
      * w_s = exp(lse_s - max) / sum, then each thread sums float4 columns of 8 rows, splits
      * outer, so 16 loads are in flight.  Not inlined: the tile bodies spill least then. */
@@ -111,12 +117,12 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
         if (staged) {
             for (int idx = tid; idx < ns * M; idx += Threads) {
                 const int s = idx / M, r = idx - s * M;
-                sW[s * Rows + r] = __ldcg(plse + (int64_t)s * c.tile_rows + r);
+                sW[s * M + r] = __ldcg(plse + (int64_t)s * c.tile_rows + r);
             }
-            __syncthreads();
+            cta_sync<Threads>();
         }
         auto lse_at = [&](int s, int r) -> float {
-            return staged ? sW[s * Rows + r] : __ldcg(plse + (int64_t)s * c.tile_rows + r);
+            return staged ? sW[s * M + r] : __ldcg(plse + (int64_t)s * c.tile_rows + r);
         };
         row_stats(lse_at, ns, M, sRow);
         const int v4 = tid % kF4; /* float4 column: dims 4*v4 .. 4*v4+3 */
@@ -131,15 +137,15 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
             for (int s0 = 0; s0 < ns; s0 += kChunk) {
                 const int nc = min(kChunk, ns - s0);
                 if (pass == 0 || ns > kChunk) {
-                    __syncthreads(); /* sRow ready; previous chunk's sW consumed */
+                    cta_sync<Threads>(); /* sRow ready; previous chunk's sW consumed */
                     for (int idx = tid; idx < nc * M; idx += Threads) {
                         const int s = idx / M, r = idx - s * M;
                         const float mx = sRow[r];
-                        sW[s * Rows + r] = mx == -CUDART_INF_F
+                        sW[s * M + r] = mx == -CUDART_INF_F
                                                ? 0.f
                                                : expf(lse_at(s0 + s, r) - mx) / sRow[Rows + r];
                     }
-                    __syncthreads();
+                    cta_sync<Threads>();
                 }
                 const float4 *src = reinterpret_cast<const float4 *>(
                                         c.partial_o + ((int64_t)(grp.first_slot + s0) * c.tile_rows + r0) * W) +
@@ -159,7 +165,7 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
 #pragma unroll
                         for (int i = 0; i < 8; ++i)
                             if (s + u < nc && r0 + kRowsPerStep * i < M) {
-                                const float w = sW[(s + u) * Rows + r0 + kRowsPerStep * i];
+                                const float w = sW[(s + u) * M + r0 + kRowsPerStep * i];
                                 acc[i].x += w * o[u][i].x;
                                 acc[i].y += w * o[u][i].y;
                                 acc[i].z += w * o[u][i].z;
@@ -211,13 +217,13 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
                 const int s = idx / R, rr = idx - s * R;
                 sWt[idx] = __ldcg(plse + (int64_t)s * c.tile_rows + rr);
             }
-            __syncthreads();
+            cta_sync<Threads>();
         }
         auto lse_at = [&](int s, int rr) -> float {
             return staged ? sWt[s * R + rr] : __ldcg(plse + (int64_t)s * c.tile_rows + rr);
         };
         row_stats(lse_at, ns, R, sRow);
-        __syncthreads();
+        cta_sync<Threads>();
         auto weight_of = [&](float lse, int rr) -> float {
             const float mx = sRow[rr];
             return mx == -CUDART_INF_F ? 0.f : expf(lse - mx) / sRow[Rows + rr];
@@ -225,7 +231,7 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
         if (staged) {
             for (int idx = tid; idx < ns * R; idx += Threads)
                 sWt[idx] = weight_of(sWt[idx], idx % R); /* in place: own element only */
-            __syncthreads();
+            cta_sync<Threads>();
         }
         auto weight = [&](int s, int rr) -> float {
             return staged ? sWt[s * R + rr]
@@ -273,7 +279,7 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
 #pragma unroll
                 for (int q = 0; q < kQ; ++q)
                     sAcc[q * Threads + tid] = a[q];
-                __syncthreads();
+                cta_sync<Threads>();
             }
             if (k == 0) {
 #pragma unroll
@@ -293,7 +299,7 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
                 }
             }
             if (K > 1)
-                __syncthreads(); /* sAcc is rewritten by the next round */
+                cta_sync<Threads>(); /* sAcc is rewritten by the next round */
         }
     }
 
@@ -317,10 +323,10 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
             if (threadIdx.x == 0)
                 while (ld_acquire(c.semaphores + g) < (uint32_t)n)
                     __nanosleep(64);
-            __syncthreads();
+            cta_sync<Threads>();
             __threadfence();
             merge_slice(c, ctx, g, slot - grp.first_slot, n, smem, smem_bytes);
-            __syncthreads();
+            cta_sync<Threads>();
             if (threadIdx.x == 0)
                 sem_inc(c.semaphores + g, (uint32_t)(2 * n - 1));
         }
@@ -335,7 +341,7 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
     static __device__ __forceinline__ bool arrive(const fi_exec_common &c, const RunCtx &ctx,
                                                   const fi_work_item &it, int *sFlag, float *sW,
                                                   float *sRow) {
-        __syncthreads();
+        cta_sync<Threads>();
         if (threadIdx.x == 0) {
             const fi_merge_group grp = c.groups[it.merge_group];
             const uint32_t n = (uint32_t)grp.num_splits;
@@ -344,7 +350,7 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
             sFlag[0] = solo && old == n - 1; /* bound n-1 wraps to 0: no reset either */
             sFlag[1] = !solo;
         }
-        __syncthreads();
+        cta_sync<Threads>();
         const bool coop = sFlag[1] != 0;
         FI_STAMP(2);
         if (sFlag[0])

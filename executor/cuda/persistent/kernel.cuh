@@ -6,11 +6,21 @@
  *   using Params = ...;        its parameter struct; member `c` is the common block
  *                              (executor/core/exec_params.h)
  *   using Merge = fi::SplitMerge<W, Rows, O, kThreads>;   its split merge
- *   static constexpr int kThreads;  static constexpr size_t kSmemBytes;
+ *   static constexpr int kThreads;     the threads that run items (and the merge)
+ *   static constexpr int kProducerWarps;  0, or warps after the kThreads that only load
+ *   static constexpr size_t kSmemBytes;
+ *   struct State;                      what a CTA's item runs carry from one to the next
+ *   static __device__ State setup(unsigned char *smem);   every thread, before the roles
+ *                                      split (e.g. mbarrier init by one thread); followed
+ *                                      by a CTA barrier
  *   static __device__ bool run_item(const Params &, const RunCtx &, const fi_work_item &,
- *                                   const fi_request_info &, unsigned char *smem, bool first);
- *     one work item, whole CTA; returns 1 when the item is a split of a group that is
- *     merged cooperatively after the CTA's last item (merge_phase).
+ *                                   const fi_request_info &, unsigned char *smem, bool first,
+ *                                   State &);
+ *     one work item, the kThreads threads; returns 1 when the item is a split of a group
+ *     that is merged cooperatively after the CTA's last item (merge_phase).
+ *   static __device__ void produce(const Params &, const fi_cta_start &, unsigned char *smem);
+ *     (kProducerWarps > 0 only) the producer warps' whole life: every load of every item
+ *     of the CTA, handed to run_item through shared-memory mbarriers.
  *
  * CTA c walks items cta_starts[c].item_begin .. item_end - 1 of the plan region (the grid
  * never changes, so a captured graph follows fi_plan_update).  The first item and its
@@ -30,14 +40,25 @@
 
 namespace fi {
 
+template <class F> constexpr int block_threads() { return F::kThreads + 32 * F::kProducerWarps; }
+
 template <class F>
-__global__ void __launch_bounds__(F::kThreads, 1)
+__global__ void __launch_bounds__(block_threads<F>(), 1)
     persistent_kernel(const __grid_constant__ typename F::Params p) {
     extern __shared__ __align__(128) unsigned char smem[];
     FI_STAMP(0);
+    typename F::State st = F::setup(smem);
+    __syncthreads(); /* the last CTA-wide barrier: producer warps never join another */
     griddep_wait(); /* everything global (plan, q, KV, scales) may come from the previous kernel */
-    const RunCtx ctx = run_ctx(p.c);
     const fi_cta_start cs = p.c.cta_starts[blockIdx.x];
+    if constexpr (F::kProducerWarps > 0) {
+        if (threadIdx.x >= F::kThreads) {
+            F::produce(p, cs, smem);
+            griddep_launch_dependents();
+            return;
+        }
+    }
+    const RunCtx ctx = run_ctx(p.c);
     const int i0 = cs.item_begin, i1 = cs.item_end;
     FI_STAMP(1);
     fi_work_item it = cs.first;
@@ -50,7 +71,7 @@ __global__ void __launch_bounds__(F::kThreads, 1)
             nit = p.c.items[i + 1];
             nrq = p.c.requests[nit.request];
         }
-        any_coop |= F::run_item(p, ctx, it, rq, smem, i == i0);
+        any_coop |= F::run_item(p, ctx, it, rq, smem, i == i0, st);
         it = nit;
         rq = nrq;
     }
@@ -82,7 +103,7 @@ template <class F> cudaError_t resident_ctas(int *limit) {
         e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel<F>,
-                                                          F::kThreads, F::kSmemBytes);
+                                                          block_threads<F>(), F::kSmemBytes);
     if (e != cudaSuccess)
         return e;
     *limit = sms * per_sm;
@@ -104,7 +125,7 @@ cudaError_t launch_persistent(const typename F::Params &p, int enable_pdl, cudaS
         return cudaErrorCooperativeLaunchTooLarge;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)p.c.num_ctas);
-    cfg.blockDim = dim3(F::kThreads);
+    cfg.blockDim = dim3(block_threads<F>());
     cfg.dynamicSmemBytes = F::kSmemBytes;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];

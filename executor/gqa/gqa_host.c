@@ -1,0 +1,82 @@
+/*
+ * executor/gqa/gqa_host.c - the GQA decode family on the host: its tensor checks, its
+ * parameter block, and its fi_family record (registered in executor/core/registry.c).
+ * Shapes: fiattn_run.h (q [q_tokens, H_q, D]; k and v [num_pages, page_size, H_kv, D] views
+ * whose strides carry NHD / HND and the one-tensor / (K, V)-pair forms of
+ * xqa_batch_decode_with_kv_cache).
+ */
+#include <string.h>
+
+#include "executor/core/args.h"
+#include "executor/core/family.h"
+#include "executor/gqa/gqa_launch.h"
+#include "executor/gqa/gqa_params.h"
+#include "plan/plan.h"
+
+/* What the tile body runs: D 64 / 128 / 256 (qk == vo), q = KV in bf16 or fp16, out the q
+ * dtype or fp8 e4m3. */
+static fi_status gqa_check_caps(const fi_caps *caps, const fi_variant *v) {
+    const int32_t d = caps->head_dim_qk;
+    if (d != caps->head_dim_vo || (d != 64 && d != 128 && d != 256))
+        return FI_ERR_UNSUPPORTED_HEAD_DIM;
+    const fi_dtype dt = caps->q_dtype;
+    if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) || caps->kv_dtype != dt)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if (caps->o_dtype != dt && caps->o_dtype != FI_DTYPE_E4M3)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if (v->tile_rows > FI_GQA_MAX_TILE_ROWS)
+        return FI_ERR_UNSUPPORTED_VARIANT; /* a registry row this tile body cannot run */
+    return FI_OK;
+}
+
+/* k or v: the plan's KV dtype, [>= num_pages, page_size, H_kv, D], 16-byte rows. */
+static fi_status gqa_check_kv(const fi_caps *caps, const fi_tensor *t) {
+    if (t->data && t->dtype != caps->kv_dtype)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    return fi_check_cache(t, caps->num_pages, caps->page_size, caps->num_kv_heads,
+                          caps->head_dim_qk, 0, FI_LAYOUT_DEVICE);
+}
+
+static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
+                             const fi_exec_common *common, void *params) {
+    const fi_caps *caps = &plan->caps;
+    const fi_plan_header *hdr = fi_stage_header(plan->staging[plan->cur], &plan->layout);
+    fi_status st;
+    if ((st = gqa_check_caps(caps, plan->variant)) != FI_OK)
+        return st;
+    /* Block scales belong to NVFP4 KV only (not run on the GPU yet). */
+    if (a->k_sf.data || a->v_sf.data)
+        return FI_ERR_INVALID_ARGUMENT;
+    if (a->q.data && a->q.dtype != caps->q_dtype)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if ((st = fi_check_rows(&a->q, hdr->total_q_tokens, caps->num_qo_heads, caps->head_dim_qk,
+                            FI_LAYOUT_DEVICE)) != FI_OK)
+        return st;
+    if ((st = gqa_check_kv(caps, &a->k)) != FI_OK || (st = gqa_check_kv(caps, &a->v)) != FI_OK)
+        return st;
+    fi_gqa_params p;
+    memset(&p, 0, sizeof p);
+    p.c = *common;
+    p.g.q = a->q.data;
+    p.g.q_stride_tok = a->q.stride[0];
+    p.g.q_stride_head = a->q.stride[1];
+    p.g.k = a->k.data;
+    p.g.k_stride_page = a->k.stride[0];
+    p.g.k_stride_tok = a->k.stride[1];
+    p.g.k_stride_head = a->k.stride[2];
+    p.g.v = a->v.data;
+    p.g.v_stride_page = a->v.stride[0];
+    p.g.v_stride_tok = a->v.stride[1];
+    p.g.v_stride_head = a->v.stride[2];
+    p.g.group = caps->num_qo_heads / caps->num_kv_heads;
+    p.g.head_dim = caps->head_dim_qk;
+    memcpy(params, &p, sizeof p);
+    return FI_OK;
+}
+
+const fi_family fi_family_gqa = {
+    .name = "gqa_decode_sm90",
+    .params_bytes = sizeof(fi_gqa_params),
+    .prepare = gqa_prepare,
+    .launch = fi_gqa_launch,
+};

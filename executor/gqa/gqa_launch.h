@@ -1,0 +1,29 @@
+/* executor/gqa/gqa_launch.h - the GQA family's instantiations (one per .cu: q / KV dtype x
+ * head_dim) and its C ABI launcher (gqa_launch.cu), which family.h's `launch` points at. */
+#pragma once
+
+#include "executor/gqa/gqa_params.h"
+#include "fiattn.h"
+
+#ifdef __cplusplus
+#include <cuda_runtime.h>
+#define FI_GQA_DECLARE(tag)                                                                  \
+    cudaError_t fi_gqa_launch_##tag(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream);
+FI_GQA_DECLARE(bf16_d64)
+FI_GQA_DECLARE(bf16_d128)
+FI_GQA_DECLARE(bf16_d256)
+FI_GQA_DECLARE(f16_d64)
+FI_GQA_DECLARE(f16_d128)
+FI_GQA_DECLARE(f16_d256)
+#undef FI_GQA_DECLARE
+extern "C" {
+#endif
+
+/* fi_family.launch of the GQA family: params is a fi_gqa_params (its head_dim picks the
+ * instantiation); dtype bf16 or fp16 (q and KV), else cudaErrorInvalidValue.  See
+ * executor/core/family.h. */
+int fi_gqa_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
