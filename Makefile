@@ -144,11 +144,13 @@ $(BUILD)/scripts/%: scripts/%.cu
 	$(NVCC) $(NVFLAGS) -o $@ $<
 
 # ---- running ---------------------------------------------------------------------------
-# The main job on the embedded default: plan a decode snapshot from the bundled trace
-# excerpt, print the summary, write the SVG, execute (GPU if present, else CPU reference)
-# and report the error against the naive fp64 reference.
+# The main job: plan a realistic decode step (128 requests of the bundled Azure trace at
+# step 100, MLA with 16 heads as DeepSeek-V3 under tensor parallelism 8: bench_mla's
+# trace128 case), print each figure with one line on what it means, write plan.svg (CTAs
+# wrapped 8 a row), execute on the GPU when there is one (time and GB/s over 10 runs) or
+# else on the CPU reference executor, and check against the fp64 naive reference.
 run: $(FIPLAN)
-	$(FIPLAN) --execute --svg plan.svg
+	$(FIPLAN) --batch 128 --step 100 --heads 16 --execute --explain --svg plan.svg
 
 test: $(TESTS) $(FIPLAN)
 	@fail=0; for t in $(TESTS); do echo "== $$t"; $$t || fail=1; done; \
