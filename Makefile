@@ -10,7 +10,8 @@
 #   make fuzz       libFuzzer harness (clang, ASan + UBSan) for FUZZ_SECONDS (default 60)
 #   make install / uninstall   PREFIX=/usr/local DESTDIR=
 #
-# Knobs: CC, NVCC, CUDA_HOME, OPT, SANITIZE=1, NO_JEMALLOC=1, GPU_ARCH.
+# Knobs: CC, NVCC, CUDA_HOME, OPT, SANITIZE=1, NO_JEMALLOC=1, GPU_ARCH, WERROR=1 (C warnings
+# are errors; CI sets it and checks the whole log with scripts/check-build-log.sh).
 
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
@@ -25,7 +26,8 @@ PKG_CONFIG ?= pkg-config
 VERSION := $(shell for k in MAJOR MINOR PATCH; do \
                sed -n "s/^\#define FIATTN_VERSION_$$k  *\([0-9][0-9]*\).*/\1/p" include/fiattn.h; \
            done | paste -sd.)
-SOVER   := 0
+# The soname carries the major version.
+SOVER   := $(firstword $(subst ., ,$(VERSION)))
 
 BUILD := build
 ifeq ($(PROFILE),1)
@@ -45,6 +47,9 @@ NVFLAGS  := -std=c++17 $(OPT) $(GPU_ARCH) -Xcompiler -fPIC -MMD -MP $(INCLUDES) 
             --expt-relaxed-constexpr -Xptxas --warn-on-spills -lineinfo $(PROF_FLAGS)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 LDLIBS   := -lm $(SAN_FLAGS)
+ifeq ($(WERROR),1)
+CFLAGS   += -Werror
+endif
 
 ifeq ($(NO_JEMALLOC),1)
 TOOL_CFLAGS := -DFI_NO_JEMALLOC
@@ -84,6 +89,10 @@ SCRIPT_BINS := $(SCRIPT_CU:scripts/%.cu=$(BUILD)/scripts/%)
 LIB_A  := $(BUILD)/libfiattn.a
 LIB_SO := $(BUILD)/libfiattn.so.$(VERSION)
 FIPLAN := $(BUILD)/fiplan
+
+# Objects built on the way to a program (tests/common, viz/trace*) are kept, not deleted as
+# intermediates (no stray `rm` at the end of `make test`, no rebuild on the next run).
+.SECONDARY:
 
 .PHONY: all lib test gpu-test asan profile lint install uninstall clean run bench fuzz print-version
 all: lib $(FIPLAN) $(TESTS) $(GPU_TESTS) $(BENCHES) $(SCRIPT_BINS)
@@ -135,11 +144,13 @@ $(BUILD)/scripts/%: scripts/%.cu
 	$(NVCC) $(NVFLAGS) -o $@ $<
 
 # ---- running ---------------------------------------------------------------------------
-# The main job on the embedded default: plan a decode snapshot from the bundled trace
-# excerpt, print the summary, write the SVG, execute (GPU if present, else CPU reference)
-# and report the error against the naive fp64 reference.
+# The main job: plan a realistic decode step (128 requests of the bundled Azure trace at
+# step 100, MLA with 16 heads as DeepSeek-V3 under tensor parallelism 8: bench_mla's
+# trace128 case), print each figure with one line on what it means, write plan.svg (CTAs
+# wrapped 8 a row), execute on the GPU when there is one (time and GB/s over 10 runs) or
+# else on the CPU reference executor, and check against the fp64 naive reference.
 run: $(FIPLAN)
-	$(FIPLAN) --execute --svg plan.svg
+	$(FIPLAN) --batch 128 --step 100 --heads 16 --execute --explain --svg plan.svg
 
 test: $(TESTS) $(FIPLAN)
 	@fail=0; for t in $(TESTS); do echo "== $$t"; $$t || fail=1; done; \

@@ -24,9 +24,8 @@
 
 /* KV tile of the executor, tokens: split points are rounded to multiples of this (absolute
  * request-local token index), so a piece starts on a KV tile boundary of the kernel.
- * H200, 2026-11-21, three reps each: 32 gave the same times as 64; 16 made the trace
- * snapshot 1 us slower (59.1-59.6 vs 58.2-58.9 us) though its cost balance improved
- * (1.053 vs 1.069): a piece that starts mid-block reads two partial 32-token blocks. */
+ * 64: finer grains measured no faster (a piece starting mid-block reads two partial KV
+ * blocks); the calibration runs are in docs/perf-log.md. */
 #ifndef FI_KV_TILE_TOKENS /* -DFI_KV_TILE_TOKENS=... overrides it (calibration builds) */
 #define FI_KV_TILE_TOKENS 64
 #endif
@@ -49,16 +48,9 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
 #endif
 
 /* Fixed cost per item, in KV-token units (3 KV tiles).  Calibrated on an H200 against the
- * trace snapshot (bench_mla trace128: 128 requests, h16, kv mean 837), builds with
- * -DFI_COST_BETA / -DFI_MIN_CHUNK_TOKENS, two reps each:
- *  - 2026-11-21 07:25 UTC, executor 1aefe9f (producer warps 4..7 for h16): beta 128: 62.4 /
- *    62.6 us, 192: 59.3 / 59.7, 256: 60.3 / 60.6, 384: 60.2 / 60.6; min chunk 256 with
- *    beta 256: 59.1 / 59.5, 512: 62.3 / 62.2, 768: 64.2 / 64.0.  Now 192 (4.5% faster
- *    here): a faster KV loop makes an item's fixed cost worth more tokens.  Coarser
- *    pieces raise the cost-model balance of some small trace batches (1.108 seen); the
- *    balance test bounds it by one piece over the mean there (tests/test_plan_balance.c).
- *  - earlier, executor 41ee2b1: beta 0: 82.7 us, 64: 75.1, 96: 71.7, 128: 70.2-72.1,
- *    192: 71.5, 256: 76.3, 384: 78.7, 512: 81.8.
+ * trace snapshot (bench_mla trace128); 192 was the fastest of the values tried (the sweeps:
+ * docs/perf-log.md, "Cost-model calibration").  Coarser pieces raise the cost-model balance
+ * of some small trace batches; tests/test_plan_balance.c bounds it.
  * The measured fixed cost of an item (several us, hundreds of tokens of streaming) is NOT
  * what the planner should charge: a larger beta buys fewer, longer items at the price of
  * balance, and past the optimum balance wins. */
@@ -67,10 +59,8 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
 #endif
 
 /* Split-piece charges, KV-token units, for the packing partition's choice (planner/pack.h):
- * the piece that completes its group merges it, the others publish and leave.  H200,
- * 2026-11-21 (heads 16, 34 ns a key per CTA): one piece per CTA with the merge at each
- * group's end (u66 x 1636) took 8 us longer than one whole request per CTA (u132 x 818):
- * ~235 keys; a non-last piece's partial store and arrival ~2 us (BENCHMARKS.md). */
+ * the piece that completes its group merges it (~235 keys of time on an H200 at heads
+ * 16), the others publish and leave (~2 us); measurements in docs/perf-log.md. */
 #ifndef FI_COST_MERGE
 #define FI_COST_MERGE 232
 #endif

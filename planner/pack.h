@@ -3,7 +3,7 @@
  * (planner/partition.h) for decode batches of thin tiles.
  *
  * Why: every item costs the executor a fixed ~8-10 us (ring fill and drain, epilogue) and
- * the CTA that finishes a split group last pays its merge (~8 us, H200, BENCHMARKS.md).
+ * the CTA that finishes a split group last pays its merge (~8 us, H200; docs/perf-log.md).
  * The contiguous walk cuts a tile at nearly every CTA boundary, so on a trace decode
  * snapshot most CTAs run two or three items, two of them pieces.  Packing places whole
  * tiles and cuts only the tiles that do not fit.
@@ -24,9 +24,8 @@
 /* Packing is tried for batches of thin tiles (<= 16 rows: heads <= 16 at q_len 1, where a
  * tile's keys are bandwidth-bound and an item's fixed cost weighs most) up to the row's
  * pack_thin_tiles_per_cta tiles a CTA, and for other tiles up to its
- * pack_max_tiles_per_cta (0: never; at 1, H200: heads 32 / 64 x 128 requests and
- * heads 128 x 64 were 5-8% faster, heads 128 x 32 and heads 64 x 96 1-5% slower, so the
- * model, calibrated on thin tiles, does not rank tall-tile plans yet; BENCHMARKS.md).  Past that every CTA runs several items
+ * pack_max_tiles_per_cta (0: never: the model, calibrated on thin tiles, does not yet rank
+ * tall-tile plans; measured mixed, docs/perf-log.md).  Past that every CTA runs several items
  * anyway, and the search would cost more than the plan-update targets allow (docs/
  * DESIGN.md: 10 us at 128 requests, 60 us at 1024, for H_q 128). */
 /* (The default rows' limits: plan/cost_model.h FI_PACK_*_TILES_PER_CTA.) */

@@ -199,6 +199,11 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
             return fail(err, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, used, avail);
         if (row + row_stride > INT32_MAX || q_off + q_len > INT32_MAX)
             return fail(err, FI_ERR_INVALID_ARGUMENT, b, row, INT32_MAX);
+        /* The next request's row (block-table forms): its first lines are fetched while
+         * this row is scanned (the loop's case: the table is cold after a replay). */
+        if (bt->form != FI_FORM_INDPTR && b + 1 < bt->batch_size)
+            for (int64_t k = 0; k < P && k < 64; k += 16)
+                __builtin_prefetch(table + row + row_stride + k);
         st = check_pages(caps, table + row, used, b, err);
         if (st == FI_OK && bt->form != FI_FORM_INDPTR && bt->kv_split_pages)
             st = check_pages(caps, table + row + P, used, b, err);

@@ -6,7 +6,8 @@
  * and KV range as half-open intervals; the items of a split tile share a colour and have edges into one diamond
  * merge node per merge group.  Large plans stay readable: idle CTAs are only counted, at
  * most FIPLAN_DOT_MAX_CTAS busy CTAs and FIPLAN_DOT_MAX_ITEMS items are drawn, and one note
- * node gives the counts of what was left out.
+ * node gives the counts of what was left out.  Drawn CTAs wrap into rows of
+ * FIPLAN_DOT_ROW_CTAS (invisible edges), so a 132-CTA plan fits a screen's width.
  *
  * SVG rendering registers the dot layout and core (svg) plugins in-process through
  * gvContextPlugins with an lt_symlist_t table (what libtool's lt_preloaded_symbols does for
@@ -79,6 +80,7 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
     int32_t merge_cached = v.header->num_groups < 256 ? v.header->num_groups : 256;
     for (int32_t i = 0; i < merge_cached; i++) merge_cache[i] = NULL;
 
+    Agnode_t *row_last[FIPLAN_DOT_MAX_CTAS] = {NULL}; /* last item of each drawn CTA */
     int32_t drawn_ctas = 0, drawn_items = 0, idle_ctas = 0, skipped_ctas = 0, skipped_items = 0;
     for (int32_t c = 0; c < v.num_ctas; c++) {
         int32_t b = v.work_indptr[c], e = v.work_indptr[c + 1];
@@ -99,6 +101,7 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
         set(sub, "style", "rounded");
         set(sub, "color", "gray50");
         Agnode_t *prev = NULL;
+        const int32_t d = drawn_ctas - 1; /* this CTA's place among the drawn ones */
         for (int32_t i = b; i < e; i++, drawn_items++) {
             const fi_work_item *it = &v.items[i];
             snprintf(name, sizeof name, "item%d", i);
@@ -128,6 +131,13 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
                 set(ed, "xlabel", buf);
                 set(ed, "fontsize", "8");
             }
+            if (i == b && d >= FIPLAN_DOT_ROW_CTAS && row_last[d - FIPLAN_DOT_ROW_CTAS]) {
+                /* Wrap: an invisible edge puts this CTA under the one a row before, so the
+                 * picture is FIPLAN_DOT_ROW_CTAS CTAs wide, not one long strip. */
+                snprintf(name, sizeof name, "w%d", i);
+                Agedge_t *ed = agedge(g, row_last[d - FIPLAN_DOT_ROW_CTAS], n, name, 1);
+                set(ed, "style", "invis");
+            }
             if (prev) {
                 snprintf(name, sizeof name, "o%d", i);
                 Agedge_t *ed = agedge(g, prev, n, name, 1);
@@ -136,6 +146,7 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
             }
             prev = n;
         }
+        row_last[d] = prev;
     }
     if (skipped_ctas > 0 || idle_ctas > 0) {
         Agnode_t *n = agnode(g, (char *)"not_drawn", 1);

@@ -36,6 +36,7 @@ typedef struct options {
     int json;
     const char *json_path;
     int execute, force_cpu;
+    int explain;                /* one line under each figure saying what it means */
 } options;
 
 static void usage(FILE *f) {
@@ -72,6 +73,7 @@ static void usage(FILE *f) {
         "  --execute           run the plan (GPU for MLA when present, else the CPU\n"
         "                      reference) and report ||out-ref||/||ref|| vs the naive reference\n"
         "  --cpu               with --execute: always the CPU reference executor\n"
+        "  --explain           one line under each printed figure saying what it means\n"
         "  --repeat N          plan updates timed (median reported), 0 = none [200]\n"
         "  --help\n"
         "exit status: 0 ok, 1 error, 2 usage\n",
@@ -112,7 +114,7 @@ enum {
     OPT_TRACE = 256, OPT_MODE, OPT_BATCH, OPT_STEP, OPT_FIRST, OPT_LENGTHS, OPT_QLEN,
     OPT_PREFIX, OPT_PREFILL, OPT_KIND, OPT_HEADS, OPT_KVHEADS, OPT_HEADDIM, OPT_PAGESIZE,
     OPT_CTAS, OPT_WINDOW, OPT_CAUSAL, OPT_FORM, OPT_SHUFFLE, OPT_SEED, OPT_DOT, OPT_SVG,
-    OPT_JSON, OPT_EXECUTE, OPT_CPU, OPT_REPEAT, OPT_HELP,
+    OPT_JSON, OPT_EXECUTE, OPT_CPU, OPT_REPEAT, OPT_HELP, OPT_EXPLAIN,
 };
 
 /* @return 0 ok, 2 usage error (message printed), 3 --help. */
@@ -134,7 +136,7 @@ static int parse_options(int argc, char **argv, options *o) {
         {"shuffle", no_argument, 0, OPT_SHUFFLE}, {"seed", required_argument, 0, OPT_SEED},
         {"dot", optional_argument, 0, OPT_DOT}, {"svg", required_argument, 0, OPT_SVG},
         {"json", optional_argument, 0, OPT_JSON}, {"execute", no_argument, 0, OPT_EXECUTE},
-        {"cpu", no_argument, 0, OPT_CPU}, {"repeat", required_argument, 0, OPT_REPEAT},
+        {"cpu", no_argument, 0, OPT_CPU}, {"explain", no_argument, 0, OPT_EXPLAIN}, {"repeat", required_argument, 0, OPT_REPEAT},
         {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0},
     };
     const int32_t big = 1 << 30;
@@ -183,6 +185,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_JSON: o->json = 1; o->json_path = optarg; break;
         case OPT_EXECUTE: o->execute = 1; break;
         case OPT_CPU: o->force_cpu = 1; break;
+        case OPT_EXPLAIN: o->explain = 1; break;
         case OPT_REPEAT: ok = parse_int(optarg, 0, 1 << 24, &o->repeat); break;
         case OPT_HELP: return 3;
         default: ok = 0; break;
@@ -366,14 +369,33 @@ int main(int argc, char **argv) {
 
     /* The summary yields stdout to a DOT / JSON stream written there. */
     FILE *sf = (o.dot && !o.dot_path) || (o.json && !o.json_path) ? stderr : stdout;
-    fiplan_print_summary(sf, &caps, &b, &st);
+    fiplan_print_summary(sf, &caps, &b, &st, o.explain);
     fprintf(sf, "host memory    %s\n", fiplan_allocator_name());
-    if (ex.ran)
+    if (o.explain)
+        fprintf(sf, "               = where fiplan's own buffers come from (the library takes "
+                    "an fi_allocator)\n");
+    if (ex.ran) {
         fprintf(sf, "execute        %s: ||out-ref||/||ref|| = %.3g (lse %.3g, non-finite "
                     "mismatches %lld, tolerance %.0e) in %.1f ms: %s\n",
                 ex.on_gpu ? "GPU fi_run (bf16)" : "CPU fi_ref_run (fp32)", ex.rel_err,
                 ex.lse_rel_err, (long long)ex.nonfinite, ex.tolerance, ex.exec_ms,
                 rc == 0 ? "PASS" : "FAIL");
+        if (o.explain)
+            fprintf(sf, "               = the plan run on random data, against an fp64 "
+                        "attention without any plan; PASS: error under the tolerance\n");
+        if (ex.on_gpu) {
+            fprintf(sf, "gpu time       %.1f us per run (CUDA events, mean of %d runs), "
+                        "%.0f GB/s\n", ex.gpu_us, ex.gpu_runs, ex.gpu_gbps);
+            if (o.explain)
+                fprintf(sf, "               = one fi_run of this step (one layer); GB/s: KV of "
+                            "every item, q and out bytes over that time (H200 read ceiling "
+                            "~4.5 TB/s)\n");
+        } else if (!o.force_cpu) {
+            fprintf(sf, "gpu            none here (no CUDA device%s): checked on the CPU "
+                        "reference executor only\n",
+                    caps.kind == FI_KIND_MLA_DECODE ? "" : ", or a kind without a GPU executor");
+        }
+    }
 
     if (o.dot) {
         FILE *f = open_out(o.dot_path, stdout);

@@ -60,9 +60,9 @@ fi_status fiplan_time_updates(fi_plan *plan, const fi_batch *batch, void *stream
 /* Median of v[n] (sorts v). */
 double fiplan_median(double *v, int32_t n);
 
-/* Human-readable summary. */
+/* Human-readable summary; explain: one line under each figure saying what it means. */
 void fiplan_print_summary(FILE *f, const fi_caps *caps, const fibatch *b,
-                          const fiplan_stats *st);
+                          const fiplan_stats *st, int explain);
 
 const char *fiplan_kind_name(fi_kind kind);
 const char *fiplan_form_name(fi_batch_form form);
@@ -72,6 +72,8 @@ const char *fiplan_form_name(fi_batch_form form);
 /* Draw at most this many CTAs / items; the rest is one summary node. */
 #define FIPLAN_DOT_MAX_CTAS 64
 #define FIPLAN_DOT_MAX_ITEMS 512
+/* Drawn CTAs per row of the picture (the next ones wrap below). */
+#define FIPLAN_DOT_ROW_CTAS 8
 
 /* Write the plan as DOT to f.  @return 0, or -1 on a cgraph / write failure. */
 int fiplan_write_dot(const fi_plan *plan, const fiplan_stats *st, FILE *f);
@@ -90,6 +92,9 @@ typedef struct fiplan_exec_result {
     int64_t nonfinite;    /* mismatched non-finite positions (NaN anywhere counts) */
     double tolerance;     /* pass threshold for rel_err */
     double exec_ms;       /* wall time of the executor call */
+    double gpu_us;        /* GPU: mean fi_run time over timed replays (CUDA events), else 0 */
+    int32_t gpu_runs;     /* replays timed */
+    double gpu_gbps;      /* GPU: bytes read and written (KV of every item, q, out) / gpu_us */
 } fiplan_exec_result;
 
 int fiplan_write_json(FILE *f, const fi_plan *plan, const fi_caps *caps, const fibatch *b,

@@ -96,28 +96,49 @@ fi_status fiplan_time_updates(fi_plan *plan, const fi_batch *batch, void *stream
     return s;
 }
 
+/* The explanation line under a figure (--explain). */
+static void why(FILE *f, int explain, const char *text) {
+    if (explain) fprintf(f, "               = %s\n", text);
+}
+
 void fiplan_print_summary(FILE *f, const fi_caps *caps, const fibatch *b,
-                          const fiplan_stats *st) {
+                          const fiplan_stats *st, int explain) {
     double mean_kv = 0.0;
     for (int32_t i = 0; i < b->batch.batch_size; i++) mean_kv += b->kv_lens[i];
     mean_kv /= b->batch.batch_size;
     fprintf(f, "kind           %s  H_q %d  H_kv %d  head_dim %d/%d  page_size %d  ctas %d\n",
             fiplan_kind_name(caps->kind), caps->num_qo_heads, caps->num_kv_heads,
             caps->head_dim_qk, caps->head_dim_vo, caps->page_size, st->num_ctas);
+    why(f, explain, "attention kind, query / KV heads, head dims (qk/vo), tokens per KV page, "
+                    "and the persistent grid (one CTA per SM)");
     fprintf(f, "batch          %d requests (%s), %d query tokens, kv_len mean %.0f max %d, "
                "causal %d, window_left %d\n",
             b->batch.batch_size, fiplan_form_name(b->batch.form), b->total_q_tokens, mean_kv,
             b->max_kv_len, b->batch.causal, b->batch.window_left);
+    why(f, explain, "the decode step planned: each request adds one query token and reads its "
+                    "whole KV cache (kv_len tokens)");
     fprintf(f, "work items     %d on %d busy CTAs (tile_rows %d, kv_chunk %d, %lld KV tokens)\n",
             st->num_items, st->busy_ctas, st->tile_rows, st->kv_chunk,
             (long long)st->total_kv_tokens);
+    why(f, explain, "the plan: (request, heads, KV range) pieces spread over the CTAs; a "
+                    "tile_rows-row tile is cut at most where a CTA's share ends");
     fprintf(f, "split groups   %d (%d split items, %d partial slots)\n", st->num_groups,
             st->split_items, st->num_slots);
+    why(f, explain, "requests cut across CTAs: their pieces write fp32 partials that the last "
+                    "CTA of the group merges in the same launch");
     fprintf(f, "CTA cost       max %lld  mean %.1f  balance %.3f (max/mean, 1 = perfect)\n",
             (long long)st->max_cta_cost, st->mean_cta_cost, st->balance);
+    why(f, explain, "modelled work per CTA (KV tokens + per-item overhead); the step lasts as "
+                    "long as the busiest CTA, so balance near 1 is the goal (a few tiles per CTA "
+                    "cannot reach it; at <= 16 heads fewer cut pieces may win over balance)");
     fprintf(f, "workspace      %zu bytes (plan copy per update: %zu bytes)\n",
             st->workspace_bytes, st->plan_bytes_used);
+    why(f, explain, "device memory the plan needs for these caps (fixed, so a captured CUDA "
+                    "graph keeps working), and the bytes copied host to device per step");
     if (st->update_us_median >= 0)
         fprintf(f, "plan update    %.2f us median of %d (min %.2f, max %.2f), host plan\n",
                 st->update_us_median, st->update_repeats, st->update_us_min, st->update_us_max);
+    if (st->update_us_median >= 0)
+        why(f, explain, "host time of fi_plan_update for this batch (validate, tile, partition, "
+                        "lay out), repeated on warm caches: once per decode step, for all layers");
 }
