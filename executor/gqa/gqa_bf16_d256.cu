@@ -4,5 +4,5 @@
 #include "executor/gqa/gqa_tile.cuh"
 
 cudaError_t fi_gqa_launch_bf16_d256(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream) {
-    return fi::launch_persistent<figqa::GqaFamily<__nv_bfloat16, 256>>(p, enable_pdl, stream);
+    return fi::launch_persistent<figqa::GqaFamily<__nv_bfloat16, __nv_bfloat16, 256>>(p, enable_pdl, stream);
 }

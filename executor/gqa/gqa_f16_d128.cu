@@ -4,5 +4,5 @@
 #include "executor/gqa/gqa_tile.cuh"
 
 cudaError_t fi_gqa_launch_f16_d128(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream) {
-    return fi::launch_persistent<figqa::GqaFamily<__half, 128>>(p, enable_pdl, stream);
+    return fi::launch_persistent<figqa::GqaFamily<__half, __half, 128>>(p, enable_pdl, stream);
 }

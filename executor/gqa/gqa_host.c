@@ -13,14 +13,15 @@
 #include "executor/gqa/gqa_params.h"
 #include "plan/plan.h"
 
-/* What the tile body runs: D 64 / 128 / 256 (qk == vo), q = KV in bf16 or fp16, out the q
- * dtype or fp8 e4m3. */
+/* What the tile body runs: D 64 / 128 / 256 (qk == vo), q in bf16 or fp16, KV the q dtype
+ * or fp8 e4m3 (fp16 matmuls then), out the q dtype or fp8 e4m3. */
 static fi_status gqa_check_caps(const fi_caps *caps, const fi_variant *v) {
     const int32_t d = caps->head_dim_qk;
     if (d != caps->head_dim_vo || (d != 64 && d != 128 && d != 256))
         return FI_ERR_UNSUPPORTED_HEAD_DIM;
     const fi_dtype dt = caps->q_dtype;
-    if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) || caps->kv_dtype != dt)
+    if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) ||
+        (caps->kv_dtype != dt && caps->kv_dtype != FI_DTYPE_E4M3))
         return FI_ERR_UNSUPPORTED_DTYPE;
     if (caps->o_dtype != dt && caps->o_dtype != FI_DTYPE_E4M3)
         return FI_ERR_UNSUPPORTED_DTYPE;
@@ -70,6 +71,7 @@ static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
     p.g.v_stride_head = a->v.stride[2];
     p.g.group = caps->num_qo_heads / caps->num_kv_heads;
     p.g.head_dim = caps->head_dim_qk;
+    p.g.kv_fp8 = caps->kv_dtype == FI_DTYPE_E4M3;
     memcpy(params, &p, sizeof p);
     return FI_OK;
 }

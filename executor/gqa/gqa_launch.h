@@ -1,5 +1,6 @@
-/* executor/gqa/gqa_launch.h - the GQA family's instantiations (one per .cu: q / KV dtype x
- * head_dim) and its C ABI launcher (gqa_launch.cu), which family.h's `launch` points at. */
+/* executor/gqa/gqa_launch.h - the GQA family's instantiations (one per .cu: q dtype x KV
+ * dtype (the q dtype or fp8 e4m3) x head_dim) and its C ABI launcher (gqa_launch.cu), which
+ * family.h's `launch` points at. */
 #pragma once
 
 #include "executor/gqa/gqa_params.h"
@@ -15,12 +16,18 @@ FI_GQA_DECLARE(bf16_d256)
 FI_GQA_DECLARE(f16_d64)
 FI_GQA_DECLARE(f16_d128)
 FI_GQA_DECLARE(f16_d256)
+FI_GQA_DECLARE(bf16_e4m3_d64)
+FI_GQA_DECLARE(bf16_e4m3_d128)
+FI_GQA_DECLARE(bf16_e4m3_d256)
+FI_GQA_DECLARE(f16_e4m3_d64)
+FI_GQA_DECLARE(f16_e4m3_d128)
+FI_GQA_DECLARE(f16_e4m3_d256)
 #undef FI_GQA_DECLARE
 extern "C" {
 #endif
 
-/* fi_family.launch of the GQA family: params is a fi_gqa_params (its head_dim picks the
- * instantiation); dtype bf16 or fp16 (q and KV), else cudaErrorInvalidValue.  See
+/* fi_family.launch of the GQA family: params is a fi_gqa_params (its head_dim and kv_fp8
+ * pick the instantiation); dtype (q) bf16 or fp16, else cudaErrorInvalidValue.  See
  * executor/core/family.h. */
 int fi_gqa_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
 

@@ -26,6 +26,9 @@ typedef struct fi_gqa_block {
     int64_t v_stride_page, v_stride_tok, v_stride_head;
     int32_t group;               /* H_q / H_kv: query head h reads KV head h / group */
     int32_t head_dim;            /* D: picks the instantiation (64, 128, 256) */
+    int32_t kv_fp8;              /* 1: k / v are fp8 e4m3 (their scale folded into the bmm
+                                    scales by the caller), else the q dtype */
+    int32_t reserved;
 } fi_gqa_block;
 
 typedef struct fi_gqa_params {

@@ -48,6 +48,8 @@
 #include "executor/gqa/gqa_params.h"
 #include "plan/mask.h"
 
+#include <type_traits>
+
 namespace figqa {
 using namespace fi;
 
@@ -60,12 +62,15 @@ constexpr int kSlice = 16;                 /* KV tokens a ring slot */
 constexpr int kMaxStages = 48;
 constexpr size_t kSmemBytes = 232448;      /* the sm_90 opt-in maximum per block */
 
-/* Shared memory: [barriers][sM][sL][flags][merge sW][merge sRow] | Q x 2 | combine | ring. */
-template <int D> struct Geo {
-    static constexpr int kPitch = D + 8;                      /* elements a row */
+/* Shared memory: [barriers][sM][sL][flags][merge sW][merge sRow] | Q x 2 | combine | ring.
+ * KB: bytes of a KV element (2: bf16 / fp16, 1: fp8 e4m3). */
+template <int D, int KB> struct Geo {
+    static constexpr int kPitch = D + 8;                       /* Q: 16-bit elements a row */
     static constexpr size_t kRowBytes = (size_t)kPitch * 2;
     static constexpr size_t kQBytes = (size_t)kRows * kRowBytes;
-    static constexpr size_t kSlotBytes = 2 * kSlice * kRowBytes;   /* K rows, then V rows */
+    static constexpr int kKvPitch = D * KB + 16;               /* KV: bytes a row (16 pad:
+                                                                  ldmatrix rows on distinct banks) */
+    static constexpr size_t kSlotBytes = (size_t)2 * kSlice * kKvPitch; /* K rows, then V rows */
     static constexpr size_t kCombBytes = (size_t)2 * 16 * D * 4;   /* 2 warp states, fp32 */
     static constexpr size_t kOffM = (size_t)(2 * kMaxStages + 4) * 8;
     static constexpr size_t kOffL = kOffM + kWarps * 16 * 4;
@@ -94,9 +99,20 @@ template <int D> struct Geo {
     template <typename T> static __device__ __forceinline__ T *q(unsigned char *s, int b) {
         return reinterpret_cast<T *>(s + kOffQ + b * kQBytes);
     }
-    template <typename T> static __device__ __forceinline__ T *slot(unsigned char *s, int i) {
-        return reinterpret_cast<T *>(s + kOffRing + (size_t)i * kSlotBytes);
+    static __device__ __forceinline__ unsigned char *slot(unsigned char *s, int i) {
+        return s + kOffRing + (size_t)i * kSlotBytes;
     }
+};
+
+/* The KV element: its bytes and the type the tensor cores take it in (fp8 e4m3 converts
+ * exactly to fp16, so an fp8 cache runs fp16 matmuls, q included). */
+template <typename T, typename KV> struct Kv {
+    using C = T;
+    static constexpr int kBytes = 2;
+};
+template <typename T> struct Kv<T, __nv_fp8_e4m3> {
+    using C = __half;
+    static constexpr int kBytes = 1;
 };
 
 /* Ring and Q-buffer positions a side has reached (each side keeps its own copy). */
@@ -165,11 +181,11 @@ __device__ __forceinline__ void page_advance(const fi_gqa_params &p, PageBatch &
 
 /* Load item it's Q rows into Q buffer cur.qb: 16-byte chunks over the producer threads,
  * then each thread's arrival (on completion of its copies) on qfull. */
-template <typename T, int D>
+template <typename T, int D, int KB>
 __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_item &it,
                                           const fi_request_info &rq, unsigned char *smem, int pt,
                                           Cursor &cur) {
-    using G = Geo<D>;
+    using G = Geo<D, KB>;
     constexpr int kChunks = D / 8;
     const int nh = it.head_end - it.head_begin, M = item_rows(it);
     mbar_wait(G::qempty(smem, cur.qb), cur.qphase ^ 1u);
@@ -190,17 +206,17 @@ __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_
  * [kv_begin, kv_end) are zero-filled (the consumers mask them: P = 0 must not meet NaN
  * bit patterns left in the cache).  Every producer thread arrives on the slot's full
  * barrier when its copies land. */
-template <typename T, int D>
+template <typename KV, int D>
 __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work_item &it,
                                            const fi_request_info &rq, int split, int ppr,
                                            unsigned char *smem, int pt, Cursor &cur) {
-    using G = Geo<D>;
-    constexpr int kChunks = D / 8;
+    using G = Geo<D, (int)sizeof(KV)>;
+    constexpr int kChunks = D * (int)sizeof(KV) / 16; /* 16-byte chunks a row */
     const int shift = p.c.page_shift;
     const int j = pt >> 3, q = pt & 7;        /* token of the slice, chunk phase */
     const int kvh = it.head_begin / p.g.group;
-    const T *kbase = static_cast<const T *>(p.g.k) + (int64_t)kvh * p.g.k_stride_head;
-    const T *vbase = static_cast<const T *>(p.g.v) + (int64_t)kvh * p.g.v_stride_head;
+    const KV *kbase = static_cast<const KV *>(p.g.k) + (int64_t)kvh * p.g.k_stride_head;
+    const KV *vbase = static_cast<const KV *>(p.g.v) + (int64_t)kvh * p.g.v_stride_head;
     const int s0 = it.kv_begin & ~(kSlice - 1);
     const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + kSlice - 1) / kSlice : 0;
     if (nsl == 0)
@@ -224,15 +240,15 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
         const int32_t vn = __shfl_sync(0xffffffffu, b.vn, pi & 31);
         const bool in = tok >= it.kv_begin && tok < it.kv_end;
         const int64_t slot_tok = tok & (p.c.page_size - 1);
-        const T *ks = in ? kbase + (int64_t)(pi < 32 ? kc : kn) * p.g.k_stride_page + slot_tok * p.g.k_stride_tok : kbase;
-        const T *vs = in ? vbase + (int64_t)(pi < 32 ? vc : vn) * p.g.v_stride_page + slot_tok * p.g.v_stride_tok : vbase;
+        const KV *ks = in ? kbase + (int64_t)(pi < 32 ? kc : kn) * p.g.k_stride_page + slot_tok * p.g.k_stride_tok : kbase;
+        const KV *vs = in ? vbase + (int64_t)(pi < 32 ? vc : vn) * p.g.v_stride_page + slot_tok * p.g.v_stride_tok : vbase;
         mbar_wait(G::empty(smem, cur.slot), cur.phase ^ 1u);
-        T *kd = G::template slot<T>(smem, cur.slot) + j * G::kPitch;
-        T *vd = kd + kSlice * G::kPitch;
+        const uint32_t kd = smem_u32(G::slot(smem, cur.slot) + j * G::kKvPitch);
+        const uint32_t vd = kd + kSlice * G::kKvPitch;
 #pragma unroll
         for (int c = q; c < kChunks; c += 8) {
-            cp_async16(smem_u32(kd + c * 8), ks + c * 8, in ? 16 : 0);
-            cp_async16(smem_u32(vd + c * 8), vs + c * 8, in ? 16 : 0);
+            cp_async16(kd + c * 16, reinterpret_cast<const unsigned char *>(ks) + c * 16, in ? 16 : 0);
+            cp_async16(vd + c * 16, reinterpret_cast<const unsigned char *>(vs) + c * 16, in ? 16 : 0);
         }
         cp_async_mbar_arrive(G::full(smem, cur.slot));
         cur.next_slot(G::kStages);
@@ -265,23 +281,72 @@ template <int D> struct Acc {
     float m[2], l[2]; /* l: this lane's columns only until finish_rows */
 };
 
-/* One slice on one warp: S = Q K^T (16 x 16), masked to [lo, hi], online softmax, O += P V. */
-template <typename T, int D>
-__device__ __forceinline__ void compute_slice(const RunCtx &ctx, const T *sK, uint32_t sQa,
-                                              const Lane &ln, int t0, const int *lo,
-                                              const int *hi, Acc<D> &a) {
-    using G = Geo<D>;
-    const int lane = ln.lane;
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kPitch + ((lane >> 3) & 1) * 8);
+/* S = Q K^T for one slice (16 rows x 16 tokens; s[n] is tokens 8n..8n+7 in the mma
+ * accumulator layout).  16-bit KV: Q and K fragments by ldmatrix.  sK: the slot's K rows
+ * (kKvPitch bytes apart); sQa: this lane's ldmatrix address in the Q rows. */
+template <typename C, int D>
+__device__ __forceinline__ void qk_scores(const unsigned char *sK, uint32_t sQa, int lane,
+                                          float (&s)[2][4]) {
+    using G = Geo<D, 2>;
+    const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t qa[4], kb[4];
         ldsm_x4(sQa + kk * 32, qa);
         ldsm_x4(sKa + kk * 32, kb);
-        Dt<T>::mma(s[0], qa, kb[0], kb[1]);
-        Dt<T>::mma(s[1], qa, kb[2], kb[3]);
+        Dt<C>::mma(s[0], qa, kb[0], kb[1]);
+        Dt<C>::mma(s[1], qa, kb[2], kb[3]);
     }
+}
+
+/* Two fp8 e4m3 values (the low two bytes of x, or bytes b0 / b1) as an fp16 pair (exact). */
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
+    uint32_t r;
+    asm("{\n.reg .b16 lo;\nmov.b32 {lo, _}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: prmt selector */
+    uint32_t r;
+    asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(r) : "r"(x), "r"(sel));
+    return r;
+}
+
+/* fp8 KV: ldmatrix on the fp8 rows hands this lane 4 consecutive bytes of token g (dims
+ * 4 q4 .. 4 q4 + 3 of a 16-dim group) as b0 / b1 of one k16 step; the dot product does
+ * not care about the order of its terms, so Q's fragment takes the same dims (a0 / a1 =
+ * dims 4 q4, +1 of rows g / g + 8, a2 / a3 = dims 4 q4 + 2, +3), read as 8 bytes of the fp16
+ * Q rows.  sQr: this lane's row g of Q (fp16). */
+template <int D>
+__device__ __forceinline__ void qk_scores_fp8(const unsigned char *sK, const __half *sQr, int lane,
+                                              float (&s)[2][4]) {
+    using G = Geo<D, 1>;
+    constexpr int kQPitch = G::kPitch;
+    const int q4 = lane & 3;
+    /* matrices: tokens 0-7 / 8-15 (lane bit 4) x bytes +0 / +16 (lane bit 3) of 32 dims */
+    const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) {
+        uint32_t kb[4];
+        ldsm_x4(sKa + c * 32, kb); /* kb[0]: tok 0-7 dims 32c..+15, [1]: +16.., [2] / [3]: tok 8-15 */
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int d = 32 * c + 16 * h + 4 * q4;
+            const uint2 r0 = *reinterpret_cast<const uint2 *>(sQr + d);
+            const uint2 r1 = *reinterpret_cast<const uint2 *>(sQr + 8 * kQPitch + d);
+            const uint32_t qa[4] = {r0.x, r1.x, r0.y, r1.y};
+            const uint32_t k0 = kb[h], k1 = kb[2 + h];
+            Dt<__half>::mma(s[0], qa, e4m3x2_to_f16x2(k0), e4m3x2_to_f16x2(k0 >> 16));
+            Dt<__half>::mma(s[1], qa, e4m3x2_to_f16x2(k1), e4m3x2_to_f16x2(k1 >> 16));
+        }
+    }
+}
+
+/* Mask, online softmax update of the warp's state (rescaling O), and P as the A operand
+ * of P V (the accumulator layout of S is the A layout of a k16 step). */
+template <typename C, int D>
+__device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, int t0,
+                                             const int *lo, const int *hi, float (&s)[2][4],
+                                             Acc<D> &a, uint32_t (&pa)[4]) {
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -316,20 +381,59 @@ __device__ __forceinline__ void compute_slice(const RunCtx &ctx, const T *sK, ui
             s[n][e] = exp2f(s[n][e] - m_use[e >> 1]);
             a.l[e >> 1] += s[n][e];
         }
-    uint32_t pa[4];
-    pa[0] = Dt<T>::pack(s[0][0], s[0][1]);
-    pa[1] = Dt<T>::pack(s[0][2], s[0][3]);
-    pa[2] = Dt<T>::pack(s[1][0], s[1][1]);
-    pa[3] = Dt<T>::pack(s[1][2], s[1][3]);
-    const T *sV = sK + kSlice * G::kPitch;
-    const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kPitch + (lane >> 4) * 8);
+    pa[0] = Dt<C>::pack(s[0][0], s[0][1]);
+    pa[1] = Dt<C>::pack(s[0][2], s[0][3]);
+    pa[2] = Dt<C>::pack(s[1][0], s[1][1]);
+    pa[3] = Dt<C>::pack(s[1][2], s[1][3]);
+}
+
+/* O += P V, 16-bit V by ldmatrix.trans: a.o[n] holds dims 8n + 2 q4, +1 (col_of). */
+template <typename C, int D>
+__device__ __forceinline__ void pv_accumulate(const unsigned char *sV, int lane, const uint32_t (&pa)[4],
+                                              Acc<D> &a) {
+    using G = Geo<D, 2>;
+    const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
 #pragma unroll
     for (int nn = 0; nn < D / 16; ++nn) {
         uint32_t vb[4];
         ldsm_x4_t(sVa + nn * 32, vb);
-        Dt<T>::mma(a.o[2 * nn], pa, vb[0], vb[1]);
-        Dt<T>::mma(a.o[2 * nn + 1], pa, vb[2], vb[3]);
+        Dt<C>::mma(a.o[2 * nn], pa, vb[0], vb[1]);
+        Dt<C>::mma(a.o[2 * nn + 1], pa, vb[2], vb[3]);
     }
+}
+
+/* O += P V, fp8 V: ldmatrix.trans on 16-byte rows of fp8 treats byte pairs as 16-bit
+ * elements, so a lane gets tokens 2 q4, 2 q4 + 1 x dims 2 g, 2 g + 1 of a 16-dim group;
+ * the even dims (bytes 0, 2) and the odd dims (bytes 1, 3) are two n8 tiles.  So a.o[n]
+ * of 32-dim block c = n / 4 holds dims 32 c + 16 ((n / 2) % 2) + 4 q4 + {0, 2} + (n % 2)
+ * (col_of). */
+template <int D>
+__device__ __forceinline__ void pv_accumulate_fp8(const unsigned char *sV, int lane,
+                                                  const uint32_t (&pa)[4], Acc<D> &a) {
+    using G = Geo<D, 1>;
+    /* matrices: tokens 0-7 / 8-15 (lane bit 3) x bytes +0 / +16 (lane bit 4) */
+    const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) {
+        uint32_t vb[4];
+        ldsm_x4_t(sVa + c * 32, vb); /* [0] tok 0-7 bytes 0-15, [1] tok 8-15, [2] / [3] bytes 16-31 */
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint32_t lo = vb[2 * h], hi = vb[2 * h + 1];
+            Dt<__half>::mma(a.o[4 * c + 2 * h], pa, e4m3x2_to_f16x2(bytes2(lo, 0x3120u)),
+                            e4m3x2_to_f16x2(bytes2(hi, 0x3120u)));
+            Dt<__half>::mma(a.o[4 * c + 2 * h + 1], pa, e4m3x2_to_f16x2(bytes2(lo, 0x3120u) >> 16),
+                            e4m3x2_to_f16x2(bytes2(hi, 0x3120u) >> 16));
+        }
+    }
+}
+
+/* The output dim of a.o[n][e] (e 0 / 1; rows g and g + 8 alike) for this lane. */
+template <bool F8>
+__device__ __forceinline__ int col_of(int n, int e, int q4) {
+    if (F8)
+        return 32 * (n >> 2) + 16 * ((n >> 1) & 1) + 4 * q4 + 2 * e + (n & 1);
+    return 8 * n + 2 * q4 + e;
 }
 
 /* Key bounds [lo, hi] (inclusive) of this lane's rows rg*16 + g and + 8, clipped to the
@@ -358,7 +462,7 @@ __device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item
 template <int D>
 __device__ __forceinline__ void combine_team(unsigned char *smem, const Lane &ln, Acc<D> &a,
                                              float *mt, float *lt) {
-    using G = Geo<D>;
+    using G = Geo<D, 2>; /* the fixed region and the combine buffer do not depend on KB */
     float *sM = reinterpret_cast<float *>(smem + G::kOffM);
     float *sL = reinterpret_cast<float *>(smem + G::kOffL);
     float4 *comb = reinterpret_cast<float4 *>(smem + G::kOffComb);
@@ -418,7 +522,8 @@ __device__ __forceinline__ void combine_team(unsigned char *smem, const Lane &ln
     }
 }
 
-/* Two consecutive outputs at element offset off: T, or fp8 e4m3 (c.o_fp8, c.o_scale). */
+/* Outputs at element offset off (T, or fp8 e4m3 when c.o_fp8, scaled by c.o_scale): two
+ * consecutive, or four. */
 template <typename T>
 __device__ __forceinline__ void store_out2(const fi_exec_common &c, int64_t off, float x, float y) {
     if (c.o_fp8) {
@@ -431,8 +536,10 @@ __device__ __forceinline__ void store_out2(const fi_exec_common &c, int64_t off,
 
 /* Store warp tw == 0's rows: unsplit, out = bmm2 * O / l * exp(lse_keys - lse) with
  * lse = logaddexp(lse_keys, sink); split, the fp32 partial O / l and lse_keys (no sink, no
- * bmm2) into the item's slot.  l == 0 (no key): zeros and -inf; NaN stays NaN. */
-template <typename T, int D>
+ * bmm2) into the item's slot.  l == 0 (no key): zeros and -inf; NaN stays NaN.  Column
+ * pairs by col_of: 16-bit KV, a.o[n][e] at 8 n + 2 q4 + e; fp8 KV, tiles n and n + 1 (n
+ * even) interleave into dims base .. base + 3. */
+template <typename T, bool F8, int D>
 __device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
                                            int M, int nh, const Lane &ln, const Acc<D> &a,
@@ -445,32 +552,63 @@ __device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx 
             continue;
         const float l = lt[i];
         const float lse_keys = l == 0.f ? -CUDART_INF_F : (mt[i] + log2f(l)) * kLn2;
-        if (it.out_slot >= 0) {
-            const float inv = l == 0.f ? 0.f : 1.f / l;
-            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * D + ln.q4 * 2;
+        const bool split = it.out_slot >= 0;
+        const int h = it.head_begin + r % nh;
+        const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+        const float lse = c.sinks && !split ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
+        const float f = l == 0.f ? 0.f : split ? 1.f / l : ctx.scale2 / l * expf(lse_keys - lse);
+        float *pdst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * D;
+        const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head;
 #pragma unroll
-            for (int n = 0; n < D / 8; ++n)
-                __stcg(reinterpret_cast<float2 *>(dst + n * 8),
-                       make_float2(a.o[n][2 * i] * inv, a.o[n][2 * i + 1] * inv));
-            if (ln.q4 == 0)
+        for (int n = 0; n < D / 8; n += 2) {
+            /* four outputs: dims d0, d0 + 1 of tile n (16-bit) or d0 .. d0 + 3 (fp8) */
+            const int d0 = col_of<F8>(n, 0, ln.q4), d1 = col_of<F8>(n + 1, 0, ln.q4);
+            const float x0 = a.o[n][2 * i] * f, x1 = a.o[n][2 * i + 1] * f;
+            const float y0 = a.o[n + 1][2 * i] * f, y1 = a.o[n + 1][2 * i + 1] * f;
+            if (split) {
+                if (F8) {
+                    __stcg(reinterpret_cast<float4 *>(pdst + d0), make_float4(x0, y0, x1, y1));
+                } else {
+                    __stcg(reinterpret_cast<float2 *>(pdst + d0), make_float2(x0, x1));
+                    __stcg(reinterpret_cast<float2 *>(pdst + d1), make_float2(y0, y1));
+                }
+            } else if (F8) {
+                store_out2<T>(c, off + d0, x0, y0);
+                store_out2<T>(c, off + d0 + 2, x1, y1);
+            } else {
+                store_out2<T>(c, off + d0, x0, x1);
+                store_out2<T>(c, off + d1, y0, y1);
+            }
+        }
+        if (ln.q4 == 0) {
+            if (split)
                 __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
-        } else {
-            const int h = it.head_begin + r % nh;
-            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
-            const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
-            const float f = l == 0.f ? 0.f : ctx.scale2 / l * expf(lse_keys - lse);
-            const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head + ln.q4 * 2;
-#pragma unroll
-            for (int n = 0; n < D / 8; ++n)
-                store_out2<T>(c, off + n * 8, a.o[n][2 * i] * f, a.o[n][2 * i + 1] * f);
-            if (c.lse && ln.q4 == 0)
+            else if (c.lse)
                 c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
         }
     }
 }
 
-template <typename T, int D> struct GqaFamily {
-    using G = Geo<D>;
+/* Convert the item's Q rows from bf16 to fp16 in place (fp8 KV runs fp16 matmuls). */
+template <typename T, int D>
+__device__ __forceinline__ void q_to_f16(T *sQ, int M) {
+    using G = Geo<D, 1>;
+    if constexpr (!std::is_same<T, __half>::value) {
+        for (int idx = threadIdx.x; idx < M * (D / 2); idx += kThreads) {
+            const int r = idx / (D / 2), c = idx - r * (D / 2);
+            uint32_t *w = reinterpret_cast<uint32_t *>(sQ + r * G::kPitch) + c;
+            const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(w));
+            *w = Dt<__half>::pack(v.x, v.y);
+        }
+        cta_sync<kThreads>();
+    }
+}
+
+/* The family: q / out dtype T (bf16, fp16), KV element KV (T, or fp8 e4m3), head_dim D. */
+template <typename T, typename KV, int D> struct GqaFamily {
+    static constexpr bool kF8 = sizeof(KV) == 1;
+    using C = typename Kv<T, KV>::C; /* the matmul input type */
+    using G = Geo<D, (int)sizeof(KV)>;
     using Params = fi_gqa_params;
     using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads>;
     static constexpr int kThreads = figqa::kThreads;
@@ -507,11 +645,30 @@ template <typename T, int D> struct GqaFamily {
                 nit = p.c.items[i + 1];
                 nrq = p.c.requests[nit.request];
             }
-            produce_q<T, D>(p, it, rq, smem, pt, cur);
-            produce_kv<T, D>(p, it, rq, split, ppr, smem, pt, cur);
+            produce_q<T, D, (int)sizeof(KV)>(p, it, rq, smem, pt, cur);
+            produce_kv<KV, D>(p, it, rq, split, ppr, smem, pt, cur);
             it = nit;
             rq = nrq;
         }
+    }
+
+    /* One slice on one warp: scores, mask + online softmax, O += P V. */
+    static __device__ __forceinline__ void slice(const RunCtx &ctx, const unsigned char *sK,
+                                                 const T *sQ, const Lane &ln, int t0,
+                                                 const int *lo, const int *hi, Acc<D> &a) {
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        const int row = ln.rg * 16 + (kF8 ? ln.g : (ln.lane & 15));
+        if constexpr (kF8)
+            qk_scores_fp8<D>(sK, reinterpret_cast<const __half *>(sQ) + row * G::kPitch, ln.lane, s);
+        else
+            qk_scores<C, D>(sK, smem_u32(sQ + row * G::kPitch + (ln.lane >> 4) * 8), ln.lane, s);
+        uint32_t pa[4];
+        softmax_step<C, D>(ctx, ln, t0, lo, hi, s, a, pa);
+        const unsigned char *sV = sK + kSlice * G::kKvPitch;
+        if constexpr (kF8)
+            pv_accumulate_fp8<D>(sV, ln.lane, pa, a);
+        else
+            pv_accumulate<C, D>(sV, ln.lane, pa, a);
     }
 
     /* The consumers: the item's slices (computing their own, releasing all), then the team
@@ -531,20 +688,16 @@ template <typename T, int D> struct GqaFamily {
         a.m[0] = a.m[1] = -CUDART_INF_F;
         a.l[0] = a.l[1] = 0.f;
         const bool active = ln.rg < ln.nrg;
-        const T *sQ = G::template q<T>(smem, cur.qb);
-        const uint32_t sQa = smem_u32(sQ + (ln.rg * 16 + (ln.lane & 15)) * G::kPitch + (ln.lane >> 4) * 8);
+        T *sQ = G::template q<T>(smem, cur.qb);
         mbar_wait(G::qfull(smem, cur.qb), cur.qphase);
+        if constexpr (kF8)
+            q_to_f16<T, D>(sQ, M);
         const int s0 = it.kv_begin & ~(kSlice - 1); /* slices aligned as produce_kv's */
         const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + kSlice - 1) / kSlice : 0;
         for (int sl = 0; sl < nsl; ++sl) {
             mbar_wait(G::full(smem, cur.slot), cur.phase);
-#ifndef FI_GQA_EXP_NOCOMPUTE
             if (active && (sl & (ln.W - 1)) == ln.tw)
-#else
-            if (false)
-#endif
-                compute_slice<T, D>(ctx, G::template slot<T>(smem, cur.slot), sQa, ln,
-                                    s0 + sl * kSlice, lo, hi, a);
+                slice(ctx, G::slot(smem, cur.slot), sQ, ln, s0 + sl * kSlice, lo, hi, a);
             /* Every lane arrives (racecheck does not follow a __syncwarp + one lane's
              * release: docs/DESIGN.md, sanitizer caveats). */
             mbar_arrive(G::empty(smem, cur.slot));
@@ -555,7 +708,7 @@ template <typename T, int D> struct GqaFamily {
         float mt[2], lt[2];
         combine_team<D>(smem, ln, a, mt, lt);
         if (active && ln.tw == 0)
-            store_rows<T, D>(p, ctx, it, rq, M, nh, ln, a, mt, lt);
+            store_rows<T, kF8, D>(p, ctx, it, rq, M, nh, ln, a, mt, lt);
         if (it.out_slot < 0)
             return false;
         return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + G::kOffFlag),
