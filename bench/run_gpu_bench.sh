@@ -1,13 +1,23 @@
 #!/bin/sh
-# bench/run_gpu_bench.sh - measure the ceilings, then the MLA decode benchmark, in one run on
-# one GPU, and print one table (markdown, ready for BENCHMARKS.md) with date, GPU and commit.
+# bench/run_gpu_bench.sh - measure the ceilings, then the MLA and GQA decode benchmarks, in
+# one run on one GPU, and print one table per family (markdown, ready for BENCHMARKS.md) with
+# date, GPU and commit.
 #
-#   sh bench/run_gpu_bench.sh [bench_mla options...]     (from the repository root)
+#   sh bench/run_gpu_bench.sh [--gqa | --mla] [bench options...]   (from the repository root)
 #
+# --gqa: only bench_gqa; --mla: only bench_mla; neither: both (the options then go to both:
+# --reps, --sets, --chain, --case, --ctas, --trace-step are understood by each).
 # Env: BUILD (default build), NO_BUILD=1 to skip `make bench`, READ_GIB (ceilings buffer,
-# default 2).  Raw outputs are kept in $BUILD/bench/ceilings.out and bench_mla.out.
-# Exit status: that of bench_mla (1 if a case failed its correctness check).
+# default 2).  Raw outputs are kept in $BUILD/bench/ceilings.out, bench_mla.out, bench_gqa.out.
+# Exit status: 1 if a bench failed (a case failed its correctness check), else 0.
 set -eu
+
+RUN_MLA=1
+RUN_GQA=1
+case "${1:-}" in
+    --gqa) RUN_MLA=0; shift ;;
+    --mla) RUN_GQA=0; shift ;;
+esac
 
 BUILD=${BUILD:-build}
 OUTDIR=$BUILD/bench
@@ -30,9 +40,11 @@ COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then COMMIT="$COMMIT+dirty"; fi
 
 rc=0
+if [ "$RUN_MLA" = 1 ]; then
+mla_rc=0
 FI_CEIL_READ_TBPS=$READ_TBPS FI_CEIL_BF16_TFLOPS=$MMA_TFLOPS \
     "$OUTDIR/bench_mla" --read-tbps "$READ_TBPS" --tflops "$MMA_TFLOPS" "$@" \
-    > "$OUTDIR/bench_mla.out" 2> "$OUTDIR/bench_mla.err" || rc=$?
+    > "$OUTDIR/bench_mla.out" 2> "$OUTDIR/bench_mla.err" || mla_rc=$?
 
 echo "## MLA paged decode (fiattn) - $(date -u '+%Y-%m-%d %H:%M UTC'), $GPU, commit $COMMIT"
 echo
@@ -49,9 +61,35 @@ echo
 grep -v '^#' "$OUTDIR/bench_mla.out" || true
 echo
 grep '^#' "$OUTDIR/bench_mla.out" | sed 's/^# /- /' || true
-if [ "$rc" != 0 ]; then
+if [ "$mla_rc" != 0 ]; then
     echo
-    echo "bench_mla exited $rc; stderr:"
+    echo "bench_mla exited $mla_rc; stderr:"
     cat "$OUTDIR/bench_mla.err"
+    rc=1
+fi
+fi
+
+if [ "$RUN_GQA" = 1 ]; then
+gqa_rc=0
+FI_CEIL_READ_TBPS=$READ_TBPS "$OUTDIR/bench_gqa" --read-tbps "$READ_TBPS" "$@" \
+    > "$OUTDIR/bench_gqa.out" 2> "$OUTDIR/bench_gqa.err" || gqa_rc=$?
+
+echo
+echo "## GQA paged decode (fiattn) - $(date -u '+%Y-%m-%d %H:%M UTC'), $GPU, commit $COMMIT"
+echo
+echo "Ceiling measured in this run (bench/ceilings): streaming read $READ_TBPS TB/s."
+echo "bf16 q and out, KV as one NHD tensor [pages, 2, page_size, H_kv, D] (bf16, fp8 e4m3 or NVFP4),"
+echo "q_len 1, CUDA-graph replays (median), b2b / flush / chain as for MLA. GB/s counts the KV of"
+echo "the tokens read once (K and V; NVFP4 values + scales) + q + out."
+echo
+grep -v '^#' "$OUTDIR/bench_gqa.out" || true
+echo
+grep '^#' "$OUTDIR/bench_gqa.out" | sed 's/^# /- /' || true
+if [ "$gqa_rc" != 0 ]; then
+    echo
+    echo "bench_gqa exited $gqa_rc; stderr:"
+    cat "$OUTDIR/bench_gqa.err"
+    rc=1
+fi
 fi
 exit "$rc"

@@ -38,95 +38,25 @@
 #include "fiattn_ref.h"
 #include "fiattn_run.h"
 #include "common/rng.h"
+#include "gpu/gpu_case_common.h"
 #include "viz/batch.h"
 
 #define MLA_D_CKV 512
 #define MLA_D_KPE 64
 #define MLA_D_QK 576
 
-/* ---- small numeric helpers ----------------------------------------------------------- */
+/* ---- small numeric helpers: shared with the other families (gpu_case_common.h) ------- */
 
-static inline uint16_t mla_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static inline float mla_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t mla_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (ax < 0x38800000u) {                                    /* below 2^-14: subnormal */
-        float a;
-        memcpy(&a, &ax, 4);
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f)); /* units of 2^-24, RNE */
-    }
-    uint32_t h = ((((ax >> 23) - 127u + 15u)) << 10) | ((ax & 0x7fffffu) >> 13);
-    uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* carry may bump the exponent */
-    return (uint16_t)(sign | h);
-}
-
-static inline float mla_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float f = ldexpf((float)m, -24);
-        return sign ? -f : f;
-    }
-    uint32_t u = e == 31 ? (sign | 0x7f800000u | (m << 13))
-                         : (sign | ((e - 15u + 127u) << 23) | (m << 13));
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t mla_from_f32(fi_dtype dt, float f) {
-    return dt == FI_DTYPE_F16 ? mla_f32_to_f16(f) : mla_f32_to_bf16(f);
-}
-static inline float mla_to_f32(fi_dtype dt, uint16_t h) {
-    return dt == FI_DTYPE_F16 ? mla_f16_to_f32(h) : mla_bf16_to_f32(h);
-}
-
-/* Fill n 16-bit elements with uniform [-1, 1) values of dtype dt. */
-static inline void mla_fill_random(uint16_t *p, int64_t n, fi_dtype dt, tt_rng *rng) {
-    for (int64_t i = 0; i < n; i++) p[i] = mla_from_f32(dt, tt_rng_float(rng));
-}
-
-/* 1 when a CUDA device is usable (tests skip, benches exit 0, otherwise). */
-static inline int mla_gpu_available(void) {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-static inline void mla_msg(char *msg, size_t cap, const char *fmt, ...) {
-    if (!msg || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-}
-
-/* Evaluate a CUDA call; on failure write the message and return -1 from the caller. */
-#define MLA_CUDA(call, msg, cap)                                                            \
-    do {                                                                                    \
-        cudaError_t mla_e_ = (call);                                                        \
-        if (mla_e_ != cudaSuccess) {                                                        \
-            mla_msg((msg), (cap), "%s:%d %s -> %s", __FILE__, __LINE__, #call,              \
-                    cudaGetErrorString(mla_e_));                                            \
-            return -1;                                                                      \
-        }                                                                                   \
-    } while (0)
+#define mla_f32_to_bf16 gc_f32_to_bf16
+#define mla_bf16_to_f32 gc_bf16_to_f32
+#define mla_f32_to_f16 gc_f32_to_f16
+#define mla_f16_to_f32 gc_f16_to_f32
+#define mla_from_f32 gc_from_f32
+#define mla_to_f32 gc_to_f32
+#define mla_fill_random gc_fill_random
+#define mla_gpu_available gc_gpu_available
+#define mla_msg gc_msg
+#define MLA_CUDA GC_CUDA
 
 /* ---- the case ------------------------------------------------------------------------ */
 
