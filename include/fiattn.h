@@ -134,7 +134,9 @@ typedef struct fi_caps {
 /* Check caps against the supported sets above: kind; a tile table row for (kind, variant);
  * positive max_batch, max_q_tokens, num_pages, num_qo_heads, num_kv_heads, page_size and
  * num_ctas >= 0 (0 is resolved later, against the device); heads, head dims, page size and
- * dtypes (q, kv: F32 (CPU reference), F16, BF16, E4M3; out: F32, F16, BF16).  Pure: no CUDA
+ * dtypes (q, kv: F32 (CPU reference), F16, BF16, E4M3; out: F32, F16, BF16, E4M3 (fp8 output
+ * of the GQA decode family, with fi_attn_args.o_scale; the CPU references return
+ * FI_ERR_UNSUPPORTED_DTYPE for an E4M3 out tensor)).  Pure: no CUDA
  * call, nothing written.  fi_workspace_size, fi_plan_create and fi_naive_attention call it.
  * @return, for the first rule broken in this order: FI_OK; FI_ERR_NULL_ARGUMENT;
  *   FI_ERR_UNSUPPORTED_KIND; FI_ERR_UNSUPPORTED_VARIANT (no tile table row for kind and

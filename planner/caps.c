@@ -24,7 +24,8 @@ static int in_dtype_ok(fi_dtype d) {
 }
 
 static int out_dtype_ok(fi_dtype d) {
-    return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16;
+    /* E4M3: fp8 output with fi_attn_args.o_scale (the GQA decode family stores it). */
+    return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16 || d == FI_DTYPE_E4M3;
 }
 
 fi_status fi_caps_validate(const fi_caps *caps) {

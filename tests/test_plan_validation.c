@@ -415,7 +415,7 @@ static void create_rejects_unsupported_caps(void **state) {
         cases[n].c = good; cases[n].c.page_size = (int32_t[]){2, 8, 48, 256}[tt_rng_int(&rng, 0, 3)];
         cases[n++].want = FI_ERR_UNSUPPORTED_PAGE_SIZE;
         cases[n].c = good; cases[n].c.kv_dtype = FI_DTYPE_I32; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
-        cases[n].c = good; cases[n].c.o_dtype = FI_DTYPE_E4M3; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
+        cases[n].c = good; cases[n].c.o_dtype = FI_DTYPE_I32; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.q_dtype = (fi_dtype)0; cases[n++].want = FI_ERR_UNSUPPORTED_DTYPE;
         cases[n].c = good; cases[n].c.kind = (fi_kind)9; cases[n++].want = FI_ERR_UNSUPPORTED_KIND;
         cases[n].c = good; cases[n].c.max_batch = 0; cases[n++].want = FI_ERR_INVALID_CAPS;

@@ -48,17 +48,17 @@ __global__ void __launch_bounds__(block_threads<F>(), 1)
     extern __shared__ __align__(128) unsigned char smem[];
     FI_STAMP(0);
     typename F::State st = F::setup(smem);
-    __syncthreads(); /* the last CTA-wide barrier: producer warps never join another */
+    if constexpr (F::kProducerWarps > 0)
+        __syncthreads(); /* setup done; the last CTA-wide barrier (producers join no other) */
     griddep_wait(); /* everything global (plan, q, KV, scales) may come from the previous kernel */
+    const RunCtx ctx = run_ctx(p.c);
     const fi_cta_start cs = p.c.cta_starts[blockIdx.x];
     if constexpr (F::kProducerWarps > 0) {
         if (threadIdx.x >= F::kThreads) {
             F::produce(p, cs, smem);
-            griddep_launch_dependents();
-            return;
+            return; /* an exited thread counts as having triggered the dependents */
         }
     }
-    const RunCtx ctx = run_ctx(p.c);
     const int i0 = cs.item_begin, i1 = cs.item_end;
     FI_STAMP(1);
     fi_work_item it = cs.first;
