@@ -9,8 +9,7 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import fiattn  # noqa: E402
