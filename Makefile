@@ -4,7 +4,8 @@
 #                   executor for sm_90a in every build (CI proves it compiles and links)
 #   make run        plan + execute + check the embedded default batch (README Quick start)
 #   make test       CPU test suite (cmocka); no GPU needed
-#   make gpu-test   GPU test suite (skips cleanly without a GPU)
+#   make gpu-test   GPU test suite (skips cleanly without a GPU), then the Python GPU tests
+#   make pytest     Python layer tests (python/tests; run by make test when pytest is there)
 #   make asan       ASan + UBSan build of the CPU tests (jemalloc off), then run them
 #   make lint       cppcheck on the C sources
 #   make fuzz       libFuzzer harness (clang, ASan + UBSan) for FUZZ_SECONDS (default 60)
@@ -94,7 +95,7 @@ FIPLAN := $(BUILD)/fiplan
 # intermediates (no stray `rm` at the end of `make test`, no rebuild on the next run).
 .SECONDARY:
 
-.PHONY: all lib test gpu-test asan profile lint install uninstall clean run bench fuzz print-version
+.PHONY: all lib test pytest gpu-test gpu-pytest asan profile lint install uninstall clean run bench fuzz print-version
 all: lib $(FIPLAN) $(TESTS) $(GPU_TESTS) $(BENCHES) $(SCRIPT_BINS)
 lib: $(LIB_A) $(LIB_SO)
 
@@ -152,13 +153,29 @@ $(BUILD)/scripts/%: scripts/%.cu
 run: $(FIPLAN)
 	$(FIPLAN) --batch 128 --step 100 --heads 16 --execute --explain --svg plan.svg
 
-test: $(TESTS) $(FIPLAN)
+test: $(TESTS) $(FIPLAN) $(LIB_SO)
 	@fail=0; for t in $(TESTS); do echo "== $$t"; $$t || fail=1; done; \
 	  if [ -x tests/cli_test.sh ]; then echo "== tests/cli_test.sh"; FIPLAN=$(FIPLAN) sh tests/cli_test.sh || fail=1; fi; \
+	  if $(PYTHON) -c 'import pytest' 2>/dev/null; then echo "== python/tests"; \
+	    $(MAKE) --no-print-directory pytest || fail=1; \
+	  else echo "== python/tests skipped: no pytest (scripts/install-python-deps.sh)"; fi; \
 	  exit $$fail
 
+# The Python layer (python/fiattn over $(BUILD)/libfiattn.so): CPU tests; GPU ones skip.
+PYTHON ?= python3
+pytest: $(LIB_SO)
+	cd python && FIATTN_LIBRARY=$(CURDIR)/$(BUILD)/libfiattn.so $(PYTHON) -m pytest -q --ignore=tests/gpu tests
+
 gpu-test: $(GPU_TESTS)
-	@fail=0; for t in $(GPU_TESTS); do echo "== $$t"; $$t || fail=1; done; exit $$fail
+	@fail=0; for t in $(GPU_TESTS); do echo "== $$t"; $$t || fail=1; done; \
+	  echo "== python/tests/gpu"; $(MAKE) --no-print-directory gpu-pytest || fail=1; exit $$fail
+
+# Python GPU tests (fp64 references, CUDA graphs, FlashInfer side by side when importable);
+# skip cleanly without torch + CUDA.
+gpu-pytest: $(LIB_SO)
+	@if $(PYTHON) -c 'import pytest, torch' 2>/dev/null; then \
+	  cd python && FIATTN_LIBRARY=$(CURDIR)/$(BUILD)/libfiattn.so $(PYTHON) -m pytest -q -rs tests/gpu; \
+	else echo "python GPU tests skipped: no pytest / torch (scripts/install-python-deps.sh)"; fi
 
 bench: $(BENCHES)
 

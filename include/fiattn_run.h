@@ -93,6 +93,18 @@ typedef struct fi_attn_args {
  *   (launch failure). */
 fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream);
 
+/* May fi_run execute plans of these caps on the GPU?  Pure: reads the caps and the
+ * registration table of (kind, variant) rows, makes no CUDA call, writes nothing; callable
+ * on a machine without a GPU and while a stream is being captured.  It answers for the
+ * kind and variant only: the dtype combinations a GPU family instantiates are checked by
+ * fi_run itself before any launch (FI_ERR_UNSUPPORTED_DTYPE), e.g. MLA decode runs bf16 /
+ * fp16 q, KV and out today.
+ * caps: as for fi_workspace_size (num_ctas may be 0).
+ * @return FI_OK (a GPU family runs this kind / variant); FI_ERR_UNSUPPORTED_KIND (the kind
+ *   is planned and runs on the CPU reference, fi_ref_run, but has no GPU executor yet);
+ *   FI_ERR_NULL_ARGUMENT; or the status fi_caps_validate gives for invalid caps. */
+fi_status fi_run_supported(const fi_caps *caps);
+
 #ifdef __cplusplus
 }
 #endif

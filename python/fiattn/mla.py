@@ -1,0 +1,442 @@
+"""MLA decode (DeepSeek-style latent attention): fiattn's drop-in for ``flashinfer.mla``.
+
+Computed (fiattn_run.h; docs/DESIGN.md section 7), per query row and head::
+
+    s_j = bmm1_scale * (q_nope . ckv_j + q_pe . kpe_j)
+    out = bmm2_scale * sum_j exp(s_j) ckv_j / (sum_j exp(s_j) + exp(sink_h))
+    lse = log(sum_j exp(s_j) + exp(sink_h))            natural log inside fiattn
+
+with key ranges from causal / window rules aligned to the end of each request's KV range.
+Algorithm: fiattn's host planner (balanced split-k, flash-decoding split-KV with an
+LSE-weighted in-kernel merge, Dao et al. 2023) and its persistent sm_90a MLA kernel
+(FlashAttention-2 online softmax, FlashMLA-style decode); the CPU path runs the same plan
+in the C reference executor (fi_ref_run).
+
+GPU today: bf16 / fp16 q, cache and out (same dtype).  fp8 caches raise
+FiattnNotImplementedError (a NotImplementedError), never a wrong result.
+CPU tensors (fp32 / fp16 / bf16) run on the CPU reference executor with a host plan.
+"""
+import math
+
+from . import _capi as C
+from . import _engine as E
+from ._common import (LOG2E, check_block_tables, check_lengths, dtypes_text, fill_tensor,
+                      num_ctas_for, require_device, set_pdl, set_scale, set_sinks, token_view)
+from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
+
+__all__ = ["trtllm_batch_decode_with_kv_cache_mla", "BatchMLAPagedAttentionWrapper"]
+
+_FAMILY = "MLA decode"
+
+
+def _mla_caps(num_pages, page_size, heads, q_dt, kv_dt, o_dt, num_ctas):
+    c = C.fi_caps()
+    c.kind = C.FI_KIND_MLA_DECODE
+    c.num_pages = num_pages
+    c.page_size = page_size
+    c.num_qo_heads = heads
+    c.num_kv_heads = 1
+    c.head_dim_qk = 576
+    c.head_dim_vo = 512
+    c.q_dtype, c.kv_dtype, c.o_dtype = fi_dtype(q_dt), fi_dtype(kv_dt), fi_dtype(o_dt)
+    c.num_ctas = num_ctas
+    return c
+
+
+def _in_dtypes():
+    return float_dtypes() + fp8_dtypes()
+
+
+def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_nope_head_dim,
+                                          kv_lora_rank, qk_rope_head_dim, block_tables,
+                                          seq_lens, max_seq_len, sparse_mla_top_k=0, out=None,
+                                          bmm1_scale=1.0, bmm2_scale=1.0, sinks=None,
+                                          enable_pdl=None, backend="auto"):
+    """MLA decode over a paged, concatenated ckv + kpe cache (block-table form).
+
+    Args:
+        query: [batch_size, q_len_per_request, num_heads, 576] = q_nope (512) ++ q_pe (64);
+            bf16 / fp16 on the GPU (fp8 e4m3: NotImplementedError), fp32 / fp16 / bf16 on
+            the CPU.  num_heads in {16, 32, 64, 128}; q_len_per_request (MTP depth) 1..8,
+            causal among a request's query rows.  Leading dims must merge into one token
+            axis without a copy; last dim contiguous.
+        kv_cache: [num_pages, page_size, 576] (or [num_pages, 1, page_size, 576]): ckv
+            (512) ++ kpe (64), same dtype as query; page_size in {1, 16, 32, 64, 128}.
+        workspace_buffer: device buffer (any dtype) holding fiattn's plan and split partials;
+            at least fiattn.workspace_size(...) bytes for these caps (FlashInfer's 128 MiB is
+            plenty for batch <= 1024), 256-byte aligned; need not be zeroed.  Its plan is
+            cached: keep using the same buffer.  Too small: WorkspaceTooSmallError.
+        qk_nope_head_dim: must be 128 (only documents the pre-absorption head dim).
+        kv_lora_rank: must be 512.   qk_rope_head_dim: must be 64.
+        block_tables: int32 [batch_size, max_pages_per_seq] on the query's device,
+            contiguous; page indices < num_pages for the pages each request uses.
+        seq_lens: int32 / uint32 [batch_size] KV lengths in tokens (the query rows
+            included), any device: it is read on the host (a CUDA tensor costs a
+            device-to-host copy and a stream synchronisation; pass a CPU tensor to avoid it).
+        max_seq_len: accepted for compatibility, not needed (lengths come from seq_lens).
+        sparse_mla_top_k: must be 0 (sparse MLA: NotImplementedError).
+        out: optional [batch_size, q_len_per_request, num_heads, 512], written in place
+            (query's dtype; fp8 query: bf16); allocated when None.
+        bmm1_scale: float, or a one-element float32 device tensor read at run time, the
+            full logit scale (softmax scale and any q / k dequantisation); natural units
+            (FlashInfer's trtllm-gen backend converts a tensor to log2 units internally,
+            fiattn reads it as given).
+        bmm2_scale: float or one-element float32 tensor, multiplies the output.
+        sinks: optional float32 [num_heads] (or a one-element list of it): per-head logits
+            added to the softmax denominator only.
+        enable_pdl: programmatic dependent launch; None = on for CUDA.
+        backend: "auto", "xqa" or "trtllm-gen": accepted, fiattn's kernel runs for all.
+
+    Returns:
+        out, [batch_size, q_len_per_request, num_heads, 512].
+
+    Raises:
+        TypeError / ValueError before any C call (dtype, device, shape, strides);
+        FiattnValueError for a batch the C API rejects (fi_status name and request in the
+        message); FiattnNotImplementedError for fp8 or a family not on the GPU yet;
+        FiattnError otherwise.  Nothing is written when an error is raised.
+
+    Graphs: plans are host work and cannot run inside torch.cuda.graph capture; call once
+    eagerly (plans the workspace), capture, then before each replay call again under
+    ``with fiattn.plan_only():`` with the new lengths (same tensors).
+    """
+    t = torch()
+    check_tensor(query, "query", _in_dtypes(), None, 4)
+    device = query.device
+    require_device(device)
+    if qk_nope_head_dim != 128:
+        raise ValueError(f"fiattn: qk_nope_head_dim must be 128, got {qk_nope_head_dim}")
+    if kv_lora_rank != 512 or qk_rope_head_dim != 64:
+        raise ValueError("fiattn: MLA needs kv_lora_rank 512 and qk_rope_head_dim 64, got "
+                         f"{kv_lora_rank} / {qk_rope_head_dim}")
+    if sparse_mla_top_k:
+        raise NotImplementedError("fiattn: sparse MLA (sparse_mla_top_k > 0) is not implemented")
+    if backend not in ("auto", "xqa", "trtllm-gen"):
+        raise ValueError(f"fiattn: backend must be 'auto', 'xqa' or 'trtllm-gen', got {backend!r}")
+    B, qlen, H, D = query.shape
+    if D != 576:
+        raise ValueError(f"fiattn: query's last dim must be 576 (512 + 64), got {D}")
+    check_tensor(kv_cache, "kv_cache", _in_dtypes(), device, (3, 4))
+    if kv_cache.dim() == 4:
+        if kv_cache.shape[1] != 1:
+            raise ValueError("fiattn: a 4-D kv_cache must be [num_pages, 1, page_size, 576]")
+        kshape, kstride = ([kv_cache.shape[0], kv_cache.shape[2], 576],
+                           [kv_cache.stride(0), kv_cache.stride(2), 1])
+    else:
+        kshape, kstride = list(kv_cache.shape), list(kv_cache.stride())
+    if kshape[2] != 576:
+        raise ValueError(f"fiattn: kv_cache's last dim must be 576, got {kshape[2]}")
+    num_pages, page_size = kshape[0], kshape[1]
+    check_block_tables(block_tables, "block_tables", device, B)
+    seq_lens = check_lengths(seq_lens, "seq_lens", B)
+    o_dt = query.dtype if query.dtype in float_dtypes() else t.bfloat16
+    if out is None:
+        out = t.empty((B, qlen, H, 512), dtype=o_dt, device=device)
+    else:
+        check_tensor(out, "out", float_dtypes(), device, 4)
+        if tuple(out.shape) != (B, qlen, H, 512):
+            raise ValueError(f"fiattn: out must be {(B, qlen, H, 512)}, got {tuple(out.shape)}")
+    _mla_block_tables(query, kv_cache, kshape, kstride, workspace_buffer, block_tables,
+                      seq_lens, out, bmm1_scale, bmm2_scale, sinks, enable_pdl,
+                      num_ctas_for(device), num_pages, page_size)
+    return out
+
+
+def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, seq_lens, out,
+                      bmm1_scale, bmm2_scale, sinks, enable_pdl, num_ctas, num_pages,
+                      page_size):
+    """Shared by trtllm_batch_decode_with_kv_cache_mla and xqa_mla: query [B, q, H, 576],
+    cache viewed as [num_pages, page_size, 576] (kshape / kstride), out [B, q, H, 512]."""
+    device = query.device
+    B, qlen, H, _ = query.shape
+    qshape, qstride = token_view(query, "query", 2)
+    oshape, ostride = token_view(out, "out", 2)
+    args = C.fi_attn_args()
+    fill_tensor(args.q, query, [qshape[0], H, 512], qstride)
+    fill_tensor(args.q_rope, query, [qshape[0], H, 64], qstride, 512)
+    fill_tensor(args.k, cache, [num_pages, page_size, 1, 512],
+                [kstride[0], kstride[1], 576, 1])
+    fill_tensor(args.k_rope, cache, [num_pages, page_size, 1, 64],
+                [kstride[0], kstride[1], 576, 1], 512)
+    fill_tensor(args.page_table, block_tables, list(block_tables.shape), block_tables.stride())
+    args.page_table.dtype = C.FI_DTYPE_I32
+    fill_tensor(args.out, out, oshape, ostride)
+    keep = (set_scale(args, "bmm1_scale", bmm1_scale, device, "bmm1_scale"),
+            set_scale(args, "bmm2_scale", bmm2_scale, device, "bmm2_scale"),
+            set_sinks(args, sinks, H, device))
+    set_pdl(args, enable_pdl, device)
+    caps = _mla_caps(num_pages, page_size, H, query.dtype, cache.dtype, out.dtype, num_ctas)
+
+    def make_batch(entry):
+        bt = entry.host_i32("block_tables", block_tables)
+        sl = entry.host_i32("seq_lens", seq_lens)
+        entry.sync()
+        b = C.fi_batch()
+        b.form = C.FI_FORM_BLOCK_TABLES
+        b.batch_size = B
+        b.block_tables = bt.data_ptr()
+        b.max_pages_per_seq = block_tables.shape[1]
+        b.seq_lens = sl.data_ptr()
+        b.q_len_per_request = qlen
+        b.causal = 1
+        b.window_left = -1
+        return b, B * qlen, (bt, sl)
+
+    E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY,
+             dtypes_text(query.dtype, cache.dtype, out.dtype), min(qshape[0], oshape[0]))
+    del keep
+
+
+class BatchMLAPagedAttentionWrapper:
+    """MLA paged attention with a plan object: plan once per step, run once per layer.
+
+    Mirrors flashinfer.mla.BatchMLAPagedAttentionWrapper (indptr batch form: qo_indptr,
+    kv_indptr, kv_indices, kv_len_arr).  Decode and incremental prefill with q_len 1..8 per
+    request on the GPU (bf16 / fp16), fp32 / fp16 / bf16 on the CPU (CPU workspace tensor).
+
+    LSE: ``run(..., return_lse=True)`` returns the log-sum-exp in base 2 as FlashInfer's
+    wrapper does (fiattn computes natural log and multiplies by log2(e));
+    ``return_lse_base_on_e=True`` (keyword) returns the natural log.
+    """
+
+    def __init__(self, float_workspace_buffer, use_cuda_graph=False, qo_indptr=None,
+                 kv_indptr=None, kv_indices=None, kv_len_arr=None, backend="fa2"):
+        """Args:
+            float_workspace_buffer: device buffer (any dtype, 256-byte aligned) that holds
+                this wrapper's plan and split partials: at least fiattn.workspace_size(...)
+                bytes for the largest batch planned (128 MiB covers 1024 requests x 128
+                heads); owned by the caller, referenced by the wrapper.  A CPU tensor
+                selects the CPU reference executor.
+            use_cuda_graph: capture-friendly mode: the plan's capacity is fixed by the
+                first plan() (a later plan with more requests or query tokens raises
+                ValueError), and kv_indices is copied into the buffer given here (or one
+                allocated at the first plan()) so captured runs read a fixed address.
+            qo_indptr, kv_indptr, kv_indices, kv_len_arr: preallocated int32 device buffers
+                (use_cuda_graph only; [batch+1], [batch+1], [max pages], [batch]); plan()
+                copies the step's arrays into them.  Ignored otherwise.
+            backend: "fa2", "fa3", "auto", "cutlass": accepted; fiattn's kernel runs.
+        """
+        t = torch()
+        check_tensor(float_workspace_buffer, "float_workspace_buffer", None, None, None,
+                     last_contiguous=False)
+        if backend not in ("fa2", "fa3", "auto", "cutlass", "trtllm-gen"):
+            raise ValueError(f"fiattn: unknown backend {backend!r}")
+        self._ws = float_workspace_buffer
+        self._device = float_workspace_buffer.device
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._bufs = {"qo_indptr": qo_indptr, "kv_indptr": kv_indptr,
+                      "kv_indices": kv_indices, "kv_len_arr": kv_len_arr}
+        for k, v in self._bufs.items():
+            if v is not None:
+                check_tensor(v, k, (t.int32,), None, 1)
+        self._entry = None
+        self._planned = None
+        self._known_pages = 0
+
+    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv,
+             head_dim_kpe, page_size, causal, sm_scale, q_data_type, kv_data_type):
+        """Plan the batch on the host (fi_plan_update; no allocation after the first plan
+        of a given capacity).  Not capturable: call outside torch.cuda.graph capture.
+
+        Args:
+            qo_indptr: int32 [batch_size + 1] query-token offsets (decode: 0..batch_size).
+            kv_indptr: int32 [batch_size + 1] offsets into kv_indices (pages).
+            kv_indices: int32 page indices, [kv_indptr[-1]] or longer; on the workspace's
+                device (use_cuda_graph: copied into the preallocated buffer).
+            kv_len_arr: int32 [batch_size] KV length of each request in tokens.
+            num_heads: query heads, 16 / 32 / 64 / 128.  head_dim_ckv: 512.
+            head_dim_kpe: 64.  page_size: 1, 16, 32, 64 or 128.
+            causal: query rows of a request see keys up to their own position (aligned to
+                the end of the KV range); False: every row sees all keys.
+            sm_scale: logit scale (bmm1_scale), natural units.
+            q_data_type, kv_data_type: torch dtypes of q and the caches (out = q's dtype).
+        Index arrays may live on the CPU (no copy) or the device (copied to the host with
+        one stream synchronisation).
+        Raises: ValueError / TypeError (arguments), FiattnValueError (batch rejected by the
+        C planner, with the fi_status name and request), FiattnNotImplementedError.
+        """
+        t = torch()
+        if head_dim_ckv != 512 or head_dim_kpe != 64:
+            raise ValueError(f"fiattn: MLA needs head_dim_ckv 512, head_dim_kpe 64, got "
+                             f"{head_dim_ckv} / {head_dim_kpe}")
+        for name, dt in (("q_data_type", q_data_type), ("kv_data_type", kv_data_type)):
+            if isinstance(dt, str):
+                dt = getattr(t, dt, None)
+            if dt not in _in_dtypes():
+                raise TypeError(f"fiattn: {name} {dt} is not a supported dtype")
+        q_dt = getattr(t, q_data_type) if isinstance(q_data_type, str) else q_data_type
+        kv_dt = getattr(t, kv_data_type) if isinstance(kv_data_type, str) else kv_data_type
+        device = self._device
+        if device.type == "cuda":
+            require_device(device)
+        check_tensor(qo_indptr, "qo_indptr", (t.int32,), None, 1)
+        B = qo_indptr.numel() - 1
+        if B < 0:
+            raise ValueError("fiattn: qo_indptr must have batch_size + 1 elements")
+        check_lengths(kv_indptr, "kv_indptr", B + 1)
+        check_lengths(kv_len_arr, "kv_len_arr", B)
+        check_tensor(kv_indices, "kv_indices", (t.int32,), None, 1)
+        if device.type == "cuda" and kv_indices.device != device and not self._use_cuda_graph:
+            kv_indices = kv_indices.to(device)
+        o_dt = q_dt if q_dt in float_dtypes() else t.bfloat16
+        host = device.type == "cpu"
+        # Host copies of the index arrays (the planner reads them).
+        t_qo = qo_indptr.cpu() if qo_indptr.device.type != "cpu" else qo_indptr
+        t_kvp = kv_indptr.to("cpu", t.int32) if kv_indptr.device.type != "cpu" else kv_indptr
+        t_kl = kv_len_arr.cpu() if kv_len_arr.device.type != "cpu" else kv_len_arr
+        t_idx = kv_indices.cpu() if kv_indices.device.type != "cpu" else kv_indices
+        t_qo, t_kvp, t_kl, t_idx = (x.to(t.int32).contiguous() for x in (t_qo, t_kvp, t_kl, t_idx))
+        nnz = int(t_kvp[-1]) if B >= 0 else 0
+        if nnz > t_idx.numel():
+            raise ValueError(f"fiattn: kv_indices has {t_idx.numel()} elements, kv_indptr[-1] "
+                             f"is {nnz}")
+        q_tokens = int(t_qo[-1])
+        used = t_idx[:nnz]
+        need_pages = int(used.max()) + 1 if nnz > 0 else 1
+        if nnz > 0 and int(used.min()) < 0:
+            need_pages = max(need_pages, 1)  # the planner reports the negative index
+        pages = max(need_pages, self._known_pages)
+        caps = _mla_caps(pages, int(page_size), int(num_heads), q_dt, kv_dt, o_dt,
+                         num_ctas_for(device))
+        if not host:
+            E.kind_supported_on_gpu(caps)
+        if self._use_cuda_graph and self._entry is not None:
+            e = self._entry
+            if B > e.caps.max_batch or q_tokens > e.caps.max_q_tokens:
+                raise ValueError(f"fiattn: use_cuda_graph wrapper planned for {e.caps.max_batch} "
+                                 f"requests / {e.caps.max_q_tokens} query tokens, got {B} / "
+                                 f"{q_tokens}")
+            if e.captured_rows is not None and q_tokens > e.captured_rows:
+                raise ValueError(f"fiattn: a captured graph holds {e.captured_rows} query rows, "
+                                 f"this plan has {q_tokens}")
+        if self._use_cuda_graph and self._entry is not None:
+            # same capacity, hence the same workspace layout the captured graph points into
+            entry = E.get_entry(self._ws, caps, self._entry.caps.max_batch,
+                                self._entry.caps.max_q_tokens, host, False, fixed_sizes=True)
+        else:
+            entry = E.get_entry(self._ws, caps, B, q_tokens, host, False,
+                                fixed_sizes=self._use_cuda_graph)
+        # The page table the kernel reads.
+        if host:
+            table = kv_indices
+        elif self._use_cuda_graph:
+            buf = self._bufs.get("kv_indices")
+            if buf is None or buf.numel() < max(nnz, 1):
+                if buf is not None and self._entry is not None and self._entry.captured_rows:
+                    raise ValueError("fiattn: kv_indices buffer too small for this plan")
+                buf = t.empty(max(nnz, 1) * 2, dtype=t.int32, device=device)
+                self._bufs["kv_indices"] = buf
+            buf[:nnz].copy_(kv_indices[:nnz], non_blocking=True)
+            for name, src in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
+                              ("kv_len_arr", kv_len_arr)):
+                dst = self._bufs.get(name)
+                if dst is not None and dst.numel() >= src.numel():
+                    dst[:src.numel()].copy_(src, non_blocking=True)
+            table = buf
+        else:
+            table = kv_indices
+        b = C.fi_batch()
+        b.form = C.FI_FORM_INDPTR
+        b.batch_size = B
+        b.qo_indptr = t_qo.data_ptr()
+        b.kv_indptr = t_kvp.data_ptr()
+        b.kv_indices = t_idx.data_ptr()
+        b.kv_len = t_kl.data_ptr()
+        b.causal = 1 if causal else 0
+        b.window_left = -1
+        E.plan(entry, b, device)
+        self._entry = entry
+        self._planned = dict(B=B, q_tokens=q_tokens, heads=int(num_heads),
+                             page_size=int(page_size), q_dt=q_dt, kv_dt=kv_dt, o_dt=o_dt,
+                             sm_scale=float(sm_scale), table=table, nnz=nnz)
+
+    def run(self, q_nope, q_pe, ckv_cache, kpe_cache, return_lse=False, *, out=None,
+            lse=None, return_lse_base_on_e=False):
+        """Run the planned attention (fi_run; capturable under torch.cuda.graph).
+
+        Args:
+            q_nope: [q_tokens, num_heads, 512], q_pe: [q_tokens, num_heads, 64]
+                (q_tokens = qo_indptr[-1]; more rows are allowed and left alone), the
+                planned q_data_type.
+            ckv_cache: [num_pages, page_size, 512]; kpe_cache: [num_pages, page_size, 64]
+                (or 4-D with a head axis of 1); the planned kv_data_type; may be views of one
+                [.., 576] tensor.
+            return_lse: also return the LSE.
+            out: optional [q_tokens, num_heads, 512] output (q's dtype), written in place.
+            lse: optional float32 [q_tokens, num_heads], written in place (with or without
+                return_lse).
+            return_lse_base_on_e: natural-log LSE instead of FlashInfer's default base 2.
+        Returns: out, or (out, lse) when return_lse.
+        Raises: RuntimeError before plan(); ValueError / TypeError for mismatching
+            tensors; FiattnError subclasses for C statuses.
+        """
+        t = torch()
+        p = self._planned
+        if p is None:
+            raise RuntimeError("fiattn: BatchMLAPagedAttentionWrapper.run before plan()")
+        device = self._device
+        for name, x in (("q_nope", q_nope), ("q_pe", q_pe)):
+            check_tensor(x, name, (p["q_dt"],), device, 3)
+        for name, x in (("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
+            check_tensor(x, name, (p["kv_dt"],), device, (3, 4))
+        rows, H = q_nope.shape[0], q_nope.shape[1]
+        if q_nope.shape[1:] != (p["heads"], 512) or tuple(q_pe.shape) != (rows, p["heads"], 64):
+            raise ValueError(f"fiattn: q_nope / q_pe must be [tokens, {p['heads']}, 512 / 64], "
+                             f"got {tuple(q_nope.shape)} / {tuple(q_pe.shape)}")
+        if rows < p["q_tokens"]:
+            raise ValueError(f"fiattn: q_nope has {rows} rows, the plan has {p['q_tokens']}")
+
+        def cache_view(x, name, d):
+            if x.dim() == 4:
+                if x.shape[2] != 1:
+                    raise ValueError(f"fiattn: 4-D {name} must have a head axis of 1")
+                x = x[:, :, 0]
+            if x.shape[1] != p["page_size"] or x.shape[2] != d:
+                raise ValueError(f"fiattn: {name} must be [num_pages, {p['page_size']}, {d}], "
+                                 f"got {tuple(x.shape)}")
+            return x
+
+        ckv = cache_view(ckv_cache, "ckv_cache", 512)
+        kpe = cache_view(kpe_cache, "kpe_cache", 64)
+        if ckv.shape[0] != kpe.shape[0]:
+            raise ValueError("fiattn: ckv_cache and kpe_cache hold different page counts")
+        e = self._entry
+        if ckv.shape[0] < e.caps.num_pages:
+            raise ValueError(f"fiattn: the caches hold {ckv.shape[0]} pages, the plan reads "
+                             f"page {e.caps.num_pages - 1}")
+        self._known_pages = max(self._known_pages, ckv.shape[0])
+        if out is None:
+            out = t.empty((rows, H, 512), dtype=p["o_dt"], device=device)
+        else:
+            check_tensor(out, "out", (p["o_dt"],), device, 3)
+            if tuple(out.shape) != (rows, H, 512):
+                raise ValueError(f"fiattn: out must be {(rows, H, 512)}, got {tuple(out.shape)}")
+        if lse is None and return_lse:
+            lse = t.empty((rows, H), dtype=t.float32, device=device)
+        elif lse is not None:
+            check_tensor(lse, "lse", (t.float32,), device, 2)
+            if tuple(lse.shape) != (rows, H):
+                raise ValueError(f"fiattn: lse must be {(rows, H)}, got {tuple(lse.shape)}")
+        args = C.fi_attn_args()
+        fill_tensor(args.q, q_nope, list(q_nope.shape), q_nope.stride())
+        fill_tensor(args.q_rope, q_pe, list(q_pe.shape), q_pe.stride())
+        fill_tensor(args.k, ckv, [ckv.shape[0], ckv.shape[1], 1, 512],
+                    [ckv.stride(0), ckv.stride(1), 512, 1])
+        fill_tensor(args.k_rope, kpe, [kpe.shape[0], kpe.shape[1], 1, 64],
+                    [kpe.stride(0), kpe.stride(1), 64, 1])
+        tab = p["table"]
+        fill_tensor(args.page_table, tab, [tab.numel()], [1])
+        args.page_table.dtype = C.FI_DTYPE_I32
+        fill_tensor(args.out, out, list(out.shape), out.stride())
+        if lse is not None:
+            fill_tensor(args.lse, lse, list(lse.shape), lse.stride())
+        args.bmm1_scale = p["sm_scale"]
+        args.bmm2_scale = 1.0
+        set_pdl(args, None, device)
+        host = device.type == "cpu"
+        if not host and t.cuda.is_current_stream_capturing():
+            e.captured_rows = rows if e.captured_rows is None else min(e.captured_rows, rows)
+        E.execute(e, args, device, _FAMILY, dtypes_text(p["q_dt"], p["kv_dt"], p["o_dt"]))
+        if lse is not None and not return_lse_base_on_e:
+            lse.mul_(LOG2E)
+        return (out, lse) if return_lse else out

@@ -1,0 +1,265 @@
+"""GPU tests of the Python layer (skipped without torch + CUDA): every API against the
+torch fp64 reference on fresh random data, poisoned outputs fully overwritten, CUDA graph
+capture + replay with changing lengths, and FlashInfer side by side when importable.
+Families not on the GPU yet must raise NotImplementedError (never a wrong result)."""
+import math
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fiattn  # noqa: E402
+from reference import paged_attention_ref, rel_err  # noqa: E402
+
+DEV = "cuda"
+WS_BYTES = 128 << 20
+TOL = 1e-2  # bf16 / fp16 inputs, relative 2-norm error (docs/DESIGN.md)
+
+
+@pytest.fixture
+def ws():
+    w = torch.empty(WS_BYTES, dtype=torch.uint8, device=DEV)
+    yield w
+    fiattn.release_workspace(w)
+
+
+def _lens(B, max_len, g, at_least=1):
+    return torch.randint(at_least, max_len + 1, (B,), generator=g, dtype=torch.int32)
+
+
+def _mla_case(B, ql, H, ps, max_len, dtype, g):
+    ppr = (max_len + ps - 1) // ps
+    num_pages = B * ppr + 7
+    kv = torch.randn(num_pages, ps, 576, generator=g).to(dtype)
+    q = torch.randn(B, ql, H, 576, generator=g).to(dtype)
+    bt = torch.randperm(num_pages, generator=g)[:B * ppr].to(torch.int32).reshape(B, ppr)
+    lens = _lens(B, max_len, g, ql)
+    return q, kv, bt, lens
+
+
+def _mla_ref(q, kv, bt, lens, scale, bmm2=1.0, sinks=None):
+    B, ql, H, _ = q.shape
+    kp = kv.float()[:, :, None, :]
+    return paged_attention_ref(q.float().reshape(B * ql, H, 576), kp, kp[..., :512], bt.tolist(),
+                               lens.tolist(), [ql] * B, [b * ql for b in range(B)], scale, bmm2,
+                               sinks=None if sinks is None else sinks.cpu())[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("B,ql,H,ps,max_len", [
+    (1, 1, 16, 64, 4096), (7, 1, 128, 64, 700), (16, 2, 64, 32, 300), (5, 4, 16, 1, 90),
+    (33, 1, 32, 16, 2000), (3, 8, 16, 128, 513)])
+def test_trtllm_mla(ws, dtype, B, ql, H, ps, max_len):
+    g = torch.Generator().manual_seed(B * 1000 + ql * 100 + H)
+    q, kv, bt, lens = _mla_case(B, ql, H, ps, max_len, dtype, g)
+    sinks = torch.randn(H, generator=g) if H == 64 else None
+    out = torch.full((B, ql, H, 512), float("nan"), dtype=dtype, device=DEV)
+    scale = 1.0 / math.sqrt(192)
+    s2 = torch.tensor([0.75], device=DEV)
+    r = fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(
+        q.to(DEV), kv.to(DEV), ws, 128, 512, 64, bt.to(DEV), lens, int(lens.max()), out=out,
+        bmm1_scale=scale, bmm2_scale=s2, sinks=None if sinks is None else sinks.to(DEV))
+    torch.cuda.synchronize()
+    assert r is out and not torch.isnan(out).any()
+    ref = _mla_ref(q, kv, bt, lens, scale, 0.75, sinks)
+    assert rel_err(out.cpu().reshape(B * ql, H, 512), ref) < TOL
+
+
+def test_xqa_mla_bf16(ws):
+    g = torch.Generator().manual_seed(9)
+    B, H, ps = 9, 128, 64
+    q, kv, bt, lens = _mla_case(B, 1, H, ps, 1500, torch.bfloat16, g)
+    cache = kv.to(DEV).reshape(-1, 576)
+    out = torch.full((B, 1, H, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    fiattn.xqa.xqa_mla(q.to(DEV), cache, cache[:, :512], bt.to(DEV), lens.reshape(B, 1).to(DEV),
+                       out, ws, torch.zeros(8, dtype=torch.int32, device=DEV), ps, q_scale=0.5,
+                       kv_scale=torch.tensor([1.5], device=DEV))
+    torch.cuda.synchronize()
+    ref = _mla_ref(q, kv, bt, lens, 0.5 * 1.5 / 24.0, 1.5)
+    assert rel_err(out.cpu().reshape(B, H, 512), ref) < TOL
+
+
+def test_xqa_mla_fp8_not_implemented(ws):
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("no fp8 dtype")
+    q = torch.zeros(2, 1, 128, 576, device=DEV, dtype=torch.float8_e4m3fn)
+    cache = torch.zeros(128, 576, device=DEV, dtype=torch.float8_e4m3fn)
+    out = torch.full((2, 1, 128, 512), 3.0, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(NotImplementedError):
+        fiattn.xqa.xqa_mla(q, cache, cache, torch.zeros(2, 2, dtype=torch.int32, device=DEV),
+                           torch.ones(2, 1, dtype=torch.int32, device=DEV), out, ws,
+                           torch.zeros(8, dtype=torch.int32, device=DEV), 64)
+    assert (out == 3.0).all()
+
+
+@pytest.mark.parametrize("causal,ql", [(False, 1), (True, 3)])
+def test_mla_wrapper(ws, causal, ql):
+    g = torch.Generator().manual_seed(21 + ql)
+    B, H, ps = 12, 128, 1
+    lens = _lens(B, 900, g, ql)
+    num_pages = int(lens.sum()) + 10
+    perm = torch.randperm(num_pages, generator=g).to(torch.int32)
+    kv_indptr = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)]).to(torch.int32)
+    kv_indices = perm[:int(kv_indptr[-1])]
+    qo_indptr = torch.arange(B + 1, dtype=torch.int32) * ql
+    ckv = torch.randn(num_pages, ps, 512, generator=g).bfloat16()
+    kpe = torch.randn(num_pages, ps, 64, generator=g).bfloat16()
+    q_nope = torch.randn(B * ql, H, 512, generator=g).bfloat16()
+    q_pe = torch.randn(B * ql, H, 64, generator=g).bfloat16()
+    w = fiattn.mla.BatchMLAPagedAttentionWrapper(ws)
+    w.plan(qo_indptr.to(DEV), kv_indptr.to(DEV), kv_indices.to(DEV), lens.to(DEV), H, 512, 64,
+           ps, causal, 0.06, torch.bfloat16, torch.bfloat16)
+    out = torch.full((B * ql, H, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    o, lse = w.run(q_nope.to(DEV), q_pe.to(DEV), ckv.to(DEV), kpe.to(DEV), True, out=out)
+    torch.cuda.synchronize()
+    kp = torch.cat([ckv, kpe], -1).float()[:, :, None, :]
+    rows = [kv_indices[kv_indptr[b]:kv_indptr[b + 1]].tolist() for b in range(B)]
+    ref, ref_lse = paged_attention_ref(torch.cat([q_nope, q_pe], -1).float(), kp, kp[..., :512],
+                                       rows, lens.tolist(), [ql] * B, [b * ql for b in range(B)],
+                                       0.06, causal=causal)
+    assert o is out and rel_err(out.cpu(), ref) < TOL
+    assert torch.allclose(lse.cpu().double(), ref_lse / math.log(2), atol=2e-2)
+
+
+def test_gqa_decode_or_not_implemented(ws):
+    g = torch.Generator().manual_seed(4)
+    B, H, Hkv, D, ps, ppr = 6, 32, 8, 128, 16, 20
+    num_pages = B * ppr + 2
+    kv = torch.randn(num_pages, 2, ps, Hkv, D, generator=g).bfloat16()
+    q = torch.randn(B, H, D, generator=g).bfloat16()
+    bt = torch.randperm(num_pages, generator=g)[:B * ppr].to(torch.int32).reshape(B, ppr)
+    lens = _lens(B, ppr * ps, g)
+    out = torch.full((B, H, D), float("nan"), dtype=torch.bfloat16, device=DEV)
+    try:
+        fiattn.decode.xqa_batch_decode_with_kv_cache(
+            q.to(DEV), kv.to(DEV), ws, bt.to(DEV), lens.to(DEV), int(lens.max()),
+            bmm1_scale=D ** -0.5, out=out, window_left=100)
+    except NotImplementedError as e:
+        assert "GQA" in str(e)
+        assert torch.isnan(out).all()
+        pytest.skip(f"GQA decode not on the GPU yet: {e}")
+    torch.cuda.synchronize()
+    ref, _ = paged_attention_ref(q.float(), kv[:, 0].float(), kv[:, 1].float(), bt.tolist(),
+                                 lens.tolist(), [1] * B, list(range(B)), D ** -0.5,
+                                 window_left=100)
+    assert rel_err(out.cpu(), ref) < TOL
+
+
+def test_context_not_implemented_on_gpu(ws):
+    q = torch.zeros(4, 8, 128, dtype=torch.bfloat16, device=DEV)
+    kv = torch.zeros(4, 2, 8, 16, 128, dtype=torch.bfloat16, device=DEV)
+    out = torch.full((4, 8, 128), 5.0, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(NotImplementedError, match="context"):
+        fiattn.prefill.trtllm_batch_context_with_kv_cache(
+            q, kv, ws, torch.zeros(1, 1, dtype=torch.int32, device=DEV),
+            torch.tensor([4], dtype=torch.int32, device=DEV), 4, 4, 1.0, 1.0, 1,
+            torch.tensor([0, 4], dtype=torch.int32, device=DEV),
+            torch.tensor([0, 4], dtype=torch.int32, device=DEV), out=out)
+    assert (out == 5.0).all()
+
+
+def test_graph_capture_replay_with_changing_lengths(ws):
+    """Plan outside, capture the run, re-plan (fiattn.plan_only) + replay per step."""
+    g = torch.Generator().manual_seed(77)
+    B, H, ps, ppr = 16, 128, 64, 40
+    num_pages = B * ppr
+    kv = torch.randn(num_pages, ps, 576, generator=g).bfloat16().to(DEV)
+    q = torch.randn(B, 1, H, 576, generator=g).bfloat16().to(DEV)
+    bt = torch.randperm(num_pages, generator=g).to(torch.int32).reshape(B, ppr).to(DEV)
+    lens = _lens(B, ppr * ps, g)
+    out = torch.empty(B, 1, H, 512, dtype=torch.bfloat16, device=DEV)
+
+    def call():
+        fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(q, kv, ws, 128, 512, 64, bt, lens, 0,
+                                                         out=out, bmm1_scale=0.05)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()  # plans the workspace
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for step in range(4):
+        lens.copy_(_lens(B, ppr * ps, g))
+        with fiattn.plan_only():
+            call()
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = _mla_ref(q.cpu(), kv.cpu(), bt.cpu(), lens, 0.05)
+        assert rel_err(out.cpu().reshape(B, H, 512), ref) < TOL, step
+
+
+def test_wrapper_cuda_graph_mode(ws):
+    g = torch.Generator().manual_seed(8)
+    B, H, ps, maxp = 8, 16, 1, 600
+    num_pages = B * maxp
+    qo = torch.empty(B + 1, dtype=torch.int32, device=DEV)
+    kvp = torch.empty(B + 1, dtype=torch.int32, device=DEV)
+    kvi = torch.empty(num_pages, dtype=torch.int32, device=DEV)
+    kvl = torch.empty(B, dtype=torch.int32, device=DEV)
+    w = fiattn.mla.BatchMLAPagedAttentionWrapper(ws, True, qo, kvp, kvi, kvl)
+    ckv = torch.randn(num_pages, ps, 512, generator=g).bfloat16().to(DEV)
+    kpe = torch.randn(num_pages, ps, 64, generator=g).bfloat16().to(DEV)
+    qn = torch.randn(B, H, 512, generator=g).bfloat16().to(DEV)
+    qp = torch.randn(B, H, 64, generator=g).bfloat16().to(DEV)
+    out = torch.empty(B, H, 512, dtype=torch.bfloat16, device=DEV)
+
+    def plan():
+        lens = _lens(B, maxp, g)
+        ind = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)]).to(torch.int32)
+        idx = torch.randperm(num_pages, generator=g)[:int(ind[-1])].to(torch.int32)
+        w.plan(torch.arange(B + 1, dtype=torch.int32), ind, idx, lens, H, 512, 64, ps, False,
+               0.1, torch.bfloat16, torch.bfloat16)
+        return lens, ind, idx
+
+    plan()
+    w.run(qn, qp, ckv, kpe, out=out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w.run(qn, qp, ckv, kpe, out=out)
+    kp = torch.cat([ckv, kpe], -1).float().cpu()[:, :, None, :]
+    for _ in range(3):
+        lens, ind, idx = plan()
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        rows = [idx[ind[b]:ind[b + 1]].tolist() for b in range(B)]
+        ref, _ = paged_attention_ref(torch.cat([qn, qp], -1).float().cpu(), kp, kp[..., :512],
+                                     rows, lens.tolist(), [1] * B, list(range(B)), 0.1,
+                                     causal=False)
+        assert rel_err(out.cpu(), ref) < TOL
+
+
+def test_flashinfer_side_by_side(ws):
+    flashinfer = pytest.importorskip("flashinfer")
+    g = torch.Generator().manual_seed(31)
+    B, H, ps = 32, 128, 64
+    lens = _lens(B, 2048, g)
+    pages = ((lens + ps - 1) // ps).to(torch.int32)
+    num_pages = int(pages.sum()) + 4
+    kv_indptr = torch.cat([torch.zeros(1, dtype=torch.int64), pages.cumsum(0)]).to(torch.int32)
+    kv_indices = torch.randperm(num_pages, generator=g)[:int(kv_indptr[-1])].to(torch.int32)
+    ckv = torch.randn(num_pages, ps, 512, generator=g).bfloat16().to(DEV)
+    kpe = torch.randn(num_pages, ps, 64, generator=g).bfloat16().to(DEV)
+    qn = torch.randn(B, H, 512, generator=g).bfloat16().to(DEV)
+    qp = torch.randn(B, H, 64, generator=g).bfloat16().to(DEV)
+    args = (torch.arange(B + 1, dtype=torch.int32).to(DEV), kv_indptr.to(DEV),
+            kv_indices.to(DEV), lens.to(DEV), H, 512, 64, ps, False, 0.07, torch.bfloat16,
+            torch.bfloat16)
+    results = []
+    for mod, wsb in ((fiattn.mla, ws), (flashinfer.mla, torch.empty(WS_BYTES, dtype=torch.uint8,
+                                                                    device=DEV))):
+        w = mod.BatchMLAPagedAttentionWrapper(wsb)
+        w.plan(*args)
+        results.append(w.run(qn, qp, ckv, kpe, return_lse=True))
+    torch.cuda.synchronize()
+    (o1, l1), (o2, l2) = results
+    assert rel_err(o1.float(), o2.float()) < 1e-2
+    assert torch.allclose(l1, l2, atol=1e-2, rtol=1e-2)  # both base 2

@@ -1,0 +1,49 @@
+"""torch fp64 references of the attention fiattn computes (fiattn_run.h, DESIGN.md 7)."""
+import math
+
+import torch
+
+
+def paged_attention_ref(q, k_pages, v_pages, page_rows, kv_lens, q_lens, q_offsets, scale,
+                        bmm2=1.0, causal=True, window_left=-1, sinks=None):
+    """q: [tokens, H, Dqk]; k_pages: [num_pages, page_size, H_kv, Dqk]; v_pages:
+    [num_pages, page_size, H_kv, Dvo]; page_rows: list of per-request page index lists.
+    Returns (out [tokens, H, Dvo] fp64, lse [tokens, H] natural log)."""
+    q = q.double()
+    k_pages, v_pages = k_pages.double(), v_pages.double()
+    T, H, _ = q.shape
+    Hkv = k_pages.shape[2]
+    g = H // Hkv
+    ps = k_pages.shape[1]
+    out = torch.zeros(T, H, v_pages.shape[-1], dtype=torch.float64)
+    lse = torch.full((T, H), -math.inf, dtype=torch.float64)
+    for b, (kv_len, ql, qo) in enumerate(zip(kv_lens, q_lens, q_offsets)):
+        if kv_len == 0:
+            continue
+        pages = page_rows[b]
+        idx = torch.tensor([pages[tk // ps] for tk in range(kv_len)], dtype=torch.long)
+        slot = torch.arange(kv_len) % ps
+        K = k_pages[idx, slot]  # [kv, Hkv, D]
+        V = v_pages[idx, slot]
+        for i in range(ql):
+            p = kv_len - ql + i
+            hi = p if causal else kv_len - 1
+            lo = max(0, p - window_left) if window_left >= 0 else 0
+            if hi < lo:
+                continue
+            for h in range(H):
+                kh = h // g
+                s = scale * (K[lo:hi + 1, kh] @ q[qo + i, h])
+                m = s.max()
+                if sinks is not None:
+                    m = max(m, torch.tensor(float(sinks[h]), dtype=torch.float64))
+                e = torch.exp(s - m)
+                den = e.sum() + (math.exp(float(sinks[h]) - float(m)) if sinks is not None else 0.0)
+                out[qo + i, h] = bmm2 * (e @ V[lo:hi + 1, kh]) / den
+                lse[qo + i, h] = math.log(den) + float(m)
+    return out, lse
+
+
+def rel_err(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / max(b.norm(), 1e-30))
