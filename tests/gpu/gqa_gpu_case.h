@@ -265,8 +265,15 @@ static inline int gqa_case_set_layout(gqa_case *c, gqa_layout layout, gqa_kv_for
         return -1;
     }
     gqa_pack(stage, &c->kv, c->h_k, c->h_v, NP, ps, Hkv, c->row_bytes, c->kv_es);
-    cudaError_t e = cudaMemcpy(c->d_kv, stage, (size_t)(c->kv.total * c->kv_es),
-                               cudaMemcpyHostToDevice);
+    cudaError_t e = cudaSuccess;
+    if ((size_t)(c->kv.total * c->kv_es) > c->kv_bytes) { /* a larger page pad than at init */
+        cudaFree(c->d_kv);
+        c->d_kv = NULL;
+        c->kv_bytes = (size_t)(c->kv.total * c->kv_es);
+        e = cudaMalloc(&c->d_kv, c->kv_bytes);
+    }
+    if (e == cudaSuccess)
+        e = cudaMemcpy(c->d_kv, stage, (size_t)(c->kv.total * c->kv_es), cudaMemcpyHostToDevice);
     free(stage);
     if (e != cudaSuccess) {
         gc_msg(msg, cap, "KV upload: %s", cudaGetErrorString(e));

@@ -797,7 +797,7 @@ static void sanitize_small_case(void **state) {
     o.sinks = 1;
     o.layout = GQA_HND;
     gqa_case c;
-    split_case(&c, &o, 2, 700, 900, 2, &rng); /* >= 2 pieces */
+    split_case(&c, &o, 1, 1500, 2000, 2, &rng); /* 4 tiles on 8 CTAs: >= 2 pieces */
     check_case(&c, 1);
     gqa_case_free(&c);
 }
