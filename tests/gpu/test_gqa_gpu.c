@@ -342,7 +342,7 @@ static void gqa_split_merge_matches_reference_few_and_many_ctas(void **state) {
     static const sv V[] = {
         /* few CTAs: a handful of tiles cut into pieces */
         {32, 8, 128, 64, 1, 3, 3000, 5000, 8, 1, -1, 2},
-        {64, 8, 128, 16, 2, 2, 2000, 4000, 8, 0, -1, 2},
+        {64, 8, 128, 16, 2, 1, 2000, 4000, 16, 0, -1, 2},
         /* batch 1 over 132 CTAs: split-k decides everything */
         {32, 8, 128, 64, 1, 1, 20000, 30000, 132, 1, -1, 8},
         {40, 8, 256, 32, 4, 1, 8000, 12000, 132, 0, -1, 4},
