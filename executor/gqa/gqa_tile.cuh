@@ -58,7 +58,7 @@ using namespace fi;
 constexpr int kWarps = 4;                  /* consumer warps */
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = FI_GQA_MAX_TILE_ROWS;
-constexpr int kSlice = 16;                 /* KV tokens a ring slot */
+constexpr int kSlice = 16;                 /* KV tokens a warp computes at once */
 constexpr int kMaxStages = 48;
 constexpr size_t kSmemBytes = 232448;      /* the sm_90 opt-in maximum per block */
 
@@ -70,7 +70,11 @@ template <int D, int KB> struct Geo {
     static constexpr size_t kQBytes = (size_t)kRows * kRowBytes;
     static constexpr int kKvPitch = D * KB + 16;               /* KV: bytes a row (16 pad:
                                                                   ldmatrix rows on distinct banks) */
-    static constexpr size_t kSlotBytes = (size_t)2 * kSlice * kKvPitch; /* K rows, then V rows */
+    /* KV tokens a ring slot: 2 slices (a barrier round trip per 32 tokens, not 16) unless
+     * rows are 512 bytes (bf16 / fp16 head_dim 256), where 32-token slots leave 2 stages. */
+    static constexpr int kSlotTokens = D * KB > 256 ? kSlice : 2 * kSlice;
+    static constexpr int kSubs = kSlotTokens / kSlice;
+    static constexpr size_t kSlotBytes = (size_t)2 * kSlotTokens * kKvPitch; /* K rows, then V */
     static constexpr size_t kCombBytes = (size_t)2 * 16 * D * 4;   /* 2 warp states, fp32 */
     static constexpr size_t kOffM = (size_t)(2 * kMaxStages + 4) * 8;
     static constexpr size_t kOffL = kOffM + kWarps * 16 * 4;
@@ -217,8 +221,8 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
     const int kvh = it.head_begin / p.g.group;
     const KV *kbase = static_cast<const KV *>(p.g.k) + (int64_t)kvh * p.g.k_stride_head;
     const KV *vbase = static_cast<const KV *>(p.g.v) + (int64_t)kvh * p.g.v_stride_head;
-    const int s0 = it.kv_begin & ~(kSlice - 1);
-    const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + kSlice - 1) / kSlice : 0;
+    const int s0 = it.kv_begin & ~(G::kSlotTokens - 1);
+    const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + G::kSlotTokens - 1) / G::kSlotTokens : 0;
     if (nsl == 0)
         return;
     PageBatch b;
@@ -229,26 +233,34 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
     b.vrow = (int64_t)rq.page_row_offset + (split ? ppr : 0);
     page_fill(p, b);
     for (int sl = 0; sl < nsl; ++sl) {
-        const int t0 = s0 + sl * kSlice;
+        const int t0 = s0 + sl * G::kSlotTokens;
         while ((t0 >> shift) >= b.pb0 + 32) /* uniform */
             page_advance(p, b);
-        const int tok = t0 + j;
-        const int pi = (tok >> shift) - b.pb0; /* 0 .. 63 (a slice spans <= 16 pages) */
-        const int32_t kc = __shfl_sync(0xffffffffu, b.kc, pi & 31);
-        const int32_t kn = __shfl_sync(0xffffffffu, b.kn, pi & 31);
-        const int32_t vc = __shfl_sync(0xffffffffu, b.vc, pi & 31);
-        const int32_t vn = __shfl_sync(0xffffffffu, b.vn, pi & 31);
-        const bool in = tok >= it.kv_begin && tok < it.kv_end;
-        const int64_t slot_tok = tok & (p.c.page_size - 1);
-        const KV *ks = in ? kbase + (int64_t)(pi < 32 ? kc : kn) * p.g.k_stride_page + slot_tok * p.g.k_stride_tok : kbase;
-        const KV *vs = in ? vbase + (int64_t)(pi < 32 ? vc : vn) * p.g.v_stride_page + slot_tok * p.g.v_stride_tok : vbase;
-        mbar_wait(G::empty(smem, cur.slot), cur.phase ^ 1u);
-        const uint32_t kd = smem_u32(G::slot(smem, cur.slot) + j * G::kKvPitch);
-        const uint32_t vd = kd + kSlice * G::kKvPitch;
+        const KV *ks[G::kSubs], *vs[G::kSubs];
+        bool in[G::kSubs];
 #pragma unroll
-        for (int c = q; c < kChunks; c += 8) {
-            cp_async16(kd + c * 16, reinterpret_cast<const unsigned char *>(ks) + c * 16, in ? 16 : 0);
-            cp_async16(vd + c * 16, reinterpret_cast<const unsigned char *>(vs) + c * 16, in ? 16 : 0);
+        for (int u = 0; u < G::kSubs; ++u) { /* this thread's tokens j and j + 16 of the slot */
+            const int tok = t0 + u * kSlice + j;
+            const int pi = (tok >> shift) - b.pb0; /* 0 .. 63 (a slot spans <= 32 pages) */
+            const int32_t kc = __shfl_sync(0xffffffffu, b.kc, pi & 31);
+            const int32_t kn = __shfl_sync(0xffffffffu, b.kn, pi & 31);
+            const int32_t vc = __shfl_sync(0xffffffffu, b.vc, pi & 31);
+            const int32_t vn = __shfl_sync(0xffffffffu, b.vn, pi & 31);
+            in[u] = tok >= it.kv_begin && tok < it.kv_end;
+            const int64_t slot_tok = tok & (p.c.page_size - 1);
+            ks[u] = in[u] ? kbase + (int64_t)(pi < 32 ? kc : kn) * p.g.k_stride_page + slot_tok * p.g.k_stride_tok : kbase;
+            vs[u] = in[u] ? vbase + (int64_t)(pi < 32 ? vc : vn) * p.g.v_stride_page + slot_tok * p.g.v_stride_tok : vbase;
+        }
+        mbar_wait(G::empty(smem, cur.slot), cur.phase ^ 1u);
+#pragma unroll
+        for (int u = 0; u < G::kSubs; ++u) {
+            const uint32_t kd = smem_u32(G::slot(smem, cur.slot) + (u * kSlice + j) * G::kKvPitch);
+            const uint32_t vd = kd + G::kSlotTokens * G::kKvPitch;
+#pragma unroll
+            for (int c = q; c < kChunks; c += 8) {
+                cp_async16(kd + c * 16, reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0);
+                cp_async16(vd + c * 16, reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0);
+            }
         }
         cp_async_mbar_arrive(G::full(smem, cur.slot));
         cur.next_slot(G::kStages);
@@ -664,7 +676,7 @@ template <typename T, typename KV, int D> struct GqaFamily {
             qk_scores<C, D>(sK, smem_u32(sQ + row * G::kPitch + (ln.lane >> 4) * 8), ln.lane, s);
         uint32_t pa[4];
         softmax_step<C, D>(ctx, ln, t0, lo, hi, s, a, pa);
-        const unsigned char *sV = sK + kSlice * G::kKvPitch;
+        const unsigned char *sV = sK + G::kSlotTokens * G::kKvPitch; /* V rows: a slot's second half */
         if constexpr (kF8)
             pv_accumulate_fp8<D>(sV, ln.lane, pa, a);
         else
@@ -692,12 +704,15 @@ template <typename T, typename KV, int D> struct GqaFamily {
         mbar_wait(G::qfull(smem, cur.qb), cur.qphase);
         if constexpr (kF8)
             q_to_f16<T, D>(sQ, M);
-        const int s0 = it.kv_begin & ~(kSlice - 1); /* slices aligned as produce_kv's */
-        const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + kSlice - 1) / kSlice : 0;
+        const int s0 = it.kv_begin & ~(G::kSlotTokens - 1); /* slots aligned as produce_kv's */
+        const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + G::kSlotTokens - 1) / G::kSlotTokens : 0;
         for (int sl = 0; sl < nsl; ++sl) {
             mbar_wait(G::full(smem, cur.slot), cur.phase);
             if (active && (sl & (ln.W - 1)) == ln.tw)
-                slice(ctx, G::slot(smem, cur.slot), sQ, ln, s0 + sl * kSlice, lo, hi, a);
+#pragma unroll
+                for (int u = 0; u < G::kSubs; ++u)
+                    slice(ctx, G::slot(smem, cur.slot) + u * kSlice * G::kKvPitch, sQ, ln,
+                          s0 + sl * G::kSlotTokens + u * kSlice, lo, hi, a);
             /* Every lane arrives (racecheck does not follow a __syncwarp + one lane's
              * release: docs/DESIGN.md, sanitizer caveats). */
             mbar_arrive(G::empty(smem, cur.slot));
