@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/batchgen.h"
+#include "common/plan_check.h"
 #include "fiattn.h"
 
 static uint64_t g_seed;
@@ -704,6 +705,65 @@ static void num_ctas_zero_resolves_or_reports_no_device(void **state) {
     }
 }
 
+/* The snapshot that proves "a rejected batch changed nothing" sees every region of the
+ * view: one corrupted byte of the header, work_indptr, cta_starts, items, groups or
+ * requests (the plan's own staging, written through the view) is a difference; a corrupted
+ * CTA start record is also refused by the plan checker. */
+static void snapshot_sees_every_view_region(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 16};
+    int groups_seen = 0;
+    for (int i = 0; i < 30; i++) {
+        fixture f;
+        setup(&f, &rng, kind_for(k_forms[i % 3], i), k_forms[i % 3], 0);
+        fi_plan_view v;
+        assert_int_equal(fi_plan_get_view(f.plan, &v), FI_OK);
+        const fi_plan_header *h = v.header;
+        struct { unsigned char *p; size_t n; const char *name; } reg[6] = {
+            /* header past num_items .. batch_size (the snapshot sizes its copy by them) */
+            {(unsigned char *)(uintptr_t)h + 16, sizeof *h - 16, "header"},
+            {(unsigned char *)(uintptr_t)v.work_indptr, sizeof(int32_t) * (size_t)(v.num_ctas + 1),
+             "work_indptr"},
+            {(unsigned char *)(uintptr_t)v.cta_starts, sizeof(fi_cta_start) * (size_t)v.num_ctas,
+             "cta_starts"},
+            {(unsigned char *)(uintptr_t)v.items, sizeof(fi_work_item) * (size_t)h->num_items, "items"},
+            {(unsigned char *)(uintptr_t)v.groups, sizeof(fi_merge_group) * (size_t)h->num_groups,
+             "groups"},
+            {(unsigned char *)(uintptr_t)v.requests,
+             sizeof(fi_request_info) * (size_t)h->batch_size, "requests"},
+        };
+        groups_seen += h->num_groups > 0;
+        for (int r = 0; r < 6; r++) {
+            if (reg[r].n == 0)
+                continue;
+            tt_plan_snapshot before = take(f.plan);
+            unsigned char *at = reg[r].p + tt_rng_int(&rng, 0, (int32_t)reg[r].n - 1);
+            const unsigned char keep = *at;
+            *at ^= (unsigned char)(1u << tt_rng_int(&rng, 0, 7));
+            tt_plan_snapshot after = take(f.plan);
+            if (tt_plan_snapshot_diff(&before, &after) < 0)
+                fail_msg("seed %llu: a corrupted byte of %s is not in the snapshot",
+                         (unsigned long long)g_seed, reg[r].name);
+            if (r == 2) { /* cta_starts: the checker refuses the plan */
+                tt_plan_expect e = batchgen_expect(&f.good);
+                char msg[256];
+                if (tt_plan_check(f.plan, &f.good.batch, &e, msg, sizeof msg) == 0)
+                    fail_msg("seed %llu: a corrupted cta_starts byte passed tt_plan_check",
+                             (unsigned long long)g_seed);
+            }
+            *at = keep;
+            tt_plan_snapshot_free(&before);
+            tt_plan_snapshot_free(&after);
+        }
+        tt_plan_expect e = batchgen_expect(&f.good);
+        char msg[256];
+        if (tt_plan_check(f.plan, &f.good.batch, &e, msg, sizeof msg) != 0)
+            fail_msg("seed %llu: restored plan: %s", (unsigned long long)g_seed, msg);
+        teardown(&f);
+    }
+    assert_true(groups_seen > 0);
+}
+
 static void status_names_are_unique_and_total(void **state) {
     (void)state;
     for (int s = 0; s <= FI_ERR_PAGE_TABLE_TOO_LARGE; s++) {
@@ -745,6 +805,7 @@ int main(void) {
         cmocka_unit_test(host_plan_update_never_needs_a_gpu),
         cmocka_unit_test(empty_batch_plans_nothing),
         cmocka_unit_test(num_ctas_zero_resolves_or_reports_no_device),
+        cmocka_unit_test(snapshot_sees_every_view_region),
         cmocka_unit_test(status_names_are_unique_and_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
