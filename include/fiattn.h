@@ -73,7 +73,32 @@ typedef enum fi_status {
     FI_ERR_INVALID_ARGUMENT = 29,      /* any other out-of-range scalar argument */
     FI_ERR_HOST_PLAN = 30,             /* a device operation on a plan created without workspace */
     FI_ERR_UNSUPPORTED_VARIANT = 31,   /* caps.variant names no row of the kind's tile table */
+    /* Caps over the documented limits (FI_LIMIT_* below): */
+    FI_ERR_MAX_BATCH_OVER_LIMIT = 32,     /* caps.max_batch > FI_LIMIT_MAX_BATCH */
+    FI_ERR_MAX_Q_TOKENS_OVER_LIMIT = 33,  /* caps.max_q_tokens > FI_LIMIT_MAX_Q_TOKENS */
+    FI_ERR_NUM_PAGES_OVER_LIMIT = 34,     /* caps.num_pages > FI_LIMIT_NUM_PAGES */
+    FI_ERR_NUM_CTAS_OVER_LIMIT = 35,      /* caps.num_ctas (resolved) > FI_LIMIT_NUM_CTAS */
+    FI_ERR_PLAN_OVER_LIMIT = 36,          /* the caps' plan bound (tiles + cuts, workspace/
+                                             layout.h) > FI_LIMIT_PLAN_ITEMS */
+    /* Batch scalars (fi_batch_validate): */
+    FI_ERR_NEGATIVE_BATCH_SIZE = 37,      /* batch.batch_size < 0 */
+    FI_ERR_INVALID_CAUSAL = 38,           /* batch.causal not 0 / 1 */
+    FI_ERR_NEGATIVE_PAGES_PER_SEQ = 39,   /* batch.max_pages_per_seq < 0 */
+    FI_ERR_INVALID_KV_SPLIT = 40,         /* batch.kv_split_pages not 0 / 1 */
+    FI_ERR_PAGE_TABLE_TOO_LARGE = 41,     /* B x max_pages_per_seq (x 2 with kv_split_pages)
+                                             > INT32_MAX: row offsets would overflow int32 */
 } fi_status;
+
+/* Documented limits of fi_caps (each violation has its own status above).  They keep every
+ * count and offset of a plan in int32 and the host memory of fi_plan_create bounded (two
+ * staging copies of the plan region plus the planner's scratch: at most a few hundred MiB,
+ * whatever the caps). */
+#define FI_LIMIT_MAX_BATCH (1 << 16)      /* requests per batch */
+#define FI_LIMIT_MAX_Q_TOKENS (1 << 20)   /* query tokens per batch */
+#define FI_LIMIT_NUM_PAGES (1 << 30)      /* pages in the KV cache */
+#define FI_LIMIT_NUM_CTAS (1 << 14)       /* persistent CTAs */
+#define FI_LIMIT_PLAN_ITEMS (1 << 20)     /* work items a plan may need: tiles + num_ctas - 1 */
+#define FI_LIMIT_QO_HEADS 32767           /* num_qo_heads (FI_ERR_UNSUPPORTED_HEADS) */
 
 /* Name of a status ("FI_ERR_BATCH_OVER_CAPS"); never NULL ("FI_STATUS_UNKNOWN"). */
 const char *fi_status_name(fi_status status);
@@ -133,22 +158,31 @@ typedef struct fi_caps {
 
 /* Check caps against the supported sets above: kind; a tile table row for (kind, variant);
  * positive max_batch, max_q_tokens, num_pages, num_qo_heads, num_kv_heads, page_size and
- * num_ctas >= 0 (0 is resolved later, against the device); heads, head dims, page size and
- * dtypes (q, kv: F32 (CPU reference), F16, BF16, E4M3; out: F32, F16, BF16, E4M3 (fp8 output
- * of the GQA decode family, with fi_attn_args.o_scale; the CPU references return
- * FI_ERR_UNSUPPORTED_DTYPE for an E4M3 out tensor)).  Pure: no CUDA
- * call, nothing written.  fi_workspace_size, fi_plan_create and fi_naive_attention call it.
+ * num_ctas >= 0 (0 is resolved later, against the device); the FI_LIMIT_* limits; heads
+ * (H_q <= FI_LIMIT_QO_HEADS), head dims, page size and dtypes (q, kv: F32 (CPU reference),
+ * F16, BF16, E4M3, E5M2; kv also E2M1 (NVFP4) for FI_KIND_GQA_DECODE only; out: F32, F16,
+ * BF16, E4M3 (fp8 output of the GQA decode family, with fi_attn_args.o_scale; the CPU
+ * references return FI_ERR_UNSUPPORTED_DTYPE for an E4M3 out tensor)); the plan bound the
+ * caps imply (workspace/layout.h: tiles + num_ctas - 1 items) <= FI_LIMIT_PLAN_ITEMS.
+ * Which executor runs which dtypes: fiattn_run.h (fi_run) and fiattn_ref.h (CPU
+ * references: F32 / F16 / BF16 / E4M3 / E5M2 inputs, not E2M1).
+ * Pure: no CUDA call, nothing written.  fi_workspace_size, fi_plan_create and
+ * fi_naive_attention call it.
  * @return, for the first rule broken in this order: FI_OK; FI_ERR_NULL_ARGUMENT;
  *   FI_ERR_UNSUPPORTED_KIND; FI_ERR_UNSUPPORTED_VARIANT (no tile table row for kind and
  *   caps.variant); FI_ERR_INVALID_CAPS (a maximum <= 0, num_ctas < 0, H_q % H_kv != 0);
- *   FI_ERR_UNSUPPORTED_HEADS; FI_ERR_UNSUPPORTED_HEAD_DIM; FI_ERR_UNSUPPORTED_PAGE_SIZE;
- *   FI_ERR_UNSUPPORTED_DTYPE. */
+ *   FI_ERR_MAX_BATCH_OVER_LIMIT; FI_ERR_MAX_Q_TOKENS_OVER_LIMIT; FI_ERR_NUM_PAGES_OVER_LIMIT;
+ *   FI_ERR_NUM_CTAS_OVER_LIMIT; FI_ERR_UNSUPPORTED_HEADS; FI_ERR_UNSUPPORTED_HEAD_DIM;
+ *   FI_ERR_UNSUPPORTED_PAGE_SIZE; FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_PLAN_OVER_LIMIT. */
 fi_status fi_caps_validate(const fi_caps *caps);
 
 /* Bytes of device workspace a plan with these caps needs (256-byte aligned regions: work
  * items, CTA ranges, request table, merge table, counts, fp32 partial O and LSE,
  * semaphores).  Depends only on *caps (num_ctas 0 is resolved against the current device).
- * @return FI_OK and *bytes, or the caps' validation status (*bytes untouched). */
+ * Computed with checked arithmetic: never a wrapped, too-small size.
+ * @return FI_OK and *bytes, or the caps' validation status, FI_ERR_NO_DEVICE (num_ctas 0
+ *   without a device), FI_ERR_PLAN_OVER_LIMIT (the resolved num_ctas takes the plan bound
+ *   over FI_LIMIT_PLAN_ITEMS); *bytes untouched on error. */
 fi_status fi_workspace_size(const fi_caps *caps, size_t *bytes);
 
 /* Host memory hooks for the library's own small allocations (done at create only).
@@ -166,7 +200,9 @@ typedef struct fi_plan fi_plan;
  *   caller, must outlive the plan.  NULL with bytes 0 creates a host-only plan (no CUDA
  *   calls at all: for the CPU reference executor, tests and fiplan).
  * Device plans: allocate two pinned staging buffers, an event, and zero the semaphore
- *   region once (synchronously): the only sync fiattn ever does.
+ *   region once (synchronously): the only sync fiattn ever does.  Host memory: two copies
+ *   of the plan region and the planner's scratch, both bounded by the FI_LIMIT_* caps
+ *   limits; caps over a limit are refused before anything is allocated.
  * @return FI_OK and *plan; FI_ERR_WORKSPACE_TOO_SMALL (fi_workspace_size() gives the bytes),
  *   FI_ERR_WORKSPACE_MISALIGNED, a caps status, FI_ERR_NO_DEVICE, FI_ERR_CUDA,
  *   FI_ERR_OUT_OF_MEMORY.  On error *plan is left untouched. */
@@ -188,7 +224,7 @@ typedef enum fi_batch_form {
     /* BatchMLAPagedAttentionWrapper: qo_indptr + kv_indptr + kv_indices + kv_len. */
     FI_FORM_INDPTR = 2,
     /* trtllm_batch_context_with_kv_cache: cum_seq_lens_q / cum_seq_lens_kv + block_tables
-     * (+ seq_lens, checked against cum_seq_lens_kv when given). */
+     * (+ seq_lens, checked against cum_seq_lens_kv when given).  FI_KIND_CONTEXT only. */
     FI_FORM_CUM_SEQ_LENS = 3,
 } fi_batch_form;
 
@@ -228,29 +264,42 @@ typedef struct fi_batch {
  * (P = max_pages_per_seq.)  fi_plan_update applies the same rules; fi_naive_attention
  * validates through it.
  * Rules, in the order checked, and their status:
- *   NULL caps / batch / requests / total_q_tokens, or a required array of the form
- *                                                         FI_ERR_NULL_ARGUMENT
- *   form not one of the three                             FI_ERR_INVALID_FORM
- *   batch_size < 0                                        FI_ERR_INVALID_ARGUMENT
- *   batch_size > caps.max_batch                           FI_ERR_BATCH_OVER_CAPS
- *   window_left < -1                                      FI_ERR_INVALID_WINDOW
- *   causal not 0 / 1, max_pages_per_seq < 0, kv_split_pages not 0 / 1
- *                                                         FI_ERR_INVALID_ARGUMENT
- *   q_len_per_request < 0, a kv_len / seq_lens < 0        FI_ERR_NEGATIVE_LENGTH
- *   an indptr / cum_seq_lens not starting at 0, or decreasing
- *                                                         FI_ERR_INDPTR_NOT_MONOTONE
- *   seq_lens != cum_seq_lens_kv difference; causal with 0 < kv_len < q_len
- *                                                         FI_ERR_INCONSISTENT_LENGTHS
- *     (kv_len 0 is always valid: an empty request, its rows get zeros and lse -inf)
- *   q_len outside the kind's range (decode kinds 1..8, context >= 0)
- *                                                         FI_ERR_Q_LEN_UNSUPPORTED
- *   sum of q_len > caps.max_q_tokens                      FI_ERR_Q_TOKENS_OVER_CAPS
- *   ceil(kv_len / page_size) > the pages of the request's row
- *                                                         FI_ERR_SEQ_LEN_EXCEEDS_PAGES
- *   a row offset or token offset beyond int32             FI_ERR_INVALID_ARGUMENT
- *   a used page index (K and, for 3-D tables, V row) outside [0, caps.num_pages)
- *                                                         FI_ERR_PAGE_INDEX_OUT_OF_RANGE
- * Every form is accepted for every kind; only the pages a request uses are read.
+ *   NULL caps / batch / requests / total_q_tokens             FI_ERR_NULL_ARGUMENT
+ *   form not one of the three, or FI_FORM_CUM_SEQ_LENS for a kind other than
+ *     FI_KIND_CONTEXT (the decode kinds take BLOCK_TABLES and INDPTR; context all three)
+ *                                                             FI_ERR_INVALID_FORM
+ *   batch_size < 0                                            FI_ERR_NEGATIVE_BATCH_SIZE
+ *   batch_size > caps.max_batch                               FI_ERR_BATCH_OVER_CAPS
+ *   window_left < -1                                          FI_ERR_INVALID_WINDOW
+ *   causal not 0 / 1                                          FI_ERR_INVALID_CAUSAL
+ *   a required array of the form NULL                         FI_ERR_NULL_ARGUMENT
+ *   BLOCK_TABLES / CUM_SEQ_LENS: max_pages_per_seq < 0        FI_ERR_NEGATIVE_PAGES_PER_SEQ
+ *     kv_split_pages not 0 / 1                                FI_ERR_INVALID_KV_SPLIT
+ *     B x max_pages_per_seq (x 2 with kv_split_pages) > INT32_MAX
+ *                                                             FI_ERR_PAGE_TABLE_TOO_LARGE
+ *   BLOCK_TABLES: q_len_per_request < 0                       FI_ERR_NEGATIVE_LENGTH
+ *   INDPTR / CUM_SEQ_LENS: the q, then the kv array's first entry not 0
+ *                                                             FI_ERR_INDPTR_NOT_MONOTONE
+ *     (request 0, or -1 in an empty batch; needed = the entry, limit 0)
+ *   INDPTR: kv_indptr decreasing anywhere (checked before any page is read)
+ *                                                             FI_ERR_INDPTR_NOT_MONOTONE
+ *   then per request b, in order:
+ *     qo_indptr / cum_seq_lens_q / cum_seq_lens_kv decreasing at b
+ *                                                             FI_ERR_INDPTR_NOT_MONOTONE
+ *     CUM_SEQ_LENS with seq_lens: seq_lens[b] < 0             FI_ERR_NEGATIVE_LENGTH
+ *       seq_lens[b] != the cum_seq_lens_kv difference         FI_ERR_INCONSISTENT_LENGTHS
+ *     kv_len / seq_lens[b] < 0                                FI_ERR_NEGATIVE_LENGTH
+ *     q_len outside the kind's range (decode kinds 1..8, context >= 0)
+ *                                                             FI_ERR_Q_LEN_UNSUPPORTED
+ *     causal with 0 < kv_len < q_len                          FI_ERR_INCONSISTENT_LENGTHS
+ *       (kv_len 0 is always valid: an empty request, its rows get zeros and lse -inf)
+ *     sum of q_len so far > caps.max_q_tokens                 FI_ERR_Q_TOKENS_OVER_CAPS
+ *     ceil(kv_len / page_size) > the pages of the request's row
+ *                                                             FI_ERR_SEQ_LEN_EXCEEDS_PAGES
+ *     a used page index (K and, for 3-D tables, V row) outside [0, caps.num_pages)
+ *                                                             FI_ERR_PAGE_INDEX_OUT_OF_RANGE
+ * Row and token offsets then fit int32 by construction (row offsets <= the page-table
+ * size, token offsets <= caps.max_q_tokens).  Only the pages a request uses are read.
  * caps: caps that pass fi_caps_validate.  requests: [batch->batch_size] out and
  * *total_q_tokens (the sum of q_len): written on success only.
  * err: may be NULL; on failure its status, request (b or -1), needed and limit say which

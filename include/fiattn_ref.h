@@ -8,9 +8,13 @@
  * fi_naive_attention: fp64 attention with no plan at all; defines the right answer.
  *
  * Both take the fi_attn_args of fiattn_run.h with host pointers: q/q_rope/k/k_rope/v
- * FI_DTYPE_F32, F16 or BF16 (any element strides), out F32/F16/BF16 (rounded to nearest
- * even at the end), lse F32, page_table FI_DTYPE_I32, scale pointers and sinks host fp32.
- * Semantics: fiattn_run.h.  Neither writes anything when it returns an error.
+ * FI_DTYPE_F32, F16, BF16, E4M3 or E5M2 (fp8 values widened exactly, no scale of their
+ * own: fold dequantisation into bmm1_scale / bmm2_scale; any element strides), out
+ * F32/F16/BF16 (rounded to nearest even at the end), lse F32, page_table FI_DTYPE_I32,
+ * scale pointers and sinks host fp32.  NVFP4 (FI_DTYPE_E2M1) tensors, which caps accept
+ * for GQA decode KV, are not read by the CPU references: FI_ERR_UNSUPPORTED_DTYPE.
+ * Semantics, including non-finite inputs (NaN / Inf): fiattn_run.h.  Neither writes
+ * anything when it returns an error.
  */
 #ifndef FIATTN_REF_H
 #define FIATTN_REF_H

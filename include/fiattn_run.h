@@ -10,6 +10,25 @@
  *   den   = sum_j exp(s_j) + (sinks ? exp(sinks[h]) : 0)
  *   out   = bmm2_scale * sum_j exp(s_j) v_j / den         (MLA: v_j = ckv_j, 512 dims)
  *   lse   = log(den)  (natural log; -inf when the row has no key and no sink; out = 0 then)
+ *
+ * Non-finite inputs (the same in fi_run's kernels, fi_ref_run and fi_naive_attention; a
+ * row is one (query token, query head); only the keys the row sees, its causal / window
+ * range, and their K / V pages are read for it):
+ *   - NaN is never hidden: a NaN in the row's q, in K of a key it sees, in its sink or in
+ *     bmm1_scale gives a NaN logit / denominator, and the row's whole out and its lse are
+ *     NaN (a NaN bmm2_scale: out only).  A NaN at dim d of V of a key the row sees makes
+ *     out[d] of the row NaN (IEEE: a zero weight times NaN is NaN); its lse and other
+ *     dims are unaffected.  Rows that do not see the key (masked by causal / window_left,
+ *     other requests, other KV heads) get exactly what they get without the NaN.
+ *   - A logit of +inf (an inf in q or K, or an overflowing dot product; an inf that meets
+ *     a zero or an opposite inf gives NaN instead) makes the row's out and lse NaN, as
+ *     softmax does (inf - inf).  A sink of +inf likewise.
+ *   - A logit of -inf is a key of weight exactly 0; a row whose logits are all -inf (and
+ *     whose sink is absent or -inf) is an empty row: out = 0, lse = -inf, V not used.
+ *     Otherwise V of a -inf key is still multiplied by its zero weight (NaN / inf there
+ *     gives NaN in that dim, as above).
+ *   - +-inf in V of a key with a positive weight gives +-inf (or NaN) in that dim of out.
+ * Never silently zeroed: a row is 0 only when it is empty as defined above.
  */
 #ifndef FIATTN_RUN_H
 #define FIATTN_RUN_H

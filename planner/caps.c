@@ -6,8 +6,11 @@
  *   GQA_DECODE  H_q % H_kv == 0, group 1..16, head_dim 64/128/256 (qk == vo)
  *   CONTEXT     as GQA_DECODE
  *   page_size   {1,16,32,64,128} for every kind
- *   dtypes      q, kv: F32 (CPU reference), F16, BF16, E4M3 (xqa_mla); o: F32, F16, BF16
+ *   dtypes      q, kv: F32 (CPU reference), F16, BF16, E4M3 (xqa_mla), E5M2; kv also E2M1
+ *               (NVFP4) for GQA_DECODE; o: F32, F16, BF16
  *   variant     a row of the tile table (plan/variant.h) for (kind, variant)
+ *   limits      FI_LIMIT_* of fiattn.h: max_batch, max_q_tokens, num_pages, num_ctas, H_q,
+ *               and the plan bound derived from them (workspace/layout.h)
  */
 #include <cuda_runtime_api.h>
 
@@ -20,7 +23,8 @@ static int page_size_ok(int32_t p) {
 }
 
 static int in_dtype_ok(fi_dtype d) {
-    return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16 || d == FI_DTYPE_E4M3;
+    return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16 || d == FI_DTYPE_E4M3 ||
+           d == FI_DTYPE_E5M2;
 }
 
 static int out_dtype_ok(fi_dtype d) {
@@ -42,6 +46,14 @@ fi_status fi_caps_validate(const fi_caps *caps) {
         return FI_ERR_INVALID_CAPS;
     if (caps->num_qo_heads % caps->num_kv_heads != 0)
         return FI_ERR_INVALID_CAPS;
+    if (caps->max_batch > FI_LIMIT_MAX_BATCH)
+        return FI_ERR_MAX_BATCH_OVER_LIMIT;
+    if (caps->max_q_tokens > FI_LIMIT_MAX_Q_TOKENS)
+        return FI_ERR_MAX_Q_TOKENS_OVER_LIMIT;
+    if (caps->num_pages > FI_LIMIT_NUM_PAGES)
+        return FI_ERR_NUM_PAGES_OVER_LIMIT;
+    if (caps->num_ctas > FI_LIMIT_NUM_CTAS)
+        return FI_ERR_NUM_CTAS_OVER_LIMIT;
     const int32_t group = caps->num_qo_heads / caps->num_kv_heads;
     if (caps->kind == FI_KIND_MLA_DECODE) {
         const int32_t h = caps->num_qo_heads;
@@ -50,7 +62,7 @@ fi_status fi_caps_validate(const fi_caps *caps) {
         if (caps->head_dim_qk != 576 || caps->head_dim_vo != 512)
             return FI_ERR_UNSUPPORTED_HEAD_DIM;
     } else {
-        if (group < 1 || group > 16 || caps->num_qo_heads > INT16_MAX)
+        if (group < 1 || group > 16 || caps->num_qo_heads > FI_LIMIT_QO_HEADS)
             return FI_ERR_UNSUPPORTED_HEADS;
         const int32_t d = caps->head_dim_qk;
         if ((d != 64 && d != 128 && d != 256) || caps->head_dim_vo != d)
@@ -58,9 +70,15 @@ fi_status fi_caps_validate(const fi_caps *caps) {
     }
     if (!page_size_ok(caps->page_size))
         return FI_ERR_UNSUPPORTED_PAGE_SIZE;
-    if (!in_dtype_ok(caps->q_dtype) || !in_dtype_ok(caps->kv_dtype) ||
+    if (!in_dtype_ok(caps->q_dtype) ||
+        !(in_dtype_ok(caps->kv_dtype) ||
+          (caps->kv_dtype == FI_DTYPE_E2M1 && caps->kind == FI_KIND_GQA_DECODE)) ||
         !out_dtype_ok(caps->o_dtype))
         return FI_ERR_UNSUPPORTED_DTYPE;
+    /* The plan bound (tiles + cuts) with num_ctas as given (0: resolved later, and checked
+     * again by fi_layout_compute then). */
+    if (fi_layout_item_bound(caps) > FI_LIMIT_PLAN_ITEMS)
+        return FI_ERR_PLAN_OVER_LIMIT;
     return FI_OK;
 }
 

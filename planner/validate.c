@@ -24,43 +24,68 @@ static fi_status fail(fi_error_detail *err, fi_status st, int32_t request, int64
 }
 
 /* Scalar checks of the batch that do not depend on a request. */
+/* An indptr / cum_seq_lens array's first entry must be 0: request 0's range starts
+ * wrong, so it is named (-1 in an empty batch, where no request is at fault). */
+static fi_status check_first(const fi_batch *b, const int32_t *a, const int32_t *c,
+                             fi_error_detail *err) {
+    const int32_t req = b->batch_size > 0 ? 0 : -1;
+    if (a[0] != 0)
+        return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, req, a[0], 0);
+    if (c[0] != 0)
+        return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, req, c[0], 0);
+    return FI_OK;
+}
+
+/* Scalar checks of the batch that do not depend on a request (fiattn.h's rules, in their
+ * order). */
 static fi_status check_scalars(const fi_caps *caps, const fi_batch *b, fi_error_detail *err) {
     if (b->form != FI_FORM_BLOCK_TABLES && b->form != FI_FORM_INDPTR &&
         b->form != FI_FORM_CUM_SEQ_LENS)
         return fail(err, FI_ERR_INVALID_FORM, -1, b->form, -1);
+    /* cum_seq_lens is the context API's form; the decode kinds take the other two */
+    if (b->form == FI_FORM_CUM_SEQ_LENS && caps->kind != FI_KIND_CONTEXT)
+        return fail(err, FI_ERR_INVALID_FORM, -1, b->form, -1);
     if (b->batch_size < 0)
-        return fail(err, FI_ERR_INVALID_ARGUMENT, -1, b->batch_size, 0);
+        return fail(err, FI_ERR_NEGATIVE_BATCH_SIZE, -1, b->batch_size, 0);
     if (b->batch_size > caps->max_batch)
         return fail(err, FI_ERR_BATCH_OVER_CAPS, -1, b->batch_size, caps->max_batch);
     if (b->window_left < -1)
         return fail(err, FI_ERR_INVALID_WINDOW, -1, b->window_left, -1);
     if (b->causal != 0 && b->causal != 1)
-        return fail(err, FI_ERR_INVALID_ARGUMENT, -1, b->causal, 1);
+        return fail(err, FI_ERR_INVALID_CAUSAL, -1, b->causal, 1);
     switch (b->form) {
     case FI_FORM_BLOCK_TABLES:
         if (!b->block_tables || !b->seq_lens)
             return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
-        if (b->q_len_per_request < 0)
-            return fail(err, FI_ERR_NEGATIVE_LENGTH, -1, b->q_len_per_request, 0);
         break;
     case FI_FORM_INDPTR:
         if (!b->qo_indptr || !b->kv_indptr || !b->kv_indices || !b->kv_len)
             return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
-        if (b->qo_indptr[0] != 0 || b->kv_indptr[0] != 0)
-            return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, 0, -1, -1);
         break;
     case FI_FORM_CUM_SEQ_LENS:
         if (!b->block_tables || !b->cum_seq_lens_q || !b->cum_seq_lens_kv)
             return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
-        if (b->cum_seq_lens_q[0] != 0 || b->cum_seq_lens_kv[0] != 0)
-            return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, 0, -1, -1);
         break;
     }
     if (b->form != FI_FORM_INDPTR) {
         if (b->max_pages_per_seq < 0)
-            return fail(err, FI_ERR_INVALID_ARGUMENT, -1, b->max_pages_per_seq, 0);
+            return fail(err, FI_ERR_NEGATIVE_PAGES_PER_SEQ, -1, b->max_pages_per_seq, 0);
         if (b->kv_split_pages != 0 && b->kv_split_pages != 1)
-            return fail(err, FI_ERR_INVALID_ARGUMENT, -1, b->kv_split_pages, 1);
+            return fail(err, FI_ERR_INVALID_KV_SPLIT, -1, b->kv_split_pages, 1);
+        const int64_t entries =
+            (int64_t)b->batch_size * b->max_pages_per_seq * (b->kv_split_pages ? 2 : 1);
+        if (entries > INT32_MAX)
+            return fail(err, FI_ERR_PAGE_TABLE_TOO_LARGE, -1, entries, INT32_MAX);
+    }
+    switch (b->form) {
+    case FI_FORM_BLOCK_TABLES:
+        if (b->q_len_per_request < 0)
+            return fail(err, FI_ERR_NEGATIVE_LENGTH, -1, b->q_len_per_request, 0);
+        break;
+    case FI_FORM_INDPTR:
+        return check_first(b, b->qo_indptr, b->kv_indptr, err);
+    case FI_FORM_CUM_SEQ_LENS:
+        return check_first(b, b->cum_seq_lens_q, b->cum_seq_lens_kv, err);
     }
     return FI_OK;
 }
@@ -197,8 +222,9 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
                                              : (kv_len + page_size - 1) / page_size;
         if (used > avail)
             return fail(err, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, used, avail);
-        if (row + row_stride > INT32_MAX || q_off + q_len > INT32_MAX)
-            return fail(err, FI_ERR_INVALID_ARGUMENT, b, row, INT32_MAX);
+        /* Offsets fit int32 by the rules above: row + row_stride <= B * row_stride (the
+         * page-table size check; INDPTR rows are kv_indptr values), and q_off + q_len <=
+         * the q tokens so far (<= caps.max_q_tokens) in every form. */
         /* The next request's row (block-table forms): its first lines are fetched while
          * this row is scanned (the loop's case: the table is cold after a replay). */
         if (bt->form != FI_FORM_INDPTR && b + 1 < bt->batch_size)

@@ -48,7 +48,12 @@ dot_parses() {
     "$FIPLAN" --repeat 0 --dot "$@" >"$TMP/d.dot" 2>"$TMP/err" || return 1
     grep -q '^digraph' "$TMP/d.dot" && dot -Tsvg "$TMP/d.dot" >/dev/null
 }
-json_parses() { "$FIPLAN" --repeat 3 --json "$@" 2>/dev/null | python3 -m json.tool >/dev/null; }
+# As dot_parses: fiplan's exit status first, then a non-empty document, then the parser
+# (a pipe would let an empty or failed fiplan through).
+json_parses() {
+    "$FIPLAN" --repeat 3 --json "$@" >"$TMP/j.json" 2>"$TMP/err" || return 1
+    [ -s "$TMP/j.json" ] && python3 -m json.tool "$TMP/j.json" >/dev/null
+}
 
 # An --execute --cpu run must exit 0, report the CPU path and an error below the bound.
 execute_below() {
@@ -133,6 +138,7 @@ exit_code 2 "stray argument" extra
 exit_code 2 "missing value" --batch
 exit_msg 1 'cannot load trace /nonexistent/trace.csv: FITRACE_ERR_IO' "missing trace file" --trace /nonexistent/trace.csv
 exit_msg 1 'FI_ERR_UNSUPPORTED_PAGE_SIZE' "unsupported page size (library rejects)" --page-size 48 --repeat 0
+exit_msg 1 'FI_ERR_INVALID_FORM' "cum_seq_lens for a decode kind (library rejects)" --form cum_seq_lens --repeat 0
 check "malformed trace row reported with its line (exit 1)" bad_trace
 
 [ "$skipped" -gt 0 ] && echo "($skipped checks skipped: python3 not installed)"

@@ -6,7 +6,9 @@
  * (the walk or the packing, planner/pack.h) is never worse than the walk in the executor
  * model it chooses by (planner/model.h, recomputed here), for MLA (H_q 16..128) and GQA decode,
  * batch 128, MTP 1 and 4, at random snapshot steps and trace offsets.
- * Also checks the reported balance against one recomputed from the view.
+ * The plan the planner returns is bounded too: the walk's bound plus one merge's cost over
+ * the mean (chosen_bound).  Also checks the reported balance against one recomputed from
+ * the view.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -105,6 +107,13 @@ static double balance_bound(const fi_variant *row, const fi_plan_view *v) {
     return by_piece > 1.10 ? by_piece : 1.10;
 }
 
+/* The bound the plan the planner returns (walk or packing) must meet: balance_bound plus
+ * one merge's cost over the mean. */
+static double chosen_bound(const fi_variant *row, const fi_plan_view *v) {
+    const double mean = (double)v->header->total_cost / v->num_ctas;
+    return balance_bound(row, v) + (mean > 0 ? row->cost_merge / mean : 0.0);
+}
+
 static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim, int32_t mtp,
                               int32_t B) {
     fitrace *tr = NULL;
@@ -113,7 +122,7 @@ static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim
     enum { BMAX = 256 };
     assert_true(B >= 1 && B <= BMAX);
     int32_t q[BMAX] = {0}, kv[BMAX] = {0}, src[BMAX] = {0};
-    double worst = 0, gain = 1.0;
+    double worst = 0, worst_chosen = 0, gain = 1.0;
     int packed = 0;
     for (int it = 0; it < 12; it++) {
         const int32_t first = tt_rng_int(&rng, 0, tr->num_requests - 1);
@@ -168,6 +177,16 @@ static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim
         assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
         const double rep2 = fi_plan_balance(p), bal2 = view_balance(row, &v);
         assert_true(rep2 > bal2 - 1e-9 && rep2 < bal2 + 1e-9);
+        /* The plan returned: the walk's bound, plus the merge a packed CTA may trade for
+         * fewer pieces (it wins in the executor model above, not in cost balance). */
+        const double bound2 = chosen_bound(row, &v);
+        if (bal2 > bound2)
+            fail_msg("seed %llu: kind %d H_q %d mtp %d first %d step %d: the returned plan's "
+                     "balance %.3f > %.3f (items %d groups %d)", (unsigned long long)g_seed,
+                     (int)kind, hq, mtp, first, step, bal2, bound2, v.header->num_items,
+                     v.header->num_groups);
+        if (bal2 > worst_chosen)
+            worst_chosen = bal2;
         const int64_t max2 = view_model_max(row, &v);
         if (max2 > walk_max)
             fail_msg("seed %llu: kind %d H_q %d mtp %d first %d step %d: chosen plan's modelled "
@@ -179,8 +198,9 @@ static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim
         fi_plan_destroy(p);
         fibatch_free(&fb);
     }
-    printf("kind %d H_q %d H_kv %d mtp %d B %d: worst walk balance %.3f; packing chosen %d of 12, "
-           "best modelled max / walk's %.3f\n", (int)kind, hq, hkv, mtp, B, worst, packed, gain);
+    printf("kind %d H_q %d H_kv %d mtp %d B %d: worst walk balance %.3f, returned %.3f; packing "
+           "chosen %d of 12, best modelled max / walk's %.3f\n", (int)kind, hq, hkv, mtp, B,
+           worst, worst_chosen, packed, gain);
     fitrace_free(tr);
 }
 

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/batchgen.h"
+#include "common/plan_check.h"
 #include "fiattn.h"
 
 static uint64_t g_seed;
@@ -256,8 +257,15 @@ static void plan_rejects_non_monotone_indptr(void **state) {
         expect_rejected(&f, &c.b, FI_ERR_INDPTR_NOT_MONOTONE, b, "decreasing indptr");
         free_copy(&c);
         c = make_copy(g);
-        c.qi[0] = 1;
+        int32_t *first = tt_rng_int(&rng, 0, 1) ? c.qi : c.ki;
+        first[0] = tt_rng_int(&rng, 0, 1) ? tt_rng_int(&rng, 1, 5) : -tt_rng_int(&rng, 1, 5);
         expect_rejected(&f, &c.b, FI_ERR_INDPTR_NOT_MONOTONE, 0, "indptr not starting at 0");
+        assert_int_equal(fi_plan_update(f.plan, &c.b, NULL), FI_ERR_INDPTR_NOT_MONOTONE);
+        assert_int_equal(fi_plan_error(f.plan).needed, first[0]);
+        assert_int_equal(fi_plan_error(f.plan).limit, 0);
+        /* an empty batch has no request to blame: -1 */
+        c.b.batch_size = 0;
+        expect_rejected(&f, &c.b, FI_ERR_INDPTR_NOT_MONOTONE, -1, "empty batch, indptr[0] != 0");
         free_copy(&c);
         teardown(&f);
     }
@@ -372,11 +380,28 @@ static void plan_rejects_bad_scalars(void **state) {
         bad.form = (fi_batch_form)(4 + tt_rng_int(&rng, 0, 5));
         expect_rejected(&f, &bad, FI_ERR_INVALID_FORM, -1, "unknown form");
         bad = f.good.batch;
-        bad.causal = 2;
-        expect_rejected(&f, &bad, FI_ERR_INVALID_ARGUMENT, -1, "causal 2");
+        bad.causal = tt_rng_int(&rng, 0, 1) ? 2 + tt_rng_int(&rng, 0, 100) : -1;
+        expect_rejected(&f, &bad, FI_ERR_INVALID_CAUSAL, -1, "causal not 0 / 1");
         bad = f.good.batch;
-        bad.batch_size = -1;
-        expect_rejected(&f, &bad, FI_ERR_INVALID_ARGUMENT, -1, "negative batch_size");
+        bad.batch_size = -1 - tt_rng_int(&rng, 0, 1000);
+        expect_rejected(&f, &bad, FI_ERR_NEGATIVE_BATCH_SIZE, -1, "negative batch_size");
+        if (form != FI_FORM_INDPTR) {
+            bad = f.good.batch;
+            bad.max_pages_per_seq = -1 - tt_rng_int(&rng, 0, 1000);
+            expect_rejected(&f, &bad, FI_ERR_NEGATIVE_PAGES_PER_SEQ, -1,
+                            "negative max_pages_per_seq");
+            bad = f.good.batch;
+            bad.kv_split_pages = tt_rng_int(&rng, 0, 1) ? 2 + tt_rng_int(&rng, 0, 100) : -1;
+            expect_rejected(&f, &bad, FI_ERR_INVALID_KV_SPLIT, -1, "kv_split_pages not 0 / 1");
+            /* B x P over int32 (the arrays are never read that far: refused first) */
+            bad = f.good.batch;
+            bad.max_pages_per_seq = INT32_MAX / bad.batch_size + 1;
+            expect_rejected(&f, &bad, FI_ERR_PAGE_TABLE_TOO_LARGE, -1, "B x P over int32");
+            bad.max_pages_per_seq = INT32_MAX / (2 * bad.batch_size) + 1;
+            bad.kv_split_pages = 1;
+            expect_rejected(&f, &bad, FI_ERR_PAGE_TABLE_TOO_LARGE, -1, "B x 2 x P over int32");
+            assert_int_equal(fi_plan_error(f.plan).status, FI_OK);
+        }
         if (form == FI_FORM_BLOCK_TABLES && f.caps.kind != FI_KIND_CONTEXT) {
             bad = f.good.batch;
             bad.q_len_per_request = 9;
@@ -394,20 +419,172 @@ static void plan_rejects_bad_scalars(void **state) {
     }
 }
 
+/* Small random caps of any kind that every function accepts. */
+static fi_caps small_caps(tt_rng *rng) {
+    fi_caps c;
+    batchgen_caps(rng, (fi_kind)0, &c);
+    c.max_batch = 4;
+    c.max_q_tokens = 32;
+    c.num_pages = 64;
+    c.num_ctas = tt_rng_int(rng, 1, 200);
+    return c;
+}
+
+typedef struct caps_case { fi_caps c; fi_status want; } caps_case;
+
+/* fi_caps_validate, fi_workspace_size and fi_plan_create all return cases[k].want and
+ * write nothing. */
+static void expect_caps_refused(const caps_case *cases, int n) {
+    for (int k = 0; k < n; k++) {
+        fi_plan *sentinel = (fi_plan *)(uintptr_t)0x1234;
+        fi_plan *p = sentinel;
+        size_t bytes = 77;
+        const fi_status s0 = fi_caps_validate(&cases[k].c);
+        const fi_status s1 = fi_workspace_size(&cases[k].c, &bytes);
+        const fi_status s2 = fi_plan_create(&cases[k].c, NULL, 0, NULL, &p);
+        /* fi_caps_validate knows no device: num_ctas 0 is not a case here */
+        if (s0 != cases[k].want || s1 != cases[k].want || s2 != cases[k].want)
+            fail_msg("seed %llu case %d: got %s / %s / %s want %s", (unsigned long long)g_seed,
+                     k, fi_status_name(s0), fi_status_name(s1), fi_status_name(s2),
+                     fi_status_name(cases[k].want));
+        assert_true(p == sentinel);
+        assert_int_equal(bytes, 77);
+    }
+}
+
+/* FI_FORM_CUM_SEQ_LENS is the context kind's form: the decode kinds refuse it with
+ * FI_ERR_INVALID_FORM (before reading any array), while a context plan over the same heads
+ * accepts the very same batch. */
+static void decode_kinds_refuse_cum_seq_lens(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 13};
+    for (int i = 0; i < 20; i++) {
+        const fi_kind kind = i % 2 ? FI_KIND_MLA_DECODE : FI_KIND_GQA_DECODE;
+        fixture f;
+        setup(&f, &rng, kind, FI_FORM_INDPTR, 0);
+        batchgen_batch cum;
+        int32_t q[8], kv[8];
+        const int32_t n = f.good.batch.batch_size;
+        for (int32_t b = 0; b < n; b++) {
+            q[b] = f.good.q_len[b];
+            kv[b] = f.good.kv_len[b];
+        }
+        assert_int_equal(batchgen_from_lens(&rng, &f.caps, FI_FORM_CUM_SEQ_LENS, q, kv, n,
+                                            tt_rng_int(&rng, 0, 1), 1, 1, -1, &cum), 0);
+        fi_caps big = f.caps;
+        big.num_pages = cum.caps.num_pages > big.num_pages ? cum.caps.num_pages : big.num_pages;
+        fi_plan *keep = f.plan;
+        assert_int_equal(fi_plan_create(&big, NULL, 0, NULL, &f.plan), FI_OK);
+        assert_int_equal(fi_plan_update(f.plan, &f.good.batch, NULL), FI_OK);
+        expect_rejected(&f, &cum.batch, FI_ERR_INVALID_FORM, -1, "cum_seq_lens for a decode kind");
+        fi_request_info req[8];
+        int32_t tokens = -7;
+        fi_error_detail d;
+        assert_int_equal(fi_batch_validate(&big, &cum.batch, req, &tokens, &d),
+                         FI_ERR_INVALID_FORM);
+        assert_int_equal(tokens, -7);
+        assert_int_equal(d.needed, FI_FORM_CUM_SEQ_LENS);
+        if (kind == FI_KIND_GQA_DECODE) { /* context takes it (GQA heads are context heads) */
+            fi_caps ctx = big;
+            ctx.kind = FI_KIND_CONTEXT;
+            assert_int_equal(fi_batch_validate(&ctx, &cum.batch, req, &tokens, &d), FI_OK);
+            assert_int_equal(tokens, cum.total_q_tokens);
+        }
+        fi_plan_destroy(f.plan);
+        f.plan = keep;
+        batchgen_free(&cum);
+        teardown(&f);
+    }
+}
+
+/* Caps over each documented limit get their own status from fi_caps_validate,
+ * fi_workspace_size and fi_plan_create alike, before any allocation: nothing written, and
+ * fi_workspace_size never reports a wrapped size.  At the limits the caps pass. */
+static void caps_over_limits_are_refused(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 14};
+    for (int i = 0; i < 30; i++) {
+        const fi_caps good = small_caps(&rng);
+        caps_case cases[12];
+        int n = 0;
+        cases[n].c = good; cases[n].c.max_batch = FI_LIMIT_MAX_BATCH + 1 + tt_rng_int(&rng, 0, 1000);
+        cases[n++].want = FI_ERR_MAX_BATCH_OVER_LIMIT;
+        cases[n].c = good; cases[n].c.max_batch = INT32_MAX; cases[n++].want = FI_ERR_MAX_BATCH_OVER_LIMIT;
+        cases[n].c = good; cases[n].c.max_q_tokens = FI_LIMIT_MAX_Q_TOKENS + 1 + tt_rng_int(&rng, 0, 1000);
+        cases[n++].want = FI_ERR_MAX_Q_TOKENS_OVER_LIMIT;
+        cases[n].c = good; cases[n].c.max_q_tokens = INT32_MAX; cases[n++].want = FI_ERR_MAX_Q_TOKENS_OVER_LIMIT;
+        cases[n].c = good; cases[n].c.num_pages = FI_LIMIT_NUM_PAGES + 1 + tt_rng_int(&rng, 0, 1000);
+        cases[n++].want = FI_ERR_NUM_PAGES_OVER_LIMIT;
+        cases[n].c = good; cases[n].c.num_ctas = FI_LIMIT_NUM_CTAS + 1 + tt_rng_int(&rng, 0, 1000);
+        cases[n++].want = FI_ERR_NUM_CTAS_OVER_LIMIT;
+        cases[n].c = good; cases[n].c.num_ctas = 1 << 28; cases[n++].want = FI_ERR_NUM_CTAS_OVER_LIMIT;
+        /* each count within its limit, the plan they imply beyond FI_LIMIT_PLAN_ITEMS */
+        cases[n].c = good; cases[n].c.max_q_tokens = FI_LIMIT_MAX_Q_TOKENS;
+        cases[n].c.max_batch = FI_LIMIT_MAX_BATCH; cases[n].c.num_ctas = FI_LIMIT_NUM_CTAS;
+        if (good.kind != FI_KIND_MLA_DECODE) { /* many KV heads of group 1: one tile a row */
+            cases[n].c.num_kv_heads = 64;
+            cases[n].c.num_qo_heads = 64;
+        } else {   /* 128 heads: two tiles a query token */
+            cases[n].c.num_qo_heads = 128;
+        }
+        cases[n++].want = FI_ERR_PLAN_OVER_LIMIT;
+        if (good.kind != FI_KIND_MLA_DECODE) {
+            cases[n].c = good; cases[n].c.num_qo_heads = cases[n].c.num_kv_heads = FI_LIMIT_QO_HEADS + 1;
+            cases[n++].want = FI_ERR_UNSUPPORTED_HEADS;
+        }
+        expect_caps_refused(cases, n);
+    }
+    /* at the limits: accepted, and a size that covers every region (no wrap) */
+    fi_caps c = {.kind = FI_KIND_MLA_DECODE, .max_batch = FI_LIMIT_MAX_BATCH,
+                 .max_q_tokens = FI_LIMIT_MAX_BATCH, .num_pages = FI_LIMIT_NUM_PAGES,
+                 .page_size = 64, .num_qo_heads = 64, .num_kv_heads = 1, .head_dim_qk = 576,
+                 .head_dim_vo = 512, .q_dtype = FI_DTYPE_BF16, .kv_dtype = FI_DTYPE_BF16,
+                 .o_dtype = FI_DTYPE_BF16, .num_ctas = FI_LIMIT_NUM_CTAS};
+    size_t bytes = 0;
+    assert_int_equal(fi_workspace_size(&c, &bytes), FI_OK);
+    /* partial O alone: 2 (num_ctas - 1) slots of 64 rows x 512 fp32 */
+    assert_true(bytes > (size_t)2 * (FI_LIMIT_NUM_CTAS - 1) * 64 * 512 * 4);
+    fi_plan *p = NULL;
+    assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+    fi_plan_destroy(p);
+}
+
+/* Input dtypes: E5M2 is accepted like E4M3 (the CPU references read both); E2M1 (NVFP4)
+ * only as the KV dtype of GQA decode; nothing else. */
+static void caps_dtypes_follow_the_documented_sets(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 15};
+    for (int i = 0; i < 30; i++) {
+        const fi_caps c = small_caps(&rng);
+        fi_caps t = c;
+        t.q_dtype = FI_DTYPE_E5M2;
+        t.kv_dtype = FI_DTYPE_E5M2;
+        assert_int_equal(fi_caps_validate(&t), FI_OK);
+        t = c;
+        t.kv_dtype = FI_DTYPE_E2M1;
+        assert_int_equal(fi_caps_validate(&t),
+                         c.kind == FI_KIND_GQA_DECODE ? FI_OK : FI_ERR_UNSUPPORTED_DTYPE);
+        t = c;
+        t.q_dtype = FI_DTYPE_E2M1;
+        assert_int_equal(fi_caps_validate(&t), FI_ERR_UNSUPPORTED_DTYPE);
+        t = c;
+        t.o_dtype = tt_rng_int(&rng, 0, 1) ? FI_DTYPE_E5M2 : FI_DTYPE_E2M1;
+        assert_int_equal(fi_caps_validate(&t), FI_ERR_UNSUPPORTED_DTYPE);
+        t = c;
+        t.kv_dtype = (fi_dtype)(8 + tt_rng_int(&rng, 0, 100));
+        assert_int_equal(fi_caps_validate(&t), FI_ERR_UNSUPPORTED_DTYPE);
+    }
+}
+
 static void create_rejects_unsupported_caps(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 8};
     for (int i = 0; i < 50; i++) {
-        fi_caps good;
-        batchgen_caps(&rng, (fi_kind)0, &good);
-        good.max_batch = 4;
-        good.max_q_tokens = 32;
-        good.num_pages = 64;
-        good.num_ctas = tt_rng_int(&rng, 1, 200);
+        const fi_caps good = small_caps(&rng);
         size_t bytes = 0;
         assert_int_equal(fi_workspace_size(&good, &bytes), FI_OK);
         assert_true(bytes > 0 && bytes % 256 == 0);
-        struct { fi_caps c; fi_status want; } cases[12];
+        caps_case cases[12];
         int n = 0;
         cases[n].c = good; cases[n].c.head_dim_qk = good.kind == FI_KIND_MLA_DECODE ? 512 : 96;
         cases[n++].want = FI_ERR_UNSUPPORTED_HEAD_DIM;
@@ -428,18 +605,7 @@ static void create_rejects_unsupported_caps(void **state) {
         cases[n].c.num_kv_heads = good.kind == FI_KIND_MLA_DECODE ? 1 : 3;
         cases[n++].want = good.kind == FI_KIND_MLA_DECODE ? FI_ERR_UNSUPPORTED_HEADS
                                                            : FI_ERR_INVALID_CAPS;
-        for (int k = 0; k < n; k++) {
-            fi_plan *sentinel = (fi_plan *)(uintptr_t)0x1234;
-            fi_plan *p = sentinel;
-            size_t b2 = 77;
-            fi_status s1 = fi_workspace_size(&cases[k].c, &b2);
-            fi_status s2 = fi_plan_create(&cases[k].c, NULL, 0, NULL, &p);
-            if (s1 != cases[k].want || s2 != cases[k].want)
-                fail_msg("seed %llu case %d: got %s / %s want %s", (unsigned long long)g_seed, k,
-                         fi_status_name(s1), fi_status_name(s2), fi_status_name(cases[k].want));
-            assert_true(p == sentinel);
-            assert_int_equal(b2, 77);
-        }
+        expect_caps_refused(cases, n);
         /* workspace too small / misaligned: checked before any CUDA call */
         fi_plan *p = NULL;
         void *fake = (void *)(uintptr_t)0x100000;
@@ -539,9 +705,68 @@ static void num_ctas_zero_resolves_or_reports_no_device(void **state) {
     }
 }
 
+/* The snapshot that proves "a rejected batch changed nothing" sees every region of the
+ * view: one corrupted byte of the header, work_indptr, cta_starts, items, groups or
+ * requests (the plan's own staging, written through the view) is a difference; a corrupted
+ * CTA start record is also refused by the plan checker. */
+static void snapshot_sees_every_view_region(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 16};
+    int groups_seen = 0;
+    for (int i = 0; i < 30; i++) {
+        fixture f;
+        setup(&f, &rng, kind_for(k_forms[i % 3], i), k_forms[i % 3], 0);
+        fi_plan_view v;
+        assert_int_equal(fi_plan_get_view(f.plan, &v), FI_OK);
+        const fi_plan_header *h = v.header;
+        struct { unsigned char *p; size_t n; const char *name; } reg[6] = {
+            /* header past num_items .. batch_size (the snapshot sizes its copy by them) */
+            {(unsigned char *)(uintptr_t)h + 16, sizeof *h - 16, "header"},
+            {(unsigned char *)(uintptr_t)v.work_indptr, sizeof(int32_t) * (size_t)(v.num_ctas + 1),
+             "work_indptr"},
+            {(unsigned char *)(uintptr_t)v.cta_starts, sizeof(fi_cta_start) * (size_t)v.num_ctas,
+             "cta_starts"},
+            {(unsigned char *)(uintptr_t)v.items, sizeof(fi_work_item) * (size_t)h->num_items, "items"},
+            {(unsigned char *)(uintptr_t)v.groups, sizeof(fi_merge_group) * (size_t)h->num_groups,
+             "groups"},
+            {(unsigned char *)(uintptr_t)v.requests,
+             sizeof(fi_request_info) * (size_t)h->batch_size, "requests"},
+        };
+        groups_seen += h->num_groups > 0;
+        for (int r = 0; r < 6; r++) {
+            if (reg[r].n == 0)
+                continue;
+            tt_plan_snapshot before = take(f.plan);
+            unsigned char *at = reg[r].p + tt_rng_int(&rng, 0, (int32_t)reg[r].n - 1);
+            const unsigned char keep = *at;
+            *at ^= (unsigned char)(1u << tt_rng_int(&rng, 0, 7));
+            tt_plan_snapshot after = take(f.plan);
+            if (tt_plan_snapshot_diff(&before, &after) < 0)
+                fail_msg("seed %llu: a corrupted byte of %s is not in the snapshot",
+                         (unsigned long long)g_seed, reg[r].name);
+            if (r == 2) { /* cta_starts: the checker refuses the plan */
+                tt_plan_expect e = batchgen_expect(&f.good);
+                char msg[256];
+                if (tt_plan_check(f.plan, &f.good.batch, &e, msg, sizeof msg) == 0)
+                    fail_msg("seed %llu: a corrupted cta_starts byte passed tt_plan_check",
+                             (unsigned long long)g_seed);
+            }
+            *at = keep;
+            tt_plan_snapshot_free(&before);
+            tt_plan_snapshot_free(&after);
+        }
+        tt_plan_expect e = batchgen_expect(&f.good);
+        char msg[256];
+        if (tt_plan_check(f.plan, &f.good.batch, &e, msg, sizeof msg) != 0)
+            fail_msg("seed %llu: restored plan: %s", (unsigned long long)g_seed, msg);
+        teardown(&f);
+    }
+    assert_true(groups_seen > 0);
+}
+
 static void status_names_are_unique_and_total(void **state) {
     (void)state;
-    for (int s = 0; s <= FI_ERR_HOST_PLAN; s++) {
+    for (int s = 0; s <= FI_ERR_PAGE_TABLE_TOO_LARGE; s++) {
         const char *n = fi_status_name((fi_status)s);
         assert_non_null(n);
         assert_string_not_equal(n, "FI_STATUS_UNKNOWN");
@@ -550,6 +775,14 @@ static void status_names_are_unique_and_total(void **state) {
     }
     assert_string_equal(fi_status_name(FI_ERR_BATCH_OVER_CAPS), "FI_ERR_BATCH_OVER_CAPS");
     assert_string_equal(fi_status_name((fi_status)999), "FI_STATUS_UNKNOWN");
+    /* the appended codes keep their values forever */
+    assert_int_equal(FI_ERR_UNSUPPORTED_VARIANT, 31);
+    assert_int_equal(FI_ERR_MAX_BATCH_OVER_LIMIT, 32);
+    assert_int_equal(FI_ERR_PLAN_OVER_LIMIT, 36);
+    assert_int_equal(FI_ERR_NEGATIVE_BATCH_SIZE, 37);
+    assert_int_equal(FI_ERR_PAGE_TABLE_TOO_LARGE, 41);
+    assert_string_equal(fi_status_name(FI_ERR_PAGE_TABLE_TOO_LARGE), "FI_ERR_PAGE_TABLE_TOO_LARGE");
+    assert_string_equal(fi_status_name((fi_status)42), "FI_STATUS_UNKNOWN");
 }
 
 int main(void) {
@@ -564,11 +797,15 @@ int main(void) {
         cmocka_unit_test(plan_rejects_inconsistent_lengths),
         cmocka_unit_test(plan_rejects_batch_and_q_tokens_over_caps),
         cmocka_unit_test(plan_rejects_bad_scalars),
+        cmocka_unit_test(decode_kinds_refuse_cum_seq_lens),
+        cmocka_unit_test(caps_over_limits_are_refused),
+        cmocka_unit_test(caps_dtypes_follow_the_documented_sets),
         cmocka_unit_test(create_rejects_unsupported_caps),
         cmocka_unit_test(plan_view_needs_a_successful_update),
         cmocka_unit_test(host_plan_update_never_needs_a_gpu),
         cmocka_unit_test(empty_batch_plans_nothing),
         cmocka_unit_test(num_ctas_zero_resolves_or_reports_no_device),
+        cmocka_unit_test(snapshot_sees_every_view_region),
         cmocka_unit_test(status_names_are_unique_and_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -33,7 +33,10 @@ typedef struct tt_case {
 } tt_case;
 
 static void tt_case_make(tt_case *c, tt_rng *rng, fi_batch_form form) {
-    const fi_kind kind = (fi_kind)tt_rng_int(rng, FI_KIND_MLA_DECODE, FI_KIND_CONTEXT);
+    /* cum_seq_lens is the context kind's form (fiattn.h) */
+    const fi_kind kind = form == FI_FORM_CUM_SEQ_LENS
+                             ? FI_KIND_CONTEXT
+                             : (fi_kind)tt_rng_int(rng, FI_KIND_MLA_DECODE, FI_KIND_CONTEXT);
     fi_caps caps;
     batchgen_caps(rng, kind, &caps);
     caps.num_ctas = tt_rng_int(rng, 1, 12);

@@ -1,7 +1,10 @@
 /*
- * tests/test_ref_tensors.c - the test helpers of tests/common/tensors.h do what they say:
- * the references and the GPU tests agree *through* them, so a wrong stride or a lenient
- * comparison here would hide a bug everywhere.
+ * tests/test_ref_tensors.c - tensors as the library reads them, and the test helpers that
+ * build them.  Library: the CPU references read fp8 (E4M3 / E5M2) inputs as the exact
+ * values they encode and refuse NVFP4, and read a KV cache / query the same whatever its
+ * memory order (NHD, HND).  Helpers (tests/common/tensors.h): the references and the GPU
+ * tests agree *through* them, so a wrong stride or a lenient comparison there would hide a
+ * bug everywhere.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -12,8 +15,10 @@
 
 #include <cmocka.h>
 
+#include "common/batchgen.h"
 #include "common/rng.h"
 #include "common/tensors.h"
+#include "fiattn_ref.h"
 
 static tt_rng g_rng;
 
@@ -159,6 +164,168 @@ static void tensor_make_copies_parts_and_keeps_an_oversized_ndim(void **state) {
         assert_int_equal(big.shape[i], shape[i]);
 }
 
+/* ---- library behaviour: the CPU references read tensors as fiattn_run.h says ---------- */
+
+/* A random valid batch of `kind` (F32 caps) and a host plan updated with it. */
+static fi_plan *planned_batch(fi_kind kind, int32_t max_batch, int32_t max_kv, batchgen_batch *g) {
+    batchgen_opts o = {0};
+    o.kind = kind;
+    o.max_batch = max_batch;
+    o.max_kv_len = max_kv;
+    assert_int_equal(batchgen_make(&g_rng, &o, g), 0);
+    fi_plan *plan = NULL;
+    assert_int_equal(fi_plan_create(&g->caps, NULL, 0, NULL, &plan), FI_OK);
+    assert_int_equal(fi_plan_update(plan, &g->batch, NULL), FI_OK);
+    return plan;
+}
+
+/* An fp8 byte's value from its fields, independent of the library's decoders:
+ * (-1)^s 2^(e - bias) (1 + m / 2^mbits), subnormal 2^(1 - bias) m / 2^mbits. */
+static double fp8_value(uint8_t x, int ebits, int mbits) {
+    const int bias = (1 << (ebits - 1)) - 1;
+    const int e = (x >> mbits) & ((1 << ebits) - 1), m = x & ((1 << mbits) - 1);
+    const double v = e == 0 ? ldexp((double)m, 1 - bias - mbits)
+                            : ldexp(1.0 + ldexp((double)m, -mbits), e - bias);
+    return (x & 0x80) ? -v : v;
+}
+
+/* A random fp8 byte of magnitude <= 4 (finite in both formats). */
+static uint8_t fp8_random(int ebits, int mbits) {
+    for (;;) {
+        const uint8_t x = (uint8_t)tt_rng_int(&g_rng, 0, 255);
+        if (fabs(fp8_value(x, ebits, mbits)) <= 4.0 && ((x >> mbits) & ((1 << ebits) - 1)) !=
+                                                            (1 << ebits) - 1)
+            return x;
+    }
+}
+
+/* fp8 tensor of t's shape with random bytes; t gets their values (both row-major). */
+static void fp8_twin(fi_tensor *t, fi_tensor *out8, fi_dtype dt) {
+    const int ebits = dt == FI_DTYPE_E4M3 ? 4 : 5, mbits = dt == FI_DTYPE_E4M3 ? 3 : 2;
+    assert_int_equal(tt_tensor_alloc(out8, dt, t->ndim, t->shape, NULL), 0);
+    const int64_t n = tt_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t x = fp8_random(ebits, mbits);
+        ((uint8_t *)out8->data)[i] = x;
+        ((float *)t->data)[i] = (float)fp8_value(x, ebits, mbits);
+    }
+}
+
+/* E4M3 / E5M2 q, k, v: both references read the bytes as the exact values they encode
+ * (the naive reference gives bit-identical outputs on the fp8 tensors and on F32 tensors
+ * holding those values), and fi_ref_run agrees with it; E2M1 is refused, nothing written. */
+static void references_read_fp8_inputs_exactly(void **state) {
+    (void)state;
+    for (int it = 0; it < 8; it++) {
+        const fi_dtype dt = it % 2 ? FI_DTYPE_E5M2 : FI_DTYPE_E4M3;
+        batchgen_batch g;
+        fi_plan *plan = planned_batch(it % 4 < 2 ? FI_KIND_GQA_DECODE : FI_KIND_CONTEXT, 4, 300, &g);
+        tt_test_attn ta;
+        assert_int_equal(tt_test_attn_make(&ta, &g.caps, &g.batch, NULL, &g_rng), 0);
+        fi_tensor q8, k8, v8, out8, lse8, out_ref, lse_ref;
+        fp8_twin(&ta.q_buf, &q8, dt);
+        fp8_twin(&ta.k_buf, &k8, dt);
+        fp8_twin(&ta.v_buf, &v8, dt);
+        fi_attn_args a8 = ta.args;
+        a8.q = q8;
+        a8.k = k8;
+        a8.v = v8;
+        assert_int_equal(tt_test_attn_alloc_outputs(&ta, &out8, &lse8), 0);
+        assert_int_equal(tt_test_attn_alloc_outputs(&ta, &out_ref, &lse_ref), 0);
+        const int64_t rows = g.total_q_tokens;
+        /* F32 values through the naive reference */
+        tt_tensor_poison(&ta.args.out);
+        tt_tensor_poison(&ta.args.lse);
+        assert_int_equal(fi_naive_attention(&g.caps, &g.batch, &ta.args), FI_OK);
+        /* the same values as fp8 bytes */
+        a8.out = out8;
+        a8.lse = lse8;
+        tt_tensor_poison(&a8.out);
+        tt_tensor_poison(&a8.lse);
+        assert_int_equal(fi_naive_attention(&g.caps, &g.batch, &a8), FI_OK);
+        const size_t ob = (size_t)(out8.shape[1] * out8.shape[2] * rows) * sizeof(float);
+        const size_t lb = (size_t)(lse8.shape[1] * rows) * sizeof(float);
+        assert_memory_equal(out8.data, ta.args.out.data, ob);
+        assert_memory_equal(lse8.data, ta.args.lse.data, lb);
+        /* the plan's executor on the fp8 bytes */
+        a8.out = out_ref;
+        a8.lse = lse_ref;
+        tt_tensor_poison(&a8.out);
+        tt_tensor_poison(&a8.lse);
+        assert_int_equal(fi_ref_run(plan, &a8), FI_OK);
+        double err = 1.0, lerr = 1.0;
+        assert_int_equal(tt_tensor_compare(&out_ref, &out8, rows, &err), 0);
+        assert_int_equal(tt_tensor_compare(&lse_ref, &lse8, rows, &lerr), 0);
+        if (!(err < 1e-5 && lerr < 1e-5))
+            fail_msg("fp8 %d: fi_ref_run vs naive %g (lse %g) (%s)", (int)dt, err, lerr,
+                     batchgen_describe(&g));
+        /* NVFP4 is not read by the CPU references */
+        a8.k.dtype = FI_DTYPE_E2M1;
+        tt_tensor_poison(&a8.out);
+        assert_int_equal(fi_ref_run(plan, &a8), FI_ERR_UNSUPPORTED_DTYPE);
+        assert_int_equal(fi_naive_attention(&g.caps, &g.batch, &a8), FI_ERR_UNSUPPORTED_DTYPE);
+        assert_int_equal(tt_tensor_count_nan(&a8.out, rows), a8.out.shape[1] * a8.out.shape[2] * rows);
+        tt_tensor_free(&q8);
+        tt_tensor_free(&k8);
+        tt_tensor_free(&v8);
+        tt_tensor_free(&out8);
+        tt_tensor_free(&lse8);
+        tt_tensor_free(&out_ref);
+        tt_tensor_free(&lse_ref);
+        tt_test_attn_free(&ta);
+        fi_plan_destroy(plan);
+        batchgen_free(&g);
+    }
+}
+
+/* Memory order is the strides' business only: the same logical KV cache laid out NHD and
+ * HND, and the same query and output as differently strided views, give bit-identical
+ * outputs from both references. */
+static void references_read_every_memory_order_the_same(void **state) {
+    (void)state;
+    for (int it = 0; it < 6; it++) {
+        batchgen_batch g;
+        fi_plan *plan = planned_batch((fi_kind)(1 + it % 3), 3, 200, &g);
+        const uint64_t s = tt_rng_next(&g_rng);
+        tt_test_attn nhd, hnd;
+        tt_rng r1 = {s}, r2 = {s};
+        const fi_test_attn_opts on = {.hnd = 0}, oh = {.hnd = 1};
+        assert_int_equal(tt_test_attn_make(&nhd, &g.caps, &g.batch, &on, &r1), 0);
+        assert_int_equal(tt_test_attn_make(&hnd, &g.caps, &g.batch, &oh, &r2), 0);
+        /* the same logical values in both caches (a helper-independent copy) */
+        assert_int_equal(tt_tensor_convert(&hnd.k_buf, &nhd.k_buf), 0);
+        if (nhd.v_buf.data)
+            assert_int_equal(tt_tensor_convert(&hnd.v_buf, &nhd.v_buf), 0);
+        assert_int_equal(tt_tensor_convert(&hnd.q_buf, &nhd.q_buf), 0);
+        const int64_t rows = g.total_q_tokens;
+        for (int ref = 0; ref < 2; ref++) {
+            tt_tensor_poison(&nhd.args.out);
+            tt_tensor_poison(&hnd.args.out);
+            tt_tensor_poison(&nhd.args.lse);
+            tt_tensor_poison(&hnd.args.lse);
+            if (ref) {
+                assert_int_equal(fi_ref_run(plan, &nhd.args), FI_OK);
+                assert_int_equal(fi_ref_run(plan, &hnd.args), FI_OK);
+            } else {
+                assert_int_equal(fi_naive_attention(&g.caps, &g.batch, &nhd.args), FI_OK);
+                assert_int_equal(fi_naive_attention(&g.caps, &g.batch, &hnd.args), FI_OK);
+            }
+            assert_int_equal(tt_tensor_count_nan(&nhd.args.out, rows), 0);
+            double err = 1.0;
+            assert_int_equal(tt_tensor_compare(&hnd.args.out, &nhd.args.out, rows, &err), 0);
+            if (err != 0.0)
+                fail_msg("%s: NHD and HND differ by %g (%s)", ref ? "fi_ref_run" : "naive", err,
+                         batchgen_describe(&g));
+            assert_int_equal(tt_tensor_compare(&hnd.args.lse, &nhd.args.lse, rows, &err), 0);
+            assert_true(err == 0.0);
+        }
+        tt_test_attn_free(&nhd);
+        tt_test_attn_free(&hnd);
+        fi_plan_destroy(plan);
+        batchgen_free(&g);
+    }
+}
+
 int main(void) {
     const uint64_t seed = tt_test_seed();
     printf("test_ref_tensors: seed %llu\n", (unsigned long long)seed);
@@ -170,6 +337,8 @@ int main(void) {
         cmocka_unit_test(compare_reports_norm_error_and_nonfinite_mismatches),
         cmocka_unit_test(attn_make_builds_mla_views_and_scale_pointers),
         cmocka_unit_test(tensor_make_copies_parts_and_keeps_an_oversized_ndim),
+        cmocka_unit_test(references_read_fp8_inputs_exactly),
+        cmocka_unit_test(references_read_every_memory_order_the_same),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -480,8 +480,13 @@ static void references_reject_bad_arguments_and_write_nothing(void **state) {
     assert_int_equal(fi_naive_attention(&caps, &tb.batch, &bad), FI_ERR_UNSUPPORTED_DTYPE);
     assert_int_equal(fi_ref_run(plan, &bad), FI_ERR_UNSUPPORTED_DTYPE);
     bad = ta.args;
-    bad.q.dtype = FI_DTYPE_E4M3;
+    bad.q.dtype = FI_DTYPE_E2M1;   /* NVFP4 is not read by the CPU references */
     assert_int_equal(fi_naive_attention(&caps, &tb.batch, &bad), FI_ERR_UNSUPPORTED_DTYPE);
+    assert_int_equal(fi_ref_run(plan, &bad), FI_ERR_UNSUPPORTED_DTYPE);
+    bad = ta.args;
+    bad.out.dtype = FI_DTYPE_E5M2;   /* fp8 inputs are read, fp8 out is not written */
+    assert_int_equal(fi_naive_attention(&caps, &tb.batch, &bad), FI_ERR_UNSUPPORTED_DTYPE);
+    assert_int_equal(fi_ref_run(plan, &bad), FI_ERR_UNSUPPORTED_DTYPE);
     fi_batch bb = tb.batch;
     bb.window_left = -2;
     assert_int_equal(fi_naive_attention(&caps, &bb, &ta.args), FI_ERR_INVALID_WINDOW);

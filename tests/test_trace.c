@@ -215,24 +215,43 @@ static void decode_snapshot_kv_len_is_context_plus_own_step(void **state) {
     tt_rng r = {g_seed ^ 2};
     lens_buf *b = calloc(1, sizeof *b);
     int32_t *src = malloc(4096 * 4), *kv = malloc(4096 * 4);
+    lens_buf *prev = calloc(1, sizeof *prev);
+    assert_non_null(b);
+    assert_non_null(prev);
     for (int iter = 0; iter < 20; iter++) {
         int n = tt_rng_int(&r, 1, 1024), first = tt_rng_int(&r, 0, 2047);
-        int step = tt_rng_int(&r, 0, 1500);
-        assert_int_equal(fitrace_decode(t, first, step, 1, lens_of(b, n)), FITRACE_OK);
-        decode_model(t, first, n, step, src, kv);
-        for (int k = 0; k < n; k++) {
-            if (b->src[k] != src[k] || b->kv[k] != kv[k] || b->q[k] != 1)
-                fail_msg("first %d n %d step %d slot %d: row %d kv %d, want row %d kv %d", first,
-                         n, step, k, b->src[k], b->kv[k], src[k], kv[k]);
-            int32_t c = t->context_tokens[src[k]], g = t->generated_tokens[src[k]];
-            assert_true(kv[k] >= c && kv[k] < c + g); /* never past its last token */
+        /* every step 0 .. steps (the model and the step-to-step rule checked at each),
+         * then one far step (the model alone) */
+        const int steps = tt_rng_int(&r, 8, 40), far = tt_rng_int(&r, 41, 1500);
+        for (int step = 0; step <= steps + 1; step++) {
+            const int s = step <= steps ? step : far;
+            assert_int_equal(fitrace_decode(t, first, s, 1, lens_of(b, n)), FITRACE_OK);
+            decode_model(t, first, n, s, src, kv);
+            for (int k = 0; k < n; k++) {
+                if (b->src[k] != src[k] || b->kv[k] != kv[k] || b->q[k] != 1)
+                    fail_msg("first %d n %d step %d slot %d: row %d kv %d, want row %d kv %d",
+                             first, n, s, k, b->src[k], b->kv[k], src[k], kv[k]);
+                int32_t c = t->context_tokens[src[k]], g = t->generated_tokens[src[k]];
+                assert_true(kv[k] >= c && kv[k] < c + g); /* never past its last token */
+                if (s == 0) {  /* before any request can finish: row first + k at kv C */
+                    assert_int_equal(b->src[k], (first + k) % 2048);
+                    assert_int_equal(b->kv[k], t->context_tokens[b->src[k]]);
+                } else if (step <= steps) {
+                    /* one step later a slot holds the same request one token longer, or
+                     * (it finished) a fresh one at its context length */
+                    if (b->src[k] == prev->src[k])
+                        assert_int_equal(b->kv[k], prev->kv[k] + 1);
+                    else
+                        assert_int_equal(b->kv[k], t->context_tokens[b->src[k]]);
+                }
+            }
+            memcpy(prev->src, b->src, sizeof(int32_t) * (size_t)n);
+            memcpy(prev->kv, b->kv, sizeof(int32_t) * (size_t)n);
         }
-        /* Before any request can finish, slot k holds row first + k at kv C + step. */
-        if (step == 0)
-            for (int k = 0; k < n; k++) assert_int_equal(b->src[k], (first + k) % 2048);
     }
     free(src);
     free(kv);
+    free(prev);
     free(b);
     fitrace_free(t);
 }

@@ -63,7 +63,7 @@ static void usage(FILE *f) {
         "  --ctas N            persistent CTAs        [132]\n"
         "  --window-left W     sliding window (-1 unlimited) [-1]\n"
         "  --causal 0|1        [1]\n"
-        "  --form F            block_tables | indptr | cum_seq_lens  [by kind]\n"
+        "  --form F            block_tables | indptr | cum_seq_lens (context only)  [by kind]\n"
         "  --shuffle           random page ids (seeded)\n"
         "  --seed N            data / page seed       [1]\n"
         "output\n"

@@ -63,9 +63,16 @@ typedef struct fi_layout {
  * context 128.  0 when kind / variant name no row. */
 int32_t fi_tile_rows(const fi_caps *caps);
 
-/* Fill *layout from validated caps with num_ctas already resolved (> 0).
- * @return FI_OK, FI_ERR_UNSUPPORTED_VARIANT (no tile table row), or FI_ERR_INVALID_CAPS if
- *   a bound overflows int32 / size_t. */
+/* The item bound of the caps, I = T + C above (C = num_ctas - 1; 0 when num_ctas is 0,
+ * not resolved yet), computed in int64 without overflow from any int32 caps; INT64_MAX
+ * when it would not fit or the caps have no tile table row / a non-positive count. */
+int64_t fi_layout_item_bound(const fi_caps *caps);
+
+/* Fill *layout from validated caps with num_ctas already resolved (> 0).  Every size is
+ * computed with checked arithmetic.
+ * @return FI_OK, FI_ERR_UNSUPPORTED_VARIANT (no tile table row), FI_ERR_INVALID_CAPS
+ *   (num_ctas or max_batch <= 0), FI_ERR_NUM_CTAS_OVER_LIMIT, or FI_ERR_PLAN_OVER_LIMIT
+ *   (items over FI_LIMIT_PLAN_ITEMS, or a size that would wrap size_t). */
 fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout);
 
 /* Bytes of the plan prefix that an update must copy: through the last used item. */

@@ -7,6 +7,11 @@ static int is_float_dtype(fi_dtype d) {
     return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16;
 }
 
+/* Inputs also in fp8 (widened exactly, fi_elem_load); NVFP4 (E2M1) is not read here. */
+static int is_input_dtype(fi_dtype d) {
+    return is_float_dtype(d) || d == FI_DTYPE_E4M3 || d == FI_DTYPE_E5M2;
+}
+
 /* The first non-OK status of a list of checks, in order. */
 static fi_status first_error(const fi_status *st, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -32,11 +37,11 @@ fi_status fi_cpu_check_args(const fi_caps *caps, const fi_attn_args *a, int32_t 
         return FI_ERR_NULL_ARGUMENT;
     if (g.mla ? (!a->q_rope.data || !a->k_rope.data) : !a->v.data) return FI_ERR_NULL_ARGUMENT;
 
-    if (!is_float_dtype(a->q.dtype) || !is_float_dtype(a->k.dtype) ||
+    if (!is_input_dtype(a->q.dtype) || !is_input_dtype(a->k.dtype) ||
         !is_float_dtype(a->out.dtype) || (a->lse.data && a->lse.dtype != FI_DTYPE_F32))
         return FI_ERR_UNSUPPORTED_DTYPE;
-    if (g.mla ? (!is_float_dtype(a->q_rope.dtype) || !is_float_dtype(a->k_rope.dtype))
-              : !is_float_dtype(a->v.dtype))
+    if (g.mla ? (!is_input_dtype(a->q_rope.dtype) || !is_input_dtype(a->k_rope.dtype))
+              : !is_input_dtype(a->v.dtype))
         return FI_ERR_UNSUPPORTED_DTYPE;
 
     const fi_layout_rule host = FI_LAYOUT_HOST;

@@ -1,6 +1,7 @@
 /*
  * executor/cpu/dtype_convert.h - scalar conversions between fp32 and the 16-bit float
- * formats (bf16, IEEE fp16), shared by the CPU references and the tests.
+ * formats (bf16, IEEE fp16), and from the fp8 formats (e4m3, e5m2), shared by the CPU
+ * references and the tests.
  *
  * f32 -> 16-bit rounds to nearest, ties to even (what cvt.rn does on the GPU), keeps the
  * sign of zero, maps NaN to a quiet NaN and overflow to +-inf.  16-bit -> f32 is exact.
@@ -70,5 +71,23 @@ static inline uint16_t fi_f32_to_f16_rne(float f) {
     a += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
     return (uint16_t)(sign | (uint16_t)(a >> 13));
 }
+
+/* fp8 e4m3 ("fn": 1 sign, 4 exponent (bias 7), 3 mantissa bits; no inf, S.1111.111 is
+ * NaN), widened exactly. */
+static inline float fi_e4m3_to_f32(uint8_t x) {
+    const uint32_t exp = (x >> 3) & 0xfu, mant = x & 0x7u;
+    float v;
+    if ((x & 0x7fu) == 0x7fu)
+        v = NAN;
+    else if (exp == 0)
+        v = ldexpf((float)mant, -9);                   /* subnormal: mant * 2^-9 */
+    else
+        v = ldexpf((float)(8u + mant), (int)exp - 10); /* 1.mmm * 2^(exp - 7) */
+    return (x & 0x80u) ? -v : v;
+}
+
+/* fp8 e5m2 (1 sign, 5 exponent (bias 15), 2 mantissa bits; IEEE-style inf and NaN): the
+ * top byte of an fp16, widened exactly. */
+static inline float fi_e5m2_to_f32(uint8_t x) { return fi_f16_to_f32((uint16_t)(x << 8)); }
 
 #endif /* FIATTN_CPU_DTYPE_CONVERT_H */

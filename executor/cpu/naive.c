@@ -10,6 +10,9 @@
  *   out = bmm2_scale * sum_j exp(s_j - m) v_j / den      MLA: v_j = ckv_j
  *   lse = m + log(den)                       natural log of the unshifted denominator
  * all in fp64.  A row with no key and no sink gets out 0 and lse -inf.
+ * Non-finite inputs as fiattn_run.h states: the max keeps a NaN logit or sink (then every
+ * p_j, den, out and lse are NaN), a +inf logit gives exp(inf - inf) = NaN, and a row whose
+ * m is -inf (no key, or every logit and the sink -inf) is an empty row.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -129,7 +132,7 @@ static void naive_rows(const naive_run *x, const fi_request_info *r, int32_t kvh
                 if (j < w->lo[i] || j >= w->hi[i]) continue;
                 double *s = w->s + (size_t)i * x->max_kv;
                 s[j] = x->bmm1 * dot[i];
-                if (s[j] > w->m[i]) w->m[i] = s[j];
+                w->m[i] = fi_max_nan_d(s[j], w->m[i]);
             }
         }
     }
@@ -139,6 +142,7 @@ static void naive_rows(const naive_run *x, const fi_request_info *r, int32_t kvh
         const int32_t nk = hi - t0 < NAIVE_KEYS ? hi - t0 : NAIVE_KEYS;
         load_keys(x, r, kvh, t0, nk, w);
         for (int32_t i = 0; i < n; ++i) {
+            if (w->m[i] == -INFINITY) continue;   /* an empty row: V not used */
             const int32_t j0 = w->lo[i] > t0 ? w->lo[i] : t0;
             const int32_t j1 = w->hi[i] < t0 + nk ? w->hi[i] : t0 + nk;
             double *s = w->s + (size_t)i * x->max_kv;
@@ -160,7 +164,7 @@ static void naive_rows(const naive_run *x, const fi_request_info *r, int32_t kvh
     }
     for (int32_t i = 0; i < n; ++i) {
         const int32_t tok = r->q_offset + w->row_q[i], h = w->row_h[i];
-        if (w->lo[i] >= w->hi[i] && !a->sinks) {
+        if (w->m[i] == -INFINITY) {   /* no key of weight > 0 and no sink (or a -inf one) */
             store_row(x, tok, h, NULL, 0.0, -INFINITY);
             continue;
         }

@@ -27,12 +27,14 @@ static inline int64_t fi_off4(const fi_tensor *t, int64_t i0, int64_t i1, int64_
     return i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2] + i3 * t->stride[3];
 }
 
-/* Element `off` of a F32 / F16 / BF16 tensor, widened to fp32 (exact). */
+/* Element `off` of a F32 / F16 / BF16 / E4M3 / E5M2 tensor, widened to fp32 (exact). */
 static inline float fi_elem_load(const fi_tensor *t, int64_t off) {
     switch (t->dtype) {
     case FI_DTYPE_F32: return ((const float *)t->data)[off];
     case FI_DTYPE_F16: return fi_f16_to_f32(((const uint16_t *)t->data)[off]);
     case FI_DTYPE_BF16: return fi_bf16_to_f32(((const uint16_t *)t->data)[off]);
+    case FI_DTYPE_E4M3: return fi_e4m3_to_f32(((const uint8_t *)t->data)[off]);
+    case FI_DTYPE_E5M2: return fi_e5m2_to_f32(((const uint8_t *)t->data)[off]);
     default: return NAN; /* rejected by fi_cpu_check_args before any load */
     }
 }
@@ -61,6 +63,10 @@ static inline int32_t fi_kv_page(const int32_t *page_table, int32_t row_offset,
     return page_table[row_offset + t / page_size];
 }
 
+/* max(a, b) that keeps a NaN of either (fmaxf would drop it: fiattn_run.h's NaN policy). */
+static inline float fi_max_nan_f(float a, float b) { return (a > b || a != a) ? a : b; }
+static inline double fi_max_nan_d(double a, double b) { return (a > b || a != a) ? a : b; }
+
 /* Dimensions of one run, derived from the caps (kind-specific widths). */
 typedef struct fi_cpu_geom {
     int32_t mla;       /* 1: MLA (q_nope.ckv + q_pe.kpe, V = ckv) */
@@ -72,7 +78,8 @@ typedef struct fi_cpu_geom {
 
 /* Check the run arguments but the page table (executor/core/args.h checks that against
  * the batch) against the caps before anything is written: required pointers (q, k, out;
- * MLA q_rope + k_rope; others v), dtypes (inputs F32/F16/BF16, out F32/F16/BF16, lse F32),
+ * MLA q_rope + k_rope; others v), dtypes (inputs F32/F16/BF16/E4M3/E5M2, not E2M1; out
+ * F32/F16/BF16; lse F32),
  * logical shapes (q/out/lse at least q_tokens rows, k/v at least caps->num_pages pages),
  * bases aligned to their element size, and the scale / sink pointers to 4 bytes.
  * @return FI_OK and *geom, or FI_ERR_NULL_ARGUMENT / FI_ERR_UNSUPPORTED_DTYPE /

@@ -131,7 +131,10 @@ static void row_logits(const ref_ctx *x, const float *q, int32_t t0, int32_t jlo
 
 /* Online-softmax update of local row lr with block keys [t0, t0 + n), masked to the row:
  *   m_new = max(m, max_j s_j);  l = l e^(m - m_new) + sum_j e^(s_j - m_new);
- *   acc = acc e^(m - m_new) + sum_j e^(s_j - m_new) v_j   (keys in order per dim). */
+ *   acc = acc e^(m - m_new) + sum_j e^(s_j - m_new) v_j   (keys in order per dim).
+ * Non-finite values (fiattn_run.h): the max keeps a NaN logit, so l and acc turn NaN; a
+ * +inf logit gives e^(inf - inf) = NaN; while every logit so far is -inf (m_new = -inf)
+ * the weights are exactly 0 and acc is kept as it is (rescale 1), not e^(-inf + inf). */
 static void update_row(ref_ctx *x, int32_t lr, int32_t t0, int32_t n) {
     const int32_t jlo = x->lo[lr] > t0 ? x->lo[lr] : t0;
     const int32_t jhi = x->hi[lr] < t0 + n ? x->hi[lr] : t0 + n;
@@ -142,12 +145,14 @@ static void update_row(ref_ctx *x, int32_t lr, int32_t t0, int32_t n) {
     float s[FI_REF_KV_BLOCK] = {0};
     row_logits(x, x->q_tile + (size_t)lr * x->d_qk, t0, jlo, jhi, s);
     float bm = -INFINITY;
-    for (int32_t j = jlo; j < jhi; ++j) bm = s[j - t0] > bm ? s[j - t0] : bm;
-    const float m_new = bm > x->m[lr] ? bm : x->m[lr];
-    const float rescale = expf(x->m[lr] - m_new);   /* 0 on the row's first block */
+    for (int32_t j = jlo; j < jhi; ++j) bm = fi_max_nan_f(s[j - t0], bm);
+    const float m_new = fi_max_nan_f(bm, x->m[lr]);
+    const int none = m_new == -INFINITY;   /* every logit so far -inf: weights 0 */
+    const float shift = none ? 0.0f : m_new;
+    const float rescale = none ? 1.0f : expf(x->m[lr] - m_new); /* 0 on the first block */
     float l = x->l[lr] * rescale;
     for (int32_t j = jlo; j < jhi; ++j) {
-        s[j - t0] = expf(s[j - t0] - m_new);
+        s[j - t0] = expf(s[j - t0] - shift);
         l += s[j - t0];
     }
     float *acc = x->acc + (size_t)lr * d_vo;
@@ -180,30 +185,30 @@ static void store_final(const ref_ctx *x, int32_t tok, int32_t h, const float *o
     if (x->a->lse.data) ((float *)x->a->lse.data)[fi_off2(&x->a->lse, tok, h)] = lse;
 }
 
-/* Finish local row lr of an item: final output (unsplit) or partial slot (split). */
+/* Finish local row lr of an item: final output (unsplit) or partial slot (split).
+ * m = -inf means no key of weight > 0 (none in range, or all logits -inf): l = 0 then.
+ * A NaN m / l (NaN or +inf logit) flows into out and lse (fiattn_run.h). */
 static void finish_row(ref_ctx *x, const fi_work_item *it, int32_t lr, int32_t tok, int32_t h) {
     const float m = x->m[lr], l = x->l[lr];
     const float *acc = x->acc + (size_t)lr * x->g->d_vo;
-    if (it->out_slot >= 0) {
+    if (it->out_slot >= 0) {   /* keys-only partial: O / l and m + log(l); -inf if none */
         const size_t row = (size_t)it->out_slot * x->tile_rows + lr;
         float *po = x->partial_o + row * x->g->d_vo;
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const float inv = m == -INFINITY ? 0.0f : 1.0f / l;
         for (int32_t d = 0; d < x->g->d_vo; ++d) po[d] = acc[d] * inv;
-        x->partial_lse[row] = l > 0.0f ? m + logf(l) : -INFINITY;
+        x->partial_lse[row] = m == -INFINITY ? -INFINITY : m + logf(l);
         return;
     }
-    if (x->a->sinks) {   /* den = l e^m + e^sink, shifted by M = max(m, sink) */
-        const float sk = x->a->sinks[h];
-        const float mm = m > sk ? m : sk;
-        const float keys = l > 0.0f ? l * expf(m - mm) : 0.0f;
-        const float den = keys + expf(sk - mm);
-        store_final(x, tok, h, acc, l > 0.0f ? x->bmm2 * expf(m - mm) / den : 0.0f,
-                    mm + logf(den));
-    } else if (l > 0.0f) {
-        store_final(x, tok, h, acc, x->bmm2 / l, m + logf(l));
-    } else {
+    /* den = l e^m + e^sink, shifted by M = max(m, sink) */
+    const float sk = x->a->sinks ? x->a->sinks[h] : -INFINITY;
+    const float mm = fi_max_nan_f(m, sk);
+    if (mm == -INFINITY) {   /* an empty row: no key of weight > 0, no sink */
         store_final(x, tok, h, NULL, 0.0f, -INFINITY);
+        return;
     }
+    const float wk = m == -INFINITY ? 0.0f : expf(m - mm);   /* e^(m - M) */
+    const float den = l * wk + (x->a->sinks ? expf(sk - mm) : 0.0f);
+    store_final(x, tok, h, acc, x->bmm2 * wk / den, mm + logf(den));
 }
 
 static void run_item(ref_ctx *x, const fi_work_item *it) {
@@ -249,11 +254,11 @@ static void merge_group(ref_ctx *x, const fi_merge_group *gr) {
     for (int32_t lr = 0; lr < rows; ++lr) {
         const int32_t tok = r->q_offset + gr->q_begin + lr / nh, h = gr->head_begin + lr % nh;
         float mm = x->a->sinks ? x->a->sinks[h] : -INFINITY;
-        for (int32_t s = 0; s < gr->num_splits; ++s) {
+        for (int32_t s = 0; s < gr->num_splits; ++s) {   /* a NaN lse / sink is kept */
             const float ls = x->partial_lse[(size_t)(gr->first_slot + s) * x->tile_rows + lr];
-            if (ls > mm) mm = ls;
+            mm = fi_max_nan_f(ls, mm);
         }
-        if (mm == -INFINITY) {   /* no key in any split, no sink */
+        if (mm == -INFINITY) {   /* no key of weight > 0 in any split, no sink */
             store_final(x, tok, h, NULL, 0.0f, -INFINITY);
             continue;
         }
@@ -261,7 +266,8 @@ static void merge_group(ref_ctx *x, const fi_merge_group *gr) {
         memset(out_row, 0, sizeof(float) * (size_t)d_vo);
         for (int32_t s = 0; s < gr->num_splits; ++s) {
             const size_t row = (size_t)(gr->first_slot + s) * x->tile_rows + lr;
-            const float w = expf(x->partial_lse[row] - mm);   /* 0 for an empty split */
+            /* 0 for a split without weight (its O is 0, or NaN from a NaN V: kept) */
+            const float w = expf(x->partial_lse[row] - mm);
             const float *po = x->partial_o + row * d_vo;
             den += w;
             for (int32_t d = 0; d < d_vo; ++d) out_row[d] += w * po[d];

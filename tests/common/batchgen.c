@@ -218,7 +218,10 @@ int batchgen_make(tt_rng *rng, const batchgen_opts *opts, batchgen_batch *out) {
     case BATCHGEN_MAX_BATCH: n = o.max_batch; break;
     default: n = tt_rng_int(rng, 1, o.max_batch); break;
     }
-    const fi_batch_form form = o.form ? o.form : (fi_batch_form)tt_rng_int(rng, 1, 3);
+    /* a random form the kind takes (fiattn.h: CUM_SEQ_LENS is the context kind's) */
+    const fi_batch_form form =
+        o.form ? o.form
+               : (fi_batch_form)tt_rng_int(rng, 1, caps.kind == FI_KIND_CONTEXT ? 3 : 2);
     const int32_t causal = o.fixed_causal ? o.causal : (tt_rng_int(rng, 0, 9) != 0);
     int32_t window = -1;
     if (o.fixed_window)

@@ -39,7 +39,7 @@ typedef enum batchgen_shape {
 /* Zero members mean "random" / defaults. */
 typedef struct batchgen_opts {
     fi_kind kind;         /* 0: random kind */
-    fi_batch_form form;   /* 0: random form */
+    fi_batch_form form;   /* 0: random form of those the kind takes (CUM_SEQ_LENS: context) */
     batchgen_shape shape; /* 0: random shape */
     int32_t max_batch;    /* caps.max_batch and upper bound on B; 0: 64 */
     int32_t max_kv_len;   /* upper bound of RANDOM kv_len; 0: 4096 */

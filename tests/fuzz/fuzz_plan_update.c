@@ -11,12 +11,16 @@
  * NULL array).  Every array is allocated to exactly the length the batch declares, so
  * AddressSanitizer reports any read the API contract does not allow.
  *
+ * Caps outside the sets include each FI_LIMIT_* exceeded and NVFP4 KV for other kinds than
+ * GQA decode; batch mutations include cum_seq_lens for a decode kind and a row length
+ * making B x P overflow int32 (with the table far shorter than declared).
  * Invariants (a violation aborts, which libFuzzer reports as a crash):
  *   - create with in-set caps succeeds; a failed create leaves *plan untouched;
- *   - a valid batch is accepted;
+ *   - a valid batch (of a form its kind takes) is accepted;
  *   - a rejected batch leaves the plan byte-identical (tt_plan_snapshot: view, header,
  *     work_indptr, cta_starts, items, groups, requests, balance) and fi_plan_error()
- *     reports the returned status;
+ *     reports the returned status, with a request of the batch or -1 (always -1 for the
+ *     batch-wide rules), and validation never answers FI_ERR_INVALID_ARGUMENT;
  *   - an accepted batch is valid by fiattn.h's rules (checked here from the arrays), its
  *     error detail is clean, and its plan passes tt_plan_check: every (request, query
  *     head, query row, visible key) exactly once, within the workspace bounds.
@@ -93,8 +97,11 @@ static fi_caps fuzz_caps(tt_fz *f, int *in_set) {
         c.head_dim_qk = c.head_dim_vo = k_dims[tt_fz_int(f, 0, 2)];
     }
     c.page_size = k_pages[tt_fz_int(f, 0, 4)];
-    c.q_dtype = (fi_dtype)tt_fz_int(f, FI_DTYPE_F32, FI_DTYPE_E4M3);
-    c.kv_dtype = (fi_dtype)tt_fz_int(f, FI_DTYPE_F32, FI_DTYPE_E4M3);
+    static const fi_dtype k_in[] = {FI_DTYPE_F32, FI_DTYPE_F16, FI_DTYPE_BF16, FI_DTYPE_E4M3,
+                                    FI_DTYPE_E5M2, FI_DTYPE_E2M1};
+    c.q_dtype = k_in[tt_fz_int(f, 0, 4)];
+    /* NVFP4 KV: GQA decode only (fiattn.h) */
+    c.kv_dtype = k_in[tt_fz_int(f, 0, c.kind == FI_KIND_GQA_DECODE ? 5 : 4)];
     c.o_dtype = (fi_dtype)tt_fz_int(f, FI_DTYPE_F32, FI_DTYPE_BF16);
     c.num_ctas = tt_fz_int(f, 1, 200);
     c.max_batch = tt_fz_int(f, 1, 64);
@@ -102,7 +109,7 @@ static fi_caps fuzz_caps(tt_fz *f, int *in_set) {
     c.num_pages = tt_fz_int(f, 1, 4096);
     if (tt_fz_chance(f, 16)) { /* one member outside its supported set */
         *in_set = 0;
-        switch (tt_fz_int(f, 0, 9)) {
+        switch (tt_fz_int(f, 0, 14)) {
         case 0: c.num_qo_heads = tt_fz_int(f, -2, 300); break;
         case 1: c.num_kv_heads = tt_fz_int(f, -2, 40); break;
         case 2: c.head_dim_qk = tt_fz_int(f, -1, 600); break;
@@ -112,6 +119,12 @@ static fi_caps fuzz_caps(tt_fz *f, int *in_set) {
         case 6: c.o_dtype = (fi_dtype)tt_fz_int(f, -1, 8); break;
         case 7: c.max_batch = -tt_fz_int(f, 0, 3); break;
         case 8: c.num_pages = -tt_fz_int(f, 0, 3); break;
+        /* past the documented limits: refused before any allocation */
+        case 10: c.max_batch = FI_LIMIT_MAX_BATCH + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_MAX_BATCH); break;
+        case 11: c.max_q_tokens = FI_LIMIT_MAX_Q_TOKENS + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_MAX_Q_TOKENS); break;
+        case 12: c.num_pages = FI_LIMIT_NUM_PAGES + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_NUM_PAGES); break;
+        case 13: c.num_ctas = FI_LIMIT_NUM_CTAS + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_NUM_CTAS); break;
+        case 14: c.kv_dtype = FI_DTYPE_E2M1; *in_set = c.kind == FI_KIND_GQA_DECODE; break;
         default: c.variant = tt_fz_int(f, -2, 4); break;
         }
     }
@@ -146,7 +159,7 @@ static int32_t *alloc32(int64_t n) {
 enum {
     MUT_BATCH_OVER, MUT_BATCH_NEG, MUT_WINDOW, MUT_CAUSAL, MUT_PAGES_DECL, MUT_SPLIT,
     MUT_Q_UNIFORM, MUT_KV_LEN, MUT_PAGE_ID, MUT_INDPTR, MUT_INDPTR0, MUT_SEQ_MISMATCH,
-    MUT_FORM, MUT_NULL, MUT_Q_LONG, MUT_COUNT
+    MUT_FORM, MUT_NULL, MUT_Q_LONG, MUT_FORM_KIND, MUT_TABLE_HUGE, MUT_COUNT
 };
 
 /* Page ids of a row: used entries in [0, num_pages) (rng), unused ones -1 or anything. */
@@ -170,7 +183,11 @@ static void fuzz_batch(tt_fz *f, const fi_caps *c, int mutate, fz_batch *z) {
         mut[tt_fz_int(f, 0, MUT_COUNT - 1)] = 1;
     const int decode = c->kind != FI_KIND_CONTEXT;
     const int32_t ps = c->page_size;
-    b->form = (fi_batch_form)tt_fz_int(f, FI_FORM_BLOCK_TABLES, FI_FORM_CUM_SEQ_LENS);
+    /* a form the kind takes (cum_seq_lens: context only), or, mutated, one it refuses */
+    b->form = (fi_batch_form)tt_fz_int(f, FI_FORM_BLOCK_TABLES,
+                                       decode ? FI_FORM_INDPTR : FI_FORM_CUM_SEQ_LENS);
+    if (mut[MUT_FORM_KIND] && decode)
+        b->form = FI_FORM_CUM_SEQ_LENS;
     b->causal = decode ? 1 : tt_fz_int(f, 0, 1);
     b->window_left = tt_fz_chance(f, 64) ? tt_fz_int(f, 0, 600) : -1;
     b->kv_split_pages = b->form != FI_FORM_INDPTR && tt_fz_chance(f, 64);
@@ -315,6 +332,12 @@ static void fuzz_batch(tt_fz *f, const fi_caps *c, int mutate, fz_batch *z) {
         b->kv_split_pages = tt_fz_int(f, 0, 1) ? 2 : -1; /* the table stays as allocated */
     if (mut[MUT_FORM])
         b->form = (fi_batch_form)(tt_fz_int(f, 0, 1) ? 0 : 4);
+    /* a row length making B x P (x 2) overflow int32: refused before any row is read (the
+     * table stays as allocated, far shorter than declared, so only where the product
+     * really overflows: B >= 2, or a 3-D table) */
+    const int64_t rows = (int64_t)B * (b->kv_split_pages == 1 ? 2 : 1);
+    if (mut[MUT_TABLE_HUGE] && b->form != FI_FORM_INDPTR && rows >= 2)
+        b->max_pages_per_seq = (int32_t)(INT32_MAX / rows + tt_fz_int(f, 1, 1000)); /* < 2^31 */
     if (mut[MUT_NULL]) {
         switch (tt_fz_int(f, 0, 3)) {
         case 0: b->block_tables = NULL; b->kv_indices = NULL; break;
@@ -331,12 +354,16 @@ static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
                                          const tt_plan_expect *e) {
     const fi_batch *b = &z->b;
     if (b->form < FI_FORM_BLOCK_TABLES || b->form > FI_FORM_CUM_SEQ_LENS) return "form";
+    if (b->form == FI_FORM_CUM_SEQ_LENS && c->kind != FI_KIND_CONTEXT) return "form of the kind";
     if (b->batch_size < 0 || b->batch_size > c->max_batch) return "batch_size";
     if (b->causal != 0 && b->causal != 1) return "causal";
     if (b->window_left < -1) return "window_left";
     const int indptr = b->form == FI_FORM_INDPTR;
     if (!indptr && (b->max_pages_per_seq < 0 || (b->kv_split_pages != 0 && b->kv_split_pages != 1)))
         return "max_pages_per_seq / kv_split_pages";
+    if (!indptr && (int64_t)b->batch_size * b->max_pages_per_seq * (b->kv_split_pages ? 2 : 1) >
+                       INT32_MAX)
+        return "B x P over int32";
     const int32_t *q_ptr = indptr ? b->qo_indptr : b->form == FI_FORM_CUM_SEQ_LENS ? b->cum_seq_lens_q : NULL;
     const int32_t *k_ptr = indptr ? b->kv_indptr : b->form == FI_FORM_CUM_SEQ_LENS ? b->cum_seq_lens_kv : NULL;
     for (int32_t i = 0; q_ptr && i < b->batch_size; i++)
@@ -388,18 +415,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const fi_status st = fi_plan_update(plan, &z.b, NULL);
         const fi_error_detail d = fi_plan_error(plan);
         if (st != FI_OK) {
-            /* A valid batch is accepted; FI_ERR_INVALID_FORM stays allowed for a form a
-             * kind may come to refuse (fiattn.h: "a form not valid for the kind"). */
-            TT_FZ_REQUIRE(k > 0 || !in_set || st == FI_ERR_INVALID_FORM,
-                          "valid batch rejected: %s (request %d)", fi_status_name(st),
-                          d.request);
+            /* A valid batch (of a form its kind takes) is accepted. */
+            TT_FZ_REQUIRE(k > 0 || !in_set, "valid batch rejected: %s (request %d)",
+                          fi_status_name(st), d.request);
             TT_FZ_REQUIRE(d.status == st, "fi_plan_error says %s, update returned %s",
                           fi_status_name(d.status), fi_status_name(st));
-            /* An indptr not starting at 0 names request 0 even in an empty batch. */
-            TT_FZ_REQUIRE(d.request == -1 || (d.request >= 0 && d.request < z.b.batch_size) ||
-                              (d.request == 0 && st == FI_ERR_INDPTR_NOT_MONOTONE),
+            /* The detail names a request of the batch, or -1 (no request at fault: an
+             * empty batch's indptr[0] included); the batch-wide rules always -1. */
+            TT_FZ_REQUIRE(d.request == -1 || (d.request >= 0 && d.request < z.b.batch_size),
                           "detail.request %d of %d (%s)", d.request, z.b.batch_size,
                           fi_status_name(st));
+            const int batch_wide =
+                st == FI_ERR_INVALID_FORM || st == FI_ERR_NEGATIVE_BATCH_SIZE ||
+                st == FI_ERR_BATCH_OVER_CAPS || st == FI_ERR_INVALID_WINDOW ||
+                st == FI_ERR_INVALID_CAUSAL || st == FI_ERR_NULL_ARGUMENT ||
+                st == FI_ERR_NEGATIVE_PAGES_PER_SEQ || st == FI_ERR_INVALID_KV_SPLIT ||
+                st == FI_ERR_PAGE_TABLE_TOO_LARGE;
+            TT_FZ_REQUIRE(!batch_wide || d.request == -1, "%s names request %d",
+                          fi_status_name(st), d.request);
+            /* the catch-all is never used by validation any more */
+            TT_FZ_REQUIRE(st != FI_ERR_INVALID_ARGUMENT, "FI_ERR_INVALID_ARGUMENT from validation");
             TT_FZ_REQUIRE(tt_plan_snapshot_take(plan, &after) == 0, "oom");
             const long at = tt_plan_snapshot_diff(&before, &after);
             TT_FZ_REQUIRE(at < 0, "rejected batch (%s) changed the plan at byte %ld",
