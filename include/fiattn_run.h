@@ -97,10 +97,17 @@ typedef struct fi_attn_args {
 } fi_attn_args;
 
 /* Run the plan's attention on the GPU (persistent executor, in-kernel split-k merge).
- * Kinds on the GPU today: FI_KIND_MLA_DECODE (bf16 / fp16 q, KV and out, sm_90a); the
- * other kinds return FI_ERR_UNSUPPORTED_KIND (use fi_ref_run on the CPU).
+ * Kinds on the GPU today (sm_90a): FI_KIND_MLA_DECODE (bf16 / fp16 q, KV and out);
+ * FI_KIND_GQA_DECODE (head_dim 64 / 128 / 256, q bf16 / fp16, KV the q dtype or fp8 e4m3
+ * (its scale folded into bmm1 / bmm2 by the caller; fp16 matmuls), out the q dtype or fp8
+ * e4m3 stored as fp8(out / o_scale); k / v any NHD / HND / one-tensor / pair strides;
+ * NVFP4 (E2M1) KV not yet: FI_ERR_UNSUPPORTED_DTYPE; k_sf / v_sf given for another KV
+ * dtype: FI_ERR_INVALID_ARGUMENT).  FI_KIND_CONTEXT returns FI_ERR_UNSUPPORTED_KIND (use
+ * fi_ref_run on the CPU).
  * Algorithms: FlashAttention-2 online softmax and warp tiling (Dao 2023), flash-decoding
- * split-KV with an LSE-weighted merge (Dao et al. 2023), FlashMLA-style persistent decode.
+ * split-KV with an LSE-weighted merge (Dao et al. 2023), FlashMLA-style persistent decode;
+ * GQA: the producer / consumer mbarrier pipeline of FlashAttention-3 (Shah et al. 2024)
+ * with cp.async loads and mma.sync (executor/gqa/gqa_tile.cuh).
  * Arguments are read during the call; device tensors stay the caller's and must stay
  * valid until the launched work completes on `stream`.
  * stream: cudaStream_t.  Graph-capturable: fixed grid, reads the plan from the workspace.
