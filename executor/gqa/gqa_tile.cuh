@@ -294,20 +294,21 @@ template <int D> struct Acc {
 };
 
 /* S = Q K^T for one slice (16 rows x 16 tokens; s[n] is tokens 8n..8n+7 in the mma
- * accumulator layout).  16-bit KV: Q and K fragments by ldmatrix.  sK: the slot's K rows
- * (kKvPitch bytes apart); sQa: this lane's ldmatrix address in the Q rows. */
-template <typename C, int D>
-__device__ __forceinline__ void qk_scores(const unsigned char *sK, uint32_t sQa, int lane,
+ * accumulator layout).  16-bit KV: K fragments by ldmatrix; qa(kk, frag) gives Q's A
+ * fragment of k16 step kk (registers, or ldmatrix from the Q rows: QFrags).  sK: the slot's
+ * K rows (kKvPitch bytes apart). */
+template <typename C, int D, typename QA>
+__device__ __forceinline__ void qk_scores(const unsigned char *sK, int lane, const QA &qa,
                                           float (&s)[2][4]) {
     using G = Geo<D, 2>;
     const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t qa[4], kb[4];
-        ldsm_x4(sQa + kk * 32, qa);
+        uint32_t q[4], kb[4];
+        qa(kk, q);
         ldsm_x4(sKa + kk * 32, kb);
-        Dt<C>::mma(s[0], qa, kb[0], kb[1]);
-        Dt<C>::mma(s[1], qa, kb[2], kb[3]);
+        Dt<C>::mma(s[0], q, kb[0], kb[1]);
+        Dt<C>::mma(s[1], q, kb[2], kb[3]);
     }
 }
 
@@ -315,6 +316,11 @@ __device__ __forceinline__ void qk_scores(const unsigned char *sK, uint32_t sQa,
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
     uint32_t r;
     asm("{\n.reg .b16 lo;\nmov.b32 {lo, _}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t x) { /* bytes 2, 3 */
+    uint32_t r;
+    asm("{\n.reg .b16 hi;\nmov.b32 {_, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(x));
     return r;
 }
 __device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: prmt selector */
@@ -326,14 +332,11 @@ __device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: p
 /* fp8 KV: ldmatrix on the fp8 rows hands this lane 4 consecutive bytes of token g (dims
  * 4 q4 .. 4 q4 + 3 of a 16-dim group) as b0 / b1 of one k16 step; the dot product does
  * not care about the order of its terms, so Q's fragment takes the same dims (a0 / a1 =
- * dims 4 q4, +1 of rows g / g + 8, a2 / a3 = dims 4 q4 + 2, +3), read as 8 bytes of the fp16
- * Q rows.  sQr: this lane's row g of Q (fp16). */
-template <int D>
-__device__ __forceinline__ void qk_scores_fp8(const unsigned char *sK, const __half *sQr, int lane,
+ * dims 4 q4, +1 of rows g / g + 8, a2 / a3 = dims 4 q4 + 2, +3: QFrags).  qa as qk_scores. */
+template <int D, typename QA>
+__device__ __forceinline__ void qk_scores_fp8(const unsigned char *sK, int lane, const QA &qa,
                                               float (&s)[2][4]) {
     using G = Geo<D, 1>;
-    constexpr int kQPitch = G::kPitch;
-    const int q4 = lane & 3;
     /* matrices: tokens 0-7 / 8-15 (lane bit 4) x bytes +0 / +16 (lane bit 3) of 32 dims */
     const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
 #pragma unroll
@@ -342,16 +345,53 @@ __device__ __forceinline__ void qk_scores_fp8(const unsigned char *sK, const __h
         ldsm_x4(sKa + c * 32, kb); /* kb[0]: tok 0-7 dims 32c..+15, [1]: +16.., [2] / [3]: tok 8-15 */
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int d = 32 * c + 16 * h + 4 * q4;
-            const uint2 r0 = *reinterpret_cast<const uint2 *>(sQr + d);
-            const uint2 r1 = *reinterpret_cast<const uint2 *>(sQr + 8 * kQPitch + d);
-            const uint32_t qa[4] = {r0.x, r1.x, r0.y, r1.y};
+            uint32_t q[4];
+            qa(2 * c + h, q);
             const uint32_t k0 = kb[h], k1 = kb[2 + h];
-            Dt<__half>::mma(s[0], qa, e4m3x2_to_f16x2(k0), e4m3x2_to_f16x2(k0 >> 16));
-            Dt<__half>::mma(s[1], qa, e4m3x2_to_f16x2(k1), e4m3x2_to_f16x2(k1 >> 16));
+            Dt<__half>::mma(s[0], q, e4m3x2_to_f16x2(k0), e4m3x2_hi_to_f16x2(k0));
+            Dt<__half>::mma(s[1], q, e4m3x2_to_f16x2(k1), e4m3x2_hi_to_f16x2(k1));
         }
     }
 }
+
+/* Q's A fragments of one warp's 16 rows, for every k16 step: held in registers for the
+ * item (D <= 128: 32 registers) or read from the Q rows at each use (D 256).  16-bit KV:
+ * the ldmatrix layout; fp8 KV: the dim order of qk_scores_fp8 (two 8-byte reads). */
+template <bool F8, int D> struct QFrags {
+    static constexpr bool kReg = D <= 128;
+    uint32_t f[kReg ? D / 16 : 1][4];
+    uint32_t base; /* shared address: row g (fp8) or the ldmatrix row of this lane */
+    __device__ __forceinline__ void fetch(int kk, uint32_t *q) const {
+        if (F8) {
+            const uint32_t a = base + (16 * kk) * 2;
+            uint32_t x0, y0, x1, y1;
+            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(x0), "=r"(y0) : "r"(a));
+            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(x1), "=r"(y1)
+                         : "r"(a + 8 * Geo<D, 1>::kPitch * 2));
+            q[0] = x0; q[1] = x1; q[2] = y0; q[3] = y1;
+        } else {
+            ldsm_x4(base + kk * 32, q);
+        }
+    }
+    /* sQ: the item's Q rows (fp16 for fp8 KV); rg: the warp's row group. */
+    __device__ __forceinline__ void load(const void *sQ, int rg, int lane) {
+        const int row = rg * 16 + (F8 ? (lane >> 2) : (lane & 15));
+        base = smem_u32(static_cast<const unsigned char *>(sQ) + (size_t)row * Geo<D, 2>::kRowBytes) +
+               (F8 ? (lane & 3) * 8 : (lane >> 4) * 16);
+        if (kReg) {
+#pragma unroll
+            for (int kk = 0; kk < (kReg ? D / 16 : 1); ++kk)
+                fetch(kk, f[kk]);
+        }
+    }
+    __device__ __forceinline__ void operator()(int kk, uint32_t *q) const {
+        if (kReg) {
+            q[0] = f[kk][0]; q[1] = f[kk][1]; q[2] = f[kk][2]; q[3] = f[kk][3];
+        } else {
+            fetch(kk, q);
+        }
+    }
+};
 
 /* Mask, online softmax update of the warp's state (rescaling O), and P as the A operand
  * of P V (the accumulator layout of S is the A layout of a k16 step). */
@@ -370,20 +410,26 @@ __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, 
             s[n][e] = tok >= lo[i] && tok <= hi[i] ? v : -CUDART_INF_F;
             mx[i] = fmaxf(mx[i], s[n][e]);
         }
-    float m_use[2];
+    float m_use[2], alpha[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
         const float m_new = fmaxf(a.m[i], mx[i]);
         m_use[i] = m_new == -CUDART_INF_F ? 0.f : m_new;
-        const float alpha = exp2f(a.m[i] - m_use[i]);
+        alpha[i] = exp2f(a.m[i] - m_use[i]);
         a.m[i] = m_new;
-        a.l[i] *= alpha;
+        a.l[i] *= alpha[i];
+    }
+    /* O is rescaled only when a row max of the warp moved (x 1 would leave the bits as
+     * they are): past the first slices of a row, most slices skip these D / 2 products. */
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
-            a.o[n][2 * i] *= alpha;
-            a.o[n][2 * i + 1] *= alpha;
+            a.o[n][0] *= alpha[0];
+            a.o[n][1] *= alpha[0];
+            a.o[n][2] *= alpha[1];
+            a.o[n][3] *= alpha[1];
         }
     }
 #pragma unroll
@@ -434,8 +480,8 @@ __device__ __forceinline__ void pv_accumulate_fp8(const unsigned char *sV, int l
             const uint32_t lo = vb[2 * h], hi = vb[2 * h + 1];
             Dt<__half>::mma(a.o[4 * c + 2 * h], pa, e4m3x2_to_f16x2(bytes2(lo, 0x3120u)),
                             e4m3x2_to_f16x2(bytes2(hi, 0x3120u)));
-            Dt<__half>::mma(a.o[4 * c + 2 * h + 1], pa, e4m3x2_to_f16x2(bytes2(lo, 0x3120u) >> 16),
-                            e4m3x2_to_f16x2(bytes2(hi, 0x3120u) >> 16));
+            Dt<__half>::mma(a.o[4 * c + 2 * h + 1], pa, e4m3x2_hi_to_f16x2(bytes2(lo, 0x3120u)),
+                            e4m3x2_hi_to_f16x2(bytes2(hi, 0x3120u)));
         }
     }
 }
@@ -666,14 +712,13 @@ template <typename T, typename KV, int D> struct GqaFamily {
 
     /* One slice on one warp: scores, mask + online softmax, O += P V. */
     static __device__ __forceinline__ void slice(const RunCtx &ctx, const unsigned char *sK,
-                                                 const T *sQ, const Lane &ln, int t0,
+                                                 const QFrags<kF8, D> &qf, const Lane &ln, int t0,
                                                  const int *lo, const int *hi, Acc<D> &a) {
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        const int row = ln.rg * 16 + (kF8 ? ln.g : (ln.lane & 15));
         if constexpr (kF8)
-            qk_scores_fp8<D>(sK, reinterpret_cast<const __half *>(sQ) + row * G::kPitch, ln.lane, s);
+            qk_scores_fp8<D>(sK, ln.lane, qf, s);
         else
-            qk_scores<C, D>(sK, smem_u32(sQ + row * G::kPitch + (ln.lane >> 4) * 8), ln.lane, s);
+            qk_scores<C, D>(sK, ln.lane, qf, s);
         uint32_t pa[4];
         softmax_step<C, D>(ctx, ln, t0, lo, hi, s, a, pa);
         const unsigned char *sV = sK + G::kSlotTokens * G::kKvPitch; /* V rows: a slot's second half */
@@ -704,14 +749,20 @@ template <typename T, typename KV, int D> struct GqaFamily {
         mbar_wait(G::qfull(smem, cur.qb), cur.qphase);
         if constexpr (kF8)
             q_to_f16<T, D>(sQ, M);
+        QFrags<kF8, D> qf;
+        qf.load(sQ, ln.rg, ln.lane);
         const int s0 = it.kv_begin & ~(G::kSlotTokens - 1); /* slots aligned as produce_kv's */
         const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + G::kSlotTokens - 1) / G::kSlotTokens : 0;
         for (int sl = 0; sl < nsl; ++sl) {
             mbar_wait(G::full(smem, cur.slot), cur.phase);
+#ifdef FI_GQA_EXP_NOCOMPUTE /* timing experiments only: the consumers' math compiled out */
+            if (false)
+#else
             if (active && (sl & (ln.W - 1)) == ln.tw)
+#endif
 #pragma unroll
                 for (int u = 0; u < G::kSubs; ++u)
-                    slice(ctx, G::slot(smem, cur.slot) + u * kSlice * G::kKvPitch, sQ, ln,
+                    slice(ctx, G::slot(smem, cur.slot) + u * kSlice * G::kKvPitch, qf, ln,
                           s0 + sl * G::kSlotTokens + u * kSlice, lo, hi, a);
             /* Every lane arrives (racecheck does not follow a __syncwarp + one lane's
              * release: docs/DESIGN.md, sanitizer caveats). */
