@@ -293,22 +293,26 @@ template <int D> struct Acc {
     float m[2], l[2]; /* l: this lane's columns only until finish_rows */
 };
 
-/* S = Q K^T for one slice (16 rows x 16 tokens; s[n] is tokens 8n..8n+7 in the mma
- * accumulator layout).  16-bit KV: K fragments by ldmatrix; qa(kk, frag) gives Q's A
+/* S = Q K^T for 16 rows x 8 NT tokens (NT 2 or 4: one or two 16-token slices; s[n] is
+ * tokens 8n..8n+7 in the mma accumulator layout).  16-bit KV: K fragments by ldmatrix; qa(kk, frag) gives Q's A
  * fragment of k16 step kk (registers, or ldmatrix from the Q rows: QFrags).  sK: the slot's
  * K rows (kKvPitch bytes apart). */
-template <typename C, int D, typename QA>
+template <typename C, int D, int NT, typename QA>
 __device__ __forceinline__ void qk_scores(const unsigned char *sK, int lane, const QA &qa,
-                                          float (&s)[2][4]) {
+                                          float (&s)[NT][4]) {
     using G = Geo<D, 2>;
     const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t q[4], kb[4];
+        uint32_t q[4];
         qa(kk, q);
-        ldsm_x4(sKa + kk * 32, kb);
-        Dt<C>::mma(s[0], q, kb[0], kb[1]);
-        Dt<C>::mma(s[1], q, kb[2], kb[3]);
+#pragma unroll
+        for (int t = 0; t < NT / 2; ++t) { /* 16 tokens a step: NT / 2 independent chains */
+            uint32_t kb[4];
+            ldsm_x4(sKa + t * 16 * G::kKvPitch + kk * 32, kb);
+            Dt<C>::mma(s[2 * t], q, kb[0], kb[1]);
+            Dt<C>::mma(s[2 * t + 1], q, kb[2], kb[3]);
+        }
     }
 }
 
@@ -333,23 +337,28 @@ __device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: p
  * 4 q4 .. 4 q4 + 3 of a 16-dim group) as b0 / b1 of one k16 step; the dot product does
  * not care about the order of its terms, so Q's fragment takes the same dims (a0 / a1 =
  * dims 4 q4, +1 of rows g / g + 8, a2 / a3 = dims 4 q4 + 2, +3: QFrags).  qa as qk_scores. */
-template <int D, typename QA>
+template <int D, int NT, typename QA>
 __device__ __forceinline__ void qk_scores_fp8(const unsigned char *sK, int lane, const QA &qa,
-                                              float (&s)[2][4]) {
+                                              float (&s)[NT][4]) {
     using G = Geo<D, 1>;
     /* matrices: tokens 0-7 / 8-15 (lane bit 4) x bytes +0 / +16 (lane bit 3) of 32 dims */
     const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
 #pragma unroll
     for (int c = 0; c < D / 32; ++c) {
-        uint32_t kb[4];
-        ldsm_x4(sKa + c * 32, kb); /* kb[0]: tok 0-7 dims 32c..+15, [1]: +16.., [2] / [3]: tok 8-15 */
+        uint32_t kb[NT / 2][4];
+#pragma unroll
+        for (int t = 0; t < NT / 2; ++t) /* kb[t][0]: tok 0-7 dims 32c..+15, [1]: +16.., [2] / [3]: tok 8-15 */
+            ldsm_x4(sKa + t * 16 * G::kKvPitch + c * 32, kb[t]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             uint32_t q[4];
             qa(2 * c + h, q);
-            const uint32_t k0 = kb[h], k1 = kb[2 + h];
-            Dt<__half>::mma(s[0], q, e4m3x2_to_f16x2(k0), e4m3x2_hi_to_f16x2(k0));
-            Dt<__half>::mma(s[1], q, e4m3x2_to_f16x2(k1), e4m3x2_hi_to_f16x2(k1));
+#pragma unroll
+            for (int t = 0; t < NT / 2; ++t) {
+                const uint32_t k0 = kb[t][h], k1 = kb[t][2 + h];
+                Dt<__half>::mma(s[2 * t], q, e4m3x2_to_f16x2(k0), e4m3x2_hi_to_f16x2(k0));
+                Dt<__half>::mma(s[2 * t + 1], q, e4m3x2_to_f16x2(k1), e4m3x2_hi_to_f16x2(k1));
+            }
         }
     }
 }
@@ -395,13 +404,13 @@ template <bool F8, int D> struct QFrags {
 
 /* Mask, online softmax update of the warp's state (rescaling O), and P as the A operand
  * of P V (the accumulator layout of S is the A layout of a k16 step). */
-template <typename C, int D>
+template <typename C, int D, int NT>
 __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, int t0,
-                                             const int *lo, const int *hi, float (&s)[2][4],
-                                             Acc<D> &a, uint32_t (&pa)[4]) {
+                                             const int *lo, const int *hi, float (&s)[NT][4],
+                                             Acc<D> &a, uint32_t (&pa)[NT / 2][4]) {
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
-    for (int n = 0; n < 2; ++n)
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = e >> 1;
@@ -433,31 +442,36 @@ __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, 
         }
     }
 #pragma unroll
-    for (int n = 0; n < 2; ++n)
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             s[n][e] = exp2f(s[n][e] - m_use[e >> 1]);
             a.l[e >> 1] += s[n][e];
         }
-    pa[0] = Dt<C>::pack(s[0][0], s[0][1]);
-    pa[1] = Dt<C>::pack(s[0][2], s[0][3]);
-    pa[2] = Dt<C>::pack(s[1][0], s[1][1]);
-    pa[3] = Dt<C>::pack(s[1][2], s[1][3]);
+#pragma unroll
+    for (int t = 0; t < NT / 2; ++t) { /* k16 step t of P V: tokens 16t .. 16t + 15 */
+        pa[t][0] = Dt<C>::pack(s[2 * t][0], s[2 * t][1]);
+        pa[t][1] = Dt<C>::pack(s[2 * t][2], s[2 * t][3]);
+        pa[t][2] = Dt<C>::pack(s[2 * t + 1][0], s[2 * t + 1][1]);
+        pa[t][3] = Dt<C>::pack(s[2 * t + 1][2], s[2 * t + 1][3]);
+    }
 }
 
 /* O += P V, 16-bit V by ldmatrix.trans: a.o[n] holds dims 8n + 2 q4, +1 (col_of). */
-template <typename C, int D>
-__device__ __forceinline__ void pv_accumulate(const unsigned char *sV, int lane, const uint32_t (&pa)[4],
-                                              Acc<D> &a) {
+template <typename C, int D, int NT>
+__device__ __forceinline__ void pv_accumulate(const unsigned char *sV, int lane,
+                                              const uint32_t (&pa)[NT / 2][4], Acc<D> &a) {
     using G = Geo<D, 2>;
     const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
 #pragma unroll
-    for (int nn = 0; nn < D / 16; ++nn) {
-        uint32_t vb[4];
-        ldsm_x4_t(sVa + nn * 32, vb);
-        Dt<C>::mma(a.o[2 * nn], pa, vb[0], vb[1]);
-        Dt<C>::mma(a.o[2 * nn + 1], pa, vb[2], vb[3]);
-    }
+    for (int t = 0; t < NT / 2; ++t)
+#pragma unroll
+        for (int nn = 0; nn < D / 16; ++nn) {
+            uint32_t vb[4];
+            ldsm_x4_t(sVa + t * 16 * G::kKvPitch + nn * 32, vb);
+            Dt<C>::mma(a.o[2 * nn], pa[t], vb[0], vb[1]);
+            Dt<C>::mma(a.o[2 * nn + 1], pa[t], vb[2], vb[3]);
+        }
 }
 
 /* O += P V, fp8 V: ldmatrix.trans on 16-byte rows of fp8 treats byte pairs as 16-bit
@@ -465,25 +479,26 @@ __device__ __forceinline__ void pv_accumulate(const unsigned char *sV, int lane,
  * the even dims (bytes 0, 2) and the odd dims (bytes 1, 3) are two n8 tiles.  So a.o[n]
  * of 32-dim block c = n / 4 holds dims 32 c + 16 ((n / 2) % 2) + 4 q4 + {0, 2} + (n % 2)
  * (col_of). */
-template <int D>
+template <int D, int NT>
 __device__ __forceinline__ void pv_accumulate_fp8(const unsigned char *sV, int lane,
-                                                  const uint32_t (&pa)[4], Acc<D> &a) {
+                                                  const uint32_t (&pa)[NT / 2][4], Acc<D> &a) {
     using G = Geo<D, 1>;
     /* matrices: tokens 0-7 / 8-15 (lane bit 3) x bytes +0 / +16 (lane bit 4) */
     const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
 #pragma unroll
-    for (int c = 0; c < D / 32; ++c) {
-        uint32_t vb[4];
-        ldsm_x4_t(sVa + c * 32, vb); /* [0] tok 0-7 bytes 0-15, [1] tok 8-15, [2] / [3] bytes 16-31 */
+    for (int t = 0; t < NT / 2; ++t)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint32_t lo = vb[2 * h], hi = vb[2 * h + 1];
-            Dt<__half>::mma(a.o[4 * c + 2 * h], pa, e4m3x2_to_f16x2(bytes2(lo, 0x3120u)),
-                            e4m3x2_to_f16x2(bytes2(hi, 0x3120u)));
-            Dt<__half>::mma(a.o[4 * c + 2 * h + 1], pa, e4m3x2_hi_to_f16x2(bytes2(lo, 0x3120u)),
-                            e4m3x2_hi_to_f16x2(bytes2(hi, 0x3120u)));
+        for (int c = 0; c < D / 32; ++c) {
+            uint32_t vb[4];
+            ldsm_x4_t(sVa + t * 16 * G::kKvPitch + c * 32, vb); /* [0] tok 0-7 bytes 0-15, [1] tok 8-15, [2] / [3] bytes 16-31 */
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint32_t lo = bytes2(vb[2 * h], 0x3120u), hi = bytes2(vb[2 * h + 1], 0x3120u);
+                Dt<__half>::mma(a.o[4 * c + 2 * h], pa[t], e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi));
+                Dt<__half>::mma(a.o[4 * c + 2 * h + 1], pa[t], e4m3x2_hi_to_f16x2(lo),
+                                e4m3x2_hi_to_f16x2(hi));
+            }
         }
-    }
 }
 
 /* The output dim of a.o[n][e] (e 0 / 1; rows g and g + 8 alike) for this lane. */
@@ -710,22 +725,28 @@ template <typename T, typename KV, int D> struct GqaFamily {
         }
     }
 
-    /* One slice on one warp: scores, mask + online softmax, O += P V. */
-    static __device__ __forceinline__ void slice(const RunCtx &ctx, const unsigned char *sK,
-                                                 const QFrags<kF8, D> &qf, const Lane &ln, int t0,
-                                                 const int *lo, const int *hi, Acc<D> &a) {
-        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    /* One slot on one warp, all its tokens at once (NT / 2 independent 16-token chains, one
+     * softmax update): scores, mask + online softmax, O += P V. */
+    static constexpr int kNT = 2 * G::kSubs; /* n8 token tiles a slot */
+    static __device__ __forceinline__ void slot_compute(const RunCtx &ctx, const unsigned char *sK,
+                                                        const QFrags<kF8, D> &qf, const Lane &ln,
+                                                        int t0, const int *lo, const int *hi,
+                                                        Acc<D> &a) {
+        float s[kNT][4];
+#pragma unroll
+        for (int n = 0; n < kNT; ++n)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
         if constexpr (kF8)
-            qk_scores_fp8<D>(sK, ln.lane, qf, s);
+            qk_scores_fp8<D, kNT>(sK, ln.lane, qf, s);
         else
-            qk_scores<C, D>(sK, ln.lane, qf, s);
-        uint32_t pa[4];
-        softmax_step<C, D>(ctx, ln, t0, lo, hi, s, a, pa);
+            qk_scores<C, D, kNT>(sK, ln.lane, qf, s);
+        uint32_t pa[kNT / 2][4];
+        softmax_step<C, D, kNT>(ctx, ln, t0, lo, hi, s, a, pa);
         const unsigned char *sV = sK + G::kSlotTokens * G::kKvPitch; /* V rows: a slot's second half */
         if constexpr (kF8)
-            pv_accumulate_fp8<D>(sV, ln.lane, pa, a);
+            pv_accumulate_fp8<D, kNT>(sV, ln.lane, pa, a);
         else
-            pv_accumulate<C, D>(sV, ln.lane, pa, a);
+            pv_accumulate<C, D, kNT>(sV, ln.lane, pa, a);
     }
 
     /* The consumers: the item's slices (computing their own, releasing all), then the team
@@ -760,10 +781,7 @@ template <typename T, typename KV, int D> struct GqaFamily {
 #else
             if (active && (sl & (ln.W - 1)) == ln.tw)
 #endif
-#pragma unroll
-                for (int u = 0; u < G::kSubs; ++u)
-                    slice(ctx, G::slot(smem, cur.slot) + u * kSlice * G::kKvPitch, qf, ln,
-                          s0 + sl * G::kSlotTokens + u * kSlice, lo, hi, a);
+                slot_compute(ctx, G::slot(smem, cur.slot), qf, ln, s0 + sl * G::kSlotTokens, lo, hi, a);
             /* Every lane arrives (racecheck does not follow a __syncwarp + one lane's
              * release: docs/DESIGN.md, sanitizer caveats). */
             mbar_arrive(G::empty(smem, cur.slot));
