@@ -13,13 +13,18 @@
 extern "C" int fi_gqa_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
     const fi_gqa_params &p = *static_cast<const fi_gqa_params *>(params);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (dtype == FI_DTYPE_BF16 && !p.g.kv_fp8)
+    const int k = p.g.kv_kind;
+    if (dtype == FI_DTYPE_BF16 && k == 0)
         FI_GQA_BY_DIM(bf16)
-    if (dtype == FI_DTYPE_BF16 && p.g.kv_fp8)
+    if (dtype == FI_DTYPE_BF16 && k == 1)
         FI_GQA_BY_DIM(bf16_e4m3)
-    if (dtype == FI_DTYPE_F16 && !p.g.kv_fp8)
+    if (dtype == FI_DTYPE_BF16 && k == 2)
+        FI_GQA_BY_DIM(bf16_nvfp4)
+    if (dtype == FI_DTYPE_F16 && k == 0)
         FI_GQA_BY_DIM(f16)
-    if (dtype == FI_DTYPE_F16 && p.g.kv_fp8)
+    if (dtype == FI_DTYPE_F16 && k == 1)
         FI_GQA_BY_DIM(f16_e4m3)
+    if (dtype == FI_DTYPE_F16 && k == 2)
+        FI_GQA_BY_DIM(f16_nvfp4)
     return (int)cudaErrorInvalidValue;
 }

@@ -1,5 +1,5 @@
 /* executor/gqa/gqa_launch.h - the GQA family's instantiations (one per .cu: q dtype x KV
- * dtype (the q dtype or fp8 e4m3) x head_dim) and its C ABI launcher (gqa_launch.cu), which
+ * dtype (the q dtype, fp8 e4m3 or NVFP4) x head_dim) and its C ABI launcher (gqa_launch.cu), which
  * family.h's `launch` points at. */
 #pragma once
 
@@ -22,11 +22,17 @@ FI_GQA_DECLARE(bf16_e4m3_d256)
 FI_GQA_DECLARE(f16_e4m3_d64)
 FI_GQA_DECLARE(f16_e4m3_d128)
 FI_GQA_DECLARE(f16_e4m3_d256)
+FI_GQA_DECLARE(bf16_nvfp4_d64)
+FI_GQA_DECLARE(bf16_nvfp4_d128)
+FI_GQA_DECLARE(bf16_nvfp4_d256)
+FI_GQA_DECLARE(f16_nvfp4_d64)
+FI_GQA_DECLARE(f16_nvfp4_d128)
+FI_GQA_DECLARE(f16_nvfp4_d256)
 #undef FI_GQA_DECLARE
 extern "C" {
 #endif
 
-/* fi_family.launch of the GQA family: params is a fi_gqa_params (its head_dim and kv_fp8
+/* fi_family.launch of the GQA family: params is a fi_gqa_params (its head_dim and kv_kind
  * pick the instantiation); dtype (q) bf16 or fp16, else cudaErrorInvalidValue.  See
  * executor/core/family.h. */
 int fi_gqa_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);

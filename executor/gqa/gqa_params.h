@@ -26,9 +26,14 @@ typedef struct fi_gqa_block {
     int64_t v_stride_page, v_stride_tok, v_stride_head;
     int32_t group;               /* H_q / H_kv: query head h reads KV head h / group */
     int32_t head_dim;            /* D: picks the instantiation (64, 128, 256) */
-    int32_t kv_fp8;              /* 1: k / v are fp8 e4m3 (their scale folded into the bmm
-                                    scales by the caller), else the q dtype */
+    int32_t kv_kind;             /* 0: k / v in the q dtype; 1: fp8 e4m3; 2: NVFP4 (e2m1 bytes
+                                    + k_sf / v_sf); the quantisation's global scale is folded
+                                    into the bmm scales by the caller */
     int32_t reserved;
+    const void *k_sf;            /* NVFP4: e4m3 bytes [num_pages, page_size, H_kv, D / 16] */
+    int64_t k_sf_stride_page, k_sf_stride_tok, k_sf_stride_head;
+    const void *v_sf;
+    int64_t v_sf_stride_page, v_sf_stride_tok, v_sf_stride_head;
 } fi_gqa_block;
 
 typedef struct fi_gqa_params {

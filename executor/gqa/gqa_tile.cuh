@@ -63,18 +63,21 @@ constexpr int kMaxStages = 48;
 constexpr size_t kSmemBytes = 232448;      /* the sm_90 opt-in maximum per block */
 
 /* Shared memory: [barriers][sM][sL][flags][merge sW][merge sRow] | Q x 2 | combine | ring.
- * KB: bytes of a KV element (2: bf16 / fp16, 1: fp8 e4m3). */
-template <int D, int KB> struct Geo {
+ * RB: bytes of a K or V row (2 D: bf16 / fp16, D: fp8 e4m3, D / 2: NVFP4); SF: bytes of a
+ * row's block scales (NVFP4: D / 16, else 0). */
+template <int D, int RB, int SF = 0> struct Geo {
     static constexpr int kPitch = D + 8;                       /* Q: 16-bit elements a row */
     static constexpr size_t kRowBytes = (size_t)kPitch * 2;
     static constexpr size_t kQBytes = (size_t)kRows * kRowBytes;
-    static constexpr int kKvPitch = D * KB + 16;               /* KV: bytes a row (16 pad:
+    static constexpr int kKvPitch = RB + 16;                   /* KV: bytes a row (16 pad:
                                                                   ldmatrix rows on distinct banks) */
     /* KV tokens a ring slot: 2 slices (a barrier round trip per 32 tokens, not 16) unless
      * rows are 512 bytes (bf16 / fp16 head_dim 256), where 32-token slots leave 2 stages. */
-    static constexpr int kSlotTokens = D * KB > 256 ? kSlice : 2 * kSlice;
+    static constexpr int kSlotTokens = RB > 256 ? kSlice : 2 * kSlice;
     static constexpr int kSubs = kSlotTokens / kSlice;
-    static constexpr size_t kSlotBytes = (size_t)2 * kSlotTokens * kKvPitch; /* K rows, then V */
+    /* a slot: K rows, V rows, then (NVFP4) K scale rows and V scale rows, SF bytes each */
+    static constexpr size_t kSfOff = (size_t)2 * kSlotTokens * kKvPitch;
+    static constexpr size_t kSlotBytes = kSfOff + (size_t)2 * kSlotTokens * SF;
     static constexpr size_t kCombBytes = (size_t)2 * 16 * D * 4;   /* 2 warp states, fp32 */
     static constexpr size_t kOffM = (size_t)(2 * kMaxStages + 4) * 8;
     static constexpr size_t kOffL = kOffM + kWarps * 16 * 4;
@@ -108,15 +111,32 @@ template <int D, int KB> struct Geo {
     }
 };
 
-/* The KV element: its bytes and the type the tensor cores take it in (fp8 e4m3 converts
- * exactly to fp16, so an fp8 cache runs fp16 matmuls, q included). */
+/* NVFP4 KV: e2m1 values two a byte (low nibble first) with an fp8 e4m3 scale per 16. */
+struct nvfp4 {};
+
+/* The KV element: its row and scale bytes, its kind, and the type the tensor cores take
+ * it in (fp8 e4m3 and e2m1 x e4m3 convert exactly to fp16, so those caches run fp16
+ * matmuls, q included). */
 template <typename T, typename KV> struct Kv {
     using C = T;
-    static constexpr int kBytes = 2;
+    using Elem = KV; /* what the tensor's strides count */
+    static constexpr int kKind = 0;
+    static constexpr int row_bytes(int D) { return 2 * D; }
+    static constexpr int sf_bytes(int) { return 0; }
 };
 template <typename T> struct Kv<T, __nv_fp8_e4m3> {
     using C = __half;
-    static constexpr int kBytes = 1;
+    using Elem = __nv_fp8_e4m3;
+    static constexpr int kKind = 1;
+    static constexpr int row_bytes(int D) { return D; }
+    static constexpr int sf_bytes(int) { return 0; }
+};
+template <typename T> struct Kv<T, nvfp4> {
+    using C = __half;
+    using Elem = unsigned char; /* E2M1 tensors are described in bytes */
+    static constexpr int kKind = 2;
+    static constexpr int row_bytes(int D) { return D / 2; }
+    static constexpr int sf_bytes(int D) { return D / 16; }
 };
 
 /* Ring and Q-buffer positions a side has reached (each side keeps its own copy). */
@@ -185,11 +205,11 @@ __device__ __forceinline__ void page_advance(const fi_gqa_params &p, PageBatch &
 
 /* Load item it's Q rows into Q buffer cur.qb: 16-byte chunks over the producer threads,
  * then each thread's arrival (on completion of its copies) on qfull. */
-template <typename T, int D, int KB>
+template <typename T, class G>
 __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_item &it,
                                           const fi_request_info &rq, unsigned char *smem, int pt,
                                           Cursor &cur) {
-    using G = Geo<D, KB>;
+    constexpr int D = G::kPitch - 8;
     constexpr int kChunks = D / 8;
     const int nh = it.head_end - it.head_begin, M = item_rows(it);
     mbar_wait(G::qempty(smem, cur.qb), cur.qphase ^ 1u);
@@ -210,12 +230,13 @@ __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_
  * [kv_begin, kv_end) are zero-filled (the consumers mask them: P = 0 must not meet NaN
  * bit patterns left in the cache).  Every producer thread arrives on the slot's full
  * barrier when its copies land. */
-template <typename KV, int D>
+template <class K, class G, int D>
 __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work_item &it,
                                            const fi_request_info &rq, int split, int ppr,
                                            unsigned char *smem, int pt, Cursor &cur) {
-    using G = Geo<D, (int)sizeof(KV)>;
-    constexpr int kChunks = D * (int)sizeof(KV) / 16; /* 16-byte chunks a row */
+    using KV = typename K::Elem;
+    constexpr int kChunks = K::row_bytes(D) / 16; /* 16-byte chunks a row */
+    constexpr int kSf = K::sf_bytes(D);           /* NVFP4 scale bytes a row: 4, 8, 16 */
     const int shift = p.c.page_shift;
     const int j = pt >> 3, q = pt & 7;        /* token of the slice, chunk phase */
     const int kvh = it.head_begin / p.g.group;
@@ -237,6 +258,7 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
         while ((t0 >> shift) >= b.pb0 + 32) /* uniform */
             page_advance(p, b);
         const KV *ks[G::kSubs], *vs[G::kSubs];
+        const unsigned char *kss[G::kSubs], *vss[G::kSubs]; /* NVFP4 scale rows */
         bool in[G::kSubs];
 #pragma unroll
         for (int u = 0; u < G::kSubs; ++u) { /* this thread's tokens j and j + 16 of the slot */
@@ -248,8 +270,15 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
             const int32_t vn = __shfl_sync(0xffffffffu, b.vn, pi & 31);
             in[u] = tok >= it.kv_begin && tok < it.kv_end;
             const int64_t slot_tok = tok & (p.c.page_size - 1);
-            ks[u] = in[u] ? kbase + (int64_t)(pi < 32 ? kc : kn) * p.g.k_stride_page + slot_tok * p.g.k_stride_tok : kbase;
-            vs[u] = in[u] ? vbase + (int64_t)(pi < 32 ? vc : vn) * p.g.v_stride_page + slot_tok * p.g.v_stride_tok : vbase;
+            const int64_t kpg = pi < 32 ? kc : kn, vpg = pi < 32 ? vc : vn;
+            ks[u] = in[u] ? kbase + kpg * p.g.k_stride_page + slot_tok * p.g.k_stride_tok : kbase;
+            vs[u] = in[u] ? vbase + vpg * p.g.v_stride_page + slot_tok * p.g.v_stride_tok : vbase;
+            if constexpr (kSf > 0) {
+                const unsigned char *ksb = static_cast<const unsigned char *>(p.g.k_sf) + (int64_t)kvh * p.g.k_sf_stride_head;
+                const unsigned char *vsb = static_cast<const unsigned char *>(p.g.v_sf) + (int64_t)kvh * p.g.v_sf_stride_head;
+                kss[u] = in[u] ? ksb + kpg * p.g.k_sf_stride_page + slot_tok * p.g.k_sf_stride_tok : ksb;
+                vss[u] = in[u] ? vsb + vpg * p.g.v_sf_stride_page + slot_tok * p.g.v_sf_stride_tok : vsb;
+            }
         }
         mbar_wait(G::empty(smem, cur.slot), cur.phase ^ 1u);
 #pragma unroll
@@ -260,6 +289,13 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
             for (int c = q; c < kChunks; c += 8) {
                 cp_async16(kd + c * 16, reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0);
                 cp_async16(vd + c * 16, reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0);
+            }
+            if constexpr (kSf > 0) {
+                if (q == 7) { /* the scale rows: a thread left idle by the chunks (D <= 256) */
+                    const uint32_t sd = smem_u32(G::slot(smem, cur.slot) + G::kSfOff) + (u * kSlice + j) * kSf;
+                    cp_async_small<kSf>(sd, kss[u], in[u]);
+                    cp_async_small<kSf>(sd + G::kSlotTokens * kSf, vss[u], in[u]);
+                }
             }
         }
         cp_async_mbar_arrive(G::full(smem, cur.slot));
@@ -300,7 +336,7 @@ template <int D> struct Acc {
 template <typename C, int D, int NT, typename QA>
 __device__ __forceinline__ void qk_scores(const unsigned char *sK, int lane, const QA &qa,
                                           float (&s)[NT][4]) {
-    using G = Geo<D, 2>;
+    using G = Geo<D, 2 * D>;
     const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -340,7 +376,7 @@ __device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: p
 template <int D, int NT, typename QA>
 __device__ __forceinline__ void qk_scores_fp8(const unsigned char *sK, int lane, const QA &qa,
                                               float (&s)[NT][4]) {
-    using G = Geo<D, 1>;
+    using G = Geo<D, D>;
     /* matrices: tokens 0-7 / 8-15 (lane bit 4) x bytes +0 / +16 (lane bit 3) of 32 dims */
     const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
 #pragma unroll
@@ -363,30 +399,132 @@ __device__ __forceinline__ void qk_scores_fp8(const unsigned char *sK, int lane,
     }
 }
 
+/* NVFP4: e2m1 nibbles as fp8 e4m3 bytes (exact: sign to bit 7, the 3 magnitude bits to
+ * bits 4..2, so every value comes out x 2^-6; the block scale carries the 2^6 back).  x:
+ * one nibble in the low half of each byte. */
+__device__ __forceinline__ uint32_t e2m1_bytes_to_e4m3(uint32_t x) {
+    return ((x & 0x08080808u) << 4) | ((x & 0x07070707u) << 2);
+}
+/* Block scales (e4m3 bytes a, b) as an fp16 pair x 64 (<= 448 x 64: in range). */
+__device__ __forceinline__ __half2 sf_pair(uint32_t a, uint32_t b) {
+    const uint32_t h = e4m3x2_to_f16x2(a | (b << 8));
+    return __hmul2(*reinterpret_cast<const __half2 *>(&h), __floats2half2_rn(64.f, 64.f));
+}
+__device__ __forceinline__ uint32_t hmul2u(uint32_t x, __half2 s) {
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&x), s);
+    return *reinterpret_cast<const uint32_t *>(&r);
+}
+
+/* S = Q K^T for NVFP4 K: a lane reads 4 bytes (dims 8 q4 .. 8 q4 + 7 of a 32-dim block) of
+ * token g of each 8-token tile and its block's scale; the even nibbles (dims 0, 2, 4, 6)
+ * and the odd ones convert as two e4m3 words, so the two k16 steps of the block take dims
+ * (0, 2 | 1, 3) and (4, 6 | 5, 7), which QFrags<2> gives Q in the same order.  sSf: the
+ * slot's K scale rows (D / 16 bytes each). */
+template <int D, int NT, typename QA>
+__device__ __forceinline__ void qk_scores_fp4(const unsigned char *sK, const unsigned char *sSf,
+                                              int lane, const QA &qa, float (&s)[NT][4]) {
+    using G = Geo<D, D / 2, D / 16>;
+    const int g = lane >> 2, q4 = lane & 3;
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) {
+        uint32_t b[NT][4];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const int tok = 8 * t + g;
+            const uint32_t w = *reinterpret_cast<const uint32_t *>(sK + tok * G::kKvPitch + 16 * c + 4 * q4);
+            const uint32_t sc = sSf[tok * (D / 16) + 2 * c + (q4 >> 1)];
+            const __half2 s2 = sf_pair(sc, sc);
+            const uint32_t ev = e2m1_bytes_to_e4m3(w), od = e2m1_bytes_to_e4m3(w >> 4);
+            b[t][0] = hmul2u(e4m3x2_to_f16x2(ev), s2);    /* dims 0, 2 */
+            b[t][1] = hmul2u(e4m3x2_to_f16x2(od), s2);    /* dims 1, 3 */
+            b[t][2] = hmul2u(e4m3x2_hi_to_f16x2(ev), s2); /* dims 4, 6 */
+            b[t][3] = hmul2u(e4m3x2_hi_to_f16x2(od), s2); /* dims 5, 7 */
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            uint32_t q[4];
+            qa(2 * c + h, q);
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+                Dt<__half>::mma(s[t], q, b[t][2 * h], b[t][2 * h + 1]);
+        }
+    }
+}
+
+/* O += P V, NVFP4 V: ldmatrix.trans on 16-byte rows treats 4-nibble groups as 16-bit
+ * elements, so a lane gets tokens 2 q4, 2 q4 + 1 x dims 4 g .. 4 g + 3 of a 32-dim block;
+ * nibble j of both tokens pairs up as the B operand of tile 4 c + j (col_of).  Each token
+ * has its own block scale.  sSf: the slot's V scale rows. */
+template <int D, int NT>
+__device__ __forceinline__ void pv_accumulate_fp4(const unsigned char *sV, const unsigned char *sSf,
+                                                  int lane, const uint32_t (&pa)[NT / 2][4], Acc<D> &a) {
+    using G = Geo<D, D / 2, D / 16>;
+    const int g = lane >> 2, q4 = lane & 3;
+    /* matrices: tokens 0-7 / 8-15 (lane bit 3) x bytes +0 / +16 (lane bit 4): 2 blocks */
+    const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
+#pragma unroll
+    for (int t = 0; t < NT / 2; ++t)
+#pragma unroll
+        for (int cc = 0; cc < D / 64; ++cc) {
+            uint32_t vb[4];
+            ldsm_x4_t(sVa + t * 16 * G::kKvPitch + cc * 32, vb);
+#pragma unroll
+            for (int hb = 0; hb < 2; ++hb) {
+                const int c = 2 * cc + hb, grp = 2 * c + (g >> 2);
+                uint32_t bj[2][4]; /* [token half][dim j] */
+#pragma unroll
+                for (int k = 0; k < 2; ++k) { /* tokens 2 q4 (+8 k), 2 q4 + 1 (+8 k) */
+                    const int t0 = 16 * t + 8 * k + 2 * q4;
+                    const __half2 s2 = sf_pair(sSf[t0 * (D / 16) + grp], sSf[(t0 + 1) * (D / 16) + grp]);
+                    const uint32_t w = vb[2 * hb + k];
+                    const uint32_t e02 = __byte_perm(e2m1_bytes_to_e4m3(w), 0, 0x3120);
+                    const uint32_t e13 = __byte_perm(e2m1_bytes_to_e4m3(w >> 4), 0, 0x3120);
+                    bj[k][0] = hmul2u(e4m3x2_to_f16x2(e02), s2);
+                    bj[k][1] = hmul2u(e4m3x2_to_f16x2(e13), s2);
+                    bj[k][2] = hmul2u(e4m3x2_hi_to_f16x2(e02), s2);
+                    bj[k][3] = hmul2u(e4m3x2_hi_to_f16x2(e13), s2);
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    Dt<__half>::mma(a.o[4 * c + j], pa[t], bj[0][j], bj[1][j]);
+            }
+        }
+}
+
 /* Q's A fragments of one warp's 16 rows, for every k16 step: held in registers for the
  * item (D <= 128: 32 registers) or read from the Q rows at each use (D 256).  16-bit KV:
  * the ldmatrix layout; fp8 KV: the dim order of qk_scores_fp8 (two 8-byte reads). */
-template <bool F8, int D> struct QFrags {
+template <int KIND, int D> struct QFrags {
     static constexpr bool kReg = D <= 128;
     uint32_t f[kReg ? D / 16 : 1][4];
-    uint32_t base; /* shared address: row g (fp8) or the ldmatrix row of this lane */
+    uint32_t base; /* shared address: row g (fp8, NVFP4) or the ldmatrix row of this lane */
     __device__ __forceinline__ void fetch(int kk, uint32_t *q) const {
-        if (F8) {
-            const uint32_t a = base + (16 * kk) * 2;
-            uint32_t x0, y0, x1, y1;
-            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(x0), "=r"(y0) : "r"(a));
-            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(x1), "=r"(y1)
-                         : "r"(a + 8 * Geo<D, 1>::kPitch * 2));
+        if (KIND == 0) {
+            ldsm_x4(base + kk * 32, q);
+            return;
+        }
+        /* fp8: dims 16 kk + 4 q4 .. +3 (base holds the 4 q4); NVFP4: dims
+         * 32 (kk / 2) + 8 q4 + 4 (kk % 2) .. +3 (base holds the 8 q4), taken in the order
+         * 0, 2 | 1, 3 of qk_scores_fp4 */
+        const uint32_t a = base + (KIND == 1 ? 16 * kk : 32 * (kk >> 1) + 4 * (kk & 1)) * 2;
+        uint32_t x0, y0, x1, y1;
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(x0), "=r"(y0) : "r"(a));
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(x1), "=r"(y1)
+                     : "r"(a + 8 * Geo<D, D>::kPitch * 2));
+        if (KIND == 1) {
             q[0] = x0; q[1] = x1; q[2] = y0; q[3] = y1;
         } else {
-            ldsm_x4(base + kk * 32, q);
+            q[0] = __byte_perm(x0, y0, 0x5410); /* dims 0, 2 */
+            q[1] = __byte_perm(x1, y1, 0x5410);
+            q[2] = __byte_perm(x0, y0, 0x7632); /* dims 1, 3 */
+            q[3] = __byte_perm(x1, y1, 0x7632);
         }
     }
-    /* sQ: the item's Q rows (fp16 for fp8 KV); rg: the warp's row group. */
+    /* sQ: the item's Q rows (fp16 for fp8 / NVFP4 KV); rg: the warp's row group. */
     __device__ __forceinline__ void load(const void *sQ, int rg, int lane) {
-        const int row = rg * 16 + (F8 ? (lane >> 2) : (lane & 15));
-        base = smem_u32(static_cast<const unsigned char *>(sQ) + (size_t)row * Geo<D, 2>::kRowBytes) +
-               (F8 ? (lane & 3) * 8 : (lane >> 4) * 16);
+        const int row = rg * 16 + (KIND ? (lane >> 2) : (lane & 15));
+        base = smem_u32(static_cast<const unsigned char *>(sQ) + (size_t)row * Geo<D, 2 * D>::kRowBytes) +
+               (KIND == 0 ? (lane >> 4) * 16 : KIND == 1 ? (lane & 3) * 8 : (lane & 3) * 16);
         if (kReg) {
 #pragma unroll
             for (int kk = 0; kk < (kReg ? D / 16 : 1); ++kk)
@@ -461,7 +599,7 @@ __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, 
 template <typename C, int D, int NT>
 __device__ __forceinline__ void pv_accumulate(const unsigned char *sV, int lane,
                                               const uint32_t (&pa)[NT / 2][4], Acc<D> &a) {
-    using G = Geo<D, 2>;
+    using G = Geo<D, 2 * D>;
     const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
 #pragma unroll
     for (int t = 0; t < NT / 2; ++t)
@@ -482,7 +620,7 @@ __device__ __forceinline__ void pv_accumulate(const unsigned char *sV, int lane,
 template <int D, int NT>
 __device__ __forceinline__ void pv_accumulate_fp8(const unsigned char *sV, int lane,
                                                   const uint32_t (&pa)[NT / 2][4], Acc<D> &a) {
-    using G = Geo<D, 1>;
+    using G = Geo<D, D>;
     /* matrices: tokens 0-7 / 8-15 (lane bit 3) x bytes +0 / +16 (lane bit 4) */
     const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
 #pragma unroll
@@ -502,10 +640,12 @@ __device__ __forceinline__ void pv_accumulate_fp8(const unsigned char *sV, int l
 }
 
 /* The output dim of a.o[n][e] (e 0 / 1; rows g and g + 8 alike) for this lane. */
-template <bool F8>
+template <int KIND>
 __device__ __forceinline__ int col_of(int n, int e, int q4) {
-    if (F8)
+    if (KIND == 1)
         return 32 * (n >> 2) + 16 * ((n >> 1) & 1) + 4 * q4 + 2 * e + (n & 1);
+    if (KIND == 2) /* pv_accumulate_fp4: tile 4 c + j holds dims 32 c + 4 g + j */
+        return 32 * (n >> 2) + 8 * q4 + 4 * e + (n & 3);
     return 8 * n + 2 * q4 + e;
 }
 
@@ -535,7 +675,7 @@ __device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item
 template <int D>
 __device__ __forceinline__ void combine_team(unsigned char *smem, const Lane &ln, Acc<D> &a,
                                              float *mt, float *lt) {
-    using G = Geo<D, 2>; /* the fixed region and the combine buffer do not depend on KB */
+    using G = Geo<D, 2 * D>; /* the fixed region and the combine buffer do not depend on KB */
     float *sM = reinterpret_cast<float *>(smem + G::kOffM);
     float *sL = reinterpret_cast<float *>(smem + G::kOffL);
     float4 *comb = reinterpret_cast<float4 *>(smem + G::kOffComb);
@@ -612,7 +752,7 @@ __device__ __forceinline__ void store_out2(const fi_exec_common &c, int64_t off,
  * bmm2) into the item's slot.  l == 0 (no key): zeros and -inf; NaN stays NaN.  Column
  * pairs by col_of: 16-bit KV, a.o[n][e] at 8 n + 2 q4 + e; fp8 KV, tiles n and n + 1 (n
  * even) interleave into dims base .. base + 3. */
-template <typename T, bool F8, int D>
+template <typename T, int KIND, int D>
 __device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
                                            int M, int nh, const Lane &ln, const Acc<D> &a,
@@ -632,10 +772,27 @@ __device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx 
         const float f = l == 0.f ? 0.f : split ? 1.f / l : ctx.scale2 / l * expf(lse_keys - lse);
         float *pdst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * D;
         const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head;
+        if constexpr (KIND == 2) { /* tiles 4 c .. 4 c + 3: dims d0 .. d0 + 3 for each e */
 #pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
+            for (int n = 0; n < D / 8; n += 4)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int d0 = col_of<2>(n, e, ln.q4);
+                    const float v0 = a.o[n][2 * i + e] * f, v1 = a.o[n + 1][2 * i + e] * f;
+                    const float v2 = a.o[n + 2][2 * i + e] * f, v3 = a.o[n + 3][2 * i + e] * f;
+                    if (split) {
+                        __stcg(reinterpret_cast<float4 *>(pdst + d0), make_float4(v0, v1, v2, v3));
+                    } else {
+                        store_out2<T>(c, off + d0, v0, v1);
+                        store_out2<T>(c, off + d0 + 2, v2, v3);
+                    }
+                }
+        }
+#pragma unroll
+        for (int n = 0; n < (KIND == 2 ? 0 : D / 8); n += 2) {
             /* four outputs: dims d0, d0 + 1 of tile n (16-bit) or d0 .. d0 + 3 (fp8) */
-            const int d0 = col_of<F8>(n, 0, ln.q4), d1 = col_of<F8>(n + 1, 0, ln.q4);
+            constexpr bool F8 = KIND == 1;
+            const int d0 = col_of<KIND>(n, 0, ln.q4), d1 = col_of<KIND>(n + 1, 0, ln.q4);
             const float x0 = a.o[n][2 * i] * f, x1 = a.o[n][2 * i + 1] * f;
             const float y0 = a.o[n + 1][2 * i] * f, y1 = a.o[n + 1][2 * i + 1] * f;
             if (split) {
@@ -665,7 +822,7 @@ __device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx 
 /* Convert the item's Q rows from bf16 to fp16 in place (fp8 KV runs fp16 matmuls). */
 template <typename T, int D>
 __device__ __forceinline__ void q_to_f16(T *sQ, int M) {
-    using G = Geo<D, 1>;
+    using G = Geo<D, D>;
     if constexpr (!std::is_same<T, __half>::value) {
         for (int idx = threadIdx.x; idx < M * (D / 2); idx += kThreads) {
             const int r = idx / (D / 2), c = idx - r * (D / 2);
@@ -679,9 +836,11 @@ __device__ __forceinline__ void q_to_f16(T *sQ, int M) {
 
 /* The family: q / out dtype T (bf16, fp16), KV element KV (T, or fp8 e4m3), head_dim D. */
 template <typename T, typename KV, int D> struct GqaFamily {
-    static constexpr bool kF8 = sizeof(KV) == 1;
-    using C = typename Kv<T, KV>::C; /* the matmul input type */
-    using G = Geo<D, (int)sizeof(KV)>;
+    using K = Kv<T, KV>;
+    static constexpr int kKind = K::kKind;   /* 0: 16-bit KV, 1: fp8, 2: NVFP4 */
+    static constexpr bool kF8 = kKind != 0; /* fp16 matmuls, Q converted to fp16 */
+    using C = typename K::C;                /* the matmul input type */
+    using G = Geo<D, K::row_bytes(D), K::sf_bytes(D)>;
     using Params = fi_gqa_params;
     using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads>;
     static constexpr int kThreads = figqa::kThreads;
@@ -718,8 +877,8 @@ template <typename T, typename KV, int D> struct GqaFamily {
                 nit = p.c.items[i + 1];
                 nrq = p.c.requests[nit.request];
             }
-            produce_q<T, D, (int)sizeof(KV)>(p, it, rq, smem, pt, cur);
-            produce_kv<KV, D>(p, it, rq, split, ppr, smem, pt, cur);
+            produce_q<T, G>(p, it, rq, smem, pt, cur);
+            produce_kv<K, G, D>(p, it, rq, split, ppr, smem, pt, cur);
             it = nit;
             rq = nrq;
         }
@@ -729,21 +888,26 @@ template <typename T, typename KV, int D> struct GqaFamily {
      * softmax update): scores, mask + online softmax, O += P V. */
     static constexpr int kNT = 2 * G::kSubs; /* n8 token tiles a slot */
     static __device__ __forceinline__ void slot_compute(const RunCtx &ctx, const unsigned char *sK,
-                                                        const QFrags<kF8, D> &qf, const Lane &ln,
+                                                        const QFrags<kKind, D> &qf, const Lane &ln,
                                                         int t0, const int *lo, const int *hi,
                                                         Acc<D> &a) {
         float s[kNT][4];
 #pragma unroll
         for (int n = 0; n < kNT; ++n)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-        if constexpr (kF8)
+        const unsigned char *sSf = sK + G::kSfOff; /* NVFP4 scale rows: K, then V */
+        if constexpr (kKind == 2)
+            qk_scores_fp4<D, kNT>(sK, sSf, ln.lane, qf, s);
+        else if constexpr (kKind == 1)
             qk_scores_fp8<D, kNT>(sK, ln.lane, qf, s);
         else
             qk_scores<C, D, kNT>(sK, ln.lane, qf, s);
         uint32_t pa[kNT / 2][4];
         softmax_step<C, D, kNT>(ctx, ln, t0, lo, hi, s, a, pa);
         const unsigned char *sV = sK + G::kSlotTokens * G::kKvPitch; /* V rows: a slot's second half */
-        if constexpr (kF8)
+        if constexpr (kKind == 2)
+            pv_accumulate_fp4<D, kNT>(sV, sSf + G::kSlotTokens * (D / 16), ln.lane, pa, a);
+        else if constexpr (kKind == 1)
             pv_accumulate_fp8<D, kNT>(sV, ln.lane, pa, a);
         else
             pv_accumulate<C, D, kNT>(sV, ln.lane, pa, a);
@@ -770,7 +934,7 @@ template <typename T, typename KV, int D> struct GqaFamily {
         mbar_wait(G::qfull(smem, cur.qb), cur.qphase);
         if constexpr (kF8)
             q_to_f16<T, D>(sQ, M);
-        QFrags<kF8, D> qf;
+        QFrags<kKind, D> qf;
         qf.load(sQ, ln.rg, ln.lane);
         const int s0 = it.kv_begin & ~(G::kSlotTokens - 1); /* slots aligned as produce_kv's */
         const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + G::kSlotTokens - 1) / G::kSlotTokens : 0;
@@ -792,7 +956,7 @@ template <typename T, typename KV, int D> struct GqaFamily {
         float mt[2], lt[2];
         combine_team<D>(smem, ln, a, mt, lt);
         if (active && ln.tw == 0)
-            store_rows<T, kF8, D>(p, ctx, it, rq, M, nh, ln, a, mt, lt);
+            store_rows<T, kKind, D>(p, ctx, it, rq, M, nh, ln, a, mt, lt);
         if (it.out_slot < 0)
             return false;
         return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + G::kOffFlag),

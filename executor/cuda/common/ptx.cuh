@@ -38,6 +38,13 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(src_bytes));
 }
+/* A 4-, 8- or 16-byte async copy through L1 (cp.async.ca takes the small sizes); !valid
+ * zero-fills the destination (src must still be a valid address). */
+template <int N> __device__ __forceinline__ void cp_async_small(uint32_t dst, const void *src, bool valid) {
+    static_assert(N == 4 || N == 8 || N == 16, "cp.async size");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(N),
+                 "r"(valid ? N : 0));
+}
 /* Arrive on mbarrier `bar` once every cp.async this thread issued so far has landed
  * (.noinc: the arrival is one of the barrier's initial count). */
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
