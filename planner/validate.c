@@ -23,7 +23,6 @@ static fi_status fail(fi_error_detail *err, fi_status st, int32_t request, int64
     return st;
 }
 
-/* Scalar checks of the batch that do not depend on a request. */
 /* An indptr / cum_seq_lens array's first entry must be 0: request 0's range starts
  * wrong, so it is named (-1 in an empty batch, where no request is at fault). */
 static fi_status check_first(const fi_batch *b, const int32_t *a, const int32_t *c,

@@ -11,7 +11,8 @@ static int region(size_t *off, size_t size, uint64_t n) {
     if (n != 0 && size > SIZE_MAX / n)
         return 0;
     const size_t bytes = size * (size_t)n;
-    if (*off > SIZE_MAX - bytes - (FI_WORKSPACE_ALIGN - 1))
+    if (bytes > SIZE_MAX - (FI_WORKSPACE_ALIGN - 1) ||
+        *off > SIZE_MAX - (FI_WORKSPACE_ALIGN - 1) - bytes)
         return 0;
     const size_t end = *off + bytes;
     *off = (end + FI_WORKSPACE_ALIGN - 1) / FI_WORKSPACE_ALIGN * FI_WORKSPACE_ALIGN;
