@@ -25,9 +25,9 @@
  *    range are zero-filled (P = 0 must not meet NaN bit patterns).
  *  - Consumers: the tile's 16-row groups are spread over teams of W = 4 / teams warps
  *    (1, 2 or 4 teams); warp tw of a team computes slices tw, tw + W, ... with its own
- *    online softmax (flash-decoding inside the CTA), every consumer thread waits for and
- *    releases every slice (so each empty barrier counts 128 arrivals whatever the tile
- *    shape).
+ *    online softmax (flash-decoding inside the CTA).  Only a slot's owners (one warp a
+ *    team) wait for and release it, each lane's arrival counting for its team's W warps
+ *    (so each empty barrier counts 128 arrivals whatever the tile shape).
  *    S = Q K^T and O += P V with mma.sync m16n8k16 (fp32 accumulate), Q and K through
  *    ldmatrix, V through ldmatrix.trans, P kept in registers (the S accumulator layout is
  *    the A operand's).  At the item's end the team's W states are combined in a fixed
@@ -939,16 +939,18 @@ template <typename T, typename KV, int D> struct GqaFamily {
         const int s0 = it.kv_begin & ~(G::kSlotTokens - 1); /* slots aligned as produce_kv's */
         const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + G::kSlotTokens - 1) / G::kSlotTokens : 0;
         for (int sl = 0; sl < nsl; ++sl) {
-            mbar_wait(G::full(smem, cur.slot), cur.phase);
-#ifdef FI_GQA_EXP_NOCOMPUTE /* timing experiments only: the consumers' math compiled out */
-            if (false)
-#else
-            if (active && (sl & (ln.W - 1)) == ln.tw)
+            /* Only the slot's owners (one warp a team) wait for it and release it, each lane
+             * counting for the W warps of its team: the slot is free as soon as they are
+             * done, not when the slowest warp of the CTA passes it (which held up to W
+             * slots a warp computing, and so shortened the ring). */
+            if (((sl - ln.tw) & (ln.W - 1)) == 0) {
+                mbar_wait(G::full(smem, cur.slot), cur.phase);
+#ifndef FI_GQA_EXP_NOCOMPUTE /* timing experiments only: the consumers' math compiled out */
+                if (active)
+                    slot_compute(ctx, G::slot(smem, cur.slot), qf, ln, s0 + sl * G::kSlotTokens, lo, hi, a);
 #endif
-                slot_compute(ctx, G::slot(smem, cur.slot), qf, ln, s0 + sl * G::kSlotTokens, lo, hi, a);
-            /* Every lane arrives (racecheck does not follow a __syncwarp + one lane's
-             * release: docs/DESIGN.md, sanitizer caveats). */
-            mbar_arrive(G::empty(smem, cur.slot));
+                mbar_arrive_n(G::empty(smem, cur.slot), (uint32_t)ln.W);
+            }
             cur.next_slot(G::kStages);
         }
         mbar_arrive(G::qempty(smem, cur.qb));
