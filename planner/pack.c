@@ -33,31 +33,45 @@ static inline int64_t pk_cost(const pk_rules *r, const fi_pack_piece *x) {
     return x->cost + (x->split ? r->piece : 0);
 }
 
-/* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.  LSD radix
- * sort on 8-bit digits of (max - cost), so a stable ascending sort gives that order.
- * tmp: [num_tiles] scratch. */
-static void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_cost, int32_t *tmp) {
+/* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.
+ * Consecutive tiles of equal cost (the KV heads of a GQA decode request) form a run, and
+ * the runs are sorted instead of the tiles (stable, so the order is the same): GQA decode
+ * has 8 tiles a run.  LSD radix sort on 8-bit digits of (max - cost), so a stable
+ * ascending sort gives that order.  run_first, tmp: [num_tiles] scratch. */
+static void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_cost, int32_t *tmp,
+                    int32_t *run_first) {
     int64_t max = 0;
+    int32_t nr = 0;
     for (int32_t t = 0; t < num_tiles; t++) {
-        by_cost[t] = t;
+        if (t == 0 || tiles[t].cost != tiles[t - 1].cost)
+            run_first[nr++] = t;
         max = tiles[t].cost > max ? tiles[t].cost : max;
     }
-    int32_t *src = by_cost, *dst = tmp;
+    /* Sort run indices; the result must end in tmp, as by_cost is written from it. */
+    int32_t *src = tmp, *dst = by_cost;
+    for (int32_t r = 0; r < nr; r++)
+        src[r] = r;
     for (int shift = 0; shift < 56 && (max >> shift) > 0; shift += 8) { /* costs < 2^56 */
         int32_t count[257];
         memset(count, 0, sizeof count);
-        for (int32_t i = 0; i < num_tiles; i++)
-            count[((max - tiles[src[i]].cost) >> shift & 0xff) + 1]++;
+        for (int32_t i = 0; i < nr; i++)
+            count[((max - tiles[run_first[src[i]]].cost) >> shift & 0xff) + 1]++;
         for (int d = 0; d < 256; d++)
             count[d + 1] += count[d];
-        for (int32_t i = 0; i < num_tiles; i++)
-            dst[count[(max - tiles[src[i]].cost) >> shift & 0xff]++] = src[i];
+        for (int32_t i = 0; i < nr; i++)
+            dst[count[(max - tiles[run_first[src[i]]].cost) >> shift & 0xff]++] = src[i];
         int32_t *x = src;
         src = dst;
         dst = x;
     }
-    if (src != by_cost)
-        memcpy(by_cost, src, sizeof(int32_t) * (size_t)num_tiles);
+    if (src != tmp)
+        memcpy(tmp, src, sizeof(int32_t) * (size_t)nr);
+    int32_t n = 0;
+    for (int32_t i = 0; i < nr; i++) {
+        const int32_t r = tmp[i], end = r + 1 < nr ? run_first[r + 1] : num_tiles;
+        for (int32_t t = run_first[r]; t < end; t++)
+            by_cost[n++] = t;
+    }
 }
 
 /* Open CTAs by load, for best fit in O(1) amortised: PK_NB buckets of width T / PK_NB
@@ -432,7 +446,7 @@ void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_ti
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res) {
     const int32_t n = l->num_ctas;
     const pk_rules rules = {fi_split_grain_of(v), fi_variant_piece_charge(v)};
-    pk_sort(tiles, num_tiles, s->by_cost, s->order);
+    pk_sort(tiles, num_tiles, s->by_cost, s->order, s->tile_group);
     s->suffix[num_tiles] = 0;
     for (int32_t i = num_tiles - 1; i >= 0; i--)
         s->suffix[i] = s->suffix[i + 1] + tiles[s->by_cost[i]].cost;

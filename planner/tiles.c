@@ -36,9 +36,13 @@ fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
             int32_t lo, hi;
             fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
             const int64_t cost = fi_variant_item_cost(&row, hi - lo, (int64_t)q_len * h_step);
-            for (int32_t hb = 0; hb < h_kv * group; hb += h_step)
-                tiles[n++] = (fi_tile){b, (int16_t)hb, (int16_t)(hb + h_step), 0, q_len, lo, hi,
-                                       cost};
+            /* One tile copied and its heads set: fewer stores than a compound literal a tile. */
+            fi_tile t = {b, 0, (int16_t)h_step, 0, q_len, lo, hi, cost};
+            for (int32_t hb = 0; hb < h_kv * group; hb += h_step) {
+                tiles[n++] = t;
+                t.head_begin = (int16_t)(hb + h_step);
+                t.head_end = (int16_t)(hb + 2 * h_step);
+            }
             total += cost * tiles_per_q_block;
             continue;
         }
