@@ -3,7 +3,7 @@ import math
 import os
 
 from . import _capi as C
-from ._torch import torch, check_tensor, fi_dtype
+from ._torch import torch, check_tensor, fi_dtype, i32_dtypes
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -81,9 +81,7 @@ def set_pdl(args, enable_pdl, device):
 
 
 def check_block_tables(bt, name, device, batch=None, ndim=2):
-    t = torch()
-    check_tensor(bt, name, (t.int32,) + ((t.uint32,) if hasattr(t, "uint32") else ()), device,
-                 ndim)
+    check_tensor(bt, name, i32_dtypes(), device, ndim)
     if batch is not None and bt.shape[0] != batch:
         raise ValueError(f"fiattn: {name} has {bt.shape[0]} rows, the batch has {batch}")
     if not bt.is_contiguous():
@@ -94,9 +92,7 @@ def check_block_tables(bt, name, device, batch=None, ndim=2):
 def check_lengths(x, name, n, ndim=1):
     """An int32 / uint32 length or offset array of n elements (any device: it is read on
     the host)."""
-    t = torch()
-    check_tensor(x, name, (t.int32,) + ((t.uint32,) if hasattr(t, "uint32") else ()), None,
-                 None, last_contiguous=False)
+    check_tensor(x, name, i32_dtypes(), None, None, last_contiguous=False)
     if x.numel() != n:
         raise ValueError(f"fiattn: {name} must have {n} elements, got shape {tuple(x.shape)}")
     return x.reshape(n) if x.dim() != 1 else x

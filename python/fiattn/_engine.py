@@ -11,6 +11,7 @@ a live plan; fiattn.release_workspace(buf) / fiattn.clear_plan_cache() drop it.
 """
 import contextlib
 import ctypes
+import os
 import threading
 
 from . import _capi as C
@@ -59,6 +60,7 @@ class PlanEntry:
         self.plan = ctypes.c_void_p()
         self.planned = False
         self.bufs = {}
+        self.memo = {}  # call signature -> FastCall (functional APIs' repeat calls)
         self.captured_rows = None  # smallest out row count captured in a CUDA graph
         if host:
             st = C.lib().fi_plan_create(ctypes.byref(caps), None, 0, None,
@@ -107,8 +109,16 @@ class PlanEntry:
             self._pending = False
 
 
+_CAPS_SIZE = ctypes.sizeof(C.fi_caps)
+_MB_OFF = C.fi_caps.max_batch.offset
+_MQ_END = C.fi_caps.max_q_tokens.offset + C.fi_caps.max_q_tokens.size
+
+
 def caps_key(caps):
-    return tuple(getattr(caps, f) for f, _ in C.fi_caps._fields_)
+    """The caps' bytes without max_batch / max_q_tokens (the fields a cached plan may
+    exceed): equal keys, same plan shape.  fi_caps is all 4-byte fields, no padding."""
+    b = ctypes.string_at(ctypes.addressof(caps), _CAPS_SIZE)
+    return b[:_MB_OFF] + b[_MQ_END:]
 
 
 _cache = {}
@@ -133,7 +143,7 @@ def release_workspace(workspace_buffer):
 
 
 def _ws_key(ws):
-    return (str(ws.device), ws.data_ptr())
+    return (ws.device, ws.data_ptr())
 
 
 def cached_entry(workspace_buffer):
@@ -163,9 +173,9 @@ def get_entry(workspace, caps, batch_size, q_tokens, host, capturing, fixed_size
     key = _ws_key(workspace)
     e = _cache.get(key)
     if e is not None:
-        a, b = e.key, caps_key(caps)
-        same = all(x == y for i, (x, y) in enumerate(zip(a, b)) if i not in (1, 2))
-        if same and e.caps.max_batch >= batch_size and e.caps.max_q_tokens >= q_tokens:
+        c = e.caps
+        if (e.key == caps_key(caps) and c.max_batch >= batch_size
+                and c.max_q_tokens >= q_tokens):
             return e
     if capturing:
         raise FiattnError(
@@ -209,27 +219,43 @@ def get_entry(workspace, caps, batch_size, q_tokens, host, capturing, fixed_size
     return e
 
 
+_raw_stream = None
+
+
 def stream_handle(device):
-    return torch().cuda.current_stream(device).cuda_stream
+    """cudaStream_t of the current torch stream on `device` (an int), without building a
+    torch.cuda.Stream object when torch exposes the raw getter."""
+    global _raw_stream
+    t = torch()
+    if _raw_stream is None:
+        _raw_stream = getattr(t._C, "_cuda_getCurrentRawStream", False)
+    if _raw_stream and device.index is not None:
+        return _raw_stream(device.index)
+    return t.cuda.current_stream(device).cuda_stream
 
 
-def plan(entry, batch, device):
+def plan(entry, batch, device, stream=None):
     """fi_plan_update on the current stream (host plans: no stream)."""
     entry.sync()
-    s = None if entry.host else stream_handle(device)
-    st = C.lib().fi_plan_update(entry.plan, ctypes.byref(batch), s)
-    C.check(st, "fi_plan_update", entry.plan)
+    if entry.host:
+        stream = None
+    elif stream is None:
+        stream = stream_handle(device)
+    st = C.lib().fi_plan_update(entry.plan, ctypes.byref(batch), stream)
+    if st:
+        C.check(st, "fi_plan_update", entry.plan)
     entry.planned = True
 
 
 def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, family,
-           dtypes_text, out_rows, fixed_sizes=False):
+           dtypes_text, out_rows, fixed_sizes=False, record=None):
     """Plan (unless capturing) and run one call.
 
     make_batch(entry) -> (fi_batch, total_q_tokens, keepalive): the batch from host copies
     of the caller's arrays.  q_tokens bounds the plan's query tokens from the tensor shapes
     (known without reading data, so the same plan is found under capture).  Returns False
-    when plan_only() suppressed the launch."""
+    when plan_only() suppressed the launch.  record(entry), when given, is called once the
+    plan succeeded (the caller memoises the call for fast_call)."""
     host = device.type == "cpu"
     capturing = (not host) and torch().cuda.is_current_stream_capturing()
     if not host:
@@ -250,25 +276,134 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
                 f"tensors as large as the largest step (or fiattn.release_workspace)")
         plan(entry, batch, device)
         del keep
-        if _plan_only():
-            return False
+    if record is not None:
+        record(entry)
+    if not capturing and _plan_only():
+        return False
     execute(entry, args, device, family, dtypes_text)
     return True
 
 
-def execute(entry, args, device, family, dtypes_text):
+def execute(entry, args, device, family, dtypes_text, stream=None):
     """fi_run (GPU) or fi_ref_run (host plan) of args; statuses raised.  A dtype
-    combination the kind's executor lacks is FiattnNotImplementedError naming it."""
+    combination the kind's executor lacks is FiattnNotImplementedError naming it.
+    dtypes_text: the text, or a (q, kv, out) dtype tuple turned into text on error."""
     lib = C.lib()
     if entry.host:
         st = lib.fi_ref_run(entry.plan, ctypes.byref(args))
         what = "fi_ref_run"
     else:
-        st = lib.fi_run(entry.plan, ctypes.byref(args), stream_handle(device))
+        st = lib.fi_run(entry.plan, ctypes.byref(args),
+                        stream_handle(device) if stream is None else stream)
         what = "fi_run"
+    if not st:
+        return
+    if isinstance(dtypes_text, tuple):
+        from ._common import dtypes_text as _text
+        dtypes_text = _text(*dtypes_text)
     if st in (C.FI_ERR_UNSUPPORTED_DTYPE, C.FI_ERR_UNSUPPORTED_KIND):
         where = "the CPU reference" if entry.host else "the GPU"
         raise FiattnNotImplementedError(
             f"fiattn: {family} with {dtypes_text} is not implemented on {where} yet "
             f"({what}: {C.status_name(st)})", status=st, status_name=C.status_name(st))
     C.check(st, what, entry.plan)
+
+
+# ---- repeat calls of the functional APIs ------------------------------------------------
+# A functional call whose arguments have the same signature as an earlier successful call
+# on the same workspace plan (every tensor's dtype, device, shape and strides; every other
+# argument's value) passes the same checks and builds the same descriptors but for the
+# data addresses.  The first such call records a FastCall on the plan entry; repeats only
+# refresh the addresses, re-plan (fi_plan_update: the lengths are data) and run.  Anything
+# that depends on data or on state outside the arguments (the current device, CUDA graph
+# capture, plan_only(), device-resident lengths) is still checked on every call.
+_MEMO_MAX = 64
+
+
+def tensor_sig(x):
+    """What the argument checks of a tensor depend on.  AttributeError / TypeError for a
+    non-tensor (the caller then takes the checked path)."""
+    return (x.dtype, x.device, x.shape, x.stride())
+
+
+class FastCall:
+    """A recorded block-table functional call (fi_attn_args and fi_batch reused)."""
+
+    __slots__ = ("args", "batch", "ptrs", "bt", "sl", "bt_host", "sl_host", "total",
+                 "out_rows", "out_alloc", "family", "dtypes", "device", "cuda", "env")
+
+    def __init__(self, args, batch, ptrs, bt, sl, bt_host, sl_host, total, out_rows,
+                 out_alloc, family, dtypes, device):
+        self.args, self.batch, self.ptrs = args, batch, ptrs
+        self.bt, self.sl, self.bt_host, self.sl_host = bt, sl, bt_host, sl_host
+        self.total, self.out_rows, self.out_alloc = total, out_rows, out_alloc
+        self.family, self.dtypes, self.device = family, dtypes, device
+        self.cuda = device.type == "cuda"
+        self.env = None if self.cuda else os.environ.get("FIATTN_CPU_CTAS")  # CPU plans' CTAs
+
+
+def remember(entry, key, fast):
+    m = entry.memo
+    if len(m) >= _MEMO_MAX:
+        m.clear()
+    m[key] = fast
+
+
+def lookup(workspace, key):
+    """The FastCall recorded for `key` on the workspace's cached plan, or None."""
+    try:
+        e = _cache.get((workspace.device, workspace.data_ptr()))
+    except (AttributeError, TypeError):
+        return None, None
+    if e is None:
+        return None, None
+    return e, e.memo.get(key)
+
+
+def fast_call(entry, f, ts):
+    """Repeat of a recorded call: ts = (tensors in the recorded order, out or None).
+    Returns out (allocated when the recorded call allocated it)."""
+    t = torch()
+    device = f.device
+    if f.cuda:
+        from ._common import require_device
+        require_device(device)
+    out = ts[-1]
+    if f.out_alloc is not None:
+        out = t.empty(f.out_alloc[0], dtype=f.out_alloc[1], device=device)
+        ts = ts[:-1] + (out,)
+    for ft, i, off in f.ptrs:
+        ft.data = ts[i].data_ptr() + off
+    capturing = f.cuda and t.cuda.is_current_stream_capturing()
+    stream = None
+    if capturing:
+        if not entry.planned:
+            raise FiattnError("fiattn: the workspace's plan was never updated; call once "
+                              "outside the capture (or under fiattn.plan_only()) first")
+        r = f.out_rows
+        entry.captured_rows = r if entry.captured_rows is None else min(entry.captured_rows, r)
+    else:
+        b = f.batch
+        bt, sl = ts[f.bt], ts[f.sl]  # int32 / uint32 (same bits), checked when recorded
+        if not f.bt_host:
+            bt = entry.host_i32("block_tables", bt)
+        if not f.sl_host:
+            sl = entry.host_i32("seq_lens", sl)
+        elif not sl.is_contiguous():
+            sl = sl.contiguous()
+        b.block_tables = bt.data_ptr()
+        b.seq_lens = sl.data_ptr()
+        entry.sync()
+        po = _plan_only()
+        if po and entry.captured_rows is not None and f.total > entry.captured_rows:
+            raise ValueError(
+                f"fiattn: this plan has {f.total} query tokens but a CUDA graph captured on "
+                f"this workspace_buffer holds {entry.captured_rows} rows; capture with "
+                f"tensors as large as the largest step (or fiattn.release_workspace)")
+        if f.cuda:
+            stream = stream_handle(device)
+        plan(entry, b, device, stream)
+        if po:
+            return out
+    execute(entry, f.args, device, f.family, f.dtypes, stream)
+    return out

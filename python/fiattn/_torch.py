@@ -39,7 +39,7 @@ def fi_dtype(dt):
 
 def check_tensor(x, name, dtypes=None, device=None, ndim=None, last_contiguous=True):
     """Validate a tensor argument before any C call (TypeError / ValueError)."""
-    t = torch()
+    t = _torch if _torch is not None else torch()
     if not isinstance(x, t.Tensor):
         raise TypeError(f"fiattn: {name} must be a torch.Tensor, got {type(x).__name__}")
     if dtypes is not None and x.dtype not in dtypes:
@@ -55,19 +55,31 @@ def check_tensor(x, name, dtypes=None, device=None, ndim=None, last_contiguous=T
     return x
 
 
+_FLOAT = _FP8 = _I32 = None
+
+
 def float_dtypes():
-    t = torch()
-    return (t.float32, t.float16, t.bfloat16)
+    global _FLOAT
+    if _FLOAT is None:
+        t = torch()
+        _FLOAT = (t.float32, t.float16, t.bfloat16)
+    return _FLOAT
 
 
 def fp8_dtypes():
-    t = torch()
-    return tuple(getattr(t, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(t, n))
+    global _FP8
+    if _FP8 is None:
+        t = torch()
+        _FP8 = tuple(getattr(t, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(t, n))
+    return _FP8
 
 
 def i32_dtypes():
-    t = torch()
-    return (t.int32, t.uint32) if hasattr(t, "uint32") else (t.int32,)
+    global _I32
+    if _I32 is None:
+        t = torch()
+        _I32 = (t.int32, t.uint32) if hasattr(t, "uint32") else (t.int32,)
+    return _I32
 
 
 def set_tensor(ft, x, shape=None, stride=None, offset=0, dtype=None):

@@ -16,17 +16,21 @@ GPU today: bf16 / fp16 q, cache and out (same dtype).  fp8 caches raise
 FiattnNotImplementedError (a NotImplementedError), never a wrong result.
 CPU tensors (fp32 / fp16 / bf16) run on the CPU reference executor with a host plan.
 """
+import ctypes
 import math
+import os
 
 from . import _capi as C
 from . import _engine as E
 from ._common import (LOG2E, check_block_tables, check_lengths, dtypes_text, fill_tensor,
                       num_ctas_for, require_device, set_pdl, set_scale, set_sinks, token_view)
+from .errors import FiattnError
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
 
 __all__ = ["trtllm_batch_decode_with_kv_cache_mla", "BatchMLAPagedAttentionWrapper"]
 
 _FAMILY = "MLA decode"
+_NUM = (float, int)
 
 
 def _mla_caps(num_pages, page_size, heads, q_dt, kv_dt, o_dt, num_ctas):
@@ -43,8 +47,29 @@ def _mla_caps(num_pages, page_size, heads, q_dt, kv_dt, o_dt, num_ctas):
     return c
 
 
+_IN = None
+
+
 def _in_dtypes():
-    return float_dtypes() + fp8_dtypes()
+    global _IN
+    if _IN is None:
+        _IN = float_dtypes() + fp8_dtypes()
+    return _IN
+
+
+def _host_i32(x):
+    """A contiguous host int32 tensor with x's values (x itself when it is one)."""
+    t = torch()
+    if x.device.type != "cpu":
+        x = x.cpu()
+    if x.dtype is not t.int32:
+        x = x.to(t.int32)
+    return x if x.is_contiguous() else x.contiguous()
+
+
+def _last_i32(x):
+    """x[-1] of a contiguous host int32 tensor with at least one element, read directly."""
+    return ctypes.c_int32.from_address(x.data_ptr() + 4 * (x.numel() - 1)).value
 
 
 def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_nope_head_dim,
@@ -100,6 +125,19 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
     eagerly (plans the workspace), capture, then before each replay call again under
     ``with fiattn.plan_only():`` with the new lengths (same tensors).
     """
+    key = None
+    if sinks is None and type(bmm1_scale) in _NUM and type(bmm2_scale) in _NUM:
+        sig = E.tensor_sig
+        try:
+            key = ("mla", sig(query), sig(kv_cache), sig(block_tables), sig(seq_lens),
+                   None if out is None else sig(out), qk_nope_head_dim, kv_lora_rank,
+                   qk_rope_head_dim, sparse_mla_top_k, backend, bmm1_scale, bmm2_scale,
+                   enable_pdl)
+            entry, fast = E.lookup(workspace_buffer, key)
+        except (AttributeError, TypeError):
+            key = fast = None
+        if fast is not None and (fast.cuda or fast.env == os.environ.get("FIATTN_CPU_CTAS")):
+            return E.fast_call(entry, fast, (query, kv_cache, block_tables, seq_lens, out))
     t = torch()
     check_tensor(query, "query", _in_dtypes(), None, 4)
     device = query.device
@@ -130,7 +168,9 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
     check_block_tables(block_tables, "block_tables", device, B)
     seq_lens = check_lengths(seq_lens, "seq_lens", B)
     o_dt = query.dtype if query.dtype in float_dtypes() else t.bfloat16
+    out_alloc = None
     if out is None:
+        out_alloc = ((B, qlen, H, 512), o_dt)
         out = t.empty((B, qlen, H, 512), dtype=o_dt, device=device)
     else:
         check_tensor(out, "out", float_dtypes(), device, 4)
@@ -138,15 +178,17 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
             raise ValueError(f"fiattn: out must be {(B, qlen, H, 512)}, got {tuple(out.shape)}")
     _mla_block_tables(query, kv_cache, kshape, kstride, workspace_buffer, block_tables,
                       seq_lens, out, bmm1_scale, bmm2_scale, sinks, enable_pdl,
-                      num_ctas_for(device), num_pages, page_size)
+                      num_ctas_for(device), num_pages, page_size, key, out_alloc)
     return out
 
 
 def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, seq_lens, out,
                       bmm1_scale, bmm2_scale, sinks, enable_pdl, num_ctas, num_pages,
-                      page_size):
+                      page_size, key=None, out_alloc=None):
     """Shared by trtllm_batch_decode_with_kv_cache_mla and xqa_mla: query [B, q, H, 576],
-    cache viewed as [num_pages, page_size, 576] (kshape / kstride), out [B, q, H, 512]."""
+    cache viewed as [num_pages, page_size, 576] (kshape / kstride), out [B, q, H, 512].
+    key: the caller's call signature (None: not memoised); a successful call records an
+    E.FastCall under it whose tensors are (query, cache, block_tables, seq_lens, out)."""
     device = query.device
     B, qlen, H, _ = query.shape
     qshape, qstride = token_view(query, "query", 2)
@@ -167,11 +209,14 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
     set_pdl(args, enable_pdl, device)
     caps = _mla_caps(num_pages, page_size, H, query.dtype, cache.dtype, out.dtype, num_ctas)
 
+    b = C.fi_batch()
+    built = []
+
     def make_batch(entry):
+        built.append(1)
         bt = entry.host_i32("block_tables", block_tables)
         sl = entry.host_i32("seq_lens", seq_lens)
         entry.sync()
-        b = C.fi_batch()
         b.form = C.FI_FORM_BLOCK_TABLES
         b.batch_size = B
         b.block_tables = bt.data_ptr()
@@ -182,8 +227,22 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
         b.window_left = -1
         return b, B * qlen, (bt, sl)
 
-    E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY,
-             dtypes_text(query.dtype, cache.dtype, out.dtype), min(qshape[0], oshape[0]))
+    out_rows = min(qshape[0], oshape[0])
+    dts = (query.dtype, cache.dtype, out.dtype)
+    record = None
+    if key is not None:
+        def record(entry):
+            if not built:  # never planned here (captured call): keep the slow path
+                return
+            rope = 512 * query.element_size()
+            E.remember(entry, key, E.FastCall(
+                args, b, ((args.q, 0, 0), (args.q_rope, 0, rope), (args.k, 1, 0),
+                          (args.k_rope, 1, rope), (args.page_table, 2, 0), (args.out, 4, 0)),
+                2, 3, block_tables.device.type == "cpu",
+                seq_lens.device.type == "cpu", B * qlen,
+                out_rows, out_alloc, _FAMILY, dts, device))
+    E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY, dts, out_rows,
+             record=record)
     del keep
 
 
@@ -232,6 +291,9 @@ class BatchMLAPagedAttentionWrapper:
         self._entry = None
         self._planned = None
         self._known_pages = 0
+        self._batch = None  # fi_batch reused by every plan()
+        self._run_memo = {}  # run() signature -> (fi_attn_args, ...), for one plan shape
+        self._run_psig = None
 
     def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv,
              head_dim_kpe, page_size, causal, sm_scale, q_data_type, kv_data_type):
@@ -281,21 +343,41 @@ class BatchMLAPagedAttentionWrapper:
         o_dt = q_dt if q_dt in float_dtypes() else t.bfloat16
         host = device.type == "cpu"
         # Host copies of the index arrays (the planner reads them).
-        t_qo = qo_indptr.cpu() if qo_indptr.device.type != "cpu" else qo_indptr
-        t_kvp = kv_indptr.to("cpu", t.int32) if kv_indptr.device.type != "cpu" else kv_indptr
-        t_kl = kv_len_arr.cpu() if kv_len_arr.device.type != "cpu" else kv_len_arr
-        t_idx = kv_indices.cpu() if kv_indices.device.type != "cpu" else kv_indices
-        t_qo, t_kvp, t_kl, t_idx = (x.to(t.int32).contiguous() for x in (t_qo, t_kvp, t_kl, t_idx))
-        nnz = int(t_kvp[-1]) if B >= 0 else 0
+        t_qo, t_kvp, t_kl, t_idx = (_host_i32(x) for x in (qo_indptr, kv_indptr, kv_len_arr,
+                                                           kv_indices))
+        nnz = _last_i32(t_kvp)
         if nnz > t_idx.numel():
             raise ValueError(f"fiattn: kv_indices has {t_idx.numel()} elements, kv_indptr[-1] "
                              f"is {nnz}")
-        q_tokens = int(t_qo[-1])
+        q_tokens = _last_i32(t_qo)
+        e = self._entry
+        if (e is not None and self._known_pages > 0 and e.caps.num_pages == self._known_pages
+                and E.cached_entry(self._ws) is e):
+            # Steady state: the caches' page count covers every index the planner checks
+            # (FI_ERR_PAGE_INDEX_OUT_OF_RANGE otherwise), so max(needed, known) is known:
+            # skip the scan of kv_indices unless the planner finds an index out of range.
+            try:
+                return self._plan_pages(self._known_pages, B, q_tokens, nnz, page_size,
+                                        num_heads, q_dt, kv_dt, o_dt, host, device, causal,
+                                        sm_scale, qo_indptr, kv_indptr, kv_len_arr,
+                                        kv_indices, t_qo, t_kvp, t_kl, t_idx)
+            except FiattnError as ex:
+                if ex.status != C.FI_ERR_PAGE_INDEX_OUT_OF_RANGE:
+                    raise
         used = t_idx[:nnz]
         need_pages = int(used.max()) + 1 if nnz > 0 else 1
         if nnz > 0 and int(used.min()) < 0:
             need_pages = max(need_pages, 1)  # the planner reports the negative index
         pages = max(need_pages, self._known_pages)
+        self._plan_pages(pages, B, q_tokens, nnz, page_size, num_heads, q_dt, kv_dt, o_dt,
+                         host, device, causal, sm_scale, qo_indptr, kv_indptr, kv_len_arr,
+                         kv_indices, t_qo, t_kvp, t_kl, t_idx)
+
+    def _plan_pages(self, pages, B, q_tokens, nnz, page_size, num_heads, q_dt, kv_dt, o_dt,
+                    host, device, causal, sm_scale, qo_indptr, kv_indptr, kv_len_arr,
+                    kv_indices, t_qo, t_kvp, t_kl, t_idx):
+        """plan()'s second half for a KV cache of `pages` pages."""
+        t = torch()
         caps = _mla_caps(pages, int(page_size), int(num_heads), q_dt, kv_dt, o_dt,
                          num_ctas_for(device))
         if not host:
@@ -335,7 +417,9 @@ class BatchMLAPagedAttentionWrapper:
             table = buf
         else:
             table = kv_indices
-        b = C.fi_batch()
+        b = self._batch
+        if b is None:
+            b = self._batch = C.fi_batch()
         b.form = C.FI_FORM_INDPTR
         b.batch_size = B
         b.qo_indptr = t_qo.data_ptr()
@@ -349,6 +433,12 @@ class BatchMLAPagedAttentionWrapper:
         self._planned = dict(B=B, q_tokens=q_tokens, heads=int(num_heads),
                              page_size=int(page_size), q_dt=q_dt, kv_dt=kv_dt, o_dt=o_dt,
                              sm_scale=float(sm_scale), table=table, nnz=nnz)
+        # run()'s checks depend on these (and the tensors); the table and scale do not
+        psig = (entry, q_tokens, int(num_heads), int(page_size), q_dt, kv_dt, o_dt,
+                entry.caps.num_pages)
+        if psig != self._run_psig:
+            self._run_memo.clear()
+            self._run_psig = psig
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, return_lse=False, *, out=None,
             lse=None, return_lse_base_on_e=False):
@@ -370,10 +460,21 @@ class BatchMLAPagedAttentionWrapper:
         Raises: RuntimeError before plan(); ValueError / TypeError for mismatching
             tensors; FiattnError subclasses for C statuses.
         """
-        t = torch()
         p = self._planned
         if p is None:
             raise RuntimeError("fiattn: BatchMLAPagedAttentionWrapper.run before plan()")
+        sig = E.tensor_sig
+        try:
+            key = (sig(q_nope), sig(q_pe), sig(ckv_cache), sig(kpe_cache),
+                   None if out is None else sig(out), None if lse is None else sig(lse),
+                   bool(return_lse), bool(return_lse_base_on_e))
+            fast = self._run_memo.get(key)
+        except (AttributeError, TypeError):
+            key = fast = None
+        if fast is not None:
+            return self._run_fast(fast, p, q_nope, q_pe, ckv_cache, kpe_cache, out, lse,
+                                  return_lse, return_lse_base_on_e)
+        t = torch()
         device = self._device
         for name, x in (("q_nope", q_nope), ("q_pe", q_pe)):
             check_tensor(x, name, (p["q_dt"],), device, 3)
@@ -405,12 +506,14 @@ class BatchMLAPagedAttentionWrapper:
             raise ValueError(f"fiattn: the caches hold {ckv.shape[0]} pages, the plan reads "
                              f"page {e.caps.num_pages - 1}")
         self._known_pages = max(self._known_pages, ckv.shape[0])
+        out_new = out is None
         if out is None:
             out = t.empty((rows, H, 512), dtype=p["o_dt"], device=device)
         else:
             check_tensor(out, "out", (p["o_dt"],), device, 3)
             if tuple(out.shape) != (rows, H, 512):
                 raise ValueError(f"fiattn: out must be {(rows, H, 512)}, got {tuple(out.shape)}")
+        lse_new = lse is None and return_lse
         if lse is None and return_lse:
             lse = t.empty((rows, H), dtype=t.float32, device=device)
         elif lse is not None:
@@ -436,7 +539,53 @@ class BatchMLAPagedAttentionWrapper:
         host = device.type == "cpu"
         if not host and t.cuda.is_current_stream_capturing():
             e.captured_rows = rows if e.captured_rows is None else min(e.captured_rows, rows)
-        E.execute(e, args, device, _FAMILY, dtypes_text(p["q_dt"], p["kv_dt"], p["o_dt"]))
+        dts = (p["q_dt"], p["kv_dt"], p["o_dt"])
+        E.execute(e, args, device, _FAMILY, dts)
+        if key is not None:
+            if len(self._run_memo) >= 64:
+                self._run_memo.clear()
+            kpe_off = (kpe.data_ptr() - kpe_cache.data_ptr())
+            self._run_memo[key] = (
+                args, (rows, H, 512) if out_new else None, (rows, H) if lse_new else None,
+                kpe_off, dts, rows)
         if lse is not None and not return_lse_base_on_e:
+            lse.mul_(LOG2E)
+        return (out, lse) if return_lse else out
+
+    def _run_fast(self, fast, p, q_nope, q_pe, ckv_cache, kpe_cache, out, lse, return_lse,
+                  base_e):
+        """run() with the signature of an earlier successful run under this plan shape:
+        the checks passed then and pass now; refresh the addresses, table and scale."""
+        args, out_shape, lse_shape, kpe_off, dts, rows = fast
+        t = torch()
+        device = self._device
+        cuda = device.type == "cuda"
+        if cuda:
+            require_device(device)
+        if out_shape is not None:
+            out = t.empty(out_shape, dtype=p["o_dt"], device=device)
+        if lse_shape is not None:
+            lse = t.empty(lse_shape, dtype=t.float32, device=device)
+        args.q.data = q_nope.data_ptr()
+        args.q_rope.data = q_pe.data_ptr()
+        args.k.data = ckv_cache.data_ptr()
+        args.k_rope.data = kpe_cache.data_ptr() + kpe_off
+        tab = p["table"]
+        pt = args.page_table
+        pt.data = tab.data_ptr()
+        pt.shape[0] = tab.numel()
+        args.out.data = out.data_ptr()
+        if lse is not None:
+            args.lse.data = lse.data_ptr()
+        args.bmm1_scale = p["sm_scale"]
+        e = self._entry
+        stream = None
+        if cuda:
+            if t.cuda.is_current_stream_capturing():
+                e.captured_rows = rows if e.captured_rows is None else min(e.captured_rows,
+                                                                           rows)
+            stream = E.stream_handle(device)
+        E.execute(e, args, device, _FAMILY, dts, stream)
+        if lse is not None and not base_e:
             lse.mul_(LOG2E)
         return (out, lse) if return_lse else out

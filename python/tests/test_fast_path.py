@@ -1,0 +1,113 @@
+"""Repeat calls reuse their recorded ctypes structures (no timing assertions)."""
+import tracemalloc
+
+import pytest
+
+import fiattn
+from fiattn import _engine as E
+
+torch = pytest.importorskip("torch")
+
+
+def _mla_inputs(g, B=4, H=16, pages=24, ps=16):
+    q = torch.randn(B, 1, H, 576, generator=g)
+    kv = torch.randn(pages, ps, 576, generator=g)
+    bt = torch.randperm(pages, generator=g)[:4 * B].to(torch.int32).reshape(B, 4)
+    lens = torch.randint(1, 4 * ps, (B,), generator=g, dtype=torch.int32)
+    return q, kv, bt, lens
+
+
+def _call(q, kv, ws, bt, lens, out=None):
+    return fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(q, kv, ws, 128, 512, 64, bt, lens,
+                                                            64, out=out, bmm1_scale=0.05)
+
+
+def test_functional_repeat_reuses_structs_and_matches():
+    g = torch.Generator().manual_seed(3)
+    q, kv, bt, lens = _mla_inputs(g)
+    ws, ws2 = torch.empty(16, dtype=torch.uint8), torch.empty(16, dtype=torch.uint8)
+    out = torch.empty(4, 1, 16, 512)
+    _call(q, kv, ws, bt, lens, out)
+    e = E.cached_entry(ws)
+    assert len(e.memo) == 1
+    fast = next(iter(e.memo.values()))
+    args, batch = fast.args, fast.batch
+    created = E.stats["plans_created"]
+    # new data in the same tensors, new lengths: the recorded call is repeated
+    q.copy_(torch.randn(q.shape, generator=g))
+    lens.copy_(torch.randint(1, 64, (4,), generator=g, dtype=torch.int32))
+    _call(q, kv, ws, bt, lens, out)
+    assert E.cached_entry(ws) is e and len(e.memo) == 1
+    assert next(iter(e.memo.values())) is fast and fast.args is args and fast.batch is batch
+    assert E.stats["plans_created"] == created
+    ref = _call(q, kv, ws2, bt, lens)  # checked path on a fresh workspace
+    assert torch.equal(out, ref)
+    # another out tensor of the same layout: same record, new address, same result
+    out2 = _call(q, kv, ws, bt, lens, torch.zeros_like(out))
+    assert len(e.memo) == 1 and torch.equal(out2, ref)
+    fiattn.release_workspace(ws)
+    fiattn.release_workspace(ws2)
+
+
+def test_functional_repeat_still_checks():
+    g = torch.Generator().manual_seed(4)
+    q, kv, bt, lens = _mla_inputs(g)
+    ws = torch.empty(16, dtype=torch.uint8)
+    _call(q, kv, ws, bt, lens)
+    with pytest.raises(TypeError):
+        _call(q.to(torch.int32), kv, ws, bt, lens)
+    with pytest.raises(ValueError):
+        _call(q, kv, ws, bt, lens, torch.empty(4, 1, 16, 1024)[..., ::2])
+    bad = lens.clone()
+    bad[0] = 10 ** 6  # more tokens than the request's pages: the planner still sees it
+    with pytest.raises(fiattn.FiattnError):
+        _call(q, kv, ws, bt, bad)
+    fiattn.release_workspace(ws)
+
+
+def test_wrapper_repeat_run_allocates_nothing():
+    g = torch.Generator().manual_seed(5)
+    B, H, ps, pages = 4, 16, 16, 16
+    ws = torch.empty(16, dtype=torch.uint8)
+    w = fiattn.mla.BatchMLAPagedAttentionWrapper(ws)
+    ckv = torch.randn(pages, ps, 512, generator=g)
+    kpe = torch.randn(pages, ps, 64, generator=g)
+    qn = torch.randn(B, H, 512, generator=g)
+    qp = torch.randn(B, H, 64, generator=g)
+    indptr = torch.arange(B + 1, dtype=torch.int32) * 4
+    idx = torch.randperm(pages, generator=g).to(torch.int32)
+    lens = torch.full((B,), 50, dtype=torch.int32)
+    w.plan(torch.arange(B + 1, dtype=torch.int32), indptr, idx, lens, H, 512, 64, ps, True,
+           0.06, torch.float32, torch.float32)
+    out = torch.empty(B, H, 512)
+    lse = torch.empty(B, H)
+    w.run(qn, qp, ckv, kpe, out=out, lse=lse)
+    ref = out.clone()
+    assert len(w._run_memo) == 1
+    args = next(iter(w._run_memo.values()))[0]
+    for _ in range(3):
+        w.run(qn, qp, ckv, kpe, out=out, lse=lse)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(50):
+            w.run(qn, qp, ckv, kpe, out=out, lse=lse)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename")
+                if "fiattn" in s.traceback[0].filename and s.size_diff > 0)
+    assert grown == 0
+    assert len(w._run_memo) == 1 and next(iter(w._run_memo.values()))[0] is args
+    assert torch.equal(out, ref)
+    # a new plan of the same shape keeps the record; the table and scale are refreshed
+    w.plan(torch.arange(B + 1, dtype=torch.int32), indptr, idx.flip(0).contiguous(), lens, H,
+           512, 64, ps, True, 0.06, torch.float32, torch.float32)
+    w.run(qn, qp, ckv, kpe, out=out, lse=lse)
+    assert len(w._run_memo) == 1 and next(iter(w._run_memo.values()))[0] is args
+    w2 = fiattn.mla.BatchMLAPagedAttentionWrapper(torch.empty(16, dtype=torch.uint8))
+    w2.plan(torch.arange(B + 1, dtype=torch.int32), indptr, idx.flip(0).contiguous(), lens, H,
+            512, 64, ps, True, 0.06, torch.float32, torch.float32)
+    assert torch.equal(w2.run(qn, qp, ckv, kpe), out)
+    with pytest.raises(TypeError):
+        w.run(qn.double(), qp, ckv, kpe, out=out)
