@@ -66,6 +66,11 @@ static fi_status gqa_check_sf(const fi_caps *caps, const fi_tensor *t) {
     return FI_OK;
 }
 
+static fi_gqa_paged gqa_paged(const fi_tensor *t) {
+    const fi_gqa_paged v = {t->data, t->stride[0], t->stride[1], t->stride[2]};
+    return v;
+}
+
 static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
                              const fi_exec_common *common, void *params) {
     const fi_caps *caps = &plan->caps;
@@ -93,26 +98,14 @@ static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
     p.g.q = a->q.data;
     p.g.q_stride_tok = a->q.stride[0];
     p.g.q_stride_head = a->q.stride[1];
-    p.g.k = a->k.data;
-    p.g.k_stride_page = a->k.stride[0];
-    p.g.k_stride_tok = a->k.stride[1];
-    p.g.k_stride_head = a->k.stride[2];
-    p.g.v = a->v.data;
-    p.g.v_stride_page = a->v.stride[0];
-    p.g.v_stride_tok = a->v.stride[1];
-    p.g.v_stride_head = a->v.stride[2];
+    p.g.k = gqa_paged(&a->k);
+    p.g.v = gqa_paged(&a->v);
     p.g.group = caps->num_qo_heads / caps->num_kv_heads;
     p.g.head_dim = caps->head_dim_qk;
     p.g.kv_kind = caps->kv_dtype == FI_DTYPE_E4M3 ? 1 : nvfp4 ? 2 : 0;
     if (nvfp4) {
-        p.g.k_sf = a->k_sf.data;
-        p.g.k_sf_stride_page = a->k_sf.stride[0];
-        p.g.k_sf_stride_tok = a->k_sf.stride[1];
-        p.g.k_sf_stride_head = a->k_sf.stride[2];
-        p.g.v_sf = a->v_sf.data;
-        p.g.v_sf_stride_page = a->v_sf.stride[0];
-        p.g.v_sf_stride_tok = a->v_sf.stride[1];
-        p.g.v_sf_stride_head = a->v_sf.stride[2];
+        p.g.k_sf = gqa_paged(&a->k_sf);
+        p.g.v_sf = gqa_paged(&a->v_sf);
     }
     memcpy(params, &p, sizeof p);
     return FI_OK;

@@ -205,11 +205,10 @@ __device__ __forceinline__ void page_advance(const fi_gqa_params &p, PageBatch &
 
 /* Load item it's Q rows into Q buffer cur.qb: 16-byte chunks over the producer threads,
  * then each thread's arrival (on completion of its copies) on qfull. */
-template <typename T, class G>
+template <typename T, class G, int D>
 __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_item &it,
                                           const fi_request_info &rq, unsigned char *smem, int pt,
                                           Cursor &cur) {
-    constexpr int D = G::kPitch - 8;
     constexpr int kChunks = D / 8;
     const int nh = it.head_end - it.head_begin, M = item_rows(it);
     mbar_wait(G::qempty(smem, cur.qb), cur.qphase ^ 1u);
@@ -240,8 +239,11 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
     const int shift = p.c.page_shift;
     const int j = pt >> 3, q = pt & 7;        /* token of the slice, chunk phase */
     const int kvh = it.head_begin / p.g.group;
-    const KV *kbase = static_cast<const KV *>(p.g.k) + (int64_t)kvh * p.g.k_stride_head;
-    const KV *vbase = static_cast<const KV *>(p.g.v) + (int64_t)kvh * p.g.v_stride_head;
+    const KV *kbase = static_cast<const KV *>(p.g.k.data) + (int64_t)kvh * p.g.k.stride_head;
+    const KV *vbase = static_cast<const KV *>(p.g.v.data) + (int64_t)kvh * p.g.v.stride_head;
+    /* NVFP4 scale rows of this KV head (unused otherwise) */
+    const unsigned char *ksb = static_cast<const unsigned char *>(p.g.k_sf.data) + (int64_t)kvh * p.g.k_sf.stride_head;
+    const unsigned char *vsb = static_cast<const unsigned char *>(p.g.v_sf.data) + (int64_t)kvh * p.g.v_sf.stride_head;
     const int s0 = it.kv_begin & ~(G::kSlotTokens - 1);
     const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + G::kSlotTokens - 1) / G::kSlotTokens : 0;
     if (nsl == 0)
@@ -271,13 +273,11 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
             in[u] = tok >= it.kv_begin && tok < it.kv_end;
             const int64_t slot_tok = tok & (p.c.page_size - 1);
             const int64_t kpg = pi < 32 ? kc : kn, vpg = pi < 32 ? vc : vn;
-            ks[u] = in[u] ? kbase + kpg * p.g.k_stride_page + slot_tok * p.g.k_stride_tok : kbase;
-            vs[u] = in[u] ? vbase + vpg * p.g.v_stride_page + slot_tok * p.g.v_stride_tok : vbase;
+            ks[u] = in[u] ? kbase + kpg * p.g.k.stride_page + slot_tok * p.g.k.stride_tok : kbase;
+            vs[u] = in[u] ? vbase + vpg * p.g.v.stride_page + slot_tok * p.g.v.stride_tok : vbase;
             if constexpr (kSf > 0) {
-                const unsigned char *ksb = static_cast<const unsigned char *>(p.g.k_sf) + (int64_t)kvh * p.g.k_sf_stride_head;
-                const unsigned char *vsb = static_cast<const unsigned char *>(p.g.v_sf) + (int64_t)kvh * p.g.v_sf_stride_head;
-                kss[u] = in[u] ? ksb + kpg * p.g.k_sf_stride_page + slot_tok * p.g.k_sf_stride_tok : ksb;
-                vss[u] = in[u] ? vsb + vpg * p.g.v_sf_stride_page + slot_tok * p.g.v_sf_stride_tok : vsb;
+                kss[u] = in[u] ? ksb + kpg * p.g.k_sf.stride_page + slot_tok * p.g.k_sf.stride_tok : ksb;
+                vss[u] = in[u] ? vsb + vpg * p.g.v_sf.stride_page + slot_tok * p.g.v_sf.stride_tok : vsb;
             }
         }
         mbar_wait(G::empty(smem, cur.slot), cur.phase ^ 1u);
@@ -877,7 +877,7 @@ template <typename T, typename KV, int D> struct GqaFamily {
                 nit = p.c.items[i + 1];
                 nrq = p.c.requests[nit.request];
             }
-            produce_q<T, G>(p, it, rq, smem, pt, cur);
+            produce_q<T, G, D>(p, it, rq, smem, pt, cur);
             produce_kv<K, G, D>(p, it, rq, split, ppr, smem, pt, cur);
             it = nit;
             rq = nrq;
@@ -945,10 +945,8 @@ template <typename T, typename KV, int D> struct GqaFamily {
              * slots a warp computing, and so shortened the ring). */
             if (((sl - ln.tw) & (ln.W - 1)) == 0) {
                 mbar_wait(G::full(smem, cur.slot), cur.phase);
-#ifndef FI_GQA_EXP_NOCOMPUTE /* timing experiments only: the consumers' math compiled out */
                 if (active)
                     slot_compute(ctx, G::slot(smem, cur.slot), qf, ln, s0 + sl * G::kSlotTokens, lo, hi, a);
-#endif
                 mbar_arrive_n(G::empty(smem, cur.slot), (uint32_t)ln.W);
             }
             cur.next_slot(G::kStages);
