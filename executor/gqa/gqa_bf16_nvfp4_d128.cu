@@ -1,7 +1,7 @@
 /* executor/gqa/gqa_bf16_nvfp4_d128.cu - GQA decode family, bf16 q, NVFP4 KV, head_dim 128 (one instantiation). */
 #include "executor/cuda/persistent/kernel.cuh"
 #include "executor/gqa/gqa_launch.h"
-#include "executor/gqa/gqa_tile.cuh"
+#include "executor/gqa/gqa_family.cuh"
 
 cudaError_t fi_gqa_launch_bf16_nvfp4_d128(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream) {
     return fi::launch_persistent<figqa::GqaFamily<__nv_bfloat16, figqa::nvfp4, 128>>(p, enable_pdl, stream);

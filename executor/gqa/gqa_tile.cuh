@@ -1,18 +1,20 @@
 /*
  * executor/gqa/gqa_tile.cuh - the GQA decode family's tile body (sm_90a): one work item of
- * up to 64 rows (query tokens x the query heads of one KV head) over a KV range, with a
- * producer warp that streams K, V and Q for every item of the CTA into shared memory and
- * 8 consumer warps that compute.  The persistent loop, the split merge and the launch are
- * the shared ones (executor/cuda/).
+ * up to 64 rows (query tokens x the query heads of one KV head) over a KV range, with
+ * producer warps that stream K, V and Q for every item of the CTA into shared memory and
+ * consumer warps that compute.  This file: the ring, the producer, and the 16-row
+ * consumers (items of more than 8 rows); gqa_swap.cuh: the transposed consumers (<= 8
+ * rows); gqa_family.cuh: the family the persistent loop runs.  The persistent loop, the
+ * split merge and the launch are the shared ones (executor/cuda/).
  *
  * What it computes (fiattn_run.h): s_j = bmm1_scale * q . k_j, out = bmm2_scale *
  * softmax(s) . v with the mask rule of plan/mask.h (causal spec-decoding rows, window_left),
  * sinks in the denominator, natural-log LSE.
  *
  * How (one CTA = 4 consumer warps + 4 producer warps, one CTA per SM):
- *  - KV in slices of 16 tokens: a ring of NS slots (K rows then V rows, D + 8 elements a
- *    row so ldmatrix rows fall on distinct banks), each with a "full" mbarrier (the
- *    producer's bytes) and an "empty" one (one arrival per consumer warp).  The ring runs
+ *  - KV in slots of 16, 32 or 64 tokens (Geo::kSlotTokens): a ring of NS slots (K rows
+ *    then V rows, 16 pad bytes a row so ldmatrix rows fall on distinct banks), each with a
+ *    "full" mbarrier (the producer's bytes) and an "empty" one (the owners' release).  The ring runs
  *    across item boundaries: the producer fills the next item's slices while the consumers
  *    finish the current one, so an item pays no pipeline fill (the MLA body drains its ring
  *    per item).  Q is double-buffered the same way (qfull / qempty).
@@ -71,9 +73,12 @@ template <int D, int RB, int SF = 0> struct Geo {
     static constexpr size_t kQBytes = (size_t)kRows * kRowBytes;
     static constexpr int kKvPitch = RB + 16;                   /* KV: bytes a row (16 pad:
                                                                   ldmatrix rows on distinct banks) */
-    /* KV tokens a ring slot: 2 slices (a barrier round trip per 32 tokens, not 16) unless
-     * rows are 512 bytes (bf16 / fp16 head_dim 256), where 32-token slots leave 2 stages. */
-    static constexpr int kSlotTokens = RB > 256 ? kSlice : 2 * kSlice;
+    /* KV tokens a ring slot: 64 for rows of <= 128 bytes (fp8 / NVFP4 head_dim <= 128:
+     * their consumers compute a slot as 4 independent 16-token chains and hide more latency),
+     * 32 for 256-byte rows, 16 for 512-byte rows (bf16 / fp16 head_dim 256, where 32-token
+     * slots leave 2 stages).  Slots are aligned to their size, so one spans at most 64 pages
+     * from a page batch's start (produce_kv). */
+    static constexpr int kSlotTokens = RB > 256 ? kSlice : RB > 128 ? 2 * kSlice : 4 * kSlice;
     static constexpr int kSubs = kSlotTokens / kSlice;
     /* a slot: K rows, V rows, then (NVFP4) K scale rows and V scale rows, SF bytes each */
     static constexpr size_t kSfOff = (size_t)2 * kSlotTokens * kKvPitch;
@@ -265,7 +270,10 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
 #pragma unroll
         for (int u = 0; u < G::kSubs; ++u) { /* this thread's tokens j and j + 16 of the slot */
             const int tok = t0 + u * kSlice + j;
-            const int pi = (tok >> shift) - b.pb0; /* 0 .. 63 (a slot spans <= 32 pages) */
+            /* 0 .. 63: a batch starts at an aligned slot's page and moves 32 pages at a time,
+             * so a 64-token slot on 1-token pages starts at pb0 exactly and one on larger
+             * pages ends within 64 pages of it */
+            const int pi = (tok >> shift) - b.pb0;
             const int32_t kc = __shfl_sync(0xffffffffu, b.kc, pi & 31);
             const int32_t kn = __shfl_sync(0xffffffffu, b.kn, pi & 31);
             const int32_t vc = __shfl_sync(0xffffffffu, b.vc, pi & 31);
@@ -649,14 +657,15 @@ __device__ __forceinline__ int col_of(int n, int e, int q4) {
     return 8 * n + 2 * q4 + e;
 }
 
-/* Key bounds [lo, hi] (inclusive) of this lane's rows rg*16 + g and + 8, clipped to the
- * item's KV range (plan/mask.h); rows past M see nothing. */
+/* Key bounds [lo, hi] (inclusive) of this lane's rows r0 and r0 + dr (16-row path: rg * 16
+ * + g and + 8; gqa_swap.cuh: 2 q4 and + 1), clipped to the item's KV range (plan/mask.h);
+ * rows past M see nothing. */
 __device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item &it,
-                                           const fi_request_info &rq, int M, int nh,
-                                           const Lane &ln, int *lo, int *hi) {
+                                           const fi_request_info &rq, int M, int nh, int r0, int dr,
+                                           int *lo, int *hi) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        const int r = ln.rg * 16 + ln.g + 8 * i;
+        const int r = r0 + dr * i;
         lo[i] = 0;
         hi[i] = -1;
         if (r < M) {
@@ -665,6 +674,35 @@ __device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item
             lo[i] = max(l, it.kv_begin);
             hi[i] = min(h, it.kv_end) - 1;
         }
+    }
+}
+
+/* Sum the W warps' accumulators of each team in a fixed tree order through the combine
+ * buffer (warps W/2.. hand to 0.., and so on): warp tw == 0 ends with the team's sum.  The
+ * lanes of every warp hold the same elements, so the sum is lane-wise whatever the layout. */
+template <int D, int NTILE>
+__device__ __forceinline__ void tree_add(unsigned char *smem, const Lane &ln, float (&o)[NTILE][4]) {
+    float4 *comb = reinterpret_cast<float4 *>(smem + Geo<D, 2 * D>::kOffComb);
+    for (int half = ln.W >> 1; half >= 1; half >>= 1) { /* uniform: W is the item's */
+        if (ln.tw >= half && ln.tw < 2 * half) {
+            float4 *dst = comb + (size_t)(ln.rg * (ln.W >> 1) + ln.tw - half) * NTILE * 32 + ln.lane;
+#pragma unroll
+            for (int n = 0; n < NTILE; ++n)
+                dst[n * 32] = make_float4(o[n][0], o[n][1], o[n][2], o[n][3]);
+        }
+        cta_sync<kThreads>();
+        if (ln.tw < half) {
+            const float4 *src = comb + (size_t)(ln.rg * (ln.W >> 1) + ln.tw) * NTILE * 32 + ln.lane;
+#pragma unroll
+            for (int n = 0; n < NTILE; ++n) {
+                const float4 v = src[n * 32];
+                o[n][0] += v.x;
+                o[n][1] += v.y;
+                o[n][2] += v.z;
+                o[n][3] += v.w;
+            }
+        }
+        cta_sync<kThreads>();
     }
 }
 
@@ -678,7 +716,6 @@ __device__ __forceinline__ void combine_team(unsigned char *smem, const Lane &ln
     using G = Geo<D, 2 * D>; /* the fixed region and the combine buffer do not depend on KB */
     float *sM = reinterpret_cast<float *>(smem + G::kOffM);
     float *sL = reinterpret_cast<float *>(smem + G::kOffL);
-    float4 *comb = reinterpret_cast<float4 *>(smem + G::kOffComb);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         a.l[i] += __shfl_xor_sync(0xffffffffu, a.l[i], 1);
@@ -712,27 +749,7 @@ __device__ __forceinline__ void combine_team(unsigned char *smem, const Lane &ln
         }
     }
     cta_sync<kThreads>(); /* sM / sL read everywhere: the next item may rewrite them */
-    for (int half = ln.W >> 1; half >= 1; half >>= 1) { /* uniform: W is the item's */
-        if (ln.tw >= half && ln.tw < 2 * half) {
-            float4 *dst = comb + (size_t)(ln.rg * (ln.W >> 1) + ln.tw - half) * (D / 8) * 32 + ln.lane;
-#pragma unroll
-            for (int n = 0; n < D / 8; ++n)
-                dst[n * 32] = make_float4(a.o[n][0], a.o[n][1], a.o[n][2], a.o[n][3]);
-        }
-        cta_sync<kThreads>();
-        if (ln.tw < half) {
-            const float4 *src = comb + (size_t)(ln.rg * (ln.W >> 1) + ln.tw) * (D / 8) * 32 + ln.lane;
-#pragma unroll
-            for (int n = 0; n < D / 8; ++n) {
-                const float4 v = src[n * 32];
-                a.o[n][0] += v.x;
-                a.o[n][1] += v.y;
-                a.o[n][2] += v.z;
-                a.o[n][3] += v.w;
-            }
-        }
-        cta_sync<kThreads>();
-    }
+    tree_add<D, D / 8>(smem, ln, a.o);
 }
 
 /* Outputs at element offset off (T, or fp8 e4m3 when c.o_fp8, scaled by c.o_scale): two
@@ -833,136 +850,5 @@ __device__ __forceinline__ void q_to_f16(T *sQ, int M) {
         cta_sync<kThreads>();
     }
 }
-
-/* The family: q / out dtype T (bf16, fp16), KV element KV (T, or fp8 e4m3), head_dim D. */
-template <typename T, typename KV, int D> struct GqaFamily {
-    using K = Kv<T, KV>;
-    static constexpr int kKind = K::kKind;   /* 0: 16-bit KV, 1: fp8, 2: NVFP4 */
-    static constexpr bool kF8 = kKind != 0; /* fp16 matmuls, Q converted to fp16 */
-    using C = typename K::C;                /* the matmul input type */
-    using G = Geo<D, K::row_bytes(D), K::sf_bytes(D)>;
-    using Params = fi_gqa_params;
-    using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads>;
-    static constexpr int kThreads = figqa::kThreads;
-    static constexpr int kProducerWarps = figqa::kProducerWarps;
-    static constexpr size_t kSmemBytes = figqa::kSmemBytes;
-    using State = Cursor;
-
-    static __device__ __forceinline__ State setup(unsigned char *smem) {
-        if (threadIdx.x == 0) {
-            for (int i = 0; i < G::kStages; ++i) {
-                mbar_init(G::full(smem, i), kProducerThreads);
-                mbar_init(G::empty(smem, i), kThreads);
-            }
-            for (int b = 0; b < 2; ++b) {
-                mbar_init(G::qfull(smem, b), kProducerThreads);
-                mbar_init(G::qempty(smem, b), kThreads);
-            }
-            mbar_init_fence();
-        }
-        return Cursor{0, 0u, 0, 0u};
-    }
-
-    /* The producer warps: Q and every KV slice of every item of the CTA, in item order. */
-    static __device__ void produce(const fi_gqa_params &p, const fi_cta_start &cs, unsigned char *smem) {
-        Cursor cur{0, 0u, 0, 0u};
-        const int pt = (int)threadIdx.x - kThreads;
-        const int split = p.c.header->kv_split_pages, ppr = p.c.header->pages_per_row;
-        fi_work_item it = cs.first;
-        fi_request_info rq = cs.request;
-        for (int i = cs.item_begin; i < cs.item_end; ++i) {
-            fi_work_item nit = it;
-            fi_request_info nrq = rq;
-            if (i + 1 < cs.item_end) {
-                nit = p.c.items[i + 1];
-                nrq = p.c.requests[nit.request];
-            }
-            produce_q<T, G, D>(p, it, rq, smem, pt, cur);
-            produce_kv<K, G, D>(p, it, rq, split, ppr, smem, pt, cur);
-            it = nit;
-            rq = nrq;
-        }
-    }
-
-    /* One slot on one warp, all its tokens at once (NT / 2 independent 16-token chains, one
-     * softmax update): scores, mask + online softmax, O += P V. */
-    static constexpr int kNT = 2 * G::kSubs; /* n8 token tiles a slot */
-    static __device__ __forceinline__ void slot_compute(const RunCtx &ctx, const unsigned char *sK,
-                                                        const QFrags<kKind, D> &qf, const Lane &ln,
-                                                        int t0, const int *lo, const int *hi,
-                                                        Acc<D> &a) {
-        float s[kNT][4];
-#pragma unroll
-        for (int n = 0; n < kNT; ++n)
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-        const unsigned char *sSf = sK + G::kSfOff; /* NVFP4 scale rows: K, then V */
-        if constexpr (kKind == 2)
-            qk_scores_fp4<D, kNT>(sK, sSf, ln.lane, qf, s);
-        else if constexpr (kKind == 1)
-            qk_scores_fp8<D, kNT>(sK, ln.lane, qf, s);
-        else
-            qk_scores<C, D, kNT>(sK, ln.lane, qf, s);
-        uint32_t pa[kNT / 2][4];
-        softmax_step<C, D, kNT>(ctx, ln, t0, lo, hi, s, a, pa);
-        const unsigned char *sV = sK + G::kSlotTokens * G::kKvPitch; /* V rows: a slot's second half */
-        if constexpr (kKind == 2)
-            pv_accumulate_fp4<D, kNT>(sV, sSf + G::kSlotTokens * (D / 16), ln.lane, pa, a);
-        else if constexpr (kKind == 1)
-            pv_accumulate_fp8<D, kNT>(sV, ln.lane, pa, a);
-        else
-            pv_accumulate<C, D, kNT>(sV, ln.lane, pa, a);
-    }
-
-    /* The consumers: the item's slices (computing their own, releasing all), then the team
-     * combine, the store, and for a split its arrival.  Returns 1 for a split merged
-     * cooperatively later. */
-    static __device__ bool run_item(const fi_gqa_params &p, const RunCtx &ctx, const fi_work_item &it,
-                                    const fi_request_info &rq, unsigned char *smem, bool first,
-                                    State &cur) {
-        const int nh = it.head_end - it.head_begin, M = item_rows(it);
-        const Lane ln = lane_of(threadIdx.x, M);
-        int lo[2], hi[2];
-        row_bounds(ctx, it, rq, M, nh, ln, lo, hi);
-        Acc<D> a;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-            a.o[n][0] = a.o[n][1] = a.o[n][2] = a.o[n][3] = 0.f;
-        a.m[0] = a.m[1] = -CUDART_INF_F;
-        a.l[0] = a.l[1] = 0.f;
-        const bool active = ln.rg < ln.nrg;
-        T *sQ = G::template q<T>(smem, cur.qb);
-        mbar_wait(G::qfull(smem, cur.qb), cur.qphase);
-        if constexpr (kF8)
-            q_to_f16<T, D>(sQ, M);
-        QFrags<kKind, D> qf;
-        qf.load(sQ, ln.rg, ln.lane);
-        const int s0 = it.kv_begin & ~(G::kSlotTokens - 1); /* slots aligned as produce_kv's */
-        const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + G::kSlotTokens - 1) / G::kSlotTokens : 0;
-        for (int sl = 0; sl < nsl; ++sl) {
-            /* Only the slot's owners (one warp a team) wait for it and release it, each lane
-             * counting for the W warps of its team: the slot is free as soon as they are
-             * done, not when the slowest warp of the CTA passes it (which held up to W
-             * slots a warp computing, and so shortened the ring). */
-            if (((sl - ln.tw) & (ln.W - 1)) == 0) {
-                mbar_wait(G::full(smem, cur.slot), cur.phase);
-                if (active)
-                    slot_compute(ctx, G::slot(smem, cur.slot), qf, ln, s0 + sl * G::kSlotTokens, lo, hi, a);
-                mbar_arrive_n(G::empty(smem, cur.slot), (uint32_t)ln.W);
-            }
-            cur.next_slot(G::kStages);
-        }
-        mbar_arrive(G::qempty(smem, cur.qb));
-        cur.next_q();
-        float mt[2], lt[2];
-        combine_team<D>(smem, ln, a, mt, lt);
-        if (active && ln.tw == 0)
-            store_rows<T, kKind, D>(p, ctx, it, rq, M, nh, ln, a, mt, lt);
-        if (it.out_slot < 0)
-            return false;
-        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + G::kOffFlag),
-                             reinterpret_cast<float *>(smem + G::kOffW),
-                             reinterpret_cast<float *>(smem + G::kOffRow));
-    }
-};
 
 }  // namespace figqa

@@ -33,6 +33,14 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t *r) {
                  : "r"(addr));
 }
 
+/* Transpose an 8x8 b16 matrix held in the ldmatrix fragment layout across the warp (lane
+ * 4 g + q4 holds row g, columns 2 q4, 2 q4 + 1; afterwards it holds those of the transpose). */
+__device__ __forceinline__ uint32_t movm_t(uint32_t x) {
+    uint32_t r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+    return r;
+}
+
 /* 16-byte async copy; src_bytes 0 zero-fills the destination (src must still be valid). */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),

@@ -1,0 +1,222 @@
+/*
+ * executor/gqa/gqa_family.cuh - the GQA decode family as the persistent runtime sees it
+ * (executor/cuda/persistent/kernel.cuh): setup, the producer warps' life, and run_item,
+ * which runs an item on the transposed consumers (gqa_swap.cuh) when it has at most 8
+ * rows and on the 16-row consumers (gqa_tile.cuh) otherwise.  Both consume the same ring
+ * in the same order, so an item's path never changes what the producer does.
+ */
+#pragma once
+
+#include "executor/gqa/gqa_swap.cuh"
+
+namespace figqa {
+using namespace fi;
+
+/* Zeroed O, m = -inf, l = 0 (either accumulator). */
+template <class A> __device__ __forceinline__ void acc_init(A &a) {
+    constexpr int kTiles = sizeof(a.o) / sizeof(a.o[0]);
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n)
+        a.o[n][0] = a.o[n][1] = a.o[n][2] = a.o[n][3] = 0.f;
+    a.m[0] = a.m[1] = -CUDART_INF_F;
+    a.l[0] = a.l[1] = 0.f;
+}
+
+/* The family: q / out dtype T (bf16, fp16), KV element KV (T, or fp8 e4m3), head_dim D. */
+template <typename T, typename KV, int D> struct GqaFamily {
+    using K = Kv<T, KV>;
+    static constexpr int kKind = K::kKind;   /* 0: 16-bit KV, 1: fp8, 2: NVFP4 */
+    static constexpr bool kF8 = kKind != 0; /* fp16 matmuls, Q converted to fp16 */
+    using C = typename K::C;                /* the matmul input type */
+    using G = Geo<D, K::row_bytes(D), K::sf_bytes(D)>;
+    using Params = fi_gqa_params;
+    using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads>;
+    static constexpr int kThreads = figqa::kThreads;
+    static constexpr int kProducerWarps = figqa::kProducerWarps;
+    static constexpr size_t kSmemBytes = figqa::kSmemBytes;
+    using State = Cursor;
+
+    static __device__ __forceinline__ State setup(unsigned char *smem) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < G::kStages; ++i) {
+                mbar_init(G::full(smem, i), kProducerThreads);
+                mbar_init(G::empty(smem, i), kThreads);
+            }
+            for (int b = 0; b < 2; ++b) {
+                mbar_init(G::qfull(smem, b), kProducerThreads);
+                mbar_init(G::qempty(smem, b), kThreads);
+            }
+            mbar_init_fence();
+        }
+        return Cursor{0, 0u, 0, 0u};
+    }
+
+    /* The producer warps: Q and every KV slice of every item of the CTA, in item order. */
+    static __device__ void produce(const fi_gqa_params &p, const fi_cta_start &cs, unsigned char *smem) {
+        Cursor cur{0, 0u, 0, 0u};
+        const int pt = (int)threadIdx.x - kThreads;
+        const int split = p.c.header->kv_split_pages, ppr = p.c.header->pages_per_row;
+        fi_work_item it = cs.first;
+        fi_request_info rq = cs.request;
+        for (int i = cs.item_begin; i < cs.item_end; ++i) {
+            fi_work_item nit = it;
+            fi_request_info nrq = rq;
+            if (i + 1 < cs.item_end) {
+                nit = p.c.items[i + 1];
+                nrq = p.c.requests[nit.request];
+            }
+            produce_q<T, G, D>(p, it, rq, smem, pt, cur);
+            produce_kv<K, G, D>(p, it, rq, split, ppr, smem, pt, cur);
+            it = nit;
+            rq = nrq;
+        }
+    }
+
+    /* The 16-row consumers (gqa_tile.cuh): a slot on one warp in steps of up to 32 tokens
+     * (NT / 2 independent 16-token chains, one softmax update a step; 64-token steps would
+     * hold 32 more score registers and spill O). */
+    struct Rows16 {
+        static constexpr int kStep = G::kSlotTokens < 32 ? G::kSlotTokens : 32;
+        static constexpr int kNT = kStep / 8; /* n8 token tiles a step */
+        using A = Acc<D>;
+        using QF = QFrags<kKind, D>;
+        static __device__ __forceinline__ void rows(const Lane &ln, int &r0, int &dr) {
+            r0 = ln.rg * 16 + ln.g;
+            dr = 8;
+        }
+        static __device__ __forceinline__ void load_q(QF &qf, const T *sQ, const Lane &ln) {
+            qf.load(sQ, ln.rg, ln.lane);
+        }
+        static __device__ __forceinline__ void compute(const RunCtx &ctx, const unsigned char *slot, const QF &qf,
+                                                       const Lane &ln, int t0, const int *lo, const int *hi,
+                                                       A &a) {
+#pragma unroll 1
+            for (int j = 0; j < G::kSlotTokens; j += kStep) {
+                float s[kNT][4];
+#pragma unroll
+                for (int n = 0; n < kNT; ++n)
+                    s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+                const unsigned char *sK = slot + j * G::kKvPitch;
+                const unsigned char *sV = slot + (G::kSlotTokens + j) * G::kKvPitch;
+                const unsigned char *sSfK = slot + G::kSfOff + j * (D / 16); /* NVFP4 scale rows */
+                const unsigned char *sSfV = sSfK + G::kSlotTokens * (D / 16);
+                if constexpr (kKind == 2)
+                    qk_scores_fp4<D, kNT>(sK, sSfK, ln.lane, qf, s);
+                else if constexpr (kKind == 1)
+                    qk_scores_fp8<D, kNT>(sK, ln.lane, qf, s);
+                else
+                    qk_scores<C, D, kNT>(sK, ln.lane, qf, s);
+                uint32_t pa[kNT / 2][4];
+                softmax_step<C, D, kNT>(ctx, ln, t0 + j, lo, hi, s, a, pa);
+                if constexpr (kKind == 2)
+                    pv_accumulate_fp4<D, kNT>(sV, sSfV, ln.lane, pa, a);
+                else if constexpr (kKind == 1)
+                    pv_accumulate_fp8<D, kNT>(sV, ln.lane, pa, a);
+                else
+                    pv_accumulate<C, D, kNT>(sV, ln.lane, pa, a);
+            }
+        }
+        static __device__ __forceinline__ void finish(const fi_gqa_params &p, const RunCtx &ctx,
+                                                      const fi_work_item &it, const fi_request_info &rq,
+                                                      unsigned char *smem, int M, int nh, const Lane &ln,
+                                                      A &a) {
+            float mt[2], lt[2];
+            combine_team<D>(smem, ln, a, mt, lt);
+            if (ln.rg < ln.nrg && ln.tw == 0)
+                store_rows<T, kKind, D>(p, ctx, it, rq, M, nh, ln, a, mt, lt);
+        }
+    };
+
+    /* The transposed consumers (gqa_swap.cuh), items of at most 8 rows. */
+    struct Swap {
+        static constexpr int kNT = G::kSubs; /* 16-token tiles a slot */
+        using A = AccT<D>;
+        using QF = QFragsT<kKind, D>;
+        static __device__ __forceinline__ void rows(const Lane &ln, int &r0, int &dr) {
+            r0 = 2 * ln.q4;
+            dr = 1;
+        }
+        static __device__ __forceinline__ void load_q(QF &qf, const T *sQ, const Lane &ln) {
+            qf.load(sQ, ln.lane);
+        }
+        static __device__ __forceinline__ void compute(const RunCtx &ctx, const unsigned char *sK, const QF &qf,
+                                                       const Lane &ln, int t0, const int *lo, const int *hi,
+                                                       A &a) {
+            float s[kNT][4];
+            const unsigned char *sSf = sK + G::kSfOff;
+            qk_t<C, kKind, G, D, kNT>(sK, sSf, ln.lane, qf, s);
+            uint32_t pb[kNT][2];
+            softmax_t<C, D, kNT>(ctx, ln.g, t0, lo, hi, s, a, pb);
+            pv_t<C, kKind, G, D, kNT>(sK + G::kSlotTokens * G::kKvPitch, sSf + G::kSlotTokens * (D / 16), ln.lane,
+                                      pb, a);
+        }
+        static __device__ __forceinline__ void finish(const fi_gqa_params &p, const RunCtx &ctx,
+                                                      const fi_work_item &it, const fi_request_info &rq,
+                                                      unsigned char *smem, int M, int nh, const Lane &ln,
+                                                      A &a) {
+            float mt[2], lt[2];
+            combine_t<D>(smem, ln, a, mt, lt);
+            if (ln.tw == 0)
+                store_t<T, kKind, D>(smem, p, ctx, it, rq, M, nh, ln, a, mt, lt);
+        }
+    };
+
+    /* The consumers on path P: the item's slots (computing their own, releasing all), then
+     * the team combine, the store, and for a split its arrival. */
+    template <class P>
+    static __device__ __forceinline__ void consume(const fi_gqa_params &p, const RunCtx &ctx,
+                                                   const fi_work_item &it, const fi_request_info &rq,
+                                                   unsigned char *smem, State &cur) {
+        const int nh = it.head_end - it.head_begin, M = item_rows(it);
+        const Lane ln = lane_of(threadIdx.x, M);
+        int lo[2], hi[2], r0, dr;
+        P::rows(ln, r0, dr);
+        row_bounds(ctx, it, rq, M, nh, r0, dr, lo, hi);
+        typename P::A a;
+        acc_init(a);
+        const bool active = ln.rg < ln.nrg;
+        T *sQ = G::template q<T>(smem, cur.qb);
+        mbar_wait(G::qfull(smem, cur.qb), cur.qphase);
+        if constexpr (kF8)
+            q_to_f16<T, D>(sQ, M);
+        typename P::QF qf;
+        P::load_q(qf, sQ, ln);
+        const int s0 = it.kv_begin & ~(G::kSlotTokens - 1); /* slots aligned as produce_kv's */
+        const int nsl = it.kv_end > it.kv_begin ? (it.kv_end - s0 + G::kSlotTokens - 1) / G::kSlotTokens : 0;
+        for (int sl = 0; sl < nsl; ++sl) {
+            /* Only the slot's owners (one warp a team) wait for it and release it, each lane
+             * counting for the W warps of its team: the slot is free as soon as they are
+             * done, not when the slowest warp of the CTA passes it (which held up to W
+             * slots a warp computing, and so shortened the ring). */
+            if (((sl - ln.tw) & (ln.W - 1)) == 0) {
+                mbar_wait(G::full(smem, cur.slot), cur.phase);
+                if (active)
+                    P::compute(ctx, G::slot(smem, cur.slot), qf, ln, s0 + sl * G::kSlotTokens, lo, hi, a);
+                mbar_arrive_n(G::empty(smem, cur.slot), (uint32_t)ln.W);
+            }
+            cur.next_slot(G::kStages);
+        }
+        mbar_arrive(G::qempty(smem, cur.qb));
+        cur.next_q();
+        P::finish(p, ctx, it, rq, smem, M, nh, ln, a);
+    }
+
+    /* An item on the path its row count picks.  Returns 1 for a split merged cooperatively
+     * later. */
+    static __device__ bool run_item(const fi_gqa_params &p, const RunCtx &ctx, const fi_work_item &it,
+                                    const fi_request_info &rq, unsigned char *smem, bool first,
+                                    State &cur) {
+        (void)first;
+        if (item_rows(it) <= kSwapRows)
+            consume<Swap>(p, ctx, it, rq, smem, cur);
+        else
+            consume<Rows16>(p, ctx, it, rq, smem, cur);
+        if (it.out_slot < 0)
+            return false;
+        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + G::kOffFlag),
+                             reinterpret_cast<float *>(smem + G::kOffW),
+                             reinterpret_cast<float *>(smem + G::kOffRow));
+    }
+};
+
+}  // namespace figqa
