@@ -31,7 +31,7 @@
  * the same run (--read-tbps or env FI_CEIL_READ_TBPS; bench/run_gpu_bench.sh wires it).
  *
  * Usage: bench_gqa [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
- *                  [--ctas N] [--trace-step S]
+ *                  [--ctas N] [--trace-step S] [--layout nhd|hnd]
  * Output: a table on stdout, and machine-readable lines on stderr
  *   "result <case> <mode> us <x> GBps <x> read_frac <x>".
  * No GPU: prints "skip" and exits 0.
@@ -74,6 +74,7 @@ typedef struct cfg {
 } cfg;
 
 static int32_t g_trace_step = 100;
+static int g_layout = GQA_NHD; /* --layout nhd | hnd: the KV cache's axis order */
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -296,7 +297,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     o.heads_kv = bc->heads_kv;
     o.head_dim = bc->head_dim;
     o.page_size = bc->page_size;
-    o.layout = GQA_NHD;
+    o.layout = g_layout;
     o.kv_form = GQA_KV_SINGLE;
     o.q_len = 1;
     o.num_ctas = g->ctas;
@@ -395,7 +396,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_gqa [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
-                            "[--read-tbps X] [--ctas N] [--trace-step S]\n");
+                            "[--read-tbps X] [--ctas N] [--trace-step S] [--layout nhd|hnd]\n");
             return 2;
         }
         if (!strcmp(a, "--reps")) g.reps = atoi(val);
@@ -404,6 +405,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ctas")) g.ctas = atoi(val);
         else if (!strcmp(a, "--trace-step")) g_trace_step = atoi(val);
         else if (!strcmp(a, "--case")) g.only = val;
+        else if (!strcmp(a, "--layout")) g_layout = val && !strcmp(val, "hnd") ? GQA_HND : GQA_NHD;
         else if (!strcmp(a, "--read-tbps")) g.read_tbps = atof(val);
         else if (!strcmp(a, "--tflops")) (void)0; /* accepted for run_gpu_bench.sh symmetry */
         else {
