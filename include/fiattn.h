@@ -87,6 +87,9 @@ typedef enum fi_status {
     FI_ERR_INVALID_KV_SPLIT = 40,         /* batch.kv_split_pages not 0 / 1 */
     FI_ERR_PAGE_TABLE_TOO_LARGE = 41,     /* B x max_pages_per_seq (x 2 with kv_split_pages)
                                              > INT32_MAX: row offsets would overflow int32 */
+    FI_ERR_GRID_NOT_RESIDENT = 42,        /* fi_run: caps.num_ctas > the CTAs the device holds
+                                             resident at once (SMs x occupancy); the in-kernel
+                                             merge needs the whole grid resident */
 } fi_status;
 
 /* Documented limits of fi_caps (each violation has its own status above).  They keep every

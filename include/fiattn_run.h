@@ -114,9 +114,9 @@ typedef struct fi_attn_args {
  * @return FI_OK; FI_ERR_NOT_PLANNED, FI_ERR_SHAPE_MISMATCH, FI_ERR_UNSUPPORTED_DTYPE,
  *   FI_ERR_BAD_STRIDE, FI_ERR_MISALIGNED_POINTER, FI_ERR_NULL_ARGUMENT (checked before any
  *   launch), FI_ERR_UNSUPPORTED_VARIANT (a tile shape the kind's GPU family cannot run),
- *   FI_ERR_HOST_PLAN, FI_ERR_INVALID_ARGUMENT (caps.num_ctas exceeds the CTAs the
- *   device can hold resident at once: SMs x occupancy; nothing launched), FI_ERR_CUDA
- *   (launch failure). */
+ *   FI_ERR_HOST_PLAN, FI_ERR_GRID_NOT_RESIDENT (caps.num_ctas exceeds the CTAs the
+ *   device can hold resident at once: SMs x occupancy of the kernel; nothing launched;
+ *   plan with num_ctas 0 = the SM count, or fewer), FI_ERR_CUDA (launch failure). */
 fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream);
 
 /* May fi_run execute plans of these caps on the GPU?  Pure: reads the caps and the

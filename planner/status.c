@@ -46,6 +46,7 @@ const char *fi_status_name(fi_status status) {
     FI_NAME(FI_ERR_NEGATIVE_PAGES_PER_SEQ)
     FI_NAME(FI_ERR_INVALID_KV_SPLIT)
     FI_NAME(FI_ERR_PAGE_TABLE_TOO_LARGE)
+    FI_NAME(FI_ERR_GRID_NOT_RESIDENT)
 #undef FI_NAME
     }
     return "FI_STATUS_UNKNOWN";

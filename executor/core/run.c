@@ -104,6 +104,6 @@ fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
     /* The in-kernel merge waits on other CTAs: a grid larger than what can be resident at
      * once (caps.num_ctas > SMs x CTAs per SM) is refused before launch. */
     if (e == (int)cudaErrorCooperativeLaunchTooLarge)
-        return FI_ERR_INVALID_ARGUMENT;
+        return FI_ERR_GRID_NOT_RESIDENT;
     return e == 0 ? FI_OK : FI_ERR_CUDA;
 }

@@ -56,6 +56,7 @@ def test_enum_size(c_layout):
 def test_status_names_come_from_the_library():
     assert C.status_name(0) == "FI_OK"
     assert C.status_name(17) == "FI_ERR_WORKSPACE_TOO_SMALL"
+    assert C.status_name(42) == "FI_ERR_GRID_NOT_RESIDENT"
     assert C.status_name(10 ** 6) == "FI_STATUS_UNKNOWN"
 
 

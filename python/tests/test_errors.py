@@ -19,6 +19,10 @@ def test_generic_mapping_by_name():
     assert isinstance(error_for_status(17, "FI_ERR_WORKSPACE_TOO_SMALL", "m"),
                       WorkspaceTooSmallError)
     assert type(error_for_status(20, "FI_ERR_CUDA", "m")) is FiattnError
+    # fi_run's grid larger than the device holds resident: the caps' num_ctas, a caller's
+    # choice, so a ValueError
+    e = error_for_status(42, C.status_name(42), "m")
+    assert type(e) is FiattnValueError and e.status_name == "FI_ERR_GRID_NOT_RESIDENT"
     # a status appended to the C enum later: still a FiattnError carrying its code
     e = error_for_status(99, C.status_name(99), "m")
     assert type(e) is FiattnError and e.status == 99 and e.status_name == "FI_STATUS_UNKNOWN"

@@ -757,6 +757,26 @@ static void mla_bad_arguments_return_their_status_and_write_nothing(void **state
 
 }
 
+/* ---- a grid the device cannot hold resident ----------------------------------------------- */
+
+/* The in-kernel merge waits on other CTAs, so fi_run refuses a plan whose caps.num_ctas
+ * exceeds SMs x occupancy with its own status (no CPU-side equivalent: the limit comes
+ * from the device).  FI_LIMIT_NUM_CTAS is far above any GPU's resident CTAs. */
+static void mla_grid_over_resident_ctas_returns_grid_not_resident(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = test_rng(12);
+    mla_opts o = default_opts(16, 16, FI_FORM_BLOCK_TABLES);
+    o.num_ctas = FI_LIMIT_NUM_CTAS;
+    int32_t q[2] = {1, 1}, kv[2] = {100, 300};
+    mla_case c;
+    char msg[MSG];
+    if (mla_case_init(&c, &o, q, kv, 2, &rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+    const fi_attn_args a = mla_case_args(&c, 1);
+    expect_status(&c, &a, FI_ERR_GRID_NOT_RESIDENT, "num_ctas FI_LIMIT_NUM_CTAS");
+    mla_case_free(&c);
+}
+
 /* ---- one small split case, for compute-sanitizer memcheck / racecheck ------------------- */
 
 static void sanitize_small_case(void **state) {
@@ -827,6 +847,7 @@ int main(void) {
         cmocka_unit_test(mla_split_merge_matches_reference_few_and_many_ctas),
         cmocka_unit_test(mla_split_variants_match_reference),
         cmocka_unit_test(mla_keyless_batch_writes_zeros_and_sink_lse),
+        cmocka_unit_test(mla_grid_over_resident_ctas_returns_grid_not_resident),
         cmocka_unit_test(mla_same_inputs_give_bitwise_identical_outputs),
         cmocka_unit_test(mla_graph_decode_loop_follows_trace_every_step),
         cmocka_unit_test(mla_pdl_chained_graph_matches_unchained),

@@ -1,0 +1,88 @@
+#!/bin/sh
+# scripts/plan_compare.sh - do two fiplan builds produce byte-identical plans?
+#
+#   scripts/plan_compare.sh OLD_FIPLAN NEW_FIPLAN [WORKDIR]
+#
+# Plans a fixed set of batches (~400: trace decode snapshots of MLA and GQA at several
+# head counts, batch sizes, steps, q_len and CTA counts; seeded random-length batches;
+# sliding windows; context prefill and mixed batches) with both binaries (`--json`,
+# no timing) and compares the JSON files byte for byte.  Prints one line per differing
+# batch (its arguments and both builds' max CTA cost, items and groups) and a summary;
+# exit status 0 if every plan is identical, 1 otherwise, 2 on a usage or run error.
+# Use it before landing any planner change (docs/perf-log.md: "plans byte-identical").
+set -eu
+if [ $# -lt 2 ]; then
+    echo "usage: $0 OLD_FIPLAN NEW_FIPLAN [WORKDIR]" >&2
+    exit 2
+fi
+OLD=$1
+NEW=$2
+WORK=${3:-$(mktemp -d)}
+mkdir -p "$WORK/old" "$WORK/new"
+
+# One batch per line: fiplan arguments.
+cases() {
+    for b in 1 2 8 32 64 128 256 512 1024; do
+        for s in 0 100 200 400; do
+            echo "--kind mla --heads 128 --batch $b --step $s"
+            echo "--kind mla --heads 16 --batch $b --step $s"
+            echo "--kind gqa --heads 32 --kv-heads 8 --batch $b --step $s"
+        done
+        echo "--kind mla --heads 64 --batch $b --step 200"
+        echo "--kind mla --heads 32 --batch $b --step 200"
+        echo "--kind mla --heads 16 --batch $b --step 200 --q-len 2"
+        echo "--kind mla --heads 128 --batch $b --step 200 --q-len 2"
+        echo "--kind gqa --heads 64 --kv-heads 8 --batch $b --step 200"
+        echo "--kind gqa --heads 32 --kv-heads 4 --batch $b --step 200"
+        echo "--kind gqa --heads 32 --kv-heads 8 --batch $b --step 200 --q-len 4"
+        echo "--kind gqa --heads 8 --kv-heads 8 --batch $b --step 200 --head-dim 64"
+        echo "--kind gqa --heads 32 --kv-heads 8 --batch $b --step 200 --window-left 511"
+        echo "--kind mla --heads 16 --batch $b --step 200 --ctas 78"
+        echo "--kind gqa --heads 32 --kv-heads 8 --batch $b --step 200 --ctas 24"
+        echo "--kind mla --heads 16 --batch $b --step 100 --page-size 16 --shuffle"
+    done
+    for b in 8 32 96 160 264; do
+        for s in 50 150 300; do
+            echo "--kind mla --heads 16 --batch $b --step $s --first 7"
+            echo "--kind gqa --heads 32 --kv-heads 8 --batch $b --step $s --first 7"
+        done
+    done
+    # Random lengths (seeded awk generator: the same lists on every machine).
+    awk 'BEGIN {
+        srand(18);
+        for (i = 0; i < 180; i++) {
+            n = 1 + int(rand() * 300); mx = (i % 3 == 0) ? 200 : (i % 3 == 1) ? 4000 : 33000;
+            s = "";
+            for (j = 0; j < n; j++) s = s (j ? "," : "") 1 + int(rand() * mx);
+            kind = (i % 4 == 0) ? "--kind mla --heads 128" : (i % 4 == 1) ? "--kind mla --heads 16" \
+                 : (i % 4 == 2) ? "--kind gqa --heads 32 --kv-heads 8" : "--kind gqa --heads 16 --kv-heads 2";
+            print kind " --lengths " s;
+        }
+    }'
+    for b in 1 4 16 64; do
+        echo "--mode prefill --batch $b --step 0"
+        echo "--mode prefill --batch $b --prefix 512"
+        echo "--mode mixed --batch $b --step 100"
+        echo "--mode mixed --batch $b --step 100 --q-len 128 --window-left 1023"
+    done
+}
+
+n=0
+diff=0
+cases >"$WORK/cases.txt"
+while IFS= read -r args; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086
+    "$OLD" $args --repeat 0 --json="$WORK/old/$n.json" >/dev/null 2>&1 ||
+        echo "fiplan failed: $args" >"$WORK/old/$n.json"
+    # shellcheck disable=SC2086
+    "$NEW" $args --repeat 0 --json="$WORK/new/$n.json" >/dev/null 2>&1 ||
+        echo "fiplan failed: $args" >"$WORK/new/$n.json"
+    if ! cmp -s "$WORK/old/$n.json" "$WORK/new/$n.json"; then
+        diff=$((diff + 1))
+        fig() { sed -n 's/.*"num_items": \([0-9]*\), "num_groups": \([0-9]*\).*"max_cta_cost": \([0-9]*\).*/max \3 items \1 groups \2/p' "$1"; }
+        echo "differs: $(echo "$args" | cut -c1-100) | old $(fig "$WORK/old/$n.json") | new $(fig "$WORK/new/$n.json")"
+    fi
+done <"$WORK/cases.txt"
+echo "$n batches, $diff differ (JSON in $WORK)"
+[ "$diff" -eq 0 ]
