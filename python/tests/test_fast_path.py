@@ -195,3 +195,29 @@ def test_gqa_repeat_allocates_nothing(ws):
     for _ in range(3):
         _gqa(q, kv, ws, bt, lens, out)
     assert _fiattn_bytes_grown(lambda: _gqa(q, kv, ws, bt, lens, out)) == 0
+
+
+def test_xqa_mla_repeat_reuses_structs_refreshes_scales_and_checks_v(ws):
+    g = torch.Generator().manual_seed(9)
+    q, kv, bt, lens = _mla_inputs(g)
+    cache = kv.reshape(-1, 576)
+    lens2 = lens.reshape(4, 1)
+    out = torch.empty(4, 1, 16, 512)
+
+    def call(o, q_scale, v=None, w=ws):
+        fiattn.xqa.xqa_mla(q, cache, cache[:, :512] if v is None else v, bt, lens2, o, w,
+                           torch.empty(1), 16, q_scale=q_scale, kv_scale=1.5)
+    call(out, 0.02)
+    e = E.cached_entry(ws)
+    fast = next(iter(e.memo.values()))
+    call(out, 0.04)  # new scale value: same record, the scale refreshed
+    assert len(e.memo) == 1 and next(iter(e.memo.values())) is fast
+    assert fast.args.bmm1_scale == pytest.approx(0.04 * 1.5)
+    ws2 = torch.empty(16, dtype=torch.uint8)
+    ref = torch.empty_like(out)
+    call(ref, 0.04, w=ws2)
+    assert torch.equal(out, ref)
+    fiattn.release_workspace(ws2)
+    # a V cache elsewhere with the recorded layout is still refused
+    with pytest.raises(ValueError, match="v_cache"):
+        call(out, 0.04, v=cache.clone()[:, :512])
