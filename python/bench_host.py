@@ -1,60 +1,324 @@
 #!/usr/bin/env python3
-"""Host overhead of the Python layer per call, against the bare C calls (GPU machine).
+"""Host time per call of fiattn's Python layer against the bare C calls and against
+FlashInfer's same APIs, plus the CUDA-graph time per call; one markdown table on stdout.
 
-    python3 python/bench_host.py [--batch 64] [--heads 128] [--calls 2000]
+    python3 python/bench_host.py [--batch 64] [--heads 128] [--len 1024] [--calls 300]
+                                 [--gqa-heads 32/8] [--flashinfer auto|none]
 
-Measures host time only (time.perf_counter around N calls; the GPU work queues behind):
-  C fi_run            ctypes call of fi_run with a prebuilt fi_attn_args (the C floor)
-  wrapper.run         BatchMLAPagedAttentionWrapper.run (argument checks, descriptors, fi_run)
-  C fi_plan_update    ctypes call with a prebuilt fi_batch (host arrays)
-  wrapper.plan        BatchMLAPagedAttentionWrapper.plan with CPU index arrays
-  functional (host)   trtllm_batch_decode_with_kv_cache_mla, CPU seq_lens (plan + run)
-  functional (device) the same with CUDA seq_lens (adds a D2H copy + stream sync)
-and prints us per call and the Python overhead (Python - C).  Target: <= 15 us per call.
+GPU machine (FIATTN_LIBRARY=build/libfiattn.so, or run from the checkout after make lib).
+Shapes: MLA decode B x len, 128 heads, bf16, page 64 (indptr / block-table forms); GQA decode
+(xqa_batch_decode_with_kv_cache) B x len, 32 / 8 heads, head_dim 128, bf16, page 64, NHD
+single tensor.  Rows:
+  C fi_run, C fi_plan_update     ctypes calls with the descriptors fiattn built (the floor)
+  fiattn / FlashInfer MLA wrapper plan (CPU index arrays) and run; FlashInfer fa2 and fa3
+  fiattn trtllm_batch_decode_with_kv_cache_mla (plan + run; CPU seq_lens, then CUDA)
+  fiattn / FlashInfer xqa_batch_decode_with_kv_cache (fiattn: CPU seq_lens, then CUDA)
+Host us: each call timed alone with the GPU drained before it (torch.cuda.synchronize()
+outside the timed region), median of --calls.  Draining matters: back-to-back plan + run
+calls queue GPU work faster than it drains, and fiattn's double-buffered plan staging (or
+a device-to-host copy) then waits for the queue, so a loop would time the kernels.  Every
+functional call here includes one device-to-host copy of block_tables + a stream sync (the
+planner checks page indices on the host).  "python over C": the row minus the C calls it
+makes (run: fi_run; plan: fi_plan_update; functional: both).
+CUDA graph us: the call (run only; plans happen before capture) captured once and
+replayed, each replay timed by CUDA events, median.
+FlashInfer: imported if installed (`--flashinfer none` skips it); each API that fails
+(not installed, JIT error, unsupported on this GPU) becomes a "skipped" row with the reason.
+FlashInfer's first call JIT-compiles (minutes on a fresh cache; printed below the table).
 
-    python3 python/bench_host.py --cpu-overhead [--batch 64] [--heads 128] [--calls 2000]
+    python3 python/bench_host.py --cpu-overhead [--batch 64] [--heads 128] [--calls 300]
 
-No GPU needed: the same calls on CPU tensors (host plan, fi_ref_run path) with the C entry
-points fi_run / fi_ref_run / fi_plan_update replaced by a Python no-op returning FI_OK, so
-only the Python side is timed; the no-op's own call cost is measured and subtracted.  Also
-times xqa_batch_decode_with_kv_cache (GQA decode, B x 1024, 32 / 8 heads, bf16).
+No GPU needed: the same fiattn calls on CPU tensors with fi_run / fi_ref_run /
+fi_plan_update replaced by a Python no-op (its own call cost subtracted): the Python side
+alone.  Without torch, or on the GPU path without CUDA, prints one "skip" line, exits 0.
 """
 import argparse
 import ctypes
 import os
+import statistics
 import sys
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch  # noqa: E402
-
-import fiattn  # noqa: E402
-from fiattn import _capi as C  # noqa: E402
-from fiattn import _engine as E  # noqa: E402
 
 
-def _sync():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=128, help="MLA query heads")
+    ap.add_argument("--len", type=int, default=1024, help="KV tokens per request")
+    ap.add_argument("--calls", type=int, default=300, help="timed calls (median)")
+    ap.add_argument("--gqa-heads", default="32/8", help="GQA query / KV heads")
+    ap.add_argument("--flashinfer", choices=("auto", "none"), default="auto")
+    ap.add_argument("--cpu-overhead", action="store_true",
+                    help="time the Python side only, on CPU tensors, C calls stubbed")
+    a = ap.parse_args(argv)
+    try:
+        hq, hk = (int(x) for x in a.gqa_heads.split("/"))
+    except ValueError:
+        ap.error(f"--gqa-heads must be Q/KV, e.g. 32/8, got {a.gqa_heads!r}")
+    if hq % hk or min(a.batch, a.heads, a.len, a.calls, hq, hk) < 1:
+        ap.error("sizes must be positive and the GQA query heads a multiple of the KV heads")
+    a.gqa_q, a.gqa_kv = hq, hk
+    return a
 
 
-def timeit(fn, calls):
-    for _ in range(20):
+def fmt(x):
+    return "-" if x is None else f"{x:.1f}"
+
+
+def render_table(rows, title):
+    """rows: dicts with api, call, host, over (python over C), graph (us or None), note."""
+    out = [f"### {title}", "",
+           "| API | call | host us / call | python over C us | CUDA graph us / call |",
+           "|---|---|---:|---:|---:|"]
+    for r in rows:
+        call = r["call"] + (f" ({r['note']})" if r.get("note") else "")
+        out.append(f"| {r['api']} | {call} | {fmt(r.get('host'))} | {fmt(r.get('over'))} | "
+                   f"{fmt(r.get('graph'))} |")
+    return "\n".join(out)
+
+
+# ---- timing -----------------------------------------------------------------------------
+def host_us(torch, fn, calls, cuda=True):
+    """Median host time of fn() with the GPU drained before each call."""
+    for _ in range(10):
         fn()
-    _sync()
-    best = float("inf")
-    for _ in range(5):
+    ts = []
+    for _ in range(calls):
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        dt = (time.perf_counter() - t0) / calls
-        _sync()
-        best = min(best, dt)
-    return best * 1e6
+        fn()
+        ts.append(time.perf_counter() - t0)
+    if cuda:
+        torch.cuda.synchronize()
+    return statistics.median(ts) * 1e6
 
 
-class _NoopLib:
-    """libfiattn with its per-call entry points replaced by no-ops (--cpu-overhead)."""
+def graph_us(torch, fn, reps=50):
+    """Median device time of one CUDA-graph replay of fn()."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(5):
+        g.replay()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+          for _ in range(reps)]
+    for a, b in ev:
+        a.record()
+        g.replay()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in ev) * 1e3
+
+
+def attempt(rows, api, call, fn, notes):
+    """Run fn() -> row fields; a failure becomes a 'skipped' row naming the reason."""
+    try:
+        rows.append(dict(api=api, call=call, **fn()))
+    except Exception as e:  # noqa: BLE001 (any API that cannot run here)
+        msg = (str(e).splitlines() or [""])[0][:120]
+        rows.append(dict(api=api, call=call, note=f"skipped: {type(e).__name__}: {msg}"))
+        notes.append(f"{api} {call}: {type(e).__name__}: {msg}")
+
+
+# ---- inputs -----------------------------------------------------------------------------
+class Inputs:
+    """The MLA and GQA problems on `dev` (bf16, page size 64, pages in request order)."""
+
+    def __init__(self, torch, a, dev):
+        t = torch
+        g = t.Generator().manual_seed(0)
+        dt = t.bfloat16
+        B, H, L, ps = a.batch, a.heads, a.len, 64
+        self.B, self.H, self.L, self.ps = B, H, L, ps
+        ppr = (L + ps - 1) // ps
+        P = B * ppr
+        self.ckv = t.randn(P, ps, 512, generator=g).to(dt).to(dev)
+        self.kpe = t.randn(P, ps, 64, generator=g).to(dt).to(dev)
+        self.qn = t.randn(B, H, 512, generator=g).to(dt).to(dev)
+        self.qp = t.randn(B, H, 64, generator=g).to(dt).to(dev)
+        self.out = t.empty(B, H, 512, dtype=dt, device=dev)
+        self.lens = t.full((B,), L, dtype=t.int32)
+        self.indptr = t.arange(B + 1, dtype=t.int32) * ppr
+        self.indices = t.arange(P, dtype=t.int32)
+        self.qo = t.arange(B + 1, dtype=t.int32)
+        self.plan_args = (self.qo, self.indptr, self.indices, self.lens, H, 512, 64, ps, False,
+                          0.07, dt, dt)
+        self.bt = self.indices.reshape(B, ppr).to(dev)
+        self.q4 = t.cat([self.qn, self.qp], -1).reshape(B, 1, H, 576)
+        self.cache = t.cat([self.ckv, self.kpe], -1)
+        self.out4 = self.out.reshape(B, 1, H, 512)
+        self.lens_dev = self.lens.to(dev)
+        Hq, Hk, D = a.gqa_q, a.gqa_kv, 128
+        self.gkv = t.randn(P, 2, ps, Hk, D, generator=g).to(dt).to(dev)
+        self.gq = t.randn(B, Hq, D, generator=g).to(dt).to(dev)
+        self.gout = t.empty(B, Hq, D, dtype=dt, device=dev)
+        try:
+            self.lens_u32 = self.lens_dev.to(t.uint32)
+        except (AttributeError, RuntimeError, TypeError):  # older torch: no uint32
+            self.lens_u32 = self.lens_dev
+        self.gqa_scale = D ** -0.5
+
+
+# ---- the GPU run ------------------------------------------------------------------------
+def fiattn_rows(torch, fiattn, C, E, x, ws, ws_g, calls, rows):
+    lib = C.lib()
+    stream = torch.cuda.current_stream().cuda_stream
+    w = fiattn.mla.BatchMLAPagedAttentionWrapper(ws)
+    w.plan(*x.plan_args)
+    w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out)
+    args = w._run_memo[next(iter(w._run_memo))][0]  # the fi_attn_args run() reuses
+    pa, pb = ctypes.byref(args), ctypes.byref(w._batch)
+    c_run = host_us(torch, lambda: lib.fi_run(w._entry.plan, pa, stream), calls)
+    c_plan = host_us(torch, lambda: lib.fi_plan_update(w._entry.plan, pb, stream), calls)
+    rows.append(dict(api="C", call="fi_run (MLA, prebuilt args)", host=c_run))
+    rows.append(dict(api="C", call="fi_plan_update (MLA, indptr form)", host=c_plan))
+    run = host_us(torch, lambda: w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out), calls)
+    plan = host_us(torch, lambda: w.plan(*x.plan_args), calls)
+    gr = graph_us(torch, lambda: w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out))
+    rows.append(dict(api="fiattn", call="BatchMLAPagedAttentionWrapper.plan (CPU arrays)",
+                     host=plan, over=plan - c_plan))
+    rows.append(dict(api="fiattn", call="BatchMLAPagedAttentionWrapper.run", host=run,
+                     over=run - c_run, graph=gr))
+
+    def functional(sl, ws_):
+        return lambda: fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(
+            x.q4, x.cache, ws_, 128, 512, 64, x.bt, sl, x.L, out=x.out4, bmm1_scale=0.07)
+    fiattn_functional(torch, E, lib, stream, ws, functional(x.lens, ws),
+                      functional(x.lens_dev, ws), "trtllm_batch_decode_with_kv_cache_mla",
+                      calls, rows)
+
+    def gqa(sl):
+        return lambda: fiattn.decode.xqa_batch_decode_with_kv_cache(
+            x.gq, x.gkv, ws_g, x.bt, sl, x.L, bmm1_scale=x.gqa_scale, out=x.gout)
+    fiattn_functional(torch, E, lib, stream, ws_g, gqa(x.lens), gqa(x.lens_dev),
+                      "xqa_batch_decode_with_kv_cache", calls, rows)
+
+
+def fiattn_functional(torch, E, lib, stream, ws, call_host_lens, call_dev_lens, name, calls,
+                      rows):
+    """Rows for a functional API: C floor (its recorded plan + run), host time with CPU and
+    CUDA seq_lens, graph time."""
+    E.release_workspace(ws)  # a plan of its own (not the wrapper's, which shares ws)
+    call_host_lens()
+    entry = E.cached_entry(ws)
+    fast = next(iter(entry.memo.values()))  # the recorded call: its fi_batch and args
+    pb, pa = ctypes.byref(fast.batch), ctypes.byref(fast.args)
+    c_both = host_us(torch, lambda: (lib.fi_plan_update(entry.plan, pb, stream),
+                                     lib.fi_run(entry.plan, pa, stream)), calls)
+    rows.append(dict(api="C", call=f"fi_plan_update + fi_run ({name}'s descriptors)",
+                     host=c_both))
+    h = host_us(torch, call_host_lens, calls)
+    gr = graph_us(torch, call_host_lens)
+    rows.append(dict(api="fiattn", call=f"{name}, CPU seq_lens", host=h, over=h - c_both,
+                     graph=gr))
+    h = host_us(torch, call_dev_lens, calls)
+    rows.append(dict(api="fiattn", call=f"{name}, CUDA seq_lens", host=h, over=h - c_both,
+                     note="one more D2H copy"))
+
+
+def flashinfer_rows(torch, x, dev, calls, rows, notes):
+    try:
+        import flashinfer  # noqa: F401
+        import flashinfer.decode
+        import flashinfer.mla
+    except Exception as e:  # noqa: BLE001
+        rows.append(dict(api="FlashInfer", call="all", note=f"skipped: import failed: "
+                         f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:100]}"))
+        return
+    notes.append(f"FlashInfer {getattr(flashinfer, '__version__', '?')}")
+    warnings.simplefilter("ignore")  # the legacy positional plan() form warns per call
+    for backend in ("fa2", "fa3"):
+        def mla(backend=backend):
+            ws = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
+            w = flashinfer.mla.BatchMLAPagedAttentionWrapper(ws, backend=backend)
+            dargs = tuple(a.to(dev) if isinstance(a, torch.Tensor) and a.dtype == torch.int32
+                          else a for a in x.plan_args)
+            t0 = time.perf_counter()
+            w.plan(*dargs)
+            w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out)
+            torch.cuda.synchronize()
+            notes.append(f"FlashInfer MLA {backend}: first plan + run (JIT or load) "
+                         f"{time.perf_counter() - t0:.1f} s")
+            plan = host_us(torch, lambda: w.plan(*dargs), calls)
+            run = host_us(torch, lambda: w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out), calls)
+            rows.append(dict(api=f"FlashInfer {backend}",
+                             call="BatchMLAPagedAttentionWrapper.plan (device arrays)",
+                             host=plan))
+            gr = None
+            try:  # a use_cuda_graph wrapper with its preallocated index buffers
+                bufs = [a.clone() for a in dargs[:4]]
+                wg = flashinfer.mla.BatchMLAPagedAttentionWrapper(
+                    torch.empty(128 << 20, dtype=torch.uint8, device=dev), True, *bufs,
+                    backend=backend)
+                wg.plan(*dargs)
+                gr = graph_us(torch, lambda: wg.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out))
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"FlashInfer MLA {backend}: CUDA graph not measured: "
+                             f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}")
+                torch.cuda.synchronize()
+            return dict(host=run, graph=gr)
+        attempt(rows, f"FlashInfer {backend}", "BatchMLAPagedAttentionWrapper.run", mla, notes)
+
+    def xqa():
+        ws = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)  # zeroed before first use
+
+        def call():
+            flashinfer.decode.xqa_batch_decode_with_kv_cache(
+                x.gq, x.gkv, ws, x.bt, x.lens_u32, x.L, bmm1_scale=x.gqa_scale, out=x.gout)
+        t0 = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        notes.append(f"FlashInfer xqa: first call (JIT or load) {time.perf_counter() - t0:.1f} s")
+        return dict(host=host_us(torch, call, calls), graph=graph_us(torch, call))
+    attempt(rows, "FlashInfer", "xqa_batch_decode_with_kv_cache", xqa, notes)
+
+
+def gpu_main(a, torch):
+    import fiattn
+    from fiattn import _capi as C
+    from fiattn import _engine as E
+    dev = torch.device("cuda")
+    x = Inputs(torch, a, dev)
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
+    ws_g = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
+    rows, notes = [], []
+    rc = 0
+    try:
+        fiattn_rows(torch, fiattn, C, E, x, ws, ws_g, a.calls, rows)
+    except Exception as e:  # noqa: BLE001 (print what was measured, then fail)
+        import traceback
+        traceback.print_exc()
+        rows.append(dict(api="fiattn", call="(remaining rows)", note=f"failed: "
+                         f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"))
+        rc = 1
+        torch.cuda.synchronize()
+    if a.flashinfer == "auto":
+        flashinfer_rows(torch, x, dev, a.calls, rows, notes)
+    gpu = torch.cuda.get_device_name()
+    print(render_table(rows, f"Python host time per call, {gpu}, MLA B {a.batch} x {a.len} "
+                             f"heads {a.heads}, GQA {a.gqa_q}/{a.gqa_kv} heads D 128, bf16, "
+                             f"page 64"))
+    print()
+    print(f"- host: median of {a.calls} calls, GPU drained before each; CUDA graph: median "
+          f"of 50 replays (CUDA events).  fiattn {fiattn.__version__}, torch "
+          f"{torch.__version__}, plans created {E.stats['plans_created']}.")
+    for n in notes:
+        print(f"- {n}")
+    return rc
+
+
+# ---- --cpu-overhead ---------------------------------------------------------------------
+class NoopLib:
+    """libfiattn with its per-call entry points replaced by no-ops."""
 
     HOT = ("fi_run", "fi_ref_run", "fi_plan_update")
 
@@ -62,7 +326,7 @@ class _NoopLib:
         self._real = real
         self.calls = 0
 
-        def noop(*a):
+        def noop(*_):
             self.calls += 1
             return 0
         for n in self.HOT:
@@ -72,147 +336,60 @@ class _NoopLib:
         return getattr(self._real, name)
 
 
-def cpu_overhead(a):
-    """Python-side host time per call on CPU tensors, C calls stubbed out."""
-    B, H, ps, dt = a.batch, a.heads, 64, torch.bfloat16
-    ppr = (a.len + ps - 1) // ps
-    P = B * ppr
-    g = torch.Generator().manual_seed(0)
-    ckv = torch.randn(P, ps, 512, generator=g).to(dt)
-    kpe = torch.randn(P, ps, 64, generator=g).to(dt)
-    qn = torch.randn(B, H, 512, generator=g).to(dt)
-    qp = torch.randn(B, H, 64, generator=g).to(dt)
-    lens = torch.full((B,), a.len, dtype=torch.int32)
-    indptr = torch.arange(B + 1, dtype=torch.int32) * ppr
-    indices = torch.arange(P, dtype=torch.int32)
-    ws = torch.empty(16, dtype=torch.uint8)
-    ws2 = torch.empty(16, dtype=torch.uint8)
-    out = torch.empty(B, H, 512, dtype=dt)
+def cpu_overhead(a, torch):
+    import fiattn
+    from fiattn import _capi as C
+    x = Inputs(torch, a, torch.device("cpu"))
+    ws, ws_g = torch.empty(16, dtype=torch.uint8), torch.empty(16, dtype=torch.uint8)
+    ws_x = torch.empty(16, dtype=torch.uint8)
     w = fiattn.mla.BatchMLAPagedAttentionWrapper(ws)
-    plan_args = (torch.arange(B + 1, dtype=torch.int32), indptr, indices, lens, H, 512, 64, ps,
-                 False, 0.07, dt, dt)
-    bt = indices.reshape(B, ppr)
-    q4 = torch.cat([qn, qp], -1).reshape(B, 1, H, 576)
-    cache = torch.cat([ckv, kpe], -1)
-    out4 = out.reshape(B, 1, H, 512)
-    # GQA decode (xqa_batch_decode_with_kv_cache): 32 query / 8 KV heads, head dim 128
-    Hq, Hk, D, gps = 32, 8, 128, 16
-    gppr = (a.len + gps - 1) // gps
-    kvc = torch.randn(B * gppr, 2, gps, Hk, D, generator=g).to(dt)
-    gq = torch.randn(B, Hq, D, generator=g).to(dt)
-    gout = torch.empty(B, Hq, D, dtype=dt)
-    gbt = torch.arange(B * gppr, dtype=torch.int32).reshape(B, gppr)
     real = C.lib()
-    noop = _NoopLib(real)
+    noop = NoopLib(real)
     C._lib = noop
+    sl2 = x.lens.reshape(x.B, 1)
     try:
-        w.plan(*plan_args)
-        w.run(qn, qp, ckv, kpe, out=out)
-        st = torch.zeros(1, dtype=torch.int64)
-        pst = st.data_ptr()
-        floor = timeit(lambda: noop.fi_ref_run(pst, pst), a.calls)
-        rows = [
-            ("wrapper.run", timeit(lambda: w.run(qn, qp, ckv, kpe, out=out), a.calls)),
-            ("wrapper.plan (CPU arrays)", timeit(lambda: w.plan(*plan_args), a.calls)),
-            ("trtllm_batch_decode_with_kv_cache_mla", timeit(
-                lambda: fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(
-                    q4, cache, ws, 128, 512, 64, bt, lens, a.len, out=out4, bmm1_scale=0.07),
-                a.calls)),
-            ("xqa_batch_decode_with_kv_cache", timeit(
-                lambda: fiattn.decode.xqa_batch_decode_with_kv_cache(
-                    gq, kvc, ws2, gbt, lens, a.len, out=gout, bmm1_scale=0.088), a.calls)),
+        w.plan(*x.plan_args)
+        w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out)
+        floor = host_us(torch, lambda: noop.fi_ref_run(0, 0), a.calls, cuda=False)
+        calls = [
+            ("BatchMLAPagedAttentionWrapper.run",
+             lambda: w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out)),
+            ("BatchMLAPagedAttentionWrapper.plan (CPU arrays)", lambda: w.plan(*x.plan_args)),
+            ("trtllm_batch_decode_with_kv_cache_mla",
+             lambda: fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(
+                 x.q4, x.cache, ws, 128, 512, 64, x.bt, x.lens, x.L, out=x.out4,
+                 bmm1_scale=0.07)),
+            ("xqa_mla", lambda: fiattn.xqa.xqa_mla(
+                x.q4, x.cache.reshape(-1, 576), x.cache.reshape(-1, 576), x.bt, sl2, x.out4,
+                ws_x, None, 64, q_scale=0.07)),
+            ("xqa_batch_decode_with_kv_cache",
+             lambda: fiattn.decode.xqa_batch_decode_with_kv_cache(
+                 x.gq, x.gkv, ws_g, x.bt, x.lens, x.L, bmm1_scale=x.gqa_scale, out=x.gout)),
         ]
+        rows = [dict(api="fiattn", call=n, over=host_us(torch, f, a.calls, cuda=False) - floor)
+                for n, f in calls]
     finally:
         C._lib = real
-    print(f"Python host overhead per call, CPU tensors, C calls stubbed (no-op call "
-          f"{floor:.2f} us subtracted); MLA B {B} x {a.len}, heads {H}; GQA {Hq}/{Hk} heads")
-    print(f"{'call':40s} {'us/call':>9s}")
-    for n, us in rows:
-        print(f"{n:40s} {us - floor:9.2f}")
+    print(render_table(rows, f"Python-side host time per call, CPU tensors, C calls stubbed "
+                             f"(no-op call {floor:.2f} us subtracted), MLA B {a.batch} x "
+                             f"{a.len} heads {a.heads}, GQA {a.gqa_q}/{a.gqa_kv}"))
+    return 0
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--heads", type=int, default=128)
-    ap.add_argument("--len", type=int, default=1024)
-    ap.add_argument("--calls", type=int, default=200)
-    ap.add_argument("--cpu-overhead", action="store_true",
-                    help="time the Python side only, on CPU tensors, C calls stubbed")
-    a = ap.parse_args()
+def main(argv=None):
+    a = parse_args(argv)
+    try:
+        import torch
+    except ImportError as e:
+        print(f"skip bench_host: torch is not importable ({e})")
+        return 0
     if a.cpu_overhead:
-        return cpu_overhead(a)
-    dev = "cuda"
-    B, H, ps = a.batch, a.heads, 64
-    ppr = (a.len + ps - 1) // ps
-    P = B * ppr
-    ckv = torch.randn(P, ps, 512, device=dev, dtype=torch.bfloat16)
-    kpe = torch.randn(P, ps, 64, device=dev, dtype=torch.bfloat16)
-    qn = torch.randn(B, H, 512, device=dev, dtype=torch.bfloat16)
-    qp = torch.randn(B, H, 64, device=dev, dtype=torch.bfloat16)
-    lens = torch.full((B,), a.len, dtype=torch.int32)
-    indptr = torch.arange(B + 1, dtype=torch.int32) * ppr
-    indices = torch.arange(P, dtype=torch.int32)
-    ws = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
-    w = fiattn.mla.BatchMLAPagedAttentionWrapper(ws)
-    plan_args = (torch.arange(B + 1, dtype=torch.int32), indptr, indices, lens, H, 512, 64, ps,
-                 False, 0.07, torch.bfloat16, torch.bfloat16)
-    w.plan(*plan_args)
-    out = torch.empty(B, H, 512, device=dev, dtype=torch.bfloat16)
-    w.run(qn, qp, ckv, kpe, out=out)
-    entry = w._entry
-    # The C floor: fi_run with the args the wrapper builds, prebuilt once.
-    args = C.fi_attn_args()
-    from fiattn._common import fill_tensor
-    fill_tensor(args.q, qn, list(qn.shape), qn.stride())
-    fill_tensor(args.q_rope, qp, list(qp.shape), qp.stride())
-    fill_tensor(args.k, ckv, [P, ps, 1, 512], [ps * 512, 512, 512, 1])
-    fill_tensor(args.k_rope, kpe, [P, ps, 1, 64], [ps * 64, 64, 64, 1])
-    tab = w._planned["table"]
-    fill_tensor(args.page_table, tab, [tab.numel()], [1])
-    args.page_table.dtype = C.FI_DTYPE_I32
-    fill_tensor(args.out, out, list(out.shape), out.stride())
-    args.bmm1_scale, args.bmm2_scale, args.enable_pdl = 0.07, 1.0, 1
-    lib, stream = C.lib(), torch.cuda.current_stream().cuda_stream
-    pa = ctypes.byref(args)
-
-    def c_run():
-        lib.fi_run(entry.plan, pa, stream)
-
-    b = C.fi_batch(form=C.FI_FORM_INDPTR, batch_size=B, qo_indptr=plan_args[0].data_ptr(),
-                   kv_indptr=indptr.data_ptr(), kv_indices=indices.data_ptr(),
-                   kv_len=lens.data_ptr(), causal=0, window_left=-1)
-    pb = ctypes.byref(b)
-
-    def c_plan():
-        lib.fi_plan_update(entry.plan, pb, stream)
-
-    bt = indices.reshape(B, ppr).to(dev)
-    q4 = torch.cat([qn, qp], -1).reshape(B, 1, H, 576)
-    cache = torch.cat([ckv, kpe], -1)
-    out4 = out.reshape(B, 1, H, 512)
-    lens_dev = lens.to(dev)
-
-    def functional(sl):
-        return lambda: fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(
-            q4, cache, ws, 128, 512, 64, bt, sl, a.len, out=out4, bmm1_scale=0.07)
-
-    rows = [("C fi_run", timeit(c_run, a.calls)),
-            ("wrapper.run", timeit(lambda: w.run(qn, qp, ckv, kpe, out=out), a.calls)),
-            ("C fi_plan_update", timeit(c_plan, a.calls)),
-            ("wrapper.plan (CPU arrays)", timeit(lambda: w.plan(*plan_args), a.calls))]
-    rows.append(("C fi_plan_update + fi_run", rows[0][1] + rows[2][1]))
-    rows.append(("functional, CPU seq_lens", timeit(functional(lens), a.calls)))
-    rows.append(("functional, CUDA seq_lens", timeit(functional(lens_dev), a.calls)))
-    print(f"MLA decode B {B} x {a.len}, heads {H}, {torch.cuda.get_device_name()}")
-    print(f"{'call':32s} {'us/call':>9s}")
-    for n, us in rows:
-        print(f"{n:32s} {us:9.2f}")
-    print(f"python overhead: run {rows[1][1] - rows[0][1]:.2f} us, plan "
-          f"{rows[3][1] - rows[2][1]:.2f} us, functional (CPU lens) "
-          f"{rows[5][1] - rows[4][1]:.2f} us")
-    print("plans created:", E.stats["plans_created"])
+        return cpu_overhead(a, torch)
+    if not torch.cuda.is_available():
+        print("skip bench_host: no CUDA device (--cpu-overhead times the Python side alone)")
+        return 0
+    return gpu_main(a, torch)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -330,11 +330,15 @@ class FastCall:
     """A recorded block-table functional call (fi_attn_args and fi_batch reused)."""
 
     __slots__ = ("args", "batch", "ptrs", "bt", "sl", "bt_host", "sl_host", "total",
-                 "out_rows", "out_alloc", "family", "dtypes", "device", "cuda", "env")
+                 "out_rows", "out_alloc", "family", "dtypes", "device", "cuda", "env",
+                 "fields")
 
     def __init__(self, args, batch, ptrs, bt, sl, bt_host, sl_host, total, out_rows,
-                 out_alloc, family, dtypes, device):
-        self.args, self.batch, self.ptrs = args, batch, ptrs
+                 out_alloc, family, dtypes, device, fields=()):
+        """ptrs: (fi_tensor, tensor index, byte offset) refreshed from the call's tensors;
+        fields: (fi_attn_args pointer field name, tensor index) likewise (sinks, scale
+        tensors)."""
+        self.args, self.batch, self.ptrs, self.fields = args, batch, ptrs, fields
         self.bt, self.sl, self.bt_host, self.sl_host = bt, sl, bt_host, sl_host
         self.total, self.out_rows, self.out_alloc = total, out_rows, out_alloc
         self.family, self.dtypes, self.device = family, dtypes, device
@@ -374,6 +378,8 @@ def fast_call(entry, f, ts):
         ts = ts[:-1] + (out,)
     for ft, i, off in f.ptrs:
         ft.data = ts[i].data_ptr() + off
+    for name, i in f.fields:
+        setattr(f.args, name, ts[i].data_ptr())
     capturing = f.cuda and t.cuda.is_current_stream_capturing()
     stream = None
     if capturing:

@@ -4,9 +4,11 @@ from ._common import fill_tensor
 from ._torch import check_tensor, torch
 
 
-def unpack_kv(kv_cache, kv_layout, device, dtypes):
+def unpack_kv(kv_cache, kv_layout, device, dtypes, names=("kv_cache", "k_cache", "v_cache")):
     """Split the reference's kv_cache forms into logical K and V views
     [num_pages, page_size, num_kv_heads, head_dim] (shape, element strides, tensor).
+    names: the argument's name and its tuple members' names, for messages (the NVFP4
+    block scales, kv_cache_sf, come in the same forms).
 
     Forms: one tensor [num_pages, 1 or 2, page_size, H_kv, D] (NHD) or
     [num_pages, 1 or 2, H_kv, page_size, D] (HND) (1: K and V are the same tensor), or a
@@ -17,16 +19,16 @@ def unpack_kv(kv_cache, kv_layout, device, dtypes):
     t = torch()
     if isinstance(kv_cache, (tuple, list)):
         if len(kv_cache) != 2:
-            raise ValueError("fiattn: kv_cache as a tuple must be (k_cache, v_cache)")
+            raise ValueError(f"fiattn: {names[0]} as a tuple must be ({names[1]}, {names[2]})")
         k, v = kv_cache
-        check_tensor(k, "k_cache", dtypes, device, 4)
-        check_tensor(v, "v_cache", dtypes, device, 4)
+        check_tensor(k, names[1], dtypes, device, 4)
+        check_tensor(v, names[2], dtypes, device, 4)
         parts = [(k, list(k.shape), list(k.stride())), (v, list(v.shape), list(v.stride()))]
     else:
-        check_tensor(kv_cache, "kv_cache", dtypes, device, 5)
+        check_tensor(kv_cache, names[0], dtypes, device, 5)
         n = kv_cache.shape[1]
         if n not in (1, 2):
-            raise ValueError(f"fiattn: kv_cache's dim 1 must be 1 or 2, got {n}")
+            raise ValueError(f"fiattn: {names[0]}'s dim 1 must be 1 or 2, got {n}")
         sh, st = list(kv_cache.shape), list(kv_cache.stride())
         ks = [sh[0]] + sh[2:], [st[0]] + st[2:]
         k = (kv_cache, ks[0], ks[1])
@@ -43,9 +45,9 @@ def unpack_kv(kv_cache, kv_layout, device, dtypes):
         out.append((x, sh, st, off))
     (kx, ksh, kst, koff), (vx, vsh, vst, voff) = out
     if ksh[:3] != vsh[:3]:
-        raise ValueError(f"fiattn: K and V caches disagree: {ksh} vs {vsh}")
+        raise ValueError(f"fiattn: {names[1]} and {names[2]} disagree: {ksh} vs {vsh}")
     if kx.dtype != vx.dtype:
-        raise TypeError("fiattn: K and V caches must have one dtype")
+        raise TypeError(f"fiattn: {names[1]} and {names[2]} must have one dtype")
     return (kx, ksh, kst, koff), (vx, vsh, vst, voff)
 
 
@@ -54,3 +56,61 @@ def fill_kv(args, kpart, vpart):
     vx, vsh, vst, voff = vpart
     fill_tensor(args.k, kx, ksh, kst, koff)
     fill_tensor(args.v, vx, vsh, vst, voff)
+
+
+# ---- NVFP4 (e2m1 values + e4m3 block scales) ----------------------------------------------
+_NVFP4 = None
+
+
+def nvfp4_dtypes():
+    """torch dtypes read as packed NVFP4 KV (two e2m1 values a byte, low nibble first):
+    uint8 (the reference's form) and float4_e2m1fn_x2 where torch has it."""
+    global _NVFP4
+    if _NVFP4 is None:
+        t = torch()
+        _NVFP4 = (t.uint8,) + tuple(getattr(t, n) for n in ("float4_e2m1fn_x2",) if hasattr(t, n))
+    return _NVFP4
+
+
+def sf_dtypes():
+    """torch dtypes read as e4m3 block-scale bytes: uint8 (the reference's) and float8_e4m3fn."""
+    t = torch()
+    return (t.uint8,) + tuple(getattr(t, n) for n in ("float8_e4m3fn",) if hasattr(t, n))
+
+
+def fill_sf(args, kv_cache_sf, kv_layout, device, kpart, head_dim):
+    """Check the NVFP4 block scales against the KV views and fill args.k_sf / v_sf.
+
+    kv_cache_sf: the kv_cache forms with head_dim / 16 scale bytes as the last dim:
+    [num_pages, 1 or 2, page_size, H_kv, D / 16] (NHD) / [num_pages, 1 or 2, H_kv, page_size,
+    D / 16] (HND), or a (k_sf, v_sf) tuple of 4-D tensors; uint8 or float8_e4m3fn.
+    Raises TypeError / ValueError (dtype, dims, a shape that disagrees with the cache), or
+    FiattnValueError with the status fi_run returns for a layout the GQA family cannot read
+    (gqa_check_sf: FI_ERR_MISALIGNED_POINTER for a base, FI_ERR_BAD_STRIDE for an outer
+    stride, not a multiple of the D / 16-byte row), so CPU and GPU calls fail alike.
+    Returns the two parts (kept alive by the caller until the call returns)."""
+    from .errors import error_for_status
+    ksf, vsf = unpack_kv(kv_cache_sf, kv_layout, device, sf_dtypes(),
+                         ("kv_cache_sf", "k_cache_sf", "v_cache_sf"))
+    row = head_dim // 16
+    want = [kpart[1][0], kpart[1][1], kpart[1][2], row]
+    for (x, sh, st, off), name in ((ksf, "k_cache_sf"), (vsf, "v_cache_sf")):
+        if sh[0] < want[0] or sh[1:] != want[1:]:
+            raise ValueError(f"fiattn: {name} must be [num_pages >= {want[0]}, page_size "
+                             f"{want[1]}, H_kv {want[2]}, head_dim / 16 = {row}] (in the "
+                             f"layout's axis order), got {sh}")
+        base = x.data_ptr() + off * x.element_size()
+        status = None
+        if base % row:
+            status = C.FI_ERR_MISALIGNED_POINTER
+        elif any(s < 0 or (s * x.element_size()) % row for s in st[:3]):
+            status = C.FI_ERR_BAD_STRIDE
+        if status is not None:
+            sname = C.status_name(status)
+            raise error_for_status(status, sname, f"fiattn: {name}: {sname} (the GQA family "
+                                   f"reads {row}-byte scale rows: base address and page / "
+                                   f"token / head strides must be multiples of {row} bytes; "
+                                   f"got base %{row} = {base % row}, strides {st[:3]})")
+    for ft, (x, sh, st, off) in ((args.k_sf, ksf), (args.v_sf, vsf)):
+        ft.set(x.data_ptr() + off * x.element_size(), C.FI_DTYPE_E4M3, sh, st)
+    return ksf, vsf

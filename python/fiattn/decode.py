@@ -6,15 +6,25 @@ Computed per query row and head h (kv head h // (H_q / H_kv)), fiattn_run.h::
     out = bmm2_scale * sum_j exp(s_j) v_j / (sum_j exp(s_j) + exp(sink_h))
 
 stored as out / o_scale for an fp8 output.  Algorithm: fiattn's host planner (balanced
-split-k, flash-decoding split-KV merge) and the GQA decode GPU family when the library
-has one (the same fi_run, kind FI_KIND_GQA_DECODE); until then the GPU path raises
-FiattnNotImplementedError naming the family.  CPU tensors run the C reference executor.
+split-k, flash-decoding split-KV merge) and the GQA decode GPU family (fi_run, kind
+FI_KIND_GQA_DECODE: FlashAttention-3-style producer / consumer pipeline, fp16 matmuls for
+fp8 and NVFP4 KV, which are dequantised in the kernel).  CPU tensors run the C reference
+executor (bf16 / fp16 / fp32 / fp8 KV; NVFP4 raises FiattnNotImplementedError there).
+
+NVFP4 KV (the reference's kv_cache_sf): values e2m1 packed two a byte (uint8, last dim
+head_dim / 2, low nibble = the even element), one e4m3 block scale per 16 elements
+(kv_cache_sf, last dim head_dim / 16); element = e2m1 x scale.  The tensor-wide second
+level (global) scale of NVFP4 is not an argument: as in the reference, fold K's into
+bmm1_scale and V's into bmm2_scale.
 """
+import math
+import os
+
 from . import _capi as C
 from . import _engine as E
 from ._common import (check_block_tables, check_lengths, dtypes_text, fill_tensor, num_ctas_for,
-                      require_device, set_pdl, set_scale, set_sinks, token_view)
-from ._paged import fill_kv, unpack_kv
+                      require_device, set_pdl, set_scale, set_sinks)
+from ._paged import fill_kv, fill_sf, nvfp4_dtypes, unpack_kv
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
 
 __all__ = ["xqa_batch_decode_with_kv_cache"]
@@ -57,6 +67,35 @@ def check_causal_mask(mask, q_len):
                                   "implemented (row r attends draft tokens 0..r)")
 
 
+def _sig_arg(x, sig):
+    """Signature of an argument that is a tensor, a tuple / list of tensors, or None."""
+    if x is None:
+        return None
+    if isinstance(x, (tuple, list)):
+        return tuple(sig(e) for e in x)
+    return sig(x)
+
+
+def _flat(x):
+    """The tensors of a tensor / tuple / list / None argument, in order."""
+    if x is None:
+        return ()
+    if isinstance(x, (tuple, list)):
+        return tuple(x)
+    return (x,)
+
+
+_NUM = (float, int)
+
+
+def _scalar(v, name):
+    """A finite float from a number (the fast path's check of bmm1 / bmm2 / o_scale)."""
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"fiattn: {name} must be finite, got {f}")
+    return f
+
+
 def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tables, seq_lens,
                                    max_seq_len, bmm1_scale=1.0, bmm2_scale=1.0, window_left=-1,
                                    out=None, sinks=None, kv_layout="NHD", enable_pdl=None,
@@ -67,43 +106,92 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
         query: [batch_size * q_len_per_req, num_qo_heads, head_dim]; bf16 / fp16 (GPU),
             fp32 / fp16 / bf16 (CPU); head_dim 64 / 128 / 256; num_qo_heads a multiple of
             num_kv_heads with group size 1..16.  Last dim contiguous.
-        kv_cache: one tensor [num_pages, 1 or 2, page_size, H_kv, head_dim] (NHD) or
-            [num_pages, 1 or 2, H_kv, page_size, head_dim] (HND) (1: K and V are the same),
-            or a tuple (k_cache, v_cache) of [num_pages, page_size, H_kv, head_dim] (NHD) /
-            [num_pages, H_kv, page_size, head_dim] (HND); query's dtype; read in place
-            through strides (no copy).  page_size 1 / 16 / 32 / 64 / 128.
+        kv_cache: one tensor [num_pages, 1 or 2, page_size, H_kv, W] (NHD) or
+            [num_pages, 1 or 2, H_kv, page_size, W] (HND) (1: K and V are the same),
+            or a tuple (k_cache, v_cache) of [num_pages, page_size, H_kv, W] (NHD) /
+            [num_pages, H_kv, page_size, W] (HND); read in place through strides (no copy).
+            dtype: query's, fp8 e4m3 (GPU; its dequantisation scale folded into bmm1 /
+            bmm2), or NVFP4: uint8 (or float4_e2m1fn_x2) with W = head_dim / 2 bytes, two
+            e2m1 values a byte, low nibble first, kv_cache_sf required.  Otherwise
+            W = head_dim.  page_size 1 / 16 / 32 / 64 / 128.
         workspace_buffer: device buffer holding the plan and split partials, at least
             fiattn.workspace_size(...) bytes (WorkspaceTooSmallError otherwise), 256-byte
             aligned; plan cached per buffer; caller-owned.
-        block_tables: int32 [batch_size, max_pages_per_seq], contiguous, on the device.
+        block_tables: int32 [batch_size, max_pages_per_seq], contiguous, on the device;
+            read on the host too (the planner checks the used page indices): one
+            device-to-host copy + stream synchronisation per call for a CUDA tensor.
         seq_lens: uint32 / int32 [batch_size] KV lengths (tokens, query rows included);
             read on the host (device tensor: one copy + stream sync).
         max_seq_len: accepted for compatibility; not needed.
         bmm1_scale / bmm2_scale: float or one-element float32 device tensor (run-time),
-            logit scale and output scale, natural units.
+            logit scale and output scale, natural units: s = bmm1_scale * q.k over the
+            dequantised K, out = bmm2_scale * sum p v over the dequantised V.
         window_left: -1 or the left window: the query at position p sees [p - window_left, p].
-        out: optional [batch_size * q_len_per_req, num_qo_heads, head_dim] (query's dtype),
-            written in place; allocated when None.
+        out: optional [batch_size * q_len_per_req, num_qo_heads, head_dim] (query's dtype,
+            or fp8 e4m3 on the GPU), written in place; allocated (query's dtype) when None.
         sinks: optional float32 [num_qo_heads] logits added to the denominator.
         kv_layout: "NHD" or "HND".  enable_pdl: None = on for CUDA.
         q_len_per_req: query rows per request (MTP / speculative depth) 1..8, causal.
         o_scale: fp8 output only: stored = out / o_scale.
         mask: None, or the causal speculative mask (see check_causal_mask); another mask
             raises NotImplementedError.  Not inspected during CUDA graph capture.
-        kv_cache_sf: NVFP4 block scales: NotImplementedError (NVFP4 not yet implemented).
+        kv_cache_sf: NVFP4 KV only (ValueError otherwise): the e4m3 block scales, one per
+            16 elements of head_dim, in kv_cache's form and layout with last dim
+            head_dim / 16: one tensor [num_pages, 1 or 2, page_size, H_kv, D / 16] (NHD) /
+            [num_pages, 1 or 2, H_kv, page_size, D / 16] (HND), or a tuple (k_sf, v_sf) of
+            4-D tensors; uint8 (e4m3 bits, the reference's dtype) or float8_e4m3fn.
+            Element d of a row = e2m1(d) x sf[d // 16]; the global scale goes into
+            bmm1_scale (K) / bmm2_scale (V).  Base and page / token / head strides must be
+            multiples of D / 16 bytes (FiattnValueError FI_ERR_MISALIGNED_POINTER /
+            FI_ERR_BAD_STRIDE otherwise).
 
     Returns: out.
-    Raises: TypeError / ValueError (before any C call), FiattnValueError (rejected batch:
-        fi_status name + request), FiattnNotImplementedError (no GPU GQA family yet, fp8,
-        NVFP4), FiattnError.  Nothing is written on error.
+    Raises: TypeError / ValueError (before any C call), FiattnValueError (rejected batch or
+        layout: fi_status name + request), FiattnNotImplementedError (a dtype combination
+        the executor lacks, e.g. NVFP4 or fp8 out on the CPU reference), FiattnError.
+        Nothing is written on error.
     Graphs: as trtllm_batch_decode_with_kv_cache_mla (fiattn.plan_only() before replays).
+    Repeat calls: a call with the same tensor layouts and options as an earlier successful
+    one on the same workspace_buffer reuses the descriptors recorded then (only data
+    addresses, scalar scales and the lengths are refreshed; lengths and mask still checked).
     """
+    qlen = 1 if q_len_per_req is None else q_len_per_req
+    key = None
+    if type(bmm1_scale) in _NUM and type(bmm2_scale) in _NUM and (
+            o_scale is None or type(o_scale) in _NUM):
+        sig = E.tensor_sig
+        try:
+            key = ("gqa", sig(query), _sig_arg(kv_cache, sig), sig(block_tables),
+                   sig(seq_lens), None if out is None else sig(out),
+                   _sig_arg(sinks, sig), _sig_arg(kv_cache_sf, sig), None if mask is None
+                   else sig(mask), window_left, kv_layout, enable_pdl, qlen)
+            entry, fast = E.lookup(workspace_buffer, key)
+        except (AttributeError, TypeError):
+            key = fast = None
+        if fast is not None and (fast.cuda or fast.env == os.environ.get("FIATTN_CPU_CTAS")):
+            if mask is not None and qlen > 1 and not (
+                    fast.cuda and torch().cuda.is_current_stream_capturing()):
+                check_causal_mask(mask, qlen)
+            a = fast.args
+            a.bmm1_scale = _scalar(bmm1_scale, "bmm1_scale")
+            a.bmm2_scale = _scalar(bmm2_scale, "bmm2_scale")
+            a.o_scale = 1.0 if o_scale is None else float(o_scale)  # fi_run checks it
+            ts = ((query,) + _flat(kv_cache) + (block_tables, seq_lens) + _flat(sinks)
+                  + _flat(kv_cache_sf) + (out,))
+            return E.fast_call(entry, fast, ts)
+    return _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
+                    bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req,
+                    o_scale, mask, kv_cache_sf, key)
+
+
+def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
+             bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req,
+             o_scale, mask, kv_cache_sf, key):
+    """The checked call; records a FastCall under `key` (when not None) on success."""
     t = torch()
     check_tensor(query, "query", float_dtypes() + fp8_dtypes(), None, 3)
     device = query.device
     require_device(device)
-    if kv_cache_sf is not None:
-        raise NotImplementedError("fiattn: NVFP4 KV cache (kv_cache_sf) is not implemented yet")
     qlen = 1 if q_len_per_req is None else int(q_len_per_req)
     if qlen < 1:
         raise ValueError(f"fiattn: q_len_per_req must be >= 1, got {q_len_per_req}")
@@ -111,19 +199,33 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
     if rows % qlen:
         raise ValueError(f"fiattn: query has {rows} rows, not a multiple of q_len_per_req {qlen}")
     B = rows // qlen
-    kpart, vpart = unpack_kv(kv_cache, kv_layout, device, float_dtypes() + fp8_dtypes())
+    kpart, vpart = unpack_kv(kv_cache, kv_layout, device,
+                             float_dtypes() + fp8_dtypes() + nvfp4_dtypes())
+    nvfp4 = kpart[0].dtype in nvfp4_dtypes()
     num_pages, page_size, Hkv, Dk = kpart[1]
-    if Dk != D or vpart[1][3] != D:
-        raise ValueError(f"fiattn: head_dim of query ({D}) and caches ({Dk}, {vpart[1][3]}) differ")
+    W = D // 2 if nvfp4 else D
+    if Dk != W or vpart[1][3] != W:
+        what = "head_dim / 2 bytes (NVFP4)" if nvfp4 else "head_dim"
+        raise ValueError(f"fiattn: the caches' last dim ({Dk}, {vpart[1][3]}) must be "
+                         f"{what} = {W} (query head_dim {D})")
+    if nvfp4 and kv_cache_sf is None:
+        raise ValueError(f"fiattn: a {kpart[0].dtype} kv_cache is NVFP4 (two e2m1 values a "
+                         f"byte) and needs its block scales, kv_cache_sf")
+    if not nvfp4 and kv_cache_sf is not None:
+        raise ValueError(f"fiattn: kv_cache_sf belongs to an NVFP4 (uint8) kv_cache, this one "
+                         f"is {kpart[0].dtype}")
     if H % Hkv:
         raise ValueError(f"fiattn: {H} query heads are not a multiple of {Hkv} KV heads")
     check_block_tables(block_tables, "block_tables", device, B)
+    seq_lens_arg = seq_lens
     seq_lens = check_lengths(seq_lens, "seq_lens", B)
     if not isinstance(window_left, int) or window_left < -1:
         raise ValueError(f"fiattn: window_left must be an int >= -1, got {window_left}")
+    out_alloc = None
     if out is None:
-        out = t.empty((rows, H, D), dtype=query.dtype if query.dtype in float_dtypes()
-                      else t.bfloat16, device=device)
+        o_dt = query.dtype if query.dtype in float_dtypes() else t.bfloat16
+        out_alloc = ((rows, H, D), o_dt)
+        out = t.empty((rows, H, D), dtype=o_dt, device=device)
     else:
         check_tensor(out, "out", float_dtypes() + fp8_dtypes(), device, 3)
         if tuple(out.shape) != (rows, H, D):
@@ -132,13 +234,20 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
         check_causal_mask(mask, qlen)
     args = C.fi_attn_args()
     fill_tensor(args.q, query, [rows, H, D], query.stride())
-    fill_kv(args, kpart, vpart)
+    kv_fi = C.FI_DTYPE_E2M1 if nvfp4 else fi_dtype(kpart[0].dtype)
+    if nvfp4:  # bytes: shape and strides as given, dtype E2M1
+        args.k.set(kpart[0].data_ptr() + kpart[3], kv_fi, kpart[1], kpart[2])
+        args.v.set(vpart[0].data_ptr() + vpart[3], kv_fi, vpart[1], vpart[2])
+        sf_parts = fill_sf(args, kv_cache_sf, kv_layout, device, kpart, D)
+    else:
+        fill_kv(args, kpart, vpart)
+        sf_parts = ()
     fill_tensor(args.page_table, block_tables, list(block_tables.shape), block_tables.stride())
     args.page_table.dtype = C.FI_DTYPE_I32
     fill_tensor(args.out, out, [rows, H, D], out.stride())
     keep = (set_scale(args, "bmm1_scale", bmm1_scale, device, "bmm1_scale"),
             set_scale(args, "bmm2_scale", bmm2_scale, device, "bmm2_scale"),
-            set_sinks(args, sinks, H, device))
+            set_sinks(args, sinks, H, device), sf_parts)
     args.o_scale = 1.0 if o_scale is None else float(o_scale)
     set_pdl(args, enable_pdl, device)
     caps = C.fi_caps()
@@ -146,15 +255,17 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
     caps.num_pages, caps.page_size = num_pages, page_size
     caps.num_qo_heads, caps.num_kv_heads = H, Hkv
     caps.head_dim_qk = caps.head_dim_vo = D
-    caps.q_dtype, caps.kv_dtype, caps.o_dtype = (fi_dtype(query.dtype), fi_dtype(kpart[0].dtype),
-                                                 fi_dtype(out.dtype))
+    caps.q_dtype, caps.kv_dtype, caps.o_dtype = fi_dtype(query.dtype), kv_fi, fi_dtype(out.dtype)
     caps.num_ctas = num_ctas_for(device)
 
+    b = C.fi_batch()
+    built = []
+
     def make_batch(entry):
+        built.append(1)
         bt = entry.host_i32("block_tables", block_tables)
         sl = entry.host_i32("seq_lens", seq_lens)
         entry.sync()
-        b = C.fi_batch()
         b.form = C.FI_FORM_BLOCK_TABLES
         b.batch_size = B
         b.block_tables = bt.data_ptr()
@@ -165,7 +276,32 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
         b.window_left = window_left
         return b, rows, (bt, sl)
 
+    dts = (query.dtype, kpart[0].dtype if not nvfp4 else "nvfp4", out.dtype)
+    record = None
+    if key is not None:
+        def record(entry):
+            if not built:  # never planned here (captured call): keep the slow path
+                return
+            # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
+            # seq_lens, sinks (0 or 1), kv_cache_sf (0, 1 or 2), out
+            ts = ((query,) + _flat(kv_cache) + (block_tables, seq_lens_arg) + _flat(sinks)
+                  + _flat(kv_cache_sf) + (out,))
+
+            def at(x):
+                return next(i for i, y in enumerate(ts) if y is x)
+            ptrs = [(args.q, 0, 0), (args.k, at(kpart[0]), kpart[3] * kpart[0].element_size()),
+                    (args.v, at(vpart[0]), vpart[3] * vpart[0].element_size()),
+                    (args.page_table, at(block_tables), 0), (args.out, len(ts) - 1, 0)]
+            for ft, (x, _, _, off) in zip((args.k_sf, args.v_sf), sf_parts):
+                ptrs.append((ft, at(x), off * x.element_size()))
+            fields = ()
+            if sinks is not None:
+                fields = (("sinks", at(_flat(sinks)[0])),)
+            E.remember(entry, key, E.FastCall(
+                args, b, tuple(ptrs), at(block_tables), at(seq_lens_arg),
+                block_tables.device.type == "cpu", seq_lens.device.type == "cpu", rows,
+                min(rows, out.shape[0]), out_alloc, _FAMILY, dts, device, fields))
     E.launch(workspace_buffer, caps, B, rows, device, make_batch, args, _FAMILY,
-             dtypes_text(query.dtype, kpart[0].dtype, out.dtype), min(rows, out.shape[0]))
+             dts, min(rows, out.shape[0]), record=record)
     del keep
     return out

@@ -1,17 +1,50 @@
 """XQA MLA: fiattn's drop-in for ``flashinfer.xqa.xqa_mla``.
 
-The same MLA decode as fiattn.mla (q_nope . ckv + q_pe . kpe logits, V = ckv), with XQA's
-scale convention: logit scale = q_scale * kv_scale / sqrt(576) (576 = q.shape[-1], the
-head dim XQA scales by), output scale = kv_scale (V dequantisation).
-"""
-import math
+The same MLA decode as fiattn.mla (q_nope . ckv + q_pe . kpe logits, V = ckv), with XQA
+MLA's scale convention::
 
-from . import _capi as C
+    s_j = q_scale * kv_scale * (q . k_j)          no 1 / sqrt(head_dim) factor
+    out = kv_scale * sum_j softmax(s)_j v_j
+
+i.e. fiattn's bmm1_scale = q_scale * kv_scale and bmm2_scale = kv_scale.  q_scale and
+kv_scale are the dequantisation scales of an fp8 q and fp8 KV cache (one scale for K and
+V); the softmax scale (1 / sqrt(192) for DeepSeek) must be folded into q_scale by the
+caller.  The reference page states neither; this is what the reference implementation
+computes: FlashInfer 0.7.2's csrc/xqa/mla_sm120.cu sets qkScaleLog2e = qScale *
+kvCacheScale * log2e and scales the output by kvCacheScale, and its tests
+(tests/attention/test_xqa.py::test_xqa_mla) compare against a reference given
+q_scale * sqrt(576), cancelling the reference's 1 / sqrt(576).  (The GQA XQA kernel,
+behind xqa_batch_decode_with_kv_cache, does scale by 1 / sqrt(head_dim); the MLA one does
+not.)
+"""
+import os
+
+from . import _engine as E
 from ._common import check_lengths, num_ctas_for, require_device
 from ._torch import check_tensor, float_dtypes, fp8_dtypes, torch
 from .mla import _mla_block_tables
 
 __all__ = ["xqa_mla"]
+
+_NUM = (float, int)
+
+
+def _scales(q_scale, kv_scale, device):
+    """(bmm1_scale, bmm2_scale) from XQA MLA's (q_scale, kv_scale): q_scale * kv_scale and
+    kv_scale.  Numbers give floats; when either is a tensor (one element, any float dtype,
+    on the call's device) both become one-element float32 device tensors computed by two
+    small device ops on the current stream (read by the kernel at run time)."""
+    t = torch()
+    if isinstance(q_scale, t.Tensor) or isinstance(kv_scale, t.Tensor):
+        for name, s in (("q_scale", q_scale), ("kv_scale", kv_scale)):
+            if isinstance(s, t.Tensor) and (s.numel() != 1 or s.device != device):
+                raise ValueError(f"fiattn: {name} tensor must hold one element on {device}, "
+                                 f"got shape {tuple(s.shape)} on {s.device}")
+        qs = q_scale if isinstance(q_scale, t.Tensor) else t.tensor(float(q_scale), device=device)
+        ks = kv_scale if isinstance(kv_scale, t.Tensor) else t.tensor(float(kv_scale), device=device)
+        bmm2 = ks.float().reshape(1).contiguous()
+        return (qs.float().reshape(1) * bmm2).contiguous(), bmm2
+    return float(q_scale) * float(kv_scale), float(kv_scale)
 
 
 def xqa_mla(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer, semaphores,
@@ -19,11 +52,13 @@ def xqa_mla(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer,
     """MLA decode, XQA interface; writes `output` in place and returns None.
 
     Args:
-        q: [batch_size, beam_width (1), num_q_heads, 576]; the reference's dtype is fp8
-            e4m3 (FiattnNotImplementedError: fp8 MLA is not on the GPU yet); bf16 / fp16
-            also run (GPU) and fp32 / fp16 / bf16 on the CPU.
+        q: [batch_size, beam_width (1), num_q_heads, 576]; num_q_heads 16 / 32 / 64 / 128
+            (the reference: 128 only).  The reference's dtype is fp8 e4m3: on the GPU fp8
+            MLA raises FiattnNotImplementedError (fi_run: FI_ERR_UNSUPPORTED_DTYPE; nothing
+            written), bf16 / fp16 run; on the CPU fp32 / fp16 / bf16 / fp8 e4m3 run.
         k_cache: the concatenated ckv ++ kpe cache, [num_pages * page_size, 576] or
-            [num_pages, page_size, 576] (rows of one page contiguous in token order).
+            [num_pages, page_size, 576] (rows of one page contiguous in token order), q's
+            dtype.
         v_cache: the same memory as k_cache (MLA's V is the first 512 columns of ckv), last
             dim 512 or 576; a V cache elsewhere raises ValueError (fiattn reads V from K).
         page_table: int32 [batch_size, nb_pages_per_seq], contiguous, on the device.
@@ -35,14 +70,31 @@ def xqa_mla(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer,
         semaphores: accepted for compatibility and not touched (fiattn's semaphores live in
             the workspace).
         page_size: tokens per page, 16 / 32 / 64 / 128 (1 also works).
-        q_scale, kv_scale: floats or one-element float32 device tensors; logit scale
-            q_scale * kv_scale / sqrt(576), output scale kv_scale.  Tensor scales are
-            combined with two small device ops on the current stream.
+        q_scale, kv_scale: floats or one-element float tensors on q's device (read at run
+            time): logit scale q_scale * kv_scale (no 1 / sqrt(576): fold the softmax
+            scale into q_scale), output scale kv_scale; see the module docstring.
         sm_count: persistent CTAs (None: the device's SM count).
         enable_pdl: None = on for CUDA.
     Raises: TypeError / ValueError before any C call; FiattnValueError (rejected batch);
-        FiattnNotImplementedError (fp8, beam_width > 1); FiattnError.
+        FiattnNotImplementedError (fp8 on the GPU, beam_width > 1); FiattnError.
+    Repeat calls with the same tensor layouts, page_size, sm_count and enable_pdl, and float
+    scales, reuse the descriptors recorded by the first (data addresses, scales and lengths
+    refreshed).
     """
+    key = None
+    if type(q_scale) in _NUM and type(kv_scale) in _NUM:
+        sig = E.tensor_sig
+        try:
+            key = ("xqa_mla", sig(q), sig(k_cache), sig(v_cache), sig(page_table),
+                   sig(seq_lens), sig(output), page_size, sm_count, enable_pdl)
+            entry, fast = E.lookup(workspace_buffer, key)
+        except (AttributeError, TypeError):
+            key = fast = None
+        if (fast is not None and v_cache.data_ptr() == k_cache.data_ptr()
+                and (fast.cuda or fast.env == os.environ.get("FIATTN_CPU_CTAS"))):
+            fast.args.bmm1_scale, fast.args.bmm2_scale = _scales(q_scale, kv_scale, None)
+            E.fast_call(entry, fast, (q, k_cache, page_table, seq_lens, output))
+            return None
     t = torch()
     check_tensor(q, "q", float_dtypes() + fp8_dtypes(), None, 4)
     device = q.device
@@ -74,19 +126,12 @@ def xqa_mla(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer,
     check_tensor(page_table, "page_table", (t.int32,), device, 2)
     if page_table.shape[0] != B or not page_table.is_contiguous():
         raise ValueError("fiattn: page_table must be a contiguous [batch_size, pages] tensor")
-    seq_lens = check_lengths(seq_lens, "seq_lens", B * beam)
+    check_lengths(seq_lens, "seq_lens", B * beam)
     check_tensor(output, "output", float_dtypes(), device, 4)
     if tuple(output.shape) != (B, beam, H, 512):
         raise ValueError(f"fiattn: output must be {(B, beam, H, 512)}, got {tuple(output.shape)}")
-    c = 1.0 / math.sqrt(576.0)
-    if isinstance(q_scale, t.Tensor) or isinstance(kv_scale, t.Tensor):
-        qs = q_scale if isinstance(q_scale, t.Tensor) else t.tensor(float(q_scale), device=device)
-        ks = kv_scale if isinstance(kv_scale, t.Tensor) else t.tensor(float(kv_scale), device=device)
-        bmm1 = (qs.float().reshape(1) * ks.float().reshape(1) * c).contiguous()
-        bmm2 = ks.float().reshape(1).contiguous()
-    else:
-        bmm1, bmm2 = float(q_scale) * float(kv_scale) * c, float(kv_scale)
+    bmm1, bmm2 = _scales(q_scale, kv_scale, device)
     _mla_block_tables(q, k_cache, kshape, kstride, workspace_buffer, page_table, seq_lens,
                       output, bmm1, bmm2, None, enable_pdl, num_ctas_for(device, sm_count),
-                      num_pages, ps)
+                      num_pages, ps, key)
     return None

@@ -47,3 +47,29 @@ def paged_attention_ref(q, k_pages, v_pages, page_rows, kv_lens, q_lens, q_offse
 def rel_err(a, b):
     a, b = a.double(), b.double()
     return float((a - b).norm() / max(b.norm(), 1e-30))
+
+
+# e2m1 code (sign bit 3, exponent bits 2..1, mantissa bit 0) -> value
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+               -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def e4m3_bytes_to_float(b):
+    """uint8 tensor of fp8 e4m3 bit patterns -> float64 tensor (0x7f / 0xff are NaN)."""
+    b = b.to(torch.int64)
+    e = (b >> 3) & 0xF
+    m = (b & 7).double()
+    mag = torch.where(e == 0, m * 2.0 ** -9, (8 + m) * torch.pow(2.0, (e - 10).double()))
+    mag = torch.where((e == 15) & ((b & 7) == 7), torch.full_like(mag, math.nan), mag)
+    return torch.where((b & 0x80) != 0, -mag, mag)
+
+
+def nvfp4_dequant(packed, sf):
+    """NVFP4 -> float64: packed uint8 [..., D / 2] (two e2m1 values a byte, low nibble =
+    the even element) and e4m3 block-scale bytes sf [..., D / 16]; element d =
+    e2m1(d) x sf[d // 16] (the global scale is applied by the caller's bmm scales)."""
+    lut = torch.tensor(E2M1_VALUES, dtype=torch.float64)
+    p = packed.to(torch.int64)
+    vals = torch.stack([lut[p & 0xF], lut[p >> 4]], dim=-1).flatten(-2)  # [..., D]
+    scale = e4m3_bytes_to_float(sf).repeat_interleave(16, dim=-1)
+    return vals * scale

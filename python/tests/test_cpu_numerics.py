@@ -74,13 +74,59 @@ def test_xqa_mla():
     lens = torch.tensor([[80], [1], [33]], dtype=torch.int32)
     out = torch.full((B, 1, H, 512), float("nan"))
     r = fiattn.xqa.xqa_mla(q, cache, cache[:, :512], bt, lens, out, torch.empty(1),
-                           torch.empty(1, dtype=torch.int32), ps, q_scale=0.5, kv_scale=2.0)
+                           torch.empty(1, dtype=torch.int32), ps, q_scale=0.02, kv_scale=2.0)
     assert r is None
     kp = cache.reshape(num_pages, ps, 1, 576)
+    # XQA MLA: logit scale q_scale * kv_scale (no 1 / sqrt(576)), output scale kv_scale
     ref, _ = paged_attention_ref(q.reshape(B, H, 576), kp, kp[..., :512], bt.tolist(),
                                  lens.flatten().tolist(), [1] * B, list(range(B)),
-                                 0.5 * 2.0 / math.sqrt(576), 2.0)
+                                 0.02 * 2.0, 2.0)
     assert rel_err(out.reshape(B, H, 512), ref) < TOL
+
+
+def _xqa_mla_case(g, dtype=torch.float32, B=3, H=16, ps=16, num_pages=12):
+    cache = torch.randn(num_pages * ps, 576, generator=g).to(dtype)
+    q = torch.randn(B, 1, H, 576, generator=g).to(dtype)
+    bt = _tables(B, 3, num_pages, g)
+    lens = torch.tensor([[48], [1], [20]], dtype=torch.int32)
+    return q, cache, bt, lens
+
+
+def _xqa_mla_ref(q, cache, bt, lens, ps, bmm1, bmm2):
+    B, _, H, _ = q.shape
+    kp = cache.double().reshape(-1, ps, 1, 576)
+    return paged_attention_ref(q.double().reshape(B, H, 576), kp, kp[..., :512], bt.tolist(),
+                               lens.flatten().tolist(), [1] * B, list(range(B)), bmm1,
+                               bmm2)[0]
+
+
+@pytest.mark.parametrize("qs,ks", [("tensor", "float"), ("float", "tensor"),
+                                   ("tensor", "tensor")])
+def test_xqa_mla_tensor_scales_fold_like_floats(qs, ks):
+    g = torch.Generator().manual_seed(12)
+    q, cache, bt, lens = _xqa_mla_case(g)
+    out = torch.full((3, 1, 16, 512), float("nan"))
+    q_scale = torch.tensor([0.03]) if qs == "tensor" else 0.03
+    kv_scale = torch.tensor(0.8, dtype=torch.float64) if ks == "tensor" else 0.8
+    fiattn.xqa.xqa_mla(q, cache, cache, bt, lens, out, torch.empty(1), torch.empty(1), 16,
+                       q_scale=q_scale, kv_scale=kv_scale)
+    ref = _xqa_mla_ref(q, cache, bt, lens, 16, 0.03 * 0.8, 0.8)
+    assert rel_err(out.reshape(3, 16, 512), ref) < TOL
+    with pytest.raises(ValueError, match="one element"):
+        fiattn.xqa.xqa_mla(q, cache, cache, bt, lens, out, torch.empty(1), torch.empty(1), 16,
+                           q_scale=torch.tensor([0.1, 0.2]))
+
+
+def test_xqa_mla_fp8_on_the_cpu_reference_dequantises_with_the_scales():
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("no float8_e4m3fn")
+    g = torch.Generator().manual_seed(13)
+    q, cache, bt, lens = _xqa_mla_case(g, torch.float8_e4m3fn)
+    out = torch.full((3, 1, 16, 512), float("nan"), dtype=torch.bfloat16)
+    fiattn.xqa.xqa_mla(q, cache, cache, bt, lens, out, torch.empty(1), torch.empty(1), 16,
+                       q_scale=0.01, kv_scale=1.7)
+    ref = _xqa_mla_ref(q.float(), cache.float(), bt, lens, 16, 0.01 * 1.7, 1.7)
+    assert rel_err(out.float().reshape(3, 16, 512), ref) < 1e-2  # bf16 output rounding
 
 
 def test_xqa_mla_rejects_separate_v():

@@ -9,6 +9,28 @@ from fiattn import _engine as E
 torch = pytest.importorskip("torch")
 
 
+@pytest.fixture
+def ws():
+    """A CPU workspace (host plans) whose cached plan is released after the test."""
+    w = torch.empty(16, dtype=torch.uint8)
+    yield w
+    fiattn.release_workspace(w)
+
+
+def _fiattn_bytes_grown(fn, calls=50):
+    """Bytes of Python memory that `calls` calls of fn left allocated in fiattn's files."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(calls):
+            fn()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    return sum(s.size_diff for s in after.compare_to(before, "filename")
+               if "fiattn" in s.traceback[0].filename and s.size_diff > 0)
+
+
 def _mla_inputs(g, B=4, H=16, pages=24, ps=16):
     q = torch.randn(B, 1, H, 576, generator=g)
     kv = torch.randn(pages, ps, 576, generator=g)
@@ -87,17 +109,7 @@ def test_wrapper_repeat_run_allocates_nothing():
     args = next(iter(w._run_memo.values()))[0]
     for _ in range(3):
         w.run(qn, qp, ckv, kpe, out=out, lse=lse)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot()
-        for _ in range(50):
-            w.run(qn, qp, ckv, kpe, out=out, lse=lse)
-        after = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
-    grown = sum(s.size_diff for s in after.compare_to(before, "filename")
-                if "fiattn" in s.traceback[0].filename and s.size_diff > 0)
-    assert grown == 0
+    assert _fiattn_bytes_grown(lambda: w.run(qn, qp, ckv, kpe, out=out, lse=lse)) == 0
     assert len(w._run_memo) == 1 and next(iter(w._run_memo.values()))[0] is args
     assert torch.equal(out, ref)
     # a new plan of the same shape keeps the record; the table and scale are refreshed
@@ -111,3 +123,101 @@ def test_wrapper_repeat_run_allocates_nothing():
     assert torch.equal(w2.run(qn, qp, ckv, kpe), out)
     with pytest.raises(TypeError):
         w.run(qn.double(), qp, ckv, kpe, out=out)
+
+
+def _gqa_inputs(g, form="single", layout="NHD", B=3, H=8, Hkv=2, D=64, ps=16, pages=14):
+    K = torch.randn(pages, ps, Hkv, D, generator=g)
+    V = torch.randn(pages, ps, Hkv, D, generator=g)
+    perm = (lambda x: x.transpose(1, 2).contiguous()) if layout == "HND" else (lambda x: x)
+    kv = torch.stack([perm(K), perm(V)], 1) if form == "single" else (perm(K), perm(V))
+    q = torch.randn(B, H, D, generator=g)
+    bt = torch.randperm(pages, generator=g)[:4 * B].to(torch.int32).reshape(B, 4)
+    lens = torch.randint(1, 4 * ps, (B,), generator=g, dtype=torch.int32)
+    return q, kv, bt, lens
+
+
+def _gqa(q, kv, ws, bt, lens, out=None, layout="NHD", sinks=None, s1=0.125):
+    return fiattn.decode.xqa_batch_decode_with_kv_cache(
+        q, kv, ws, bt, lens, 64, bmm1_scale=s1, bmm2_scale=0.5, out=out, sinks=sinks,
+        kv_layout=layout, window_left=30)
+
+
+@pytest.mark.parametrize("form,layout,sinks", [("single", "NHD", False),
+                                               ("tuple", "HND", True)])
+def test_gqa_repeat_reuses_structs_and_matches(ws, form, layout, sinks):
+    g = torch.Generator().manual_seed(6)
+    q, kv, bt, lens = _gqa_inputs(g, form, layout)
+    sk = torch.randn(8, generator=g) if sinks else None
+    ws2 = torch.empty(16, dtype=torch.uint8)
+    out = torch.empty(3, 8, 64)
+    _gqa(q, kv, ws, bt, lens, out, layout, sk)
+    e = E.cached_entry(ws)
+    fast = next(iter(e.memo.values()))
+    args = fast.args
+    created = E.stats["plans_created"]
+    # new data, lengths, scale and a new sinks tensor: the record is reused
+    q.copy_(torch.randn(q.shape, generator=g))
+    lens.copy_(torch.randint(1, 64, (3,), generator=g, dtype=torch.int32))
+    sk2 = None if sk is None else torch.randn(8, generator=g)
+    _gqa(q, kv, ws, bt, lens, out, layout, sk2, s1=0.2)
+    assert len(e.memo) == 1 and next(iter(e.memo.values())) is fast and fast.args is args
+    assert E.stats["plans_created"] == created
+    ref = _gqa(q, kv, ws2, bt, lens, None, layout, sk2, s1=0.2)  # checked path
+    assert torch.equal(out, ref)
+    # out allocated by the call: a fresh tensor each time, same values
+    r1 = _gqa(q, kv, ws, bt, lens, None, layout, sk2, s1=0.2)
+    r2 = _gqa(q, kv, ws, bt, lens, None, layout, sk2, s1=0.2)
+    assert r1 is not r2 and torch.equal(r1, ref) and torch.equal(r2, ref)
+    fiattn.release_workspace(ws2)
+
+
+def test_gqa_repeat_still_checks(ws):
+    g = torch.Generator().manual_seed(7)
+    q, kv, bt, lens = _gqa_inputs(g)
+    out = torch.zeros(3, 8, 64)
+    _gqa(q, kv, ws, bt, lens, out)
+    before = out.clone()
+    bad = lens.clone()
+    bad[1] = 10 ** 5
+    with pytest.raises(fiattn.FiattnValueError, match="FI_ERR_SEQ_LEN_EXCEEDS_PAGES"):
+        _gqa(q, kv, ws, bt, bad, out)
+    with pytest.raises(ValueError, match="finite"):
+        _gqa(q, kv, ws, bt, lens, out, s1=float("inf"))
+    with pytest.raises(TypeError):
+        _gqa(q.double(), kv, ws, bt, lens, out)
+    assert torch.equal(out, before)
+
+
+def test_gqa_repeat_allocates_nothing(ws):
+    g = torch.Generator().manual_seed(8)
+    q, kv, bt, lens = _gqa_inputs(g)
+    out = torch.empty(3, 8, 64)
+    for _ in range(3):
+        _gqa(q, kv, ws, bt, lens, out)
+    assert _fiattn_bytes_grown(lambda: _gqa(q, kv, ws, bt, lens, out)) == 0
+
+
+def test_xqa_mla_repeat_reuses_structs_refreshes_scales_and_checks_v(ws):
+    g = torch.Generator().manual_seed(9)
+    q, kv, bt, lens = _mla_inputs(g)
+    cache = kv.reshape(-1, 576)
+    lens2 = lens.reshape(4, 1)
+    out = torch.empty(4, 1, 16, 512)
+
+    def call(o, q_scale, v=None, w=ws):
+        fiattn.xqa.xqa_mla(q, cache, cache[:, :512] if v is None else v, bt, lens2, o, w,
+                           torch.empty(1), 16, q_scale=q_scale, kv_scale=1.5)
+    call(out, 0.02)
+    e = E.cached_entry(ws)
+    fast = next(iter(e.memo.values()))
+    call(out, 0.04)  # new scale value: same record, the scale refreshed
+    assert len(e.memo) == 1 and next(iter(e.memo.values())) is fast
+    assert fast.args.bmm1_scale == pytest.approx(0.04 * 1.5)
+    ws2 = torch.empty(16, dtype=torch.uint8)
+    ref = torch.empty_like(out)
+    call(ref, 0.04, w=ws2)
+    assert torch.equal(out, ref)
+    fiattn.release_workspace(ws2)
+    # a V cache elsewhere with the recorded layout is still refused
+    with pytest.raises(ValueError, match="v_cache"):
+        call(out, 0.04, v=cache.clone()[:, :512])

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import fiattn  # noqa: E402
-from reference import paged_attention_ref, rel_err  # noqa: E402
+from reference import nvfp4_dequant, paged_attention_ref, rel_err  # noqa: E402
 
 DEV = "cuda"
 WS_BYTES = 128 << 20
@@ -75,11 +75,12 @@ def test_xqa_mla_bf16(ws):
     q, kv, bt, lens = _mla_case(B, 1, H, ps, 1500, torch.bfloat16, g)
     cache = kv.to(DEV).reshape(-1, 576)
     out = torch.full((B, 1, H, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    # XQA MLA: logit scale q_scale * kv_scale (softmax scale folded into q_scale)
     fiattn.xqa.xqa_mla(q.to(DEV), cache, cache[:, :512], bt.to(DEV), lens.reshape(B, 1).to(DEV),
-                       out, ws, torch.zeros(8, dtype=torch.int32, device=DEV), ps, q_scale=0.5,
-                       kv_scale=torch.tensor([1.5], device=DEV))
+                       out, ws, torch.zeros(8, dtype=torch.int32, device=DEV), ps,
+                       q_scale=0.5 / 24.0, kv_scale=torch.tensor([1.5], device=DEV))
     torch.cuda.synchronize()
-    ref = _mla_ref(q, kv, bt, lens, 0.5 * 1.5 / 24.0, 1.5)
+    ref = _mla_ref(q, kv, bt, lens, 0.5 / 24.0 * 1.5, 1.5)
     assert rel_err(out.cpu().reshape(B, H, 512), ref) < TOL
 
 
@@ -162,6 +163,32 @@ def test_context_not_implemented_on_gpu(ws):
     assert (out == 5.0).all()
 
 
+def _capture(call):
+    """call() once on a side stream (plans the workspace), then captured in a CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph
+
+
+def _replay_steps(call, graph, lens, new_lens, out, steps, check):
+    """Per step: new lengths into `lens`, re-plan under fiattn.plan_only(), poison out,
+    replay the graph, check(step)."""
+    for step in range(steps):
+        lens.copy_(new_lens())
+        with fiattn.plan_only():
+            call()
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(step)
+
+
 def test_graph_capture_replay_with_changing_lengths(ws):
     """Plan outside, capture the run, re-plan (fiattn.plan_only) + replay per step."""
     g = torch.Generator().manual_seed(77)
@@ -177,23 +204,11 @@ def test_graph_capture_replay_with_changing_lengths(ws):
         fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(q, kv, ws, 128, 512, 64, bt, lens, 0,
                                                          out=out, bmm1_scale=0.05)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        call()  # plans the workspace
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    for step in range(4):
-        lens.copy_(_lens(B, ppr * ps, g))
-        with fiattn.plan_only():
-            call()
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+    def check(step):
         ref = _mla_ref(q.cpu(), kv.cpu(), bt.cpu(), lens, 0.05)
         assert rel_err(out.cpu().reshape(B, H, 512), ref) < TOL, step
+
+    _replay_steps(call, _capture(call), lens, lambda: _lens(B, ppr * ps, g), out, 4, check)
 
 
 def test_wrapper_cuda_graph_mode(ws):
@@ -263,3 +278,96 @@ def test_flashinfer_side_by_side(ws):
     (o1, l1), (o2, l2) = results
     assert rel_err(o1.float(), o2.float()) < 1e-2
     assert torch.allclose(l1, l2, atol=1e-2, rtol=1e-2)  # both base 2
+
+
+def _nvfp4_case(B, H, Hkv, D, ps, ppr, g):
+    """Random NVFP4 K / V (e2m1 bytes, e4m3 block scales in [2^-4, 0.5]) in the canonical
+    NHD layout [pages, page_size, H_kv, D / 2] / [.., D / 16], their fp64 dequantisation,
+    bf16 q, block tables and lengths."""
+    P = B * ppr + 3
+    vals = [torch.randint(0, 256, (P, ps, Hkv, D // 2), dtype=torch.uint8, generator=g)
+            for _ in range(2)]
+    sfs = [torch.randint(0x18, 0x31, (P, ps, Hkv, D // 16), dtype=torch.uint8, generator=g)
+           for _ in range(2)]
+    deq = [nvfp4_dequant(v, s) for v, s in zip(vals, sfs)]
+    q = torch.randn(B, H, D, generator=g).bfloat16()
+    bt = torch.randperm(P, generator=g)[:B * ppr].to(torch.int32).reshape(B, ppr)
+    lens = _lens(B, ppr * ps, g)
+    return vals, sfs, deq, q, bt, lens
+
+
+@pytest.mark.parametrize("layout,form,D,ps", [("NHD", "single", 128, 64), ("HND", "tuple", 64, 16),
+                                              ("NHD", "tuple", 256, 32), ("HND", "single", 128, 16)])
+def test_gqa_decode_nvfp4(ws, layout, form, D, ps):
+    """NVFP4 KV against the fp64 reference on the same dequantisation (e2m1 x e4m3 block
+    scale); the global scales gk / gv folded into bmm1 / bmm2 as the reference API does.
+    The second call (new lengths) takes the recorded fast path."""
+    g = torch.Generator().manual_seed(D + ps)
+    B, H, Hkv = 5, 16, 2
+    vals, sfs, deq, q, bt, lens = _nvfp4_case(B, H, Hkv, D, ps, 12, g)
+    gk, gv = 0.8, 0.6
+    bmm1, bmm2 = 0.5 * D ** -0.5 * gk, gv
+    perm = (lambda x: x.transpose(1, 2).contiguous()) if layout == "HND" else (lambda x: x)
+    if form == "single":
+        kv = torch.stack([perm(vals[0]), perm(vals[1])], 1).to(DEV)
+        sf = torch.stack([perm(sfs[0]), perm(sfs[1])], 1).to(DEV)
+    else:
+        kv = (perm(vals[0]).to(DEV), perm(vals[1]).to(DEV))
+        sf = (perm(sfs[0]).to(DEV), perm(sfs[1]).to(DEV))
+    out = torch.full((B, H, D), float("nan"), dtype=torch.bfloat16, device=DEV)
+    btd = bt.to(DEV)
+    for step in range(2):
+        if step:
+            lens = _lens(B, 12 * ps, g)
+            out.fill_(float("nan"))
+        r = fiattn.decode.xqa_batch_decode_with_kv_cache(
+            q.to(DEV), kv, ws, btd, lens, int(lens.max()), bmm1_scale=bmm1, bmm2_scale=bmm2,
+            out=out, kv_layout=layout, kv_cache_sf=sf)
+        torch.cuda.synchronize()
+        assert r is out and not torch.isnan(out).any()
+        ref, _ = paged_attention_ref(q.float(), deq[0] * gk, deq[1] * gv, bt.tolist(),
+                                     lens.tolist(), [1] * B, list(range(B)), bmm1 / gk,
+                                     bmm2 / gv)
+        assert rel_err(out.cpu(), ref) < TOL, step
+    assert len(fiattn.cached_entry(ws).memo) == 1
+
+
+def test_gqa_decode_nvfp4_misaligned_scales_raise_before_launch(ws):
+    g = torch.Generator().manual_seed(3)
+    vals, sfs, _, q, bt, lens = _nvfp4_case(2, 8, 1, 128, 16, 4, g)
+    kv = torch.stack(vals, 1).to(DEV)
+    sf = torch.stack(sfs, 1).to(DEV)
+    buf = torch.zeros(sf.numel() + 8, dtype=torch.uint8, device=DEV)
+    shifted = buf[1:1 + sf.numel()].view(sf.shape)
+    out = torch.full((2, 8, 128), 7.0, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(fiattn.FiattnValueError, match="FI_ERR_MISALIGNED_POINTER"):
+        fiattn.decode.xqa_batch_decode_with_kv_cache(q.to(DEV), kv, ws, bt.to(DEV), lens, 64,
+                                                     out=out, kv_cache_sf=shifted)
+    torch.cuda.synchronize()
+    assert (out == 7.0).all()
+
+
+def test_gqa_graph_capture_replay_with_changing_lengths(ws):
+    """xqa_batch_decode: plan outside, capture, re-plan (fiattn.plan_only) + replay."""
+    g = torch.Generator().manual_seed(78)
+    B, H, Hkv, D, ps, ppr = 8, 32, 8, 128, 16, 30
+    P = B * ppr
+    kv = torch.randn(P, 2, ps, Hkv, D, generator=g).bfloat16().to(DEV)
+    q = torch.randn(B, H, D, generator=g).bfloat16().to(DEV)
+    bt = torch.randperm(P, generator=g).to(torch.int32).reshape(B, ppr).to(DEV)
+    lens = _lens(B, ppr * ps, g)
+    out = torch.empty(B, H, D, dtype=torch.bfloat16, device=DEV)
+
+    def call():
+        fiattn.decode.xqa_batch_decode_with_kv_cache(q, kv, ws, bt, lens, 0, bmm1_scale=0.08,
+                                                     out=out)
+
+    kc = kv.cpu()
+
+    def check(step):
+        ref, _ = paged_attention_ref(q.float().cpu(), kc[:, 0].float(), kc[:, 1].float(),
+                                     bt.cpu().tolist(), lens.tolist(), [1] * B, list(range(B)),
+                                     0.08)
+        assert rel_err(out.cpu(), ref) < TOL, step
+
+    _replay_steps(call, _capture(call), lens, lambda: _lens(B, ppr * ps, g), out, 3, check)
