@@ -103,6 +103,23 @@ class PlanEntry:
         self._pending = True
         return h
 
+    def host_page_table(self, x):
+        """The host int32 table the planner validates for page table x: x itself (contiguous)
+        when it is on the CPU; for a device tensor a cached all-zero host table of its shape,
+        so no copy or stream synchronisation is needed.  The kernel reads the device table;
+        its page ids are then not range-checked on the host (an out-of-range id is the
+        caller's error, as in FlashInfer), while every length rule still is."""
+        t = torch()
+        if x.device.type == "cpu":
+            if x.dtype != t.int32:
+                x = x.view(t.int32)
+            return x if x.is_contiguous() else x.contiguous()
+        z = self.bufs.get("zero_page_table")
+        if z is None or z.numel() < x.numel():
+            z = t.zeros(max(x.numel(), 64) * 2, dtype=t.int32)
+            self.bufs["zero_page_table"] = z
+        return z[:x.numel()].view(x.shape)
+
     def sync(self):
         if getattr(self, "_pending", False):
             torch().cuda.current_stream().synchronize()
@@ -392,7 +409,7 @@ def fast_call(entry, f, ts):
         b = f.batch
         bt, sl = ts[f.bt], ts[f.sl]  # int32 / uint32 (same bits), checked when recorded
         if not f.bt_host:
-            bt = entry.host_i32("block_tables", bt)
+            bt = entry.host_page_table(bt)
         if not f.sl_host:
             sl = entry.host_i32("seq_lens", sl)
         elif not sl.is_contiguous():

@@ -117,9 +117,10 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
         workspace_buffer: device buffer holding the plan and split partials, at least
             fiattn.workspace_size(...) bytes (WorkspaceTooSmallError otherwise), 256-byte
             aligned; plan cached per buffer; caller-owned.
-        block_tables: int32 [batch_size, max_pages_per_seq], contiguous, on the device;
-            read on the host too (the planner checks the used page indices): one
-            device-to-host copy + stream synchronisation per call for a CUDA tensor.
+        block_tables: int32 [batch_size, max_pages_per_seq], contiguous, on the device
+            (read by the kernel only: no copy, no sync; its page indices are not checked
+            on the host, an index >= the cache's pages is the caller's error as in
+            FlashInfer) or on the CPU (the planner checks the used indices).
         seq_lens: uint32 / int32 [batch_size] KV lengths (tokens, query rows included);
             read on the host (device tensor: one copy + stream sync).
         max_seq_len: accepted for compatibility; not needed.
@@ -263,7 +264,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
 
     def make_batch(entry):
         built.append(1)
-        bt = entry.host_i32("block_tables", block_tables)
+        bt = entry.host_page_table(block_tables)
         sl = entry.host_i32("seq_lens", seq_lens)
         entry.sync()
         b.form = C.FI_FORM_BLOCK_TABLES

@@ -94,7 +94,9 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
         qk_nope_head_dim: must be 128 (only documents the pre-absorption head dim).
         kv_lora_rank: must be 512.   qk_rope_head_dim: must be 64.
         block_tables: int32 [batch_size, max_pages_per_seq] on the query's device,
-            contiguous; page indices < num_pages for the pages each request uses.
+            contiguous; page indices < num_pages for the pages each request uses (read by
+            the kernel only: not checked on the host, no copy, no sync; a CPU tensor is
+            checked by the planner).
         seq_lens: int32 / uint32 [batch_size] KV lengths in tokens (the query rows
             included), any device: it is read on the host (a CUDA tensor costs a
             device-to-host copy and a stream synchronisation; pass a CPU tensor to avoid it).
@@ -214,7 +216,7 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
 
     def make_batch(entry):
         built.append(1)
-        bt = entry.host_i32("block_tables", block_tables)
+        bt = entry.host_page_table(block_tables)
         sl = entry.host_i32("seq_lens", seq_lens)
         entry.sync()
         b.form = C.FI_FORM_BLOCK_TABLES

@@ -39,7 +39,9 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
         workspace_buffer: plan + partials, >= fiattn.workspace_size(...) bytes (GPU); any
             tensor on the CPU path (used as the plan cache key).
         block_tables: int32 [batch_size, max_pages] (uses_shared_paged_kv_idx=True) or
-            [batch_size, 2, max_pages] (False: K pages in [:, 0], V pages in [:, 1]).
+            [batch_size, 2, max_pages] (False: K pages in [:, 0], V pages in [:, 1]); a
+            device tensor is read by the kernel only (page indices not checked on the
+            host), a CPU one is checked by the planner.
         seq_lens: uint32 / int32 [batch_size] KV lengths; must equal the cum_seq_lens_kv
             differences.
         max_q_len, max_kv_len: accepted for compatibility; not needed.
@@ -125,7 +127,7 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
     caps.num_ctas = num_ctas_for(device)
 
     def make_batch(entry):
-        bt = entry.host_i32("block_tables", block_tables)
+        bt = entry.host_page_table(block_tables)
         sl = entry.host_i32("seq_lens", seq_lens)
         hq = entry.host_i32("cum_q", cq)
         hk = entry.host_i32("cum_kv", ck)

@@ -69,6 +69,31 @@ def test_trtllm_mla(ws, dtype, B, ql, H, ps, max_len):
     assert rel_err(out.cpu().reshape(B * ql, H, 512), ref) < TOL
 
 
+def test_device_block_tables_need_no_sync(ws, monkeypatch):
+    """A CUDA block_tables with CPU seq_lens: no device-to-host copy, no stream or device
+    synchronisation on the first or the repeat (fast-path) call, and the right result."""
+    g = torch.Generator().manual_seed(11)
+    q, kv, bt, lens = _mla_case(6, 1, 16, 64, 900, torch.bfloat16, g)
+    qd, kvd, btd = q.to(DEV), kv.to(DEV), bt.to(DEV)
+    torch.cuda.synchronize()
+
+    def refuse(*a, **k):
+        raise AssertionError("fiattn synchronised")
+    monkeypatch.setattr(torch.cuda.Stream, "synchronize", refuse)
+    monkeypatch.setattr(torch.cuda, "synchronize", refuse)
+    outs = []
+    for _ in range(2):
+        out = torch.full((6, 1, 16, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+        fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(qd, kvd, ws, 128, 512, 64, btd, lens, 900,
+                                                          out=out, bmm1_scale=0.1)
+        outs.append(out)
+    monkeypatch.undo()
+    torch.cuda.synchronize()
+    ref = _mla_ref(q, kv, bt, lens, 0.1)
+    for out in outs:
+        assert rel_err(out.cpu().reshape(6, 16, 512), ref) < TOL
+
+
 def test_xqa_mla_bf16(ws):
     g = torch.Generator().manual_seed(9)
     B, H, ps = 9, 128, 64
