@@ -19,7 +19,12 @@
  *     NaN (a NaN bmm2_scale: out only).  A NaN at dim d of V of a key the row sees makes
  *     out[d] of the row NaN (IEEE: a zero weight times NaN is NaN); its lse and other
  *     dims are unaffected.  Rows that do not see the key (masked by causal / window_left,
- *     other requests, other KV heads) get exactly what they get without the NaN.
+ *     other requests, other KV heads) get exactly what they get without the NaN, with one
+ *     GPU exception: the rows of a request's KV head share fi_run's P . V matmul, so a
+ *     NaN / inf in V at a key masked for one of them but seen by another (causal
+ *     spec-decoding rows, window edges) also reaches the masked row's out in that dim
+ *     (its zero weight times NaN); the CPU executors skip the key.  A NaN in K of a
+ *     masked key never reaches the row (its logit is replaced before use).
  *   - A logit of +inf (an inf in q or K, or an overflowing dot product; an inf that meets
  *     a zero or an opposite inf gives NaN instead) makes the row's out and lse NaN, as
  *     softmax does (inf - inf).  A sink of +inf likewise.
