@@ -7,8 +7,11 @@
 # head counts, batch sizes, steps, q_len and CTA counts; seeded random-length batches;
 # sliding windows; context prefill and mixed batches) with both binaries (`--json`,
 # no timing) and compares the JSON files byte for byte.  Prints one line per differing
-# batch (its arguments and both builds' max CTA cost, items and groups) and a summary;
-# exit status 0 if every plan is identical, 1 otherwise, 2 on a usage or run error.
+# batch (its arguments, both builds' max CTA cost, items and groups, and the verdict of
+# scripts/plan_quality.py: both plans' max CTA cost and executor-model score, worse /
+# better / equal) and a summary with the count of each verdict; exit status 0 if every
+# plan is identical, 1 if some differ but none is worse, 3 if one is worse, 2 on a usage
+# or run error.
 # Use it before landing any planner change (docs/perf-log.md: "plans byte-identical").
 set -eu
 if [ $# -lt 2 ]; then
@@ -69,6 +72,9 @@ cases() {
 
 n=0
 diff=0
+worse=0
+better=0
+HERE=$(dirname "$0")
 cases >"$WORK/cases.txt"
 while IFS= read -r args; do
     n=$((n + 1))
@@ -81,8 +87,15 @@ while IFS= read -r args; do
     if ! cmp -s "$WORK/old/$n.json" "$WORK/new/$n.json"; then
         diff=$((diff + 1))
         fig() { sed -n 's/.*"num_items": \([0-9]*\), "num_groups": \([0-9]*\).*"max_cta_cost": \([0-9]*\).*/max \3 items \1 groups \2/p' "$1"; }
-        echo "differs: $(echo "$args" | cut -c1-100) | old $(fig "$WORK/old/$n.json") | new $(fig "$WORK/new/$n.json")"
+        q=$(python3 "$HERE/plan_quality.py" "$WORK/old/$n.json" "$WORK/new/$n.json" 2>&1 || true)
+        case $q in
+        *"| better") better=$((better + 1)) ;;
+        *"| equal") ;;
+        *) worse=$((worse + 1)) ;; # worse, or not comparable (a failed run)
+        esac
+        echo "differs: $(echo "$args" | cut -c1-100) | old $(fig "$WORK/old/$n.json") | new $(fig "$WORK/new/$n.json") | $q"
     fi
 done <"$WORK/cases.txt"
-echo "$n batches, $diff differ (JSON in $WORK)"
+echo "$n batches, $diff differ: $better better, $worse worse, $((diff - better - worse)) equal in max CTA cost and model (JSON in $WORK)"
+[ "$worse" -eq 0 ] || exit 3
 [ "$diff" -eq 0 ]
