@@ -146,7 +146,8 @@ template <typename T, typename KV, int D> struct GqaFamily {
             const unsigned char *sSf = sK + G::kSfOff;
             qk_t<C, kKind, G, D, kNT>(sK, sSf, ln.lane, qf, s);
             uint32_t pb[kNT][2];
-            softmax_t<C, D, kNT>(ctx, ln.g, t0, lo, hi, s, a, pb);
+            softmax_t<C, D, kNT>(kKind == 2 ? ctx.scale_log2 * kFp4Up : ctx.scale_log2, ln.g, t0, lo, hi, s, a,
+                                 pb);
             pv_t<C, kKind, G, D, kNT>(sK + G::kSlotTokens * G::kKvPitch, sSf + G::kSlotTokens * (D / 16), ln.lane,
                                       pb, a);
         }

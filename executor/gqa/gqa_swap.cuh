@@ -92,6 +92,22 @@ __device__ __forceinline__ int lane_off_vt(int lane, int pitch) {
     return ((lane & 7) + ((lane >> 4) & 1) * 8) * pitch + ((lane >> 3) & 1) * 16;
 }
 
+/* NVFP4 here leaves the 2^-6 of e2m1_bytes_to_e4m3 in K and V (the 16-row path multiplies
+ * every block scale by 64 instead) and takes it back in fp32: scores x kFp4Up before the
+ * softmax, outputs x kFp4Up at the store.  The fp16 products e2m1 x 2^-6 x scale stay
+ * exact (>= 2^-16 with at most 6 significant bits, inside fp16's subnormal grid). */
+constexpr float kFp4Up = 64.f;
+/* Word w of token tok's block-scale row (D / 16 e4m3 bytes, 4-byte aligned). */
+template <int D>
+__device__ __forceinline__ uint32_t sf_word(const unsigned char *sSf, int tok, int w) {
+    return reinterpret_cast<const uint32_t *>(sSf + tok * (D / 16))[w];
+}
+/* Byte i of words a and b (two block scales) as an fp16 pair. */
+__device__ __forceinline__ __half2 sf_pair_raw(uint32_t a, uint32_t b, uint32_t i) {
+    const uint32_t h = e4m3x2_to_f16x2(__byte_perm(a, b, i | ((i + 4) << 4)));
+    return *reinterpret_cast<const __half2 *>(&h);
+}
+
 /* S^T = K Q^T for a slot's NT 16-token tiles (G: the slot geometry).  sK: K rows (pitch kKvPitch); sSf: NVFP4
  * scale rows of K (D / 16 bytes a token). */
 template <typename C, int KIND, class G, int D, int NT>
@@ -146,8 +162,8 @@ __device__ __forceinline__ void qk_t(const unsigned char *sK, const unsigned cha
                 for (int u = 0; u < 2; ++u) {
                     const int tok = 16 * t + 8 * u + g;
                     const uint32_t w = *reinterpret_cast<const uint32_t *>(sK + tok * G::kKvPitch + 16 * c + 4 * q4);
-                    const uint32_t b = sSf[tok * (D / 16) + 2 * c + (q4 >> 1)];
-                    sc[u] = sf_pair(b, b);
+                    const uint32_t sw = sf_word<D>(sSf, tok, c >> 1); /* block 2 c + q4 / 2 */
+                    sc[u] = sf_pair_raw(sw, sw, 2 * (c & 1) + (q4 >> 1));
                     ev[u] = e2m1_bytes_to_e4m3(w);
                     od[u] = e2m1_bytes_to_e4m3(w >> 4);
                 }
@@ -169,7 +185,7 @@ __device__ __forceinline__ void qk_t(const unsigned char *sK, const unsigned cha
 /* Mask, online softmax update (rows 2 q4, 2 q4 + 1: their tokens are spread over the 8
  * lanes of equal q4), and P^T as B fragments: pb[t][0] tokens 16 t + 0..7, pb[t][1] + 8..15. */
 template <typename C, int D, int NT>
-__device__ __forceinline__ void softmax_t(const RunCtx &ctx, int g, int t0, const int *lo, const int *hi,
+__device__ __forceinline__ void softmax_t(float scale_log2, int g, int t0, const int *lo, const int *hi,
                                           float (&s)[NT][4], AccT<D> &a, uint32_t (&pb)[NT][2]) {
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
@@ -178,7 +194,7 @@ __device__ __forceinline__ void softmax_t(const RunCtx &ctx, int g, int t0, cons
         for (int e = 0; e < 4; ++e) {
             const int i = e & 1;
             const int tok = t0 + 16 * t + g + 8 * (e >> 1);
-            const float v = s[t][e] * ctx.scale_log2;
+            const float v = s[t][e] * scale_log2;
             s[t][e] = tok >= lo[i] && tok <= hi[i] ? v : -CUDART_INF_F;
             mx[i] = fmaxf(mx[i], s[t][e]);
         }
@@ -257,8 +273,10 @@ __device__ __forceinline__ void pv_t(const unsigned char *sV, const unsigned cha
                 uint32_t x[4][4]; /* [r][j] */
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    const int tk = 16 * t + 8 * (r >> 1) + 2 * q4, blk = 4 * cc + 2 * (r & 1) + (g >> 2);
-                    const __half2 s2 = sf_pair(sSf[tk * (D / 16) + blk], sSf[(tk + 1) * (D / 16) + blk]);
+                    /* block 4 cc + 2 (r % 2) + g / 4 of tokens tk, tk + 1: word cc */
+                    const int tk = 16 * t + 8 * (r >> 1) + 2 * q4;
+                    const __half2 s2 = sf_pair_raw(sf_word<D>(sSf, tk, cc), sf_word<D>(sSf, tk + 1, cc),
+                                                   2 * (r & 1) + (g >> 2));
                     const uint32_t e02 = bytes2(e2m1_bytes_to_e4m3(v[r]), 0x3120u);
                     const uint32_t e13 = bytes2(e2m1_bytes_to_e4m3(v[r] >> 4), 0x3120u);
                     x[r][0] = hmul2u(e4m3x2_to_f16x2(e02), s2);
@@ -342,7 +360,8 @@ __device__ __forceinline__ void store_t(unsigned char *smem, const fi_gqa_params
         const float lse_keys = l == 0.f ? -CUDART_INF_F : (mt[i] + log2f(l)) * kLn2;
         const int h = it.head_begin + r % nh;
         const float lse = c.sinks && !split && r < M ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
-        const float f = l == 0.f ? 0.f : split ? 1.f / l : ctx.scale2 / l * expf(lse_keys - lse);
+        const float up = KIND == 2 ? kFp4Up : 1.f;
+        const float f = l == 0.f ? 0.f : split ? up / l : up * ctx.scale2 / l * expf(lse_keys - lse);
 #pragma unroll
         for (int n = 0; n < D / 16; ++n)
 #pragma unroll
