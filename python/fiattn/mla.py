@@ -168,7 +168,7 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
         raise ValueError(f"fiattn: kv_cache's last dim must be 576, got {kshape[2]}")
     num_pages, page_size = kshape[0], kshape[1]
     check_block_tables(block_tables, "block_tables", device, B)
-    seq_lens = check_lengths(seq_lens, "seq_lens", B)
+    check_lengths(seq_lens, "seq_lens", B)  # any shape of B elements: read as one row
     o_dt = query.dtype if query.dtype in float_dtypes() else t.bfloat16
     out_alloc = None
     if out is None:
@@ -238,10 +238,10 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
                 return
             rope = 512 * query.element_size()
             E.remember(entry, key, E.FastCall(
-                args, b, ((args.q, 0, 0), (args.q_rope, 0, rope), (args.k, 1, 0),
-                          (args.k_rope, 1, rope), (args.page_table, 2, 0), (args.out, 4, 0)),
-                2, 3, block_tables.device.type == "cpu",
-                seq_lens.device.type == "cpu", B * qlen,
+                entry, args, b, ((args.q, 0, 0), (args.q_rope, 0, rope), (args.k, 1, 0),
+                                 (args.k_rope, 1, rope), (args.page_table, 2, 0),
+                                 (args.out, 4, 0)),
+                (query, cache, block_tables, seq_lens, out), 2, 3, B * qlen,
                 out_rows, out_alloc, _FAMILY, dts, device))
     E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY, dts, out_rows,
              record=record)
@@ -434,7 +434,8 @@ class BatchMLAPagedAttentionWrapper:
         self._entry = entry
         self._planned = dict(B=B, q_tokens=q_tokens, heads=int(num_heads),
                              page_size=int(page_size), q_dt=q_dt, kv_dt=kv_dt, o_dt=o_dt,
-                             sm_scale=float(sm_scale), table=table, nnz=nnz)
+                             sm_scale=float(sm_scale), table=table, nnz=nnz,
+                             table_ptr=table.data_ptr(), table_n=table.numel())
         # run()'s checks depend on these (and the tensors); the table and scale do not
         psig = (entry, q_tokens, int(num_heads), int(page_size), q_dt, kv_dt, o_dt,
                 entry.caps.num_pages)
@@ -539,7 +540,7 @@ class BatchMLAPagedAttentionWrapper:
         args.bmm2_scale = 1.0
         set_pdl(args, None, device)
         host = device.type == "cpu"
-        if not host and t.cuda.is_current_stream_capturing():
+        if not host and E.cuda().capturing():
             e.captured_rows = rows if e.captured_rows is None else min(e.captured_rows, rows)
         dts = (p["q_dt"], p["kv_dt"], p["o_dt"])
         E.execute(e, args, device, _FAMILY, dts)
@@ -548,8 +549,8 @@ class BatchMLAPagedAttentionWrapper:
                 self._run_memo.clear()
             kpe_off = (kpe.data_ptr() - kpe_cache.data_ptr())
             self._run_memo[key] = (
-                args, (rows, H, 512) if out_new else None, (rows, H) if lse_new else None,
-                kpe_off, dts, rows)
+                args, ctypes.byref(args), (rows, H, 512) if out_new else None,
+                (rows, H) if lse_new else None, kpe_off, dts, rows)
         if lse is not None and not return_lse_base_on_e:
             lse.mul_(LOG2E)
         return (out, lse) if return_lse else out
@@ -558,36 +559,39 @@ class BatchMLAPagedAttentionWrapper:
                   base_e):
         """run() with the signature of an earlier successful run under this plan shape:
         the checks passed then and pass now; refresh the addresses, table and scale."""
-        args, out_shape, lse_shape, kpe_off, dts, rows = fast
-        t = torch()
-        device = self._device
-        cuda = device.type == "cuda"
+        args, args_ref, out_shape, lse_shape, kpe_off, dts, rows = fast
+        e = self._entry
+        cuda = not e.host
         if cuda:
-            require_device(device)
+            cu = E.cuda()
+            index = self._device.index
+            if cu.device() != index:
+                E.check_current_device(index)
         if out_shape is not None:
-            out = t.empty(out_shape, dtype=p["o_dt"], device=device)
+            out = torch().empty(out_shape, dtype=p["o_dt"], device=self._device)
         if lse_shape is not None:
-            lse = t.empty(lse_shape, dtype=t.float32, device=device)
+            lse = torch().empty(lse_shape, dtype=torch().float32, device=self._device)
         args.q.data = q_nope.data_ptr()
         args.q_rope.data = q_pe.data_ptr()
         args.k.data = ckv_cache.data_ptr()
         args.k_rope.data = kpe_cache.data_ptr() + kpe_off
-        tab = p["table"]
         pt = args.page_table
-        pt.data = tab.data_ptr()
-        pt.shape[0] = tab.numel()
+        pt.data = p["table_ptr"]
+        pt.shape[0] = p["table_n"]
         args.out.data = out.data_ptr()
         if lse is not None:
             args.lse.data = lse.data_ptr()
         args.bmm1_scale = p["sm_scale"]
-        e = self._entry
-        stream = None
+        lib = C.lib()
         if cuda:
-            if t.cuda.is_current_stream_capturing():
+            if cu.capturing():
                 e.captured_rows = rows if e.captured_rows is None else min(e.captured_rows,
                                                                            rows)
-            stream = E.stream_handle(device)
-        E.execute(e, args, device, _FAMILY, dts, stream)
+            st = lib.fi_run(e.plan, args_ref, cu.stream(index))
+        else:
+            st = lib.fi_ref_run(e.plan, args_ref)
+        if st:
+            E.run_failed(e, st, _FAMILY, dts)
         if lse is not None and not base_e:
             lse.mul_(LOG2E)
         return (out, lse) if return_lse else out
