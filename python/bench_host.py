@@ -16,10 +16,12 @@ single tensor.  Rows:
 Host us: each call timed alone with the GPU drained before it (torch.cuda.synchronize()
 outside the timed region), median of --calls.  Draining matters: back-to-back plan + run
 calls queue GPU work faster than it drains, and fiattn's double-buffered plan staging (or
-a device-to-host copy) then waits for the queue, so a loop would time the kernels.  Every
-functional call here includes one device-to-host copy of block_tables + a stream sync (the
-planner checks page indices on the host).  "python over C": the row minus the C calls it
-makes (run: fi_run; plan: fi_plan_update; functional: both).
+a device-to-host copy) then waits for the queue, so a loop would time the kernels.  The
+functional calls' block_tables is on the device (never copied: the planner validates the
+lengths against a host table of zeros).  "python over C": the row minus the C floor rows
+of the calls it makes (run: fi_run; plan: fi_plan_update; functional: both), timed alone;
+"python over C timed inside": the call minus its own C calls, each timed where it runs
+(the two differ by what the C calls cost in the call's cache and driver state).
 CUDA graph us: the call (run only; plans happen before capture) captured once and
 replayed, each replay timed by CUDA events, median.
 FlashInfer: imported if installed (`--flashinfer none` skips it); each API that fails
@@ -69,32 +71,74 @@ def fmt(x):
 
 
 def render_table(rows, title):
-    """rows: dicts with api, call, host, over (python over C), graph (us or None), note."""
+    """rows: dicts with api, call, host, over (python over C), inside (python over the C
+    calls timed inside the call), graph (us or None), note."""
     out = [f"### {title}", "",
-           "| API | call | host us / call | python over C us | CUDA graph us / call |",
-           "|---|---|---:|---:|---:|"]
+           "| API | call | host us / call | python over C us | python over C timed inside us "
+           "| CUDA graph us / call |",
+           "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         call = r["call"] + (f" ({r['note']})" if r.get("note") else "")
         out.append(f"| {r['api']} | {call} | {fmt(r.get('host'))} | {fmt(r.get('over'))} | "
-                   f"{fmt(r.get('graph'))} |")
+                   f"{fmt(r.get('inside'))} | {fmt(r.get('graph'))} |")
     return "\n".join(out)
 
 
 # ---- timing -----------------------------------------------------------------------------
-def host_us(torch, fn, calls, cuda=True):
-    """Median host time of fn() with the GPU drained before each call."""
+def host_us(torch, fn, calls, cuda=True, timed=None):
+    """Median host time of fn() with the GPU drained before each call; less the C time a
+    TimedLib `timed` summed during the call, when given."""
     for _ in range(10):
         fn()
     ts = []
     for _ in range(calls):
         if cuda:
             torch.cuda.synchronize()
+        if timed is not None:
+            timed.acc = 0.0
         t0 = time.perf_counter()
         fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(time.perf_counter() - t0 - (0.0 if timed is None else timed.acc))
     if cuda:
         torch.cuda.synchronize()
     return statistics.median(ts) * 1e6
+
+
+class TimedLib:
+    """libfiattn with fi_run / fi_ref_run / fi_plan_update timed (perf_counter around each
+    call, summed in .acc): the C time inside a fiattn call, against the floor measured
+    alone (cache and driver state differ between the two)."""
+
+    HOT = ("fi_run", "fi_ref_run", "fi_plan_update")
+
+    def __init__(self, real):
+        self._real = real
+        self.acc = 0.0
+        for n in self.HOT:
+            setattr(self, n, self._timed(getattr(real, n)))
+
+    def _timed(self, f):
+        def timed(*args):
+            t0 = time.perf_counter()
+            try:
+                return f(*args)
+            finally:
+                self.acc += time.perf_counter() - t0
+        return timed
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def python_inside_us(torch, C, fn, calls, cuda=True):
+    """Median of (host time of fn() minus the C calls timed inside it), GPU drained before
+    each call; the timing wrappers' own cost (well under 1 us) is left in."""
+    real = C.lib()
+    C._lib = timed = TimedLib(real)
+    try:
+        return host_us(torch, fn, calls, cuda, timed)
+    finally:
+        C._lib = real
 
 
 def graph_us(torch, fn, reps=50):
@@ -185,25 +229,27 @@ def fiattn_rows(torch, fiattn, C, E, x, ws, ws_g, calls, rows):
     plan = host_us(torch, lambda: w.plan(*x.plan_args), calls)
     gr = graph_us(torch, lambda: w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out))
     rows.append(dict(api="fiattn", call="BatchMLAPagedAttentionWrapper.plan (CPU arrays)",
-                     host=plan, over=plan - c_plan))
+                     host=plan, over=plan - c_plan,
+                     inside=python_inside_us(torch, C, lambda: w.plan(*x.plan_args), calls)))
     rows.append(dict(api="fiattn", call="BatchMLAPagedAttentionWrapper.run", host=run,
-                     over=run - c_run, graph=gr))
+                     over=run - c_run, graph=gr, inside=python_inside_us(
+                         torch, C, lambda: w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out), calls)))
 
     def functional(sl, ws_):
         return lambda: fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(
             x.q4, x.cache, ws_, 128, 512, 64, x.bt, sl, x.L, out=x.out4, bmm1_scale=0.07)
-    fiattn_functional(torch, E, lib, stream, ws, functional(x.lens, ws),
+    fiattn_functional(torch, C, E, lib, stream, ws, functional(x.lens, ws),
                       functional(x.lens_dev, ws), "trtllm_batch_decode_with_kv_cache_mla",
                       calls, rows)
 
     def gqa(sl):
         return lambda: fiattn.decode.xqa_batch_decode_with_kv_cache(
             x.gq, x.gkv, ws_g, x.bt, sl, x.L, bmm1_scale=x.gqa_scale, out=x.gout)
-    fiattn_functional(torch, E, lib, stream, ws_g, gqa(x.lens), gqa(x.lens_dev),
+    fiattn_functional(torch, C, E, lib, stream, ws_g, gqa(x.lens), gqa(x.lens_dev),
                       "xqa_batch_decode_with_kv_cache", calls, rows)
 
 
-def fiattn_functional(torch, E, lib, stream, ws, call_host_lens, call_dev_lens, name, calls,
+def fiattn_functional(torch, C, E, lib, stream, ws, call_host_lens, call_dev_lens, name, calls,
                       rows):
     """Rows for a functional API: C floor (its recorded plan + run), host time with CPU and
     CUDA seq_lens, graph time."""
@@ -219,10 +265,11 @@ def fiattn_functional(torch, E, lib, stream, ws, call_host_lens, call_dev_lens, 
     h = host_us(torch, call_host_lens, calls)
     gr = graph_us(torch, call_host_lens)
     rows.append(dict(api="fiattn", call=f"{name}, CPU seq_lens", host=h, over=h - c_both,
-                     graph=gr))
+                     graph=gr, inside=python_inside_us(torch, C, call_host_lens, calls)))
     h = host_us(torch, call_dev_lens, calls)
     rows.append(dict(api="fiattn", call=f"{name}, CUDA seq_lens", host=h, over=h - c_both,
-                     note="one more D2H copy"))
+                     note="one more D2H copy",
+                     inside=python_inside_us(torch, C, call_dev_lens, calls)))
 
 
 def flashinfer_rows(torch, x, dev, calls, rows, notes):

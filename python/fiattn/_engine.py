@@ -21,11 +21,15 @@ from .errors import FiattnError, FiattnNotImplementedError, WorkspaceTooSmallErr
 # Statistics the tests read: plans created since import.
 stats = {"plans_created": 0, "plans_destroyed": 0}
 
-_state = threading.local()
+class _State(threading.local):
+    plan_only = False  # a class default: reading it never raises (getattr's slow path)
+
+
+_state = _State()
 
 
 def _plan_only():
-    return getattr(_state, "plan_only", False)
+    return _state.plan_only
 
 
 @contextlib.contextmanager
@@ -62,6 +66,7 @@ class PlanEntry:
         self.bufs = {}
         self.memo = {}  # call signature -> FastCall (functional APIs' repeat calls)
         self.captured_rows = None  # smallest out row count captured in a CUDA graph
+        self._pending = False  # host_i32 copies not yet synchronised
         if host:
             st = C.lib().fi_plan_create(ctypes.byref(caps), None, 0, None,
                                         ctypes.byref(self.plan))
@@ -121,7 +126,7 @@ class PlanEntry:
         return z[:x.numel()].view(x.shape)
 
     def sync(self):
-        if getattr(self, "_pending", False):
+        if self._pending:
             torch().cuda.current_stream().synchronize()
             self._pending = False
 
@@ -236,19 +241,44 @@ def get_entry(workspace, caps, batch_size, q_tokens, host, capturing, fixed_size
     return e
 
 
-_raw_stream = None
+class _Cuda:
+    """torch's CUDA getters, bound once: the raw C entry points where torch has them (one C
+    call each, no torch.cuda.Stream object, no lazy-init check: a caller holds CUDA tensors,
+    so CUDA is initialised), else the public functions."""
+
+    def __init__(self):
+        t = torch()
+        c = t._C
+        self.device = getattr(c, "_cuda_getDevice", None) or t.cuda.current_device
+        self.capturing = (getattr(c, "_cuda_isCurrentStreamCapturing", None)
+                          or t.cuda.is_current_stream_capturing)
+        raw = getattr(c, "_cuda_getCurrentRawStream", None)
+        self.stream = raw or (lambda index: t.cuda.current_stream(index).cuda_stream)
+
+
+_cuda = None
+
+
+def cuda():
+    """The bound CUDA getters (_Cuda)."""
+    global _cuda
+    if _cuda is None:
+        _cuda = _Cuda()
+    return _cuda
+
+
+def check_current_device(index):
+    """ValueError unless the current CUDA device is `index` (the call's tensors' device):
+    fiattn launches on the current device and stream, as torch does."""
+    cur = cuda().device()
+    if cur != index:
+        raise ValueError(f"fiattn: inputs are on cuda:{index} but the current CUDA device is "
+                         f"cuda:{cur} (use torch.cuda.device(...))")
 
 
 def stream_handle(device):
-    """cudaStream_t of the current torch stream on `device` (an int), without building a
-    torch.cuda.Stream object when torch exposes the raw getter."""
-    global _raw_stream
-    t = torch()
-    if _raw_stream is None:
-        _raw_stream = getattr(t._C, "_cuda_getCurrentRawStream", False)
-    if _raw_stream and device.index is not None:
-        return _raw_stream(device.index)
-    return t.cuda.current_stream(device).cuda_stream
+    """cudaStream_t of the current torch stream on `device` (an int)."""
+    return cuda().stream(device.index if device.index is not None else cuda().device())
 
 
 def plan(entry, batch, device, stream=None):
@@ -274,7 +304,7 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
     when plan_only() suppressed the launch.  record(entry), when given, is called once the
     plan succeeded (the caller memoises the call for fast_call)."""
     host = device.type == "cpu"
-    capturing = (not host) and torch().cuda.is_current_stream_capturing()
+    capturing = (not host) and cuda().capturing()
     if not host:
         kind_supported_on_gpu(caps)
     entry = get_entry(workspace, caps, batch_size, q_tokens, host, capturing, fixed_sizes)
@@ -286,11 +316,8 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
             entry.captured_rows, out_rows)
     else:
         batch, total, keep = make_batch(entry)
-        if (_plan_only() and entry.captured_rows is not None and total > entry.captured_rows):
-            raise ValueError(
-                f"fiattn: this plan has {total} query tokens but a CUDA graph captured on "
-                f"this workspace_buffer holds {entry.captured_rows} rows; capture with "
-                f"tensors as large as the largest step (or fiattn.release_workspace)")
+        if _plan_only() and entry.captured_rows is not None and total > entry.captured_rows:
+            raise captured_rows_error(total, entry.captured_rows)
         plan(entry, batch, device)
         del keep
     if record is not None:
@@ -308,13 +335,16 @@ def execute(entry, args, device, family, dtypes_text, stream=None):
     lib = C.lib()
     if entry.host:
         st = lib.fi_ref_run(entry.plan, ctypes.byref(args))
-        what = "fi_ref_run"
     else:
         st = lib.fi_run(entry.plan, ctypes.byref(args),
                         stream_handle(device) if stream is None else stream)
-        what = "fi_run"
-    if not st:
-        return
+    if st:
+        run_failed(entry, st, family, dtypes_text)
+
+
+def run_failed(entry, st, family, dtypes_text):
+    """Raise the exception of fi_run / fi_ref_run status `st` (not FI_OK)."""
+    what = "fi_ref_run" if entry.host else "fi_run"
     if isinstance(dtypes_text, tuple):
         from ._common import dtypes_text as _text
         dtypes_text = _text(*dtypes_text)
@@ -326,6 +356,13 @@ def execute(entry, args, device, family, dtypes_text, stream=None):
     C.check(st, what, entry.plan)
 
 
+def captured_rows_error(total, rows):
+    return ValueError(
+        f"fiattn: this plan has {total} query tokens but a CUDA graph captured on this "
+        f"workspace_buffer holds {rows} rows; capture with tensors as large as the largest "
+        f"step (or fiattn.release_workspace)")
+
+
 # ---- repeat calls of the functional APIs ------------------------------------------------
 # A functional call whose arguments have the same signature as an earlier successful call
 # on the same workspace plan (every tensor's dtype, device, shape and strides; every other
@@ -333,7 +370,9 @@ def execute(entry, args, device, family, dtypes_text, stream=None):
 # data addresses.  The first such call records a FastCall on the plan entry; repeats only
 # refresh the addresses, re-plan (fi_plan_update: the lengths are data) and run.  Anything
 # that depends on data or on state outside the arguments (the current device, CUDA graph
-# capture, plan_only(), device-resident lengths) is still checked on every call.
+# capture, plan_only(), device-resident lengths) is still checked on every call; what
+# depends only on the signature (contiguity, which tensors live on the host, the host
+# page table standing in for a device one, ctypes references) is settled when recording.
 _MEMO_MAX = 64
 
 
@@ -343,24 +382,42 @@ def tensor_sig(x):
     return (x.dtype, x.device, x.shape, x.stride())
 
 
+# FastCall.sl_mode: how the planner gets the host seq_lens
+SL_HOST, SL_HOST_COPY, SL_DEVICE = "host", "host copy", "device"
+
+
 class FastCall:
     """A recorded block-table functional call (fi_attn_args and fi_batch reused)."""
 
-    __slots__ = ("args", "batch", "ptrs", "bt", "sl", "bt_host", "sl_host", "total",
-                 "out_rows", "out_alloc", "family", "dtypes", "device", "cuda", "env",
-                 "fields")
+    __slots__ = ("args", "batch", "args_ref", "batch_ref", "ptrs", "fields", "bt", "sl",
+                 "bt_host", "sl_mode", "host_table", "total", "out_rows", "out_alloc",
+                 "family", "dtypes", "device", "cuda", "index", "env")
 
-    def __init__(self, args, batch, ptrs, bt, sl, bt_host, sl_host, total, out_rows,
-                 out_alloc, family, dtypes, device, fields=()):
-        """ptrs: (fi_tensor, tensor index, byte offset) refreshed from the call's tensors;
-        fields: (fi_attn_args pointer field name, tensor index) likewise (sinks, scale
-        tensors)."""
+    def __init__(self, entry, args, batch, ptrs, ts, bt, sl, total, out_rows, out_alloc,
+                 family, dtypes, device, fields=()):
+        """ts: the call's tensors in the order repeats pass them (out last); bt / sl: the
+        indices of block_tables / seq_lens in ts.  ptrs: (fi_tensor, tensor index, byte
+        offset) refreshed from the call's tensors; fields: (fi_attn_args pointer field name,
+        tensor index) likewise (sinks, scale tensors)."""
         self.args, self.batch, self.ptrs, self.fields = args, batch, ptrs, fields
-        self.bt, self.sl, self.bt_host, self.sl_host = bt, sl, bt_host, sl_host
+        self.args_ref, self.batch_ref = ctypes.byref(args), ctypes.byref(batch)
+        self.bt, self.sl = bt, sl
         self.total, self.out_rows, self.out_alloc = total, out_rows, out_alloc
         self.family, self.dtypes, self.device = family, dtypes, device
         self.cuda = device.type == "cuda"
+        self.index = device.index if self.cuda else None
         self.env = None if self.cuda else os.environ.get("FIATTN_CPU_CTAS")  # CPU plans' CTAs
+        # a device block table is never read on the host: the planner validates the
+        # lengths against the entry's all-zero host table of its shape, kept alive here
+        # (the entry may grow its buffer for another call)
+        self.bt_host = not ts[bt].is_cuda
+        self.host_table = None
+        if not self.bt_host:
+            self.host_table = entry.host_page_table(ts[bt])
+            batch.block_tables = self.host_table.data_ptr()
+        x = ts[sl]
+        self.sl_mode = (SL_DEVICE if x.is_cuda else SL_HOST if x.is_contiguous()
+                        else SL_HOST_COPY)
 
 
 def remember(entry, key, fast):
@@ -384,49 +441,53 @@ def lookup(workspace, key):
 def fast_call(entry, f, ts):
     """Repeat of a recorded call: ts = (tensors in the recorded order, out or None).
     Returns out (allocated when the recorded call allocated it)."""
-    t = torch()
-    device = f.device
     if f.cuda:
-        from ._common import require_device
-        require_device(device)
+        cu = _cuda or cuda()
+        if cu.device() != f.index:
+            check_current_device(f.index)
     out = ts[-1]
     if f.out_alloc is not None:
-        out = t.empty(f.out_alloc[0], dtype=f.out_alloc[1], device=device)
+        out = torch().empty(f.out_alloc[0], dtype=f.out_alloc[1], device=f.device)
         ts = ts[:-1] + (out,)
     for ft, i, off in f.ptrs:
         ft.data = ts[i].data_ptr() + off
     for name, i in f.fields:
         setattr(f.args, name, ts[i].data_ptr())
-    capturing = f.cuda and t.cuda.is_current_stream_capturing()
+    lib = C.lib()
     stream = None
-    if capturing:
+    if f.cuda and cu.capturing():
         if not entry.planned:
             raise FiattnError("fiattn: the workspace's plan was never updated; call once "
                               "outside the capture (or under fiattn.plan_only()) first")
         r = f.out_rows
         entry.captured_rows = r if entry.captured_rows is None else min(entry.captured_rows, r)
+        stream = cu.stream(f.index)
     else:
         b = f.batch
-        bt, sl = ts[f.bt], ts[f.sl]  # int32 / uint32 (same bits), checked when recorded
-        if not f.bt_host:
-            bt = entry.host_page_table(bt)
-        if not f.sl_host:
+        if f.bt_host:  # int32 / uint32 (same bits), contiguous: checked when recorded
+            b.block_tables = ts[f.bt].data_ptr()
+        sl = ts[f.sl]
+        if f.sl_mode is SL_DEVICE:
             sl = entry.host_i32("seq_lens", sl)
-        elif not sl.is_contiguous():
+            entry.sync()
+        elif f.sl_mode is SL_HOST_COPY:
             sl = sl.contiguous()
-        b.block_tables = bt.data_ptr()
         b.seq_lens = sl.data_ptr()
-        entry.sync()
-        po = _plan_only()
+        po = _state.plan_only
         if po and entry.captured_rows is not None and f.total > entry.captured_rows:
-            raise ValueError(
-                f"fiattn: this plan has {f.total} query tokens but a CUDA graph captured on "
-                f"this workspace_buffer holds {entry.captured_rows} rows; capture with "
-                f"tensors as large as the largest step (or fiattn.release_workspace)")
+            raise captured_rows_error(f.total, entry.captured_rows)
         if f.cuda:
-            stream = stream_handle(device)
-        plan(entry, b, device, stream)
+            stream = cu.stream(f.index)
+        st = lib.fi_plan_update(entry.plan, f.batch_ref, stream)
+        if st:
+            C.check(st, "fi_plan_update", entry.plan)
+        entry.planned = True
         if po:
             return out
-    execute(entry, f.args, device, f.family, f.dtypes, stream)
+    if f.cuda:
+        st = lib.fi_run(entry.plan, f.args_ref, stream)
+    else:
+        st = lib.fi_ref_run(entry.plan, f.args_ref)
+    if st:
+        run_failed(entry, st, f.family, f.dtypes)
     return out

@@ -171,7 +171,7 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
             key = fast = None
         if fast is not None and (fast.cuda or fast.env == os.environ.get("FIATTN_CPU_CTAS")):
             if mask is not None and qlen > 1 and not (
-                    fast.cuda and torch().cuda.is_current_stream_capturing()):
+                    fast.cuda and E.cuda().capturing()):
                 check_causal_mask(mask, qlen)
             a = fast.args
             a.bmm1_scale = _scalar(bmm1_scale, "bmm1_scale")
@@ -231,7 +231,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
         check_tensor(out, "out", float_dtypes() + fp8_dtypes(), device, 3)
         if tuple(out.shape) != (rows, H, D):
             raise ValueError(f"fiattn: out must be {(rows, H, D)}, got {tuple(out.shape)}")
-    if qlen > 1 and not (device.type == "cuda" and t.cuda.is_current_stream_capturing()):
+    if qlen > 1 and not (device.type == "cuda" and E.cuda().capturing()):
         check_causal_mask(mask, qlen)
     args = C.fi_attn_args()
     fill_tensor(args.q, query, [rows, H, D], query.stride())
@@ -299,8 +299,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
             if sinks is not None:
                 fields = (("sinks", at(_flat(sinks)[0])),)
             E.remember(entry, key, E.FastCall(
-                args, b, tuple(ptrs), at(block_tables), at(seq_lens_arg),
-                block_tables.device.type == "cpu", seq_lens.device.type == "cpu", rows,
+                entry, args, b, tuple(ptrs), ts, at(block_tables), at(seq_lens_arg), rows,
                 min(rows, out.shape[0]), out_alloc, _FAMILY, dts, device, fields))
     E.launch(workspace_buffer, caps, B, rows, device, make_batch, args, _FAMILY,
              dts, min(rows, out.shape[0]), record=record)

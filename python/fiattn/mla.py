@@ -168,7 +168,7 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
         raise ValueError(f"fiattn: kv_cache's last dim must be 576, got {kshape[2]}")
     num_pages, page_size = kshape[0], kshape[1]
     check_block_tables(block_tables, "block_tables", device, B)
-    seq_lens = check_lengths(seq_lens, "seq_lens", B)
+    check_lengths(seq_lens, "seq_lens", B)  # any shape of B elements: read as one row
     o_dt = query.dtype if query.dtype in float_dtypes() else t.bfloat16
     out_alloc = None
     if out is None:
@@ -238,14 +238,34 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
                 return
             rope = 512 * query.element_size()
             E.remember(entry, key, E.FastCall(
-                args, b, ((args.q, 0, 0), (args.q_rope, 0, rope), (args.k, 1, 0),
-                          (args.k_rope, 1, rope), (args.page_table, 2, 0), (args.out, 4, 0)),
-                2, 3, block_tables.device.type == "cpu",
-                seq_lens.device.type == "cpu", B * qlen,
+                entry, args, b, ((args.q, 0, 0), (args.q_rope, 0, rope), (args.k, 1, 0),
+                                 (args.k_rope, 1, rope), (args.page_table, 2, 0),
+                                 (args.out, 4, 0)),
+                (query, cache, block_tables, seq_lens, out), 2, 3, B * qlen,
                 out_rows, out_alloc, _FAMILY, dts, device))
     E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY, dts, out_rows,
              record=record)
     del keep
+
+
+class _PlanRecord:
+    """What a BatchMLAPagedAttentionWrapper.plan signature settled: the plan entry it made,
+    the batch size, causal flag, heads, page size and dtypes, which index arrays the planner
+    reads in place (CPU, int32, contiguous), kv_indices' length, and the CPU path's CTA
+    count setting."""
+
+    __slots__ = ("entry", "batch_size", "causal", "planned", "direct", "n_indices", "env")
+
+    def __init__(self, entry, batch, planned, arrays):
+        t = torch()
+        self.entry = entry
+        self.batch_size, self.causal = batch.batch_size, batch.causal
+        self.planned = tuple(planned[k] for k in ("B", "heads", "page_size", "q_dt", "kv_dt",
+                                                  "o_dt"))
+        self.direct = tuple(not x.is_cuda and x.dtype is t.int32 and x.is_contiguous()
+                            for x in arrays)
+        self.n_indices = arrays[-1].numel()
+        self.env = os.environ.get("FIATTN_CPU_CTAS") if entry.host else None
 
 
 class BatchMLAPagedAttentionWrapper:
@@ -296,6 +316,7 @@ class BatchMLAPagedAttentionWrapper:
         self._batch = None  # fi_batch reused by every plan()
         self._run_memo = {}  # run() signature -> (fi_attn_args, ...), for one plan shape
         self._run_psig = None
+        self._plan_memo = {}  # plan() signature -> _PlanRecord
 
     def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv,
              head_dim_kpe, page_size, causal, sm_scale, q_data_type, kv_data_type):
@@ -318,7 +339,32 @@ class BatchMLAPagedAttentionWrapper:
         one stream synchronisation).
         Raises: ValueError / TypeError (arguments), FiattnValueError (batch rejected by the
         C planner, with the fi_status name and request), FiattnNotImplementedError.
+        Repeat plans with the same array layouts and options reuse what the first one
+        checked (the lengths, offsets and page indices are still read and planned).
         """
+        sig = E.tensor_sig
+        try:
+            key = (sig(qo_indptr), sig(kv_indptr), sig(kv_indices), sig(kv_len_arr), num_heads,
+                   head_dim_ckv, head_dim_kpe, page_size, causal, q_data_type, kv_data_type)
+            rec = self._plan_memo.get(key)
+        except (AttributeError, TypeError):
+            key = rec = None
+        if rec is not None and self._plan_fast(rec, qo_indptr, kv_indptr, kv_indices,
+                                               kv_len_arr, sm_scale):
+            return
+        self._plan_checked(qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads,
+                           page_size, causal, sm_scale, q_data_type, kv_data_type,
+                           head_dim_ckv, head_dim_kpe)
+        if key is not None:
+            if len(self._plan_memo) >= 64:
+                self._plan_memo.clear()
+            self._plan_memo[key] = _PlanRecord(self._entry, self._batch, self._planned,
+                                               (qo_indptr, kv_indptr, kv_len_arr, kv_indices))
+
+    def _plan_checked(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads,
+                      page_size, causal, sm_scale, q_data_type, kv_data_type, head_dim_ckv,
+                      head_dim_kpe):
+        """plan() with every argument checked."""
         t = torch()
         if head_dim_ckv != 512 or head_dim_kpe != 64:
             raise ValueError(f"fiattn: MLA needs head_dim_ckv 512, head_dim_kpe 64, got "
@@ -340,8 +386,6 @@ class BatchMLAPagedAttentionWrapper:
         check_lengths(kv_indptr, "kv_indptr", B + 1)
         check_lengths(kv_len_arr, "kv_len_arr", B)
         check_tensor(kv_indices, "kv_indices", (t.int32,), None, 1)
-        if device.type == "cuda" and kv_indices.device != device and not self._use_cuda_graph:
-            kv_indices = kv_indices.to(device)
         o_dt = q_dt if q_dt in float_dtypes() else t.bfloat16
         host = device.type == "cpu"
         # Host copies of the index arrays (the planner reads them).
@@ -379,7 +423,6 @@ class BatchMLAPagedAttentionWrapper:
                     host, device, causal, sm_scale, qo_indptr, kv_indptr, kv_len_arr,
                     kv_indices, t_qo, t_kvp, t_kl, t_idx):
         """plan()'s second half for a KV cache of `pages` pages."""
-        t = torch()
         caps = _mla_caps(pages, int(page_size), int(num_heads), q_dt, kv_dt, o_dt,
                          num_ctas_for(device))
         if not host:
@@ -400,25 +443,7 @@ class BatchMLAPagedAttentionWrapper:
         else:
             entry = E.get_entry(self._ws, caps, B, q_tokens, host, False,
                                 fixed_sizes=self._use_cuda_graph)
-        # The page table the kernel reads.
-        if host:
-            table = kv_indices
-        elif self._use_cuda_graph:
-            buf = self._bufs.get("kv_indices")
-            if buf is None or buf.numel() < max(nnz, 1):
-                if buf is not None and self._entry is not None and self._entry.captured_rows:
-                    raise ValueError("fiattn: kv_indices buffer too small for this plan")
-                buf = t.empty(max(nnz, 1) * 2, dtype=t.int32, device=device)
-                self._bufs["kv_indices"] = buf
-            buf[:nnz].copy_(kv_indices[:nnz], non_blocking=True)
-            for name, src in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
-                              ("kv_len_arr", kv_len_arr)):
-                dst = self._bufs.get(name)
-                if dst is not None and dst.numel() >= src.numel():
-                    dst[:src.numel()].copy_(src, non_blocking=True)
-            table = buf
-        else:
-            table = kv_indices
+        buf = self._table_buffer(kv_indices, nnz)
         b = self._batch
         if b is None:
             b = self._batch = C.fi_batch()
@@ -432,15 +457,104 @@ class BatchMLAPagedAttentionWrapper:
         b.window_left = -1
         E.plan(entry, b, device)
         self._entry = entry
-        self._planned = dict(B=B, q_tokens=q_tokens, heads=int(num_heads),
-                             page_size=int(page_size), q_dt=q_dt, kv_dt=kv_dt, o_dt=o_dt,
-                             sm_scale=float(sm_scale), table=table, nnz=nnz)
+        self._set_planned(B, q_tokens, int(num_heads), int(page_size), q_dt, kv_dt, o_dt,
+                          float(sm_scale), self._kernel_table(buf, kv_indices, nnz, qo_indptr,
+                                                              kv_indptr, kv_len_arr), nnz)
+
+    def _set_planned(self, B, q_tokens, heads, page_size, q_dt, kv_dt, o_dt, sm_scale, table,
+                     nnz):
+        """What run() reads of the plan just made on self._entry."""
+        entry = self._entry
+        self._planned = dict(B=B, q_tokens=q_tokens, heads=heads, page_size=page_size,
+                             q_dt=q_dt, kv_dt=kv_dt, o_dt=o_dt, sm_scale=sm_scale, table=table,
+                             nnz=nnz, table_ptr=table.data_ptr(), table_n=table.numel())
         # run()'s checks depend on these (and the tensors); the table and scale do not
-        psig = (entry, q_tokens, int(num_heads), int(page_size), q_dt, kv_dt, o_dt,
-                entry.caps.num_pages)
+        psig = (entry, q_tokens, heads, page_size, q_dt, kv_dt, o_dt, entry.caps.num_pages)
         if psig != self._run_psig:
             self._run_memo.clear()
             self._run_psig = psig
+
+    def _table_buffer(self, kv_indices, nnz):
+        """The device buffer that kv_indices[:nnz] is staged into for the kernel, or None
+        when the kernel reads kv_indices itself (the CPU path, or kv_indices already on the
+        workspace's device): the preallocated one under use_cuda_graph, else this wrapper's
+        own; grown here, before planning, so that a failed plan changes nothing."""
+        device = self._device
+        if device.type == "cpu" or (not self._use_cuda_graph and kv_indices.device == device):
+            return None
+        name = "kv_indices" if self._use_cuda_graph else "kv_indices_staged"
+        buf = self._bufs.get(name)
+        if buf is None or buf.numel() < max(nnz, 1):
+            if (self._use_cuda_graph and buf is not None and self._entry is not None
+                    and self._entry.captured_rows):
+                raise ValueError("fiattn: kv_indices buffer too small for this plan")
+            t = torch()
+            buf = t.empty(max(nnz, 1) * 2, dtype=t.int32, device=device)
+            self._bufs[name] = buf
+        return buf
+
+    def _kernel_table(self, buf, kv_indices, nnz, qo_indptr, kv_indptr, kv_len_arr):
+        """The page table the kernel reads, once the plan succeeded: kv_indices, or buf
+        (_table_buffer) holding kv_indices[:nnz], copied in stream order without a host
+        synchronisation (the runs of the previous plan read it first); under use_cuda_graph
+        the other index arrays go to their preallocated buffers too."""
+        if buf is None:
+            return kv_indices
+        if self._use_cuda_graph:
+            for name, src in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
+                              ("kv_len_arr", kv_len_arr)):
+                dst = self._bufs.get(name)
+                if dst is not None and dst.numel() >= src.numel():
+                    dst[:src.numel()].copy_(src, non_blocking=True)
+        # from pageable host memory too: CUDA stages the source before the call returns
+        buf[:nnz].copy_(kv_indices[:nnz], non_blocking=True)
+        return buf
+
+    def _plan_fast(self, rec, qo_indptr, kv_indptr, kv_indices, kv_len_arr, sm_scale):
+        """plan() with the signature of an earlier successful plan whose plan entry is still
+        this wrapper's and sized for the caches run() saw: the argument checks passed then
+        and pass now; read the arrays, re-plan and stage the table.  False (nothing planned,
+        the caller takes the checked path) when the data asks for more than the entry holds
+        or the planner finds a page index out of range."""
+        e = rec.entry
+        if (e is not self._entry or e.caps.num_pages != self._known_pages
+                or E.cached_entry(self._ws) is not e
+                or (e.host and rec.env != os.environ.get("FIATTN_CPU_CTAS"))):
+            return False
+        device = self._device
+        if not e.host:
+            index = device.index
+            if E.cuda().device() != index:
+                E.check_current_device(index)
+        arrays = (qo_indptr, kv_indptr, kv_len_arr, kv_indices)
+        if rec.direct != (True,) * 4:
+            arrays = [x if direct else _host_i32(x) for x, direct in zip(arrays, rec.direct)]
+        t_qo, t_kvp, t_kl, t_idx = arrays
+        nnz = _last_i32(t_kvp)
+        q_tokens = _last_i32(t_qo)
+        scale = float(sm_scale)
+        if (nnz > rec.n_indices or q_tokens > e.caps.max_q_tokens
+                or (e.captured_rows is not None and q_tokens > e.captured_rows)):
+            return False  # the checked path raises or re-plans
+        buf = self._table_buffer(kv_indices, nnz)
+        b = self._batch  # shared by every plan of this wrapper: this signature's fields
+        b.batch_size = rec.batch_size
+        b.causal = rec.causal
+        b.qo_indptr = t_qo.data_ptr()
+        b.kv_indptr = t_kvp.data_ptr()
+        b.kv_indices = t_idx.data_ptr()
+        b.kv_len = t_kl.data_ptr()
+        try:
+            E.plan(e, b, device)
+        except FiattnError as ex:
+            if ex.status == C.FI_ERR_PAGE_INDEX_OUT_OF_RANGE:
+                return False
+            raise
+        B, heads, page_size, q_dt, kv_dt, o_dt = rec.planned
+        self._set_planned(B, q_tokens, heads, page_size, q_dt, kv_dt, o_dt, scale,
+                          self._kernel_table(buf, kv_indices, nnz, qo_indptr, kv_indptr,
+                                             kv_len_arr), nnz)
+        return True
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, return_lse=False, *, out=None,
             lse=None, return_lse_base_on_e=False):
@@ -539,7 +653,7 @@ class BatchMLAPagedAttentionWrapper:
         args.bmm2_scale = 1.0
         set_pdl(args, None, device)
         host = device.type == "cpu"
-        if not host and t.cuda.is_current_stream_capturing():
+        if not host and E.cuda().capturing():
             e.captured_rows = rows if e.captured_rows is None else min(e.captured_rows, rows)
         dts = (p["q_dt"], p["kv_dt"], p["o_dt"])
         E.execute(e, args, device, _FAMILY, dts)
@@ -548,8 +662,8 @@ class BatchMLAPagedAttentionWrapper:
                 self._run_memo.clear()
             kpe_off = (kpe.data_ptr() - kpe_cache.data_ptr())
             self._run_memo[key] = (
-                args, (rows, H, 512) if out_new else None, (rows, H) if lse_new else None,
-                kpe_off, dts, rows)
+                args, ctypes.byref(args), (rows, H, 512) if out_new else None,
+                (rows, H) if lse_new else None, kpe_off, dts, rows)
         if lse is not None and not return_lse_base_on_e:
             lse.mul_(LOG2E)
         return (out, lse) if return_lse else out
@@ -558,36 +672,39 @@ class BatchMLAPagedAttentionWrapper:
                   base_e):
         """run() with the signature of an earlier successful run under this plan shape:
         the checks passed then and pass now; refresh the addresses, table and scale."""
-        args, out_shape, lse_shape, kpe_off, dts, rows = fast
-        t = torch()
-        device = self._device
-        cuda = device.type == "cuda"
+        args, args_ref, out_shape, lse_shape, kpe_off, dts, rows = fast
+        e = self._entry
+        cuda = not e.host
         if cuda:
-            require_device(device)
+            cu = E.cuda()
+            index = self._device.index
+            if cu.device() != index:
+                E.check_current_device(index)
         if out_shape is not None:
-            out = t.empty(out_shape, dtype=p["o_dt"], device=device)
+            out = torch().empty(out_shape, dtype=p["o_dt"], device=self._device)
         if lse_shape is not None:
-            lse = t.empty(lse_shape, dtype=t.float32, device=device)
+            lse = torch().empty(lse_shape, dtype=torch().float32, device=self._device)
         args.q.data = q_nope.data_ptr()
         args.q_rope.data = q_pe.data_ptr()
         args.k.data = ckv_cache.data_ptr()
         args.k_rope.data = kpe_cache.data_ptr() + kpe_off
-        tab = p["table"]
         pt = args.page_table
-        pt.data = tab.data_ptr()
-        pt.shape[0] = tab.numel()
+        pt.data = p["table_ptr"]
+        pt.shape[0] = p["table_n"]
         args.out.data = out.data_ptr()
         if lse is not None:
             args.lse.data = lse.data_ptr()
         args.bmm1_scale = p["sm_scale"]
-        e = self._entry
-        stream = None
+        lib = C.lib()
         if cuda:
-            if t.cuda.is_current_stream_capturing():
+            if cu.capturing():
                 e.captured_rows = rows if e.captured_rows is None else min(e.captured_rows,
                                                                            rows)
-            stream = E.stream_handle(device)
-        E.execute(e, args, device, _FAMILY, dts, stream)
+            st = lib.fi_run(e.plan, args_ref, cu.stream(index))
+        else:
+            st = lib.fi_ref_run(e.plan, args_ref)
+        if st:
+            E.run_failed(e, st, _FAMILY, dts)
         if lse is not None and not base_e:
             lse.mul_(LOG2E)
         return (out, lse) if return_lse else out

@@ -28,13 +28,13 @@ def test_parse_args_defaults_and_errors():
 def test_render_table_is_markdown_with_skips():
     t = bench_host.render_table(
         [dict(api="C", call="fi_run", host=4.06), dict(api="fiattn", call="run", host=17.94,
-                                                       over=13.88, graph=120.5),
+                                                       over=13.88, inside=12.04, graph=120.5),
          dict(api="FlashInfer fa3", call="run", note="skipped: ImportError: x")], "T")
     lines = t.splitlines()
     assert lines[0] == "### T" and lines[2].startswith("| API | call | host us / call")
-    assert lines[4] == "| C | fi_run | 4.1 | - | - |"
-    assert lines[5] == "| fiattn | run | 17.9 | 13.9 | 120.5 |"
-    assert lines[6] == "| FlashInfer fa3 | run (skipped: ImportError: x) | - | - | - |"
+    assert lines[4] == "| C | fi_run | 4.1 | - | - | - |"
+    assert lines[5] == "| fiattn | run | 17.9 | 13.9 | 12.0 | 120.5 |"
+    assert lines[6] == "| FlashInfer fa3 | run (skipped: ImportError: x) | - | - | - | - |"
 
 
 def _run(args, block_torch=False):
@@ -78,3 +78,19 @@ def test_gpu_path_without_cuda_skips():
         pytest.skip("a CUDA device is present")
     r = _run(["--calls", "3"])
     assert r.returncode == 0 and r.stdout.startswith("skip bench_host: no CUDA device")
+
+
+def test_python_inside_us_subtracts_the_c_calls():
+    import time
+    import types
+
+    class Lib:
+        def fi_run(self, *a):
+            time.sleep(0.002)
+            return 0
+        fi_ref_run = fi_plan_update = fi_run
+    lib = Lib()
+    C = types.SimpleNamespace(_lib=lib)
+    C.lib = lambda: C._lib
+    us = bench_host.python_inside_us(None, C, lambda: C.lib().fi_run(0), 5, cuda=False)
+    assert 0 <= us < 1000 and C._lib is lib  # the 2 ms sleep is not counted

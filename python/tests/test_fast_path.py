@@ -221,3 +221,181 @@ def test_xqa_mla_repeat_reuses_structs_refreshes_scales_and_checks_v(ws):
     # a V cache elsewhere with the recorded layout is still refused
     with pytest.raises(ValueError, match="v_cache"):
         call(out, 0.04, v=cache.clone()[:, :512])
+
+
+# ---- BatchMLAPagedAttentionWrapper.plan repeats ------------------------------------------
+def _wrapper_problem(g, B=4, H=16, ps=16, pages=24, per=4):
+    ckv = torch.randn(pages, ps, 512, generator=g)
+    kpe = torch.randn(pages, ps, 64, generator=g)
+    qn = torch.randn(B, H, 512, generator=g)
+    qp = torch.randn(B, H, 64, generator=g)
+    return ckv, kpe, qn, qp
+
+
+def _plan_arrays(g, B, pages, per=4, ps=16, q_len=1):
+    qo = torch.arange(B + 1, dtype=torch.int32) * q_len
+    indptr = torch.arange(B + 1, dtype=torch.int32) * per
+    idx = torch.randperm(pages, generator=g)[:B * per].to(torch.int32)
+    lens = torch.randint(q_len, per * ps + 1, (B,), generator=g, dtype=torch.int32)
+    return qo, indptr, idx, lens
+
+
+def _plan(w, arrays, H=16, ps=16, causal=True, scale=0.06):
+    w.plan(*arrays, H, 512, 64, ps, causal, scale, torch.float32, torch.float32)
+
+
+def _checked_run(arrays, ckv, kpe, qn, qp, causal=True, scale=0.06):
+    """The same plan + run on a fresh wrapper (every argument checked)."""
+    w = fiattn.mla.BatchMLAPagedAttentionWrapper(torch.empty(16, dtype=torch.uint8))
+    _plan(w, arrays, causal=causal, scale=scale)
+    w._known_pages = ckv.shape[0]
+    return w.run(qn, qp, ckv, kpe)
+
+
+def _steady_wrapper(g, ckv, kpe, qn, qp):
+    """A wrapper past its first plan + run (the plan entry sized for the caches)."""
+    w = fiattn.mla.BatchMLAPagedAttentionWrapper(torch.empty(16, dtype=torch.uint8))
+    arrays = _plan_arrays(g, qn.shape[0], ckv.shape[0])
+    _plan(w, arrays)
+    w.run(qn, qp, ckv, kpe)
+    _plan(w, arrays)  # re-planned for the caches' page count, recorded
+    return w, arrays
+
+
+def test_wrapper_repeat_plan_reuses_record_and_matches():
+    g = torch.Generator().manual_seed(11)
+    ckv, kpe, qn, qp = _wrapper_problem(g)
+    w, arrays = _steady_wrapper(g, ckv, kpe, qn, qp)
+    rec = next(iter(w._plan_memo.values()))
+    entry = w._entry
+    for scale in (0.06, 0.03):
+        # new lengths and page indices in the same tensors: the record is reused
+        fresh = _plan_arrays(g, 4, ckv.shape[0])
+        for dst, src in zip(arrays, fresh):
+            dst.copy_(src)
+        created = E.stats["plans_created"]
+        checked = w._plan_checked
+        w._plan_checked = None  # the repeat must not take the checked path
+        _plan(w, arrays, scale=scale)
+        w._plan_checked = checked
+        assert len(w._plan_memo) == 1 and next(iter(w._plan_memo.values())) is rec
+        assert w._entry is entry and E.stats["plans_created"] == created
+        assert torch.equal(w.run(qn, qp, ckv, kpe), _checked_run(arrays, ckv, kpe, qn, qp,
+                                                                 scale=scale))
+
+
+def test_wrapper_repeat_plan_after_another_signature():
+    # the wrapper's fi_batch is shared by its plans: a repeat restores its batch size and
+    # causal flag after a plan of another signature on the same plan entry
+    g = torch.Generator().manual_seed(12)
+    ckv, kpe, qn, qp = _wrapper_problem(g)
+    w, arrays = _steady_wrapper(g, ckv, kpe, qn, qp)
+    small = _plan_arrays(g, 2, ckv.shape[0])
+    _plan(w, small, causal=False)
+    assert w._batch.batch_size == 2
+    w.run(qn[:2], qp[:2], ckv, kpe)
+    _plan(w, arrays)
+    assert w._batch.batch_size == 4 and w._batch.causal == 1
+    assert torch.equal(w.run(qn, qp, ckv, kpe), _checked_run(arrays, ckv, kpe, qn, qp))
+
+
+def test_wrapper_repeat_plan_still_checks():
+    g = torch.Generator().manual_seed(13)
+    ckv, kpe, qn, qp = _wrapper_problem(g)
+    w, (qo, indptr, idx, lens) = _steady_wrapper(g, ckv, kpe, qn, qp)
+    out = w.run(qn, qp, ckv, kpe)
+    # kv_indptr[-1] beyond kv_indices: refused, the last plan kept
+    bad = indptr.clone()
+    bad[-1] = idx.numel() + 1
+    with pytest.raises(ValueError, match="kv_indices has"):
+        _plan(w, (qo, bad, idx, lens))
+    # a length beyond a request's pages: the planner's status
+    bad = lens.clone()
+    bad[0] = 10 ** 5
+    with pytest.raises(fiattn.FiattnValueError):
+        _plan(w, (qo, indptr, idx, bad))
+    assert torch.equal(w.run(qn, qp, ckv, kpe), out)
+    # wrong dtypes and a wrong head_dim are a new signature: the checked path refuses them
+    with pytest.raises(TypeError):
+        _plan(w, (qo, indptr.to(torch.int64), idx, lens))
+    with pytest.raises(ValueError, match="head_dim_ckv"):
+        w.plan(qo, indptr, idx, lens, 16, 256, 64, 16, True, 0.06, torch.float32,
+               torch.float32)
+    # a page index beyond the caches the plan was sized for: re-planned for more pages,
+    # and run() then refuses the smaller caches
+    big = idx.clone()
+    big[0] = ckv.shape[0] + 5
+    _plan(w, (qo, indptr, big, lens))
+    assert w._entry.caps.num_pages == ckv.shape[0] + 6
+    with pytest.raises(ValueError, match="pages"):
+        w.run(qn, qp, ckv, kpe)
+
+
+def test_wrapper_repeat_plan_more_query_tokens():
+    # q_tokens is data: more than the plan entry holds takes the checked path (a larger plan)
+    g = torch.Generator().manual_seed(14)
+    ckv, kpe, qn, qp = _wrapper_problem(g, B=4)
+    w, (qo, indptr, idx, lens) = _steady_wrapper(g, ckv, kpe, qn, qp)
+    rows = 12  # 3 query rows a request
+    assert w._entry.caps.max_q_tokens < rows
+    qo2 = torch.arange(5, dtype=torch.int32) * 3
+    lens2 = torch.full((4,), 64, dtype=torch.int32)
+    qn2 = torch.randn(rows, 16, 512, generator=g)
+    qp2 = torch.randn(rows, 16, 64, generator=g)
+    _plan(w, (qo2, indptr, idx, lens2))  # same signature as the recorded plan
+    assert w._entry.caps.max_q_tokens >= rows
+    assert torch.equal(w.run(qn2, qp2, ckv, kpe),
+                       _checked_run((qo2, indptr, idx, lens2), ckv, kpe, qn2, qp2))
+
+
+def test_wrapper_repeat_plan_non_contiguous_and_uint32_arrays():
+    g = torch.Generator().manual_seed(15)
+    ckv, kpe, qn, qp = _wrapper_problem(g)
+    w, (qo, indptr, idx, lens) = _steady_wrapper(g, ckv, kpe, qn, qp)
+    lens_u = torch.zeros(8, dtype=torch.int32)[::2]  # strided: copied for the planner
+    lens_u.copy_(lens)
+    for _ in range(2):
+        _plan(w, (qo, indptr, idx, lens_u))
+    rec = w._plan_memo[next(reversed(w._plan_memo))]
+    assert rec.direct == (True, True, False, True)
+    assert torch.equal(w.run(qn, qp, ckv, kpe),
+                       _checked_run((qo, indptr, idx, lens), ckv, kpe, qn, qp))
+
+
+# ---- functional records: what the signature settles --------------------------------------
+def test_functional_repeat_strided_and_2d_seq_lens(ws):
+    g = torch.Generator().manual_seed(16)
+    q, kv, bt, lens = _mla_inputs(g)
+    ws2 = torch.empty(16, dtype=torch.uint8)
+    for sl in (torch.zeros(8, dtype=torch.int32)[::2], torch.zeros(4, 1, dtype=torch.int32)):
+        out = torch.empty(4, 1, 16, 512)
+        for _ in range(3):  # record, then repeats with new lengths in the same tensor
+            sl.copy_(torch.randint(1, 64, (4,), generator=g,
+                                   dtype=torch.int32).reshape(sl.shape))
+            _call(q, kv, ws, bt, sl, out)
+            assert torch.equal(out, _call(q, kv, ws2, bt, sl.contiguous().reshape(4)))
+        fast = E.cached_entry(ws).memo[next(reversed(E.cached_entry(ws).memo))]
+        assert fast.sl_mode == (E.SL_HOST if sl.is_contiguous() else E.SL_HOST_COPY)
+        assert fast.bt_host
+    fiattn.release_workspace(ws2)
+
+
+def test_current_device_check(monkeypatch):
+    class Fake:
+        def device(self):
+            return 1
+    monkeypatch.setattr(E, "_cuda", Fake())
+    E.check_current_device(1)
+    with pytest.raises(ValueError, match="current CUDA device is cuda:1"):
+        E.check_current_device(0)
+
+
+def test_plan_only_default_is_false_in_new_threads():
+    import threading
+    seen = []
+    with fiattn.plan_only():
+        th = threading.Thread(target=lambda: seen.append(E._plan_only()))
+        th.start()
+        th.join()
+        assert E._plan_only()
+    assert seen == [False] and not E._plan_only()

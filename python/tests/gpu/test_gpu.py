@@ -151,6 +151,49 @@ def test_mla_wrapper(ws, causal, ql):
     assert torch.allclose(lse.cpu().double(), ref_lse / math.log(2), atol=2e-2)
 
 
+def test_mla_wrapper_repeat_plans_with_host_arrays(ws, monkeypatch):
+    """A wrapper without use_cuda_graph, CPU index arrays refilled in place each step: the
+    repeat plans take the recorded path and stage kv_indices to the device with no torch
+    synchronisation; overwriting the host kv_indices right after plan() does not reach the
+    kernel (CUDA stages pageable sources before the copy call returns)."""
+    g = torch.Generator().manual_seed(41)
+    B, H, ps, ppr = 8, 64, 16, 12
+    num_pages = B * ppr + 5
+    ckv = torch.randn(num_pages, ps, 512, generator=g).bfloat16()
+    kpe = torch.randn(num_pages, ps, 64, generator=g).bfloat16()
+    qn = torch.randn(B, H, 512, generator=g).bfloat16()
+    qp = torch.randn(B, H, 64, generator=g).bfloat16()
+    ckvd, kped, qnd, qpd = ckv.to(DEV), kpe.to(DEV), qn.to(DEV), qp.to(DEV)
+    qo = torch.arange(B + 1, dtype=torch.int32)
+    kv_indptr = torch.arange(B + 1, dtype=torch.int32) * ppr
+    kv_indices = torch.empty(B * ppr, dtype=torch.int32)
+    lens = torch.empty(B, dtype=torch.int32)
+    kp = torch.cat([ckv, kpe], -1).float()[:, :, None, :]
+    w = fiattn.mla.BatchMLAPagedAttentionWrapper(ws)
+
+    def refuse(*a, **k):
+        raise AssertionError("fiattn synchronised")
+    for step in range(5):
+        kv_indices.copy_(torch.randperm(num_pages, generator=g)[:B * ppr])
+        lens.copy_(_lens(B, ppr * ps, g))
+        want = kv_indices.clone()
+        if step >= 2:  # the first plans create the plan entry (sized for the caches)
+            monkeypatch.setattr(torch.cuda.Stream, "synchronize", refuse)
+            monkeypatch.setattr(torch.cuda, "synchronize", refuse)
+        w.plan(qo, kv_indptr, kv_indices, lens, H, 512, 64, ps, False, 0.08, torch.bfloat16,
+               torch.bfloat16)
+        kv_indices.fill_(num_pages + 1000)
+        out = w.run(qnd, qpd, ckvd, kped)
+        monkeypatch.undo()
+        torch.cuda.synchronize()
+        rows = [want[b * ppr:(b + 1) * ppr].tolist() for b in range(B)]
+        ref, _ = paged_attention_ref(torch.cat([qn, qp], -1).float(), kp, kp[..., :512], rows,
+                                     lens.tolist(), [1] * B, list(range(B)), 0.08,
+                                     causal=False)
+        assert rel_err(out.cpu(), ref) < TOL
+    assert len(w._plan_memo) == 1
+
+
 def test_gqa_decode_or_not_implemented(ws):
     g = torch.Generator().manual_seed(4)
     B, H, Hkv, D, ps, ppr = 6, 32, 8, 128, 16, 20
