@@ -22,9 +22,9 @@
  * take minutes on the CPU).  A failing case is reported and not timed (exit status 1).
  *
  * Timing (bench/bench_common.h, shared with bench_gqa): fi_run captured once per input
- * set in a CUDA graph; up to 4 input sets (q, KV
- * cache, out at distinct addresses, same values) are rotated so replays do not reuse L2.
- * Each replay is timed alone between two cudaEvents, median of --reps (>= 50):
+ * set in a CUDA graph; up to 4 input sets (q, KV cache, out at distinct addresses, same
+ * values) are rotated so replays do not reuse L2.  Each replay is timed alone between two
+ * cudaEvents, median of --reps (>= 50):
  *   b2b    replays back to back;
  *   flush  a cudaMemsetAsync over a buffer of 4x the L2 size before each replay, outside
  *          the timed region (L2 holds none of the inputs);
