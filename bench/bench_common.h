@@ -93,6 +93,29 @@ static inline int bench_device_query(const char *prog, bench_device *d) {
     return 0;
 }
 
+/* Everything a bench does before its cases: the reps floor (50), the skip without a
+ * device ("skip no CUDA device", exit status 0), the device query, caps.num_ctas defaulting
+ * to the SM count, the seed, and the bench's first line.  0: go on; else exit with *rc. */
+static inline int bench_begin(const char *prog, bench_cfg *g, bench_device *d, tt_rng *rng,
+                              int *rc) {
+    if (g->reps < 50) g->reps = 50;
+    *rc = 0;
+    if (!gc_gpu_available()) {
+        printf("skip no CUDA device\n");
+        return -1;
+    }
+    if (bench_device_query(prog, d)) {
+        *rc = 1;
+        return -1;
+    }
+    if (g->ctas <= 0) g->ctas = d->sms;
+    const uint64_t seed = tt_test_seed();
+    rng->s = seed;
+    printf("# %s: %s, %d SMs, L2 %d MiB; planner num_ctas = %d; seed %llu\n", prog,
+           d->prop.name, d->sms, d->l2 >> 20, g->ctas, (unsigned long long)seed);
+    return 0;
+}
+
 /* The flush mode's buffer: 4x the L2, so one memset over it leaves none of the inputs in
  * L2.  NULL (and a line on stderr) when it cannot be allocated. */
 static inline void *bench_flush_alloc(const char *prog, const bench_device *d, size_t *bytes) {
@@ -195,12 +218,7 @@ typedef struct bench_inputs {
 static inline bench_inputs bench_inputs_make(fi_plan *plan, cudaStream_t stream,
                                              fi_attn_args (*args)(const void *, void *const *),
                                              const void *ctx) {
-    bench_inputs in;
-    memset(&in, 0, sizeof in);
-    in.plan = plan;
-    in.stream = stream;
-    in.args = args;
-    in.ctx = ctx;
+    const bench_inputs in = {.plan = plan, .stream = stream, .args = args, .ctx = ctx};
     return in;
 }
 

@@ -245,18 +245,10 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (g.b.reps < 50) g.b.reps = 50;
-    if (!gc_gpu_available()) {
-        printf("skip no CUDA device\n");
-        return 0;
-    }
     bench_device d;
-    if (bench_device_query("bench_gqa", &d)) return 1;
-    if (g.b.ctas <= 0) g.b.ctas = d.sms;
-    const uint64_t seed = tt_test_seed();
-    tt_rng rng = {seed};
-    printf("# bench_gqa: %s, %d SMs, L2 %d MiB; planner num_ctas = %d; seed %llu\n",
-           d.prop.name, d.sms, d.l2 >> 20, g.b.ctas, (unsigned long long)seed);
+    tt_rng rng;
+    int rc = 0;
+    if (bench_begin("bench_gqa", &g.b, &d, &rng, &rc)) return rc;
     printf("# ceilings: read %.3f TB/s (%s)\n", g.b.read_tbps,
            g.b.read_tbps > 0 ? "measured by bench/ceilings" : "not given: fractions are nan");
     size_t flush_bytes = 0;
