@@ -210,6 +210,22 @@ static inline int gc_plan_make(const fi_caps *caps, const fi_batch *batch, cudaS
     return 0;
 }
 
+/* The device buffers every case has besides its inputs, allocated in this order (after
+ * the inputs, as the cases always did): the page table (pt_len ints, at least one), out,
+ * lse, sinks [heads] (also without sinks: the bad-argument tests point at them) and the
+ * two scales. */
+static inline int gc_alloc_case_buffers(int32_t **d_pt, int64_t pt_len, void **d_out,
+                                        size_t out_bytes, void **d_lse, size_t lse_bytes,
+                                        float **d_sinks, int64_t heads, float **d_scales,
+                                        char *msg, size_t cap) {
+    GC_CUDA(cudaMalloc((void **)d_pt, (size_t)(pt_len > 0 ? pt_len : 1) * 4), msg, cap);
+    GC_CUDA(cudaMalloc(d_out, out_bytes), msg, cap);
+    GC_CUDA(cudaMalloc(d_lse, lse_bytes), msg, cap);
+    GC_CUDA(cudaMalloc((void **)d_sinks, sizeof(float) * (size_t)heads), msg, cap);
+    GC_CUDA(cudaMalloc((void **)d_scales, 2 * sizeof(float)), msg, cap);
+    return 0;
+}
+
 /* A case's device outputs and their host copies: out (any dtype) and lse (fp32). */
 typedef struct gc_outputs {
     void *d_out, *d_lse, *h_out, *h_lse;
@@ -356,5 +372,16 @@ static inline void gc_plan_counts(const fi_plan *plan, const int32_t *kv_lens, i
     for (int32_t b = 0; b < B; b++)
         if (kv_lens[b] > *max_kv) *max_kv = kv_lens[b];
 }
+
+/* GC_CUDA for a case's init: on failure write the message and jump to the caller's
+ * cleanup label (which frees what was allocated so far). */
+#define GC_CUDA_OR_GOTO(call, msg, cap, label)                                              \
+    do {                                                                                    \
+        cudaError_t gc_e_ = (call);                                                         \
+        if (gc_e_ != cudaSuccess) {                                                         \
+            gc_msg((msg), (cap), "%s -> %s", #call, cudaGetErrorString(gc_e_));             \
+            goto label;                                                                     \
+        }                                                                                   \
+    } while (0)
 
 #endif /* FI_TESTS_GPU_GPU_CASE_COMMON_H */

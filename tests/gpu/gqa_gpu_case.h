@@ -415,25 +415,13 @@ static inline int gqa_case_init(gqa_case *c, const gqa_opts *o, const int32_t *k
         c->sf_bytes = nvfp4 ? (size_t)(2 * c->n_rows * c->sf_w) : 0;
     }
 
-#define GQA_TRY(call)                                                                       \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            gc_msg(msg, cap, "%s -> %s", #call, cudaGetErrorString(e_));                    \
-            goto fail;                                                                      \
-        }                                                                                   \
-    } while (0)
-    GQA_TRY(cudaStreamCreate(&c->stream));
-    GQA_TRY(cudaMalloc(&c->d_q, (size_t)c->n_q * 2));
-    GQA_TRY(cudaMalloc(&c->d_kv, c->kv_bytes));
-    if (nvfp4) GQA_TRY(cudaMalloc(&c->d_sf, c->sf_bytes));
-    GQA_TRY(cudaMalloc((void **)&c->d_pt,
-                       (size_t)(c->fb.page_table_len > 0 ? c->fb.page_table_len : 1) * 4));
-    GQA_TRY(cudaMalloc(&c->d_out, c->out_bytes));
-    GQA_TRY(cudaMalloc(&c->d_lse, c->lse_bytes));
-    GQA_TRY(cudaMalloc((void **)&c->d_sinks, sizeof(float) * (size_t)Hq));
-    GQA_TRY(cudaMalloc((void **)&c->d_scales, 2 * sizeof(float)));
-#undef GQA_TRY
+    GC_CUDA_OR_GOTO(cudaStreamCreate(&c->stream), msg, cap, fail);
+    GC_CUDA_OR_GOTO(cudaMalloc(&c->d_q, (size_t)c->n_q * 2), msg, cap, fail);
+    GC_CUDA_OR_GOTO(cudaMalloc(&c->d_kv, c->kv_bytes), msg, cap, fail);
+    if (nvfp4) GC_CUDA_OR_GOTO(cudaMalloc(&c->d_sf, c->sf_bytes), msg, cap, fail);
+    if (gc_alloc_case_buffers(&c->d_pt, c->fb.page_table_len, &c->d_out, c->out_bytes, &c->d_lse,
+                              c->lse_bytes, &c->d_sinks, Hq, &c->d_scales, msg, cap))
+        goto fail;
     if (gqa_case_upload(c, msg, cap) || gqa_case_set_layout(c, o->layout, o->kv_form, msg, cap))
         goto fail;
     {

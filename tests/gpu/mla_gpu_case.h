@@ -290,27 +290,16 @@ static inline int mla_case_init(mla_case *c, const mla_opts *o, const int32_t *q
     c->ref_lse = (float *)malloc(c->lse_bytes);
     if (!c->h_out || !c->h_lse || !c->ref_out || !c->ref_lse) goto fail_mem;
 
-#define MLA_TRY(call)                                                                       \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            mla_msg(msg, cap, "%s -> %s", #call, cudaGetErrorString(e_));                   \
-            goto fail;                                                                      \
-        }                                                                                   \
-    } while (0)
-    MLA_TRY(cudaStreamCreate(&c->stream));
-    MLA_TRY(cudaMalloc(&c->d_q, (size_t)c->n_q * 2));
-    MLA_TRY(cudaMalloc(&c->d_kv, (size_t)c->n_kv * 2));
+    GC_CUDA_OR_GOTO(cudaStreamCreate(&c->stream), msg, cap, fail);
+    GC_CUDA_OR_GOTO(cudaMalloc(&c->d_q, (size_t)c->n_q * 2), msg, cap, fail);
+    GC_CUDA_OR_GOTO(cudaMalloc(&c->d_kv, (size_t)c->n_kv * 2), msg, cap, fail);
     if (c->n_qr) {
-        MLA_TRY(cudaMalloc(&c->d_qr, (size_t)c->n_qr * 2));
-        MLA_TRY(cudaMalloc(&c->d_kr, (size_t)c->n_kr * 2));
+        GC_CUDA_OR_GOTO(cudaMalloc(&c->d_qr, (size_t)c->n_qr * 2), msg, cap, fail);
+        GC_CUDA_OR_GOTO(cudaMalloc(&c->d_kr, (size_t)c->n_kr * 2), msg, cap, fail);
     }
-    MLA_TRY(cudaMalloc((void **)&c->d_pt, (size_t)(c->fb.page_table_len > 0 ? c->fb.page_table_len : 1) * 4));
-    MLA_TRY(cudaMalloc(&c->d_out, c->out_bytes));
-    MLA_TRY(cudaMalloc(&c->d_lse, c->lse_bytes));
-    MLA_TRY(cudaMalloc((void **)&c->d_sinks, sizeof(float) * (size_t)H));
-    MLA_TRY(cudaMalloc((void **)&c->d_scales, 2 * sizeof(float)));
-#undef MLA_TRY
+    if (gc_alloc_case_buffers(&c->d_pt, c->fb.page_table_len, &c->d_out, c->out_bytes, &c->d_lse,
+                              c->lse_bytes, &c->d_sinks, H, &c->d_scales, msg, cap))
+        goto fail;
     if (mla_case_upload(c, msg, cap)) goto fail;
 
     fi_caps caps = mla_caps(o, n, c->tokens, c->num_pages);
