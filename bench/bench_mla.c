@@ -21,9 +21,10 @@
  * (fp64) on a one-request sub-batch (the full fp64 reference of 128 x 4096 x 128 heads would
  * take minutes on the CPU).  A failing case is reported and not timed (exit status 1).
  *
- * Timing: fi_run captured once per input set in a CUDA graph; up to 4 input sets (q, KV
- * cache, out at distinct addresses, same values) are rotated so replays do not reuse L2.
- * Each replay is timed alone between two cudaEvents, median of --reps (>= 50):
+ * Timing (bench/bench_common.h, shared with bench_gqa): fi_run captured once per input
+ * set in a CUDA graph; up to 4 input sets (q, KV cache, out at distinct addresses, same
+ * values) are rotated so replays do not reuse L2.  Each replay is timed alone between two
+ * cudaEvents, median of --reps (>= 50):
  *   b2b    replays back to back;
  *   flush  a cudaMemsetAsync over a buffer of 4x the L2 size before each replay, outside
  *          the timed region (L2 holds none of the inputs);
@@ -56,11 +57,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bench_common.h"
 #include "gpu/mla_gpu_case.h"
-#include "viz/trace.h"
 
 #define PAGE_SIZE 64
-#define MAX_SETS 4
 #define MSG 512
 
 typedef struct bench_case {
@@ -79,24 +79,14 @@ static const bench_case CASES[] = {
 };
 
 typedef struct cfg {
-    int reps, sets, sms;
-    int ctas; /* caps.num_ctas of every case: the SM count unless --ctas */
-    int chain; /* runs per graph of the chain mode, 0: off */
-    const char *only;
-    double read_tbps, tflops;
-    int l2_pages; /* > 0: consumer-rate probe, see main */
+    bench_cfg b;
+    double tflops; /* bf16 mma ceiling (bench/ceilings), 0: unknown */
+    int l2_pages;  /* > 0: consumer-rate probe, see main */
 } cfg;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Fold a failed CUDA call into a message and return -1 from the calling function. */
-#define CK(call) MLA_CUDA(call, msg, cap)
-
 /* fp64 check of request b alone: a one-request sub-batch whose views start at b's rows. */
-static int check_request(mla_case *c, int32_t b, double *worst, char *msg, size_t cap) {
+static int check_request(void *ctx, int32_t b, double *worst, char *msg, size_t cap) {
+    mla_case *c = (mla_case *)ctx;
     const int64_t H = c->o.heads, q0 = c->q_offset[b], ql = c->fb.q_lens[b];
     fi_batch sub = c->fb.batch;
     sub.batch_size = 1;
@@ -122,154 +112,41 @@ static int check_request(mla_case *c, int32_t b, double *worst, char *msg, size_
     return mla_case_compare(c, b, b + 1, 1e-2, worst, &wl, msg, cap);
 }
 
+/* The bench's cases are bf16 (run_case). */
+static double out_value(const void *c, int64_t i) {
+    return mla_bf16_to_f32(((const mla_case *)c)->h_out[i]);
+}
+
+/* fi_run once on poisoned outputs; every element finite; requests first, last and longest
+ * against the fp64 reference. */
 static int check_case(mla_case *c, char *msg, size_t cap) {
     if (mla_case_run(c, msg, cap) || mla_case_download(c, msg, cap)) return -1;
     const int64_t n = (int64_t)c->tokens * c->o.heads * MLA_D_CKV;
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(mla_bf16_to_f32(c->h_out[i]))) {
-            mla_msg(msg, cap, "out element %lld not finite (poison left or NaN)", (long long)i);
-            return -1;
-        }
-    int32_t longest = 0;
-    for (int32_t b = 1; b < c->B; b++)
-        if (c->fb.kv_lens[b] > c->fb.kv_lens[longest]) longest = b;
-    int32_t pick[3] = {0, c->B - 1, longest};
-    double worst = 0;
-    for (int k = 0; k < 3; k++) {
-        if (k > 0 && (pick[k] == pick[0] || (k == 2 && pick[2] == pick[1]))) continue;
-        if (check_request(c, pick[k], &worst, msg, cap)) return -1;
-    }
-    printf("# check: requests %d %d %d vs fp64: worst row rel err %.2e\n", pick[0], pick[1],
-           pick[2], worst);
-    return 0;
+    if (bench_all_finite(n, out_value, c, msg, cap)) return -1;
+    return bench_check_requests(c->B, c->fb.kv_lens, check_request, c, msg, cap);
 }
 
-/* Input sets: set 0 is the case's own buffers, the others device copies of them. */
-typedef struct sets {
-    int n;
-    void *q[MAX_SETS], *kv[MAX_SETS], *out[MAX_SETS];
-    cudaGraphExec_t exec[MAX_SETS];
-    cudaGraph_t graph[MAX_SETS];
-} sets;
+/* The buffers an input set copies, in this order (also the order they are allocated in). */
+enum { BUF_Q, BUF_KV, BUF_OUT };
 
-static void sets_free(sets *s) {
-    for (int i = 0; i < s->n; i++) {
-        if (s->exec[i]) cudaGraphExecDestroy(s->exec[i]);
-        if (s->graph[i]) cudaGraphDestroy(s->graph[i]);
-        if (i > 0) {
-            cudaFree(s->q[i]);
-            cudaFree(s->kv[i]);
-            cudaFree(s->out[i]);
-        }
-    }
-    memset(s, 0, sizeof *s);
-}
-
-/* The case's run arguments on input set i (the concatenated cache: rope views at +512). */
-static fi_attn_args set_args(const mla_case *c, const sets *s, int i) {
-    fi_attn_args a = mla_case_args(c, 1);
-    a.q.data = s->q[i];
-    a.q_rope.data = (uint16_t *)s->q[i] + MLA_D_CKV;
-    a.k.data = s->kv[i];
-    a.k_rope.data = (uint16_t *)s->kv[i] + MLA_D_CKV;
-    a.out.data = s->out[i];
+/* The case's run arguments on one input set's buffers (the concatenated cache: rope views
+ * at +512). */
+static fi_attn_args set_args(const void *ctx, void *const *buf) {
+    fi_attn_args a = mla_case_args((const mla_case *)ctx, 1);
+    a.q.data = buf[BUF_Q];
+    a.q_rope.data = (uint16_t *)buf[BUF_Q] + MLA_D_CKV;
+    a.k.data = buf[BUF_KV];
+    a.k_rope.data = (uint16_t *)buf[BUF_KV] + MLA_D_CKV;
+    a.out.data = buf[BUF_OUT];
     return a;
 }
 
-static int sets_build(mla_case *c, int want, sets *s, char *msg, size_t cap) {
-    memset(s, 0, sizeof *s);
-    size_t qb = (size_t)c->n_q * 2, kb = (size_t)c->n_kv * 2, free_b = 0, total_b = 0;
-    CK(cudaMemGetInfo(&free_b, &total_b));
-    size_t per = qb + kb + c->out_bytes;
-    int n = want < 1 ? 1 : want > MAX_SETS ? MAX_SETS : want;
-    while (n > 1 && (size_t)(n - 1) * per > free_b / 2) n--;
-    for (int i = 0; i < n; i++) {
-        if (i == 0) {
-            s->q[0] = c->d_q;
-            s->kv[0] = c->d_kv;
-            s->out[0] = c->d_out;
-        } else {
-            CK(cudaMalloc(&s->q[i], qb));
-            CK(cudaMalloc(&s->kv[i], kb));
-            CK(cudaMalloc(&s->out[i], c->out_bytes));
-            s->n = i + 1; /* so sets_free releases what exists */
-            CK(cudaMemcpy(s->q[i], c->d_q, qb, cudaMemcpyDeviceToDevice));
-            CK(cudaMemcpy(s->kv[i], c->d_kv, kb, cudaMemcpyDeviceToDevice));
-        }
-        s->n = i + 1;
-        fi_attn_args a = set_args(c, s, i);
-        CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
-        fi_status st = fi_run(c->plan, &a, c->stream);
-        CK(cudaStreamEndCapture(c->stream, &s->graph[i]));
-        if (st != FI_OK) {
-            mla_msg(msg, cap, "fi_run under capture: %s", fi_status_name(st));
-            return -1;
-        }
-        CK(cudaGraphInstantiate(&s->exec[i], s->graph[i], 0));
-    }
-    return 0;
-}
-
-/* The chain mode's graph: n_runs fi_run launches with PDL, run k on input set k % s->n
- * (the sets' buffers must outlive *graph / *exec). */
-static int chain_build(mla_case *c, const sets *s, int n_runs, cudaGraph_t *graph,
-                       cudaGraphExec_t *exec, char *msg, size_t cap) {
-    fi_status st = FI_OK;
-    CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
-    for (int k = 0; k < n_runs && st == FI_OK; k++) {
-        fi_attn_args a = set_args(c, s, k % s->n);
-        a.enable_pdl = 1;
-        st = fi_run(c->plan, &a, c->stream);
-    }
-    CK(cudaStreamEndCapture(c->stream, graph));
-    if (st != FI_OK) {
-        mla_msg(msg, cap, "fi_run under capture (chain): %s", fi_status_name(st));
-        return -1;
-    }
-    CK(cudaGraphInstantiate(exec, *graph, 0));
-    return 0;
-}
-
-/* Median seconds of reps replays; flush_bytes > 0: memset that many bytes before each. */
-static int time_replays(mla_case *c, const sets *s, int reps, void *flush, size_t flush_bytes,
-                        double *median_s, char *msg, size_t cap) {
-    cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)reps * 2, sizeof(cudaEvent_t));
-    double *t = (double *)malloc(sizeof(double) * (size_t)reps);
-    if (!ev || !t) {
-        free(ev);
-        free(t);
-        mla_msg(msg, cap, "host allocation failed");
-        return -1;
-    }
-    int rc = -1;
-    for (int i = 0; i < 2 * reps; i++)
-        if (cudaEventCreate(&ev[i]) != cudaSuccess) goto out;
-    for (int w = 0; w < 10; w++) /* warm up: clocks, instruction cache, TLBs */
-        if (cudaGraphLaunch(s->exec[w % s->n], c->stream) != cudaSuccess) goto out;
-    for (int i = 0; i < reps; i++) {
-        if (flush_bytes && cudaMemsetAsync(flush, i & 0xff, flush_bytes, c->stream) != cudaSuccess)
-            goto out;
-        if (cudaEventRecord(ev[2 * i], c->stream) != cudaSuccess ||
-            cudaGraphLaunch(s->exec[i % s->n], c->stream) != cudaSuccess ||
-            cudaEventRecord(ev[2 * i + 1], c->stream) != cudaSuccess)
-            goto out;
-    }
-    if (cudaStreamSynchronize(c->stream) != cudaSuccess) goto out;
-    for (int i = 0; i < reps; i++) {
-        float ms = 0;
-        if (cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) != cudaSuccess) goto out;
-        t[i] = ms * 1e-3;
-    }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    *median_s = t[reps / 2];
-    rc = 0;
-out:
-    if (rc) mla_msg(msg, cap, "timing: %s", cudaGetErrorString(cudaGetLastError()));
-    for (int i = 0; i < 2 * reps; i++)
-        if (ev[i]) cudaEventDestroy(ev[i]);
-    free(ev);
-    free(t);
-    return rc;
+static bench_inputs case_inputs(mla_case *c) {
+    bench_inputs in = bench_inputs_make(c->plan, c->stream, set_args, c);
+    bench_inputs_buf(&in, BUF_Q, c->d_q, (size_t)c->n_q * 2, 1);
+    bench_inputs_buf(&in, BUF_KV, c->d_kv, (size_t)c->n_kv * 2, 1);
+    bench_inputs_buf(&in, BUF_OUT, c->d_out, c->out_bytes, 0);
+    return in;
 }
 
 /* Consumer-rate probe (FI_BENCH_L2_PAGES=N): after the check, the device page table is
@@ -294,11 +171,9 @@ static int l2_probe_pages(mla_case *c, int n, char *msg, size_t cap) {
     return 0;
 }
 
-/* Decode step of the trace snapshot case (--trace-step; the figures use 100). */
-static int32_t g_trace_step = 100;
-
-/* Lengths of a case: uniform, or the trace decode snapshot (step g_trace_step from row 0). */
-static int case_lengths(const bench_case *bc, int32_t *q, int32_t *kv, char *msg, size_t cap) {
+/* Lengths of a case: uniform, or the trace decode snapshot (step --trace-step from row 0). */
+static int case_lengths(const bench_case *bc, const cfg *g, int32_t *q, int32_t *kv, char *msg,
+                        size_t cap) {
     if (bc->kv_len >= 0) {
         for (int32_t b = 0; b < bc->batch; b++) {
             q[b] = bc->q_len;
@@ -306,21 +181,7 @@ static int case_lengths(const bench_case *bc, int32_t *q, int32_t *kv, char *msg
         }
         return 0;
     }
-    fitrace *tr = NULL;
-    if (fitrace_load_default(NULL, &tr) != FITRACE_OK) {
-        mla_msg(msg, cap, "fitrace_load_default failed");
-        return -1;
-    }
-    int32_t *src = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
-    fitrace_lens l = {bc->batch, q, kv, src};
-    fitrace_status st =
-        src ? fitrace_decode(tr, 0, g_trace_step, bc->q_len, &l) : FITRACE_ERR_NOMEM;
-    free(src);
-    fitrace_free(tr);
-    if (st != FITRACE_OK) {
-        mla_msg(msg, cap, "fitrace_decode: %s", fitrace_status_name(st));
-        return -1;
-    }
+    if (bench_trace_lengths(bc->batch, g->b.trace_step, bc->q_len, q, kv, msg, cap)) return -1;
     if (bc->kv_len == -2) { /* same requests, same total KV, uniform lengths */
         int64_t sum = 0;
         for (int32_t b = 0; b < bc->batch; b++)
@@ -332,15 +193,21 @@ static int case_lengths(const bench_case *bc, int32_t *q, int32_t *kv, char *msg
     return 0;
 }
 
-static void print_row(const bench_case *bc, const char *mode, double s, double bytes,
-                      double flops, const cfg *g) {
-    double gbps = bytes / s / 1e9, tf = flops / s / 1e12;
-    double rf = g->read_tbps > 0 ? gbps / (g->read_tbps * 1e3) : NAN;
-    double mf = g->tflops > 0 ? tf / g->tflops : NAN;
-    printf("| %-12s | %-5s | %9.1f | %8.1f | %6.1f%% | %8.1f | %6.1f%% |\n", bc->name, mode,
+typedef struct row_ctx {
+    const bench_case *bc;
+    double bytes, flops;
+    const cfg *g;
+} row_ctx;
+
+static void print_row(const void *ctx, const char *mode, double s) {
+    const row_ctx *r = (const row_ctx *)ctx;
+    double gbps = r->bytes / s / 1e9, tf = r->flops / s / 1e12;
+    double rf = r->g->b.read_tbps > 0 ? gbps / (r->g->b.read_tbps * 1e3) : NAN;
+    double mf = r->g->tflops > 0 ? tf / r->g->tflops : NAN;
+    printf("| %-12s | %-5s | %9.1f | %8.1f | %6.1f%% | %8.1f | %6.1f%% |\n", r->bc->name, mode,
            s * 1e6, gbps, rf * 100, tf, mf * 100);
     fprintf(stderr, "result %s %s us %.2f GBps %.1f TFLOPs %.2f read_frac %.4f mma_frac %.4f\n",
-            bc->name, mode, s * 1e6, gbps, tf, rf, mf);
+            r->bc->name, mode, s * 1e6, gbps, tf, rf, mf);
 }
 
 #ifdef FI_PROFILE
@@ -352,7 +219,7 @@ void fi_profile_read_stamps(unsigned long long *host, int which, int n);
 /* Median over the CTAs with work of v[c] (n values). */
 static double med(double *v, int n) {
     if (n <= 0) return NAN;
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
     return v[n / 2];
 }
 static void profile_ctas(const fi_plan_view *v) {
@@ -420,13 +287,32 @@ static void profile_ctas(const fi_plan_view *v) {
 }
 #endif
 
+/* The steps bench_mla adds between the timings (bench_hooks). */
+typedef struct hook_ctx {
+    mla_case *c;
+    const cfg *g;
+    const fi_plan_view *v;
+} hook_ctx;
+
+static int hook_l2_probe(void *ctx, char *msg, size_t cap) {
+    const hook_ctx *h = (const hook_ctx *)ctx;
+    return h->g->l2_pages > 0 ? l2_probe_pages(h->c, h->g->l2_pages, msg, cap) : 0;
+}
+
+#ifdef FI_PROFILE
+static void hook_profile(void *ctx) { profile_ctas(((const hook_ctx *)ctx)->v); }
+#define HOOK_AFTER_B2B hook_profile
+#else
+#define HOOK_AFTER_B2B NULL
+#endif
+
 static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flush_bytes,
                     tt_rng *rng, int *header_done, double gbps[2]) {
     char msg[MSG];
     const size_t cap = sizeof msg;
     int32_t *q = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
     int32_t *kv = (int32_t *)malloc(sizeof(int32_t) * (size_t)bc->batch);
-    if (!q || !kv || case_lengths(bc, q, kv, msg, cap)) {
+    if (!q || !kv || case_lengths(bc, g, q, kv, msg, cap)) {
         free(q);
         free(kv);
         fprintf(stderr, "%s: %s\n", bc->name, q && kv ? msg : "allocation failed");
@@ -439,7 +325,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     o.page_size = bc->page_size > 0 ? bc->page_size : PAGE_SIZE;
     o.form = FI_FORM_BLOCK_TABLES;
     o.causal = bc->q_len > 1;
-    o.num_ctas = g->ctas;
+    o.num_ctas = g->b.ctas;
     o.return_lse = 0;
     mla_case c;
     int rc = mla_case_init(&c, &o, q, kv, bc->batch, rng, msg, cap);
@@ -462,10 +348,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
                    (double)c.out_bytes;
     fi_plan_view v;
     fi_plan_get_view(c.plan, &v);
-    /* KV tokens the items read (a request's KV once per head tile) over the batch's */
-    double kv_read = 0;
-    for (int32_t i = 0; i < v.header->num_items; i++)
-        kv_read += v.items[i].kv_end - v.items[i].kv_begin;
+    const double kv_read = bench_plan_kv_reads(&v);
     printf("# %s: B=%d H=%d q_len=%d page_size=%d kv mean %.0f max %d; plan: ctas %d items %d "
            "groups %d kv_chunk %d balance %.3f kv reads/unique %.2f\n", bc->name, bc->batch,
            bc->heads, bc->q_len, o.page_size, kv_tokens / bc->batch, c.fb.max_kv_len,
@@ -475,42 +358,20 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     if (rc) {
         printf("# %s: CHECK FAILED, not timed: %s\n", bc->name, msg);
     } else {
-        sets s;
-        double t_b2b = 0, t_fl = 0;
-        rc = sets_build(&c, g->sets, &s, msg, cap);
-        if (!rc && g->l2_pages > 0) rc = l2_probe_pages(&c, g->l2_pages, msg, cap);
-        if (!rc) rc = time_replays(&c, &s, g->reps, NULL, 0, &t_b2b, msg, cap);
-#ifdef FI_PROFILE
-        if (!rc) profile_ctas(&v);
-#endif
-        if (!rc) rc = time_replays(&c, &s, g->reps, flush, flush_bytes, &t_fl, msg, cap);
-        double t_chain = 0;
-        if (!rc && g->chain > 0) {
-            sets chain;
-            memset(&chain, 0, sizeof chain);
-            chain.n = 1; /* time_replays replays exec[0]; the buffers stay in s */
-            rc = chain_build(&c, &s, g->chain, &chain.graph[0], &chain.exec[0], msg, cap);
-            if (!rc) rc = time_replays(&c, &chain, g->reps, NULL, 0, &t_chain, msg, cap);
-            t_chain /= g->chain;
-            if (chain.exec[0]) cudaGraphExecDestroy(chain.exec[0]);
-            if (chain.graph[0]) cudaGraphDestroy(chain.graph[0]);
-        }
-        int nsets = s.n;
-        sets_free(&s);
-        if (rc) {
-            printf("# %s: TIMING FAILED: %s\n", bc->name, msg);
-        } else {
-            printf("# %s: %d input sets rotated, %d replays each mode\n", bc->name, nsets, g->reps);
-            if (!*header_done) {
-                printf("| case         | mode  | median us |     GB/s | %%read  |  TFLOP/s | %%mma   |\n");
-                printf("|--------------|-------|-----------|----------|---------|----------|---------|\n");
-                *header_done = 1;
-            }
-            print_row(bc, "b2b", t_b2b, bytes, flops, g);
-            print_row(bc, "flush", t_fl, bytes, flops, g);
-            gbps[0] = bytes / t_b2b / 1e9;
-            gbps[1] = bytes / t_fl / 1e9;
-            if (g->chain > 0) print_row(bc, "chain", t_chain, bytes, flops, g);
+        const bench_inputs in = case_inputs(&c);
+        hook_ctx hc = {&c, g, &v};
+        const bench_hooks hooks = {hook_l2_probe, HOOK_AFTER_B2B, &hc};
+        bench_times t;
+        rc = bench_time_modes(&in, &g->b, flush, flush_bytes, &hooks, &t, msg, cap);
+        const row_ctx r = {bc, bytes, flops, g};
+        const bench_table tab = {
+            {"| case         | mode  | median us |     GB/s | %read  |  TFLOP/s | %mma   |",
+             "|--------------|-------|-----------|----------|---------|----------|---------|"},
+            print_row, &r};
+        bench_report(bc->name, rc, msg, &t, &g->b, &tab, header_done);
+        if (!rc) {
+            gbps[0] = bytes / t.b2b / 1e9;
+            gbps[1] = bytes / t.flush / 1e9;
         }
     }
     fflush(stdout);
@@ -548,18 +409,11 @@ static void report_trace_bar(const double gbps[][2]) {
     }
 }
 
-static double env_double(const char *name) {
-    const char *s = getenv(name);
-    return s && *s ? atof(s) : 0.0;
-}
-
 #define MAX_EXTRA 16
 
 int main(int argc, char **argv) {
-    cfg g = {.reps = 100, .sets = MAX_SETS, .chain = 8, .only = NULL,
-             .read_tbps = env_double("FI_CEIL_READ_TBPS"),
-             .tflops = env_double("FI_CEIL_BF16_TFLOPS"),
-             .l2_pages = (int)env_double("FI_BENCH_L2_PAGES")};
+    cfg g = {.b = bench_cfg_default(), .tflops = bench_env_double("FI_CEIL_BF16_TFLOPS"),
+             .l2_pages = (int)bench_env_double("FI_BENCH_L2_PAGES")};
     static bench_case extra[MAX_EXTRA];
     static char extra_name[MAX_EXTRA][32];
     int n_extra = 0;
@@ -571,14 +425,11 @@ int main(int argc, char **argv) {
                             "[--trace B[:H] ...] [--trace-step S]\n");
             return 2;
         }
-        if (!strcmp(a, "--reps")) g.reps = atoi(val);
-        else if (!strcmp(a, "--sets")) g.sets = atoi(val);
-        else if (!strcmp(a, "--chain")) g.chain = atoi(val);
-        else if (!strcmp(a, "--ctas")) g.ctas = atoi(val);
-        else if (!strcmp(a, "--trace-step")) g_trace_step = atoi(val);
-        else if (!strcmp(a, "--case")) g.only = val;
-        else if (!strcmp(a, "--read-tbps")) g.read_tbps = atof(val);
-        else if (!strcmp(a, "--tflops")) g.tflops = atof(val);
+        if (bench_cfg_option(&g.b, a, val)) {
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--tflops")) g.tflops = atof(val);
         else if (!strcmp(a, "--uniform")) {
             /* extra heads-16 q_len-1 case B x KV (e.g. 132:818), run instead of the list */
             int b = 0, k = 0;
@@ -609,33 +460,15 @@ int main(int argc, char **argv) {
         }
         i++;
     }
-    if (g.reps < 50) g.reps = 50;
-    if (!mla_gpu_available()) {
-        printf("skip no CUDA device\n");
-        return 0;
-    }
-    int l2 = 0, dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
-        fprintf(stderr, "bench_mla: device query failed\n");
-        return 1;
-    }
-    struct cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, dev);
-    if (g.ctas <= 0) g.ctas = g.sms;
-    uint64_t seed = tt_test_seed();
-    tt_rng rng = {seed};
-    printf("# bench_mla: %s, %d SMs, L2 %d MiB; planner num_ctas = %d; seed %llu\n", prop.name,
-           g.sms, l2 >> 20, g.ctas, (unsigned long long)seed);
-    printf("# ceilings: read %.3f TB/s, bf16 mma %.1f TFLOP/s (%s)\n", g.read_tbps, g.tflops,
-           g.read_tbps > 0 ? "measured by bench/ceilings" : "not given: fractions are nan");
-    size_t flush_bytes = (size_t)4 * (size_t)l2;
-    void *flush = NULL;
-    if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
-        fprintf(stderr, "bench_mla: cannot allocate the L2 flush buffer\n");
-        return 1;
-    }
+    bench_device d;
+    tt_rng rng;
+    int rc = 0;
+    if (bench_begin("bench_mla", &g.b, &d, &rng, &rc)) return rc;
+    printf("# ceilings: read %.3f TB/s, bf16 mma %.1f TFLOP/s (%s)\n", g.b.read_tbps, g.tflops,
+           g.b.read_tbps > 0 ? "measured by bench/ceilings" : "not given: fractions are nan");
+    size_t flush_bytes = 0;
+    void *flush = bench_flush_alloc("bench_mla", &d, &flush_bytes);
+    if (!flush) return 1;
     int header = 0, failed = 0;
     const bench_case *list = n_extra ? extra : CASES;
     const size_t n_list = n_extra ? (size_t)n_extra : sizeof CASES / sizeof CASES[0];
@@ -643,7 +476,7 @@ int main(int argc, char **argv) {
     double gbps[MAX_EXTRA][2]; /* b2b, flush GB/s of list[i]; 0 where not run */
     memset(gbps, 0, sizeof gbps);
     for (size_t i = 0; i < n_list; i++) {
-        if (g.only && !strstr(list[i].name, g.only)) continue;
+        if (g.b.only && !strstr(list[i].name, g.b.only)) continue;
         if (run_case(&list[i], &g, flush, flush_bytes, &rng, &header, gbps[i])) failed = 1;
     }
     if (!n_extra) /* the trace bar, against both uniform references */

@@ -2,8 +2,10 @@
  * tests/gpu/gpu_case_common.h - what the GPU cases of every family share (header-only,
  * static inline): host conversions between fp32 and the 16-bit and 8/4-bit formats the
  * executors take, random fills, the device probe, message formatting and the CUDA-call
- * macro.  Included by mla_gpu_case.h and gqa_gpu_case.h (and through them by the GPU tests
- * and the benches).  Functions return values or 0 / -1 with a message; nothing aborts.
+ * macro; and what every case does whatever its inputs look like: make its device plan,
+ * poison / run / download its outputs and compare their rows with the fp64 truth.
+ * Included by mla_gpu_case.h and gqa_gpu_case.h (and through them by the GPU tests and the
+ * benches).  Functions return values or 0 / -1 with a message; nothing aborts.
  */
 #ifndef FI_TESTS_GPU_GPU_CASE_COMMON_H
 #define FI_TESTS_GPU_GPU_CASE_COMMON_H
@@ -18,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "fiattn.h"
+#include "fiattn_run.h"
 #include "common/rng.h"
 
 /* ---- 16-bit formats ---------------------------------------------------------------------- */
@@ -171,6 +174,213 @@ static inline void gc_msg(char *msg, size_t cap, const char *fmt, ...) {
             gc_msg((msg), (cap), "%s:%d %s -> %s", __FILE__, __LINE__, #call,               \
                    cudaGetErrorString(gc_e_));                                              \
             return -1;                                                                      \
+        }                                                                                   \
+    } while (0)
+
+/* ---- what every case does with its plan and outputs --------------------------------------- */
+
+/* The device plan of a case: the workspace for caps cudaMalloc'd into *ws (*ws_bytes), the
+ * plan created into *plan and updated for batch on stream.  On failure the message names
+ * the call (ws_note follows fi_workspace_size's status: "" or the family's details); what
+ * was made is left in *ws / *plan for the case's free. */
+static inline int gc_plan_make(const fi_caps *caps, const fi_batch *batch, cudaStream_t stream,
+                               void **ws, size_t *ws_bytes, fi_plan **plan, const char *ws_note,
+                               char *msg, size_t cap) {
+    fi_status st = fi_workspace_size(caps, ws_bytes);
+    if (st != FI_OK) {
+        gc_msg(msg, cap, "fi_workspace_size: %s%s", fi_status_name(st), ws_note);
+        return -1;
+    }
+    if (cudaMalloc(ws, *ws_bytes) != cudaSuccess) {
+        gc_msg(msg, cap, "cudaMalloc workspace %zu bytes failed", *ws_bytes);
+        return -1;
+    }
+    st = fi_plan_create(caps, *ws, *ws_bytes, NULL, plan);
+    if (st != FI_OK) {
+        gc_msg(msg, cap, "fi_plan_create: %s", fi_status_name(st));
+        return -1;
+    }
+    st = fi_plan_update(*plan, batch, stream);
+    if (st != FI_OK) {
+        fi_error_detail d = fi_plan_error(*plan);
+        gc_msg(msg, cap, "fi_plan_update: %s (request %d needed %lld limit %lld)",
+               fi_status_name(st), d.request, (long long)d.needed, (long long)d.limit);
+        return -1;
+    }
+    return 0;
+}
+
+/* The device buffers every case has besides its inputs, allocated in this order (after
+ * the inputs, as the cases always did): the page table (pt_len ints, at least one), out,
+ * lse, sinks [heads] (also without sinks: the bad-argument tests point at them) and the
+ * two scales. */
+static inline int gc_alloc_case_buffers(int32_t **d_pt, int64_t pt_len, void **d_out,
+                                        size_t out_bytes, void **d_lse, size_t lse_bytes,
+                                        float **d_sinks, int64_t heads, float **d_scales,
+                                        char *msg, size_t cap) {
+    GC_CUDA(cudaMalloc((void **)d_pt, (size_t)(pt_len > 0 ? pt_len : 1) * 4), msg, cap);
+    GC_CUDA(cudaMalloc(d_out, out_bytes), msg, cap);
+    GC_CUDA(cudaMalloc(d_lse, lse_bytes), msg, cap);
+    GC_CUDA(cudaMalloc((void **)d_sinks, sizeof(float) * (size_t)heads), msg, cap);
+    GC_CUDA(cudaMalloc((void **)d_scales, 2 * sizeof(float)), msg, cap);
+    return 0;
+}
+
+/* A case's device outputs and their host copies: out (any dtype) and lse (fp32). */
+typedef struct gc_outputs {
+    void *d_out, *d_lse, *h_out, *h_lse;
+    size_t out_bytes, lse_bytes;
+} gc_outputs;
+
+/* Poison out and lse (0xff bytes: NaN in every output dtype) on stream. */
+static inline int gc_poison(const gc_outputs *o, cudaStream_t stream, char *msg, size_t cap) {
+    GC_CUDA(cudaMemsetAsync(o->d_out, 0xff, o->out_bytes, stream), msg, cap);
+    GC_CUDA(cudaMemsetAsync(o->d_lse, 0xff, o->lse_bytes, stream), msg, cap);
+    return 0;
+}
+
+/* Poison, fi_run with a, synchronise.  0 on success; the message names fi_run's status. */
+static inline int gc_run_args(const gc_outputs *o, fi_plan *plan, cudaStream_t stream,
+                              const fi_attn_args *a, char *msg, size_t cap) {
+    if (gc_poison(o, stream, msg, cap)) return -1;
+    fi_status st = fi_run(plan, a, stream);
+    if (st != FI_OK) {
+        gc_msg(msg, cap, "fi_run: %s (cuda %d)", fi_status_name(st), fi_plan_error(plan).cuda_error);
+        return -1;
+    }
+    GC_CUDA(cudaStreamSynchronize(stream), msg, cap);
+    return 0;
+}
+
+/* Copy the device outputs to their host copies. */
+static inline int gc_download(const gc_outputs *o, char *msg, size_t cap) {
+    GC_CUDA(cudaMemcpy(o->h_out, o->d_out, o->out_bytes, cudaMemcpyDeviceToHost), msg, cap);
+    GC_CUDA(cudaMemcpy(o->h_lse, o->d_lse, o->lse_bytes, cudaMemcpyDeviceToHost), msg, cap);
+    return 0;
+}
+
+/* What the row comparison reads of a case: the batch's rows, the downloaded output
+ * (through value: element i of out [tokens, H, D] as the attention value) and lse, the
+ * fp32 truth.  kv_group > 0 names each head's KV head in messages (GQA). */
+typedef struct gc_rows {
+    const int32_t *q_lens, *kv_lens, *q_offset;
+    int64_t heads, dim, kv_group;
+    double (*value)(const void *ctx, int64_t i);
+    const void *ctx;
+    const float *h_lse, *ref_out, *ref_lse;
+    int return_lse;
+    double lse_tol; /* absolute: an lse off by e scales a merged partial by exp(e) */
+} gc_rows;
+
+/* "request b q row i head h" (+ " (kv head k)" under a group) for the messages. */
+static inline void gc_row_where(const gc_rows *r, int32_t b, int32_t i, int64_t h, char *buf,
+                                size_t cap) {
+    int n = snprintf(buf, cap, "request %d q row %d head %lld", b, i, (long long)h);
+    if (r->kv_group > 0 && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " (kv head %lld)", (long long)(h / r->kv_group));
+}
+
+/* Row (token t of request b, row i; head h) of out against ref_out: ||out - ref|| / ||ref||
+ * (||out|| where the reference is zero) into *rel; -1 and a message on a non-finite
+ * element, on rel > tol, or on a non-zero row where the reference is zero. */
+static inline int gc_compare_out_row(const gc_rows *r, int32_t b, int32_t i, int64_t t,
+                                     int64_t h, double tol, double *rel, char *msg, size_t cap) {
+    const int64_t base = (t * r->heads + h) * r->dim;
+    const float *ref = r->ref_out + base;
+    char where[96];
+    double dd = 0.0, rr = 0.0, oo = 0.0;
+    for (int64_t d = 0; d < r->dim; d++) {
+        const double x = r->value(r->ctx, base + d);
+        if (isnan(x) || isinf(x)) {
+            gc_row_where(r, b, i, h, where, sizeof where);
+            gc_msg(msg, cap, "%s dim %lld: %g (NaN poison not overwritten or bad value); "
+                   "kv_len %d", where, (long long)d, x, r->kv_lens[b]);
+            return -1;
+        }
+        dd += (x - ref[d]) * (x - ref[d]);
+        rr += (double)ref[d] * ref[d];
+        oo += x * x;
+    }
+    *rel = rr > 0.0 ? sqrt(dd / rr) : sqrt(oo);
+    if (*rel > tol || (rr == 0.0 && oo != 0.0)) {
+        gc_row_where(r, b, i, h, where, sizeof where);
+        gc_msg(msg, cap, "%s: rel err %.3e > %.1e (|ref| %.3e |out| %.3e) kv_len %d q_len %d",
+               where, *rel, tol, sqrt(rr), sqrt(oo), r->kv_lens[b], r->q_lens[b]);
+        return -1;
+    }
+    return 0;
+}
+
+/* lse of token t, head h against the truth: -inf exactly where the reference is -inf,
+ * else within lse_tol; the error into *err (0 for -inf rows). */
+static inline int gc_compare_lse(const gc_rows *r, int32_t b, int32_t i, int64_t t, int64_t h,
+                                 double *err, char *msg, size_t cap) {
+    const double l = r->h_lse[t * r->heads + h], lr = r->ref_lse[t * r->heads + h];
+    *err = 0.0;
+    if (isinf(lr) && lr < 0) {
+        if (!(isinf(l) && l < 0)) {
+            gc_msg(msg, cap, "request %d q row %d head %lld: lse %g, want -inf", b, i,
+                   (long long)h, l);
+            return -1;
+        }
+        return 0;
+    }
+    const double e = fabs(l - lr);
+    if (isnan(l) || e > r->lse_tol) {
+        gc_msg(msg, cap, "request %d q row %d head %lld: lse %g ref %g (err %.3e)", b, i,
+               (long long)h, l, lr, e);
+        return -1;
+    }
+    *err = e;
+    return 0;
+}
+
+/* Compare the rows of requests [b0, b1) with the truth (out within tol per row, lse when
+ * returned).  *worst_out / *worst_lse (may be NULL): raised to the largest errors seen.  0
+ * if every row passes, else -1 and the first bad row in msg. */
+static inline int gc_compare_rows(const gc_rows *r, int32_t b0, int32_t b1, double tol,
+                                  double *worst_out, double *worst_lse, char *msg, size_t cap) {
+    double wo = 0.0, wl = 0.0;
+    for (int32_t b = b0; b < b1; b++)
+        for (int32_t i = 0; i < r->q_lens[b]; i++) {
+            const int64_t t = r->q_offset[b] + i;
+            for (int64_t h = 0; h < r->heads; h++) {
+                double rel = 0.0, e = 0.0;
+                if (gc_compare_out_row(r, b, i, t, h, tol, &rel, msg, cap)) return -1;
+                if (rel > wo) wo = rel;
+                if (!r->return_lse) continue;
+                if (gc_compare_lse(r, b, i, t, h, &e, msg, cap)) return -1;
+                if (e > wl) wl = e;
+            }
+        }
+    if (worst_out && wo > *worst_out) *worst_out = wo;
+    if (worst_lse && wl > *worst_lse) *worst_lse = wl;
+    return 0;
+}
+
+/* The plan's group and item counts (-1 without a plan) and the batch's longest kv_len, for
+ * the case names. */
+static inline void gc_plan_counts(const fi_plan *plan, const int32_t *kv_lens, int32_t B,
+                                  int *groups, int *items, int32_t *max_kv) {
+    fi_plan_view v;
+    *groups = *items = -1;
+    if (plan && fi_plan_get_view(plan, &v) == FI_OK) {
+        *groups = v.header->num_groups;
+        *items = v.header->num_items;
+    }
+    *max_kv = 0;
+    for (int32_t b = 0; b < B; b++)
+        if (kv_lens[b] > *max_kv) *max_kv = kv_lens[b];
+}
+
+/* GC_CUDA for a case's init: on failure write the message and jump to the caller's
+ * cleanup label (which frees what was allocated so far). */
+#define GC_CUDA_OR_GOTO(call, msg, cap, label)                                              \
+    do {                                                                                    \
+        cudaError_t gc_e_ = (call);                                                         \
+        if (gc_e_ != cudaSuccess) {                                                         \
+            gc_msg((msg), (cap), "%s -> %s", #call, cudaGetErrorString(gc_e_));             \
+            goto label;                                                                     \
         }                                                                                   \
     } while (0)
 

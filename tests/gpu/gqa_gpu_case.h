@@ -415,51 +415,23 @@ static inline int gqa_case_init(gqa_case *c, const gqa_opts *o, const int32_t *k
         c->sf_bytes = nvfp4 ? (size_t)(2 * c->n_rows * c->sf_w) : 0;
     }
 
-#define GQA_TRY(call)                                                                       \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            gc_msg(msg, cap, "%s -> %s", #call, cudaGetErrorString(e_));                    \
-            goto fail;                                                                      \
-        }                                                                                   \
-    } while (0)
-    GQA_TRY(cudaStreamCreate(&c->stream));
-    GQA_TRY(cudaMalloc(&c->d_q, (size_t)c->n_q * 2));
-    GQA_TRY(cudaMalloc(&c->d_kv, c->kv_bytes));
-    if (nvfp4) GQA_TRY(cudaMalloc(&c->d_sf, c->sf_bytes));
-    GQA_TRY(cudaMalloc((void **)&c->d_pt,
-                       (size_t)(c->fb.page_table_len > 0 ? c->fb.page_table_len : 1) * 4));
-    GQA_TRY(cudaMalloc(&c->d_out, c->out_bytes));
-    GQA_TRY(cudaMalloc(&c->d_lse, c->lse_bytes));
-    GQA_TRY(cudaMalloc((void **)&c->d_sinks, sizeof(float) * (size_t)Hq));
-    GQA_TRY(cudaMalloc((void **)&c->d_scales, 2 * sizeof(float)));
-#undef GQA_TRY
+    GC_CUDA_OR_GOTO(cudaStreamCreate(&c->stream), msg, cap, fail);
+    GC_CUDA_OR_GOTO(cudaMalloc(&c->d_q, (size_t)c->n_q * 2), msg, cap, fail);
+    GC_CUDA_OR_GOTO(cudaMalloc(&c->d_kv, c->kv_bytes), msg, cap, fail);
+    if (nvfp4) GC_CUDA_OR_GOTO(cudaMalloc(&c->d_sf, c->sf_bytes), msg, cap, fail);
+    if (gc_alloc_case_buffers(&c->d_pt, c->fb.page_table_len, &c->d_out, c->out_bytes, &c->d_lse,
+                              c->lse_bytes, &c->d_sinks, Hq, &c->d_scales, msg, cap))
+        goto fail;
     if (gqa_case_upload(c, msg, cap) || gqa_case_set_layout(c, o->layout, o->kv_form, msg, cap))
         goto fail;
     {
-        fi_caps caps = gqa_caps(&c->o, n, c->tokens, c->num_pages);
-        fi_status st = fi_workspace_size(&caps, &c->ws_bytes);
-        if (st != FI_OK) {
-            gc_msg(msg, cap, "fi_workspace_size: %s (caps kv %s out %s)", fi_status_name(st),
-                   gqa_dtype_name(caps.kv_dtype), gqa_dtype_name(caps.o_dtype));
+        const fi_caps caps = gqa_caps(&c->o, n, c->tokens, c->num_pages);
+        char note[64];
+        snprintf(note, sizeof note, " (caps kv %s out %s)", gqa_dtype_name(caps.kv_dtype),
+                 gqa_dtype_name(caps.o_dtype));
+        if (gc_plan_make(&caps, &c->fb.batch, c->stream, &c->d_ws, &c->ws_bytes, &c->plan, note,
+                         msg, cap))
             goto fail;
-        }
-        if (cudaMalloc(&c->d_ws, c->ws_bytes) != cudaSuccess) {
-            gc_msg(msg, cap, "cudaMalloc workspace %zu bytes failed", c->ws_bytes);
-            goto fail;
-        }
-        st = fi_plan_create(&caps, c->d_ws, c->ws_bytes, NULL, &c->plan);
-        if (st != FI_OK) {
-            gc_msg(msg, cap, "fi_plan_create: %s", fi_status_name(st));
-            goto fail;
-        }
-        st = fi_plan_update(c->plan, &c->fb.batch, c->stream);
-        if (st != FI_OK) {
-            fi_error_detail d = fi_plan_error(c->plan);
-            gc_msg(msg, cap, "fi_plan_update: %s (request %d needed %lld limit %lld)",
-                   fi_status_name(st), d.request, (long long)d.needed, (long long)d.limit);
-            goto fail;
-        }
     }
     return 0;
 fail_mem:
@@ -469,25 +441,23 @@ fail:
     return -1;
 }
 
+/* The case's outputs as the shared run / download helpers see them. */
+static inline gc_outputs gqa_case_outputs(const gqa_case *c) {
+    gc_outputs o = {c->d_out, c->d_lse, c->h_out, c->h_lse, c->out_bytes, c->lse_bytes};
+    return o;
+}
+
 /* Poison out and lse (0xff bytes: NaN in every output dtype) on the case's stream. */
 static inline int gqa_case_poison(gqa_case *c, char *msg, size_t cap) {
-    GC_CUDA(cudaMemsetAsync(c->d_out, 0xff, c->out_bytes, c->stream), msg, cap);
-    GC_CUDA(cudaMemsetAsync(c->d_lse, 0xff, c->lse_bytes, c->stream), msg, cap);
-    return 0;
+    const gc_outputs o = gqa_case_outputs(c);
+    return gc_poison(&o, c->stream, msg, cap);
 }
 
 /* Poison, fi_run with the given args, synchronise.  0 on success; the message names
  * fi_run's status (FI_ERR_UNSUPPORTED_* while the GPU family does not run the case). */
 static inline int gqa_case_run_args(gqa_case *c, const fi_attn_args *a, char *msg, size_t cap) {
-    if (gqa_case_poison(c, msg, cap)) return -1;
-    fi_status st = fi_run(c->plan, a, c->stream);
-    if (st != FI_OK) {
-        gc_msg(msg, cap, "fi_run: %s (cuda %d)", fi_status_name(st),
-               fi_plan_error(c->plan).cuda_error);
-        return -1;
-    }
-    GC_CUDA(cudaStreamSynchronize(c->stream), msg, cap);
-    return 0;
+    const gc_outputs o = gqa_case_outputs(c);
+    return gc_run_args(&o, c->plan, c->stream, a, msg, cap);
 }
 
 static inline int gqa_case_run(gqa_case *c, char *msg, size_t cap) {
@@ -588,9 +558,8 @@ static inline int gqa_case_reference(gqa_case *c, char *msg, size_t cap) {
 
 /* Copy the device outputs to h_out / h_lse. */
 static inline int gqa_case_download(gqa_case *c, char *msg, size_t cap) {
-    GC_CUDA(cudaMemcpy(c->h_out, c->d_out, c->out_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    GC_CUDA(cudaMemcpy(c->h_lse, c->d_lse, c->lse_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    return 0;
+    const gc_outputs o = gqa_case_outputs(c);
+    return gc_download(&o, msg, cap);
 }
 
 /* Element i of the downloaded output as the attention value (fp8: times o_scale). */
@@ -605,66 +574,19 @@ static inline double gqa_case_tol(const gqa_case *c) {
     return c->o.o_dtype == FI_DTYPE_E4M3 ? GQA_TOL_FP8_OUT : GQA_TOL;
 }
 
+static inline double gqa_out_value_at(const void *c, int64_t i) {
+    return gqa_out_value((const gqa_case *)c, i);
+}
+
 /* Compare rows of requests [b0, b1) of the GPU output (h_out / h_lse, after download) with
  * ref_out / ref_lse.  *worst_out / *worst_lse: largest errors seen.  0 if every row is
  * within tol (lse within GQA_TOL_LSE), else -1 and the first bad row in msg. */
 static inline int gqa_case_compare(const gqa_case *c, int32_t b0, int32_t b1, double tol,
                                    double *worst_out, double *worst_lse, char *msg, size_t cap) {
-    const int64_t Hq = c->o.heads_q, D = c->o.head_dim;
-    double wo = 0.0, wl = 0.0;
-    for (int32_t b = b0; b < b1; b++) {
-        for (int32_t i = 0; i < c->fb.q_lens[b]; i++) {
-            const int64_t t = c->q_offset[b] + i;
-            for (int64_t h = 0; h < Hq; h++) {
-                const int64_t base = (t * Hq + h) * D;
-                const float *r = c->ref_out + base;
-                double dd = 0.0, rr = 0.0, oo = 0.0;
-                for (int64_t d = 0; d < D; d++) {
-                    const double x = gqa_out_value(c, base + d);
-                    if (isnan(x) || isinf(x)) {
-                        gc_msg(msg, cap, "request %d q row %d head %lld (kv head %lld) dim %lld: "
-                               "%g (NaN poison not overwritten or bad value); kv_len %d", b, i,
-                               (long long)h, (long long)(h / (Hq / c->o.heads_kv)), (long long)d,
-                               x, c->fb.kv_lens[b]);
-                        return -1;
-                    }
-                    dd += (x - r[d]) * (x - r[d]);
-                    rr += (double)r[d] * r[d];
-                    oo += x * x;
-                }
-                const double rel = rr > 0.0 ? sqrt(dd / rr) : sqrt(oo);
-                if (rel > wo) wo = rel;
-                if (rel > tol || (rr == 0.0 && oo != 0.0)) {
-                    gc_msg(msg, cap, "request %d q row %d head %lld (kv head %lld): rel err "
-                           "%.3e > %.1e (|ref| %.3e |out| %.3e) kv_len %d q_len %d", b, i,
-                           (long long)h, (long long)(h / (Hq / c->o.heads_kv)), rel, tol,
-                           sqrt(rr), sqrt(oo), c->fb.kv_lens[b], c->fb.q_lens[b]);
-                    return -1;
-                }
-                if (!c->o.return_lse) continue;
-                const double l = c->h_lse[t * Hq + h], lr = c->ref_lse[t * Hq + h];
-                if (isinf(lr) && lr < 0) {
-                    if (!(isinf(l) && l < 0)) {
-                        gc_msg(msg, cap, "request %d q row %d head %lld: lse %g, want -inf",
-                               b, i, (long long)h, l);
-                        return -1;
-                    }
-                    continue;
-                }
-                /* absolute: an lse off by e scales a merged partial by exp(e) */
-                const double e = fabs(l - lr);
-                if (isnan(l) || e > GQA_TOL_LSE) {
-                    gc_msg(msg, cap, "request %d q row %d head %lld: lse %g ref %g (err %.3e)",
-                           b, i, (long long)h, l, lr, e);
-                    return -1;
-                }
-                if (e > wl) wl = e;
-            }
-        }
-    }
-    if (worst_out && wo > *worst_out) *worst_out = wo;
-    if (worst_lse && wl > *worst_lse) *worst_lse = wl;
-    return 0;
+    const gc_rows r = {c->fb.q_lens, c->fb.kv_lens, c->q_offset, c->o.heads_q, c->o.head_dim,
+                       c->o.heads_q / c->o.heads_kv, gqa_out_value_at, c, c->h_lse,
+                       c->ref_out, c->ref_lse, c->o.return_lse, GQA_TOL_LSE};
+    return gc_compare_rows(&r, b0, b1, tol, worst_out, worst_lse, msg, cap);
 }
 
 /* Download and compare every request (reference computed by the caller). */
@@ -676,15 +598,9 @@ static inline int gqa_case_check(gqa_case *c, double *worst_out, double *worst_l
 
 /* One line naming the case, for logs and failure messages. */
 static inline void gqa_case_name(const gqa_case *c, char *buf, size_t cap) {
-    fi_plan_view v;
-    int groups = -1, items = -1;
-    if (c->plan && fi_plan_get_view(c->plan, &v) == FI_OK) {
-        groups = v.header->num_groups;
-        items = v.header->num_items;
-    }
-    int32_t maxkv = 0;
-    for (int32_t b = 0; b < c->B; b++)
-        if (c->fb.kv_lens[b] > maxkv) maxkv = c->fb.kv_lens[b];
+    int groups, items;
+    int32_t maxkv;
+    gc_plan_counts(c->plan, c->fb.kv_lens, c->B, &groups, &items, &maxkv);
     snprintf(buf, cap, "q %s kv %s out %s H %d/%d D %d page_size %d %s %s pad %d B %d q_len %d "
              "max_kv %d window_left %d pages %s ctas %d sinks %d lse %d scale_ptr %d items %d "
              "groups %d", gqa_dtype_name(c->o.dtype), gqa_dtype_name(c->o.kv_dtype),

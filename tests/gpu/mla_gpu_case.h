@@ -290,51 +290,22 @@ static inline int mla_case_init(mla_case *c, const mla_opts *o, const int32_t *q
     c->ref_lse = (float *)malloc(c->lse_bytes);
     if (!c->h_out || !c->h_lse || !c->ref_out || !c->ref_lse) goto fail_mem;
 
-#define MLA_TRY(call)                                                                       \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            mla_msg(msg, cap, "%s -> %s", #call, cudaGetErrorString(e_));                   \
-            goto fail;                                                                      \
-        }                                                                                   \
-    } while (0)
-    MLA_TRY(cudaStreamCreate(&c->stream));
-    MLA_TRY(cudaMalloc(&c->d_q, (size_t)c->n_q * 2));
-    MLA_TRY(cudaMalloc(&c->d_kv, (size_t)c->n_kv * 2));
+    GC_CUDA_OR_GOTO(cudaStreamCreate(&c->stream), msg, cap, fail);
+    GC_CUDA_OR_GOTO(cudaMalloc(&c->d_q, (size_t)c->n_q * 2), msg, cap, fail);
+    GC_CUDA_OR_GOTO(cudaMalloc(&c->d_kv, (size_t)c->n_kv * 2), msg, cap, fail);
     if (c->n_qr) {
-        MLA_TRY(cudaMalloc(&c->d_qr, (size_t)c->n_qr * 2));
-        MLA_TRY(cudaMalloc(&c->d_kr, (size_t)c->n_kr * 2));
+        GC_CUDA_OR_GOTO(cudaMalloc(&c->d_qr, (size_t)c->n_qr * 2), msg, cap, fail);
+        GC_CUDA_OR_GOTO(cudaMalloc(&c->d_kr, (size_t)c->n_kr * 2), msg, cap, fail);
     }
-    MLA_TRY(cudaMalloc((void **)&c->d_pt, (size_t)(c->fb.page_table_len > 0 ? c->fb.page_table_len : 1) * 4));
-    MLA_TRY(cudaMalloc(&c->d_out, c->out_bytes));
-    MLA_TRY(cudaMalloc(&c->d_lse, c->lse_bytes));
-    MLA_TRY(cudaMalloc((void **)&c->d_sinks, sizeof(float) * (size_t)H));
-    MLA_TRY(cudaMalloc((void **)&c->d_scales, 2 * sizeof(float)));
-#undef MLA_TRY
+    if (gc_alloc_case_buffers(&c->d_pt, c->fb.page_table_len, &c->d_out, c->out_bytes, &c->d_lse,
+                              c->lse_bytes, &c->d_sinks, H, &c->d_scales, msg, cap))
+        goto fail;
     if (mla_case_upload(c, msg, cap)) goto fail;
 
     fi_caps caps = mla_caps(o, n, c->tokens, c->num_pages);
-    fi_status st = fi_workspace_size(&caps, &c->ws_bytes);
-    if (st != FI_OK) {
-        mla_msg(msg, cap, "fi_workspace_size: %s", fi_status_name(st));
+    if (gc_plan_make(&caps, &c->fb.batch, c->stream, &c->d_ws, &c->ws_bytes, &c->plan, "", msg,
+                     cap))
         goto fail;
-    }
-    if (cudaMalloc(&c->d_ws, c->ws_bytes) != cudaSuccess) {
-        mla_msg(msg, cap, "cudaMalloc workspace %zu bytes failed", c->ws_bytes);
-        goto fail;
-    }
-    st = fi_plan_create(&caps, c->d_ws, c->ws_bytes, NULL, &c->plan);
-    if (st != FI_OK) {
-        mla_msg(msg, cap, "fi_plan_create: %s", fi_status_name(st));
-        goto fail;
-    }
-    st = fi_plan_update(c->plan, &c->fb.batch, c->stream);
-    if (st != FI_OK) {
-        fi_error_detail d = fi_plan_error(c->plan);
-        mla_msg(msg, cap, "fi_plan_update: %s (request %d needed %lld limit %lld)",
-                fi_status_name(st), d.request, (long long)d.needed, (long long)d.limit);
-        goto fail;
-    }
     return 0;
 fail_mem:
     mla_msg(msg, cap, "host allocation failed");
@@ -343,24 +314,22 @@ fail:
     return rc;
 }
 
+/* The case's outputs as the shared run / download helpers see them. */
+static inline gc_outputs mla_case_outputs(const mla_case *c) {
+    gc_outputs o = {c->d_out, c->d_lse, c->h_out, c->h_lse, c->out_bytes, c->lse_bytes};
+    return o;
+}
+
 /* Poison out and lse (NaN bytes) on the case's stream. */
 static inline int mla_case_poison(mla_case *c, char *msg, size_t cap) {
-    MLA_CUDA(cudaMemsetAsync(c->d_out, 0xff, c->out_bytes, c->stream), msg, cap);
-    MLA_CUDA(cudaMemsetAsync(c->d_lse, 0xff, c->lse_bytes, c->stream), msg, cap);
-    return 0;
+    const gc_outputs o = mla_case_outputs(c);
+    return gc_poison(&o, c->stream, msg, cap);
 }
 
 /* Poison, fi_run with the given args, synchronise.  0 on success. */
 static inline int mla_case_run_args(mla_case *c, const fi_attn_args *a, char *msg, size_t cap) {
-    if (mla_case_poison(c, msg, cap)) return -1;
-    fi_status st = fi_run(c->plan, a, c->stream);
-    if (st != FI_OK) {
-        mla_msg(msg, cap, "fi_run: %s (cuda %d)", fi_status_name(st),
-                fi_plan_error(c->plan).cuda_error);
-        return -1;
-    }
-    MLA_CUDA(cudaStreamSynchronize(c->stream), msg, cap);
-    return 0;
+    const gc_outputs o = mla_case_outputs(c);
+    return gc_run_args(&o, c->plan, c->stream, a, msg, cap);
 }
 
 static inline int mla_case_run(mla_case *c, char *msg, size_t cap) {
@@ -382,69 +351,25 @@ static inline int mla_case_reference(mla_case *c, char *msg, size_t cap) {
 
 /* Copy the device outputs to h_out / h_lse. */
 static inline int mla_case_download(mla_case *c, char *msg, size_t cap) {
-    MLA_CUDA(cudaMemcpy(c->h_out, c->d_out, c->out_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    MLA_CUDA(cudaMemcpy(c->h_lse, c->d_lse, c->lse_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    return 0;
+    const gc_outputs o = mla_case_outputs(c);
+    return gc_download(&o, msg, cap);
+}
+
+/* Element i of the downloaded output (q dtype). */
+static inline double mla_out_value(const void *c, int64_t i) {
+    const mla_case *m = (const mla_case *)c;
+    return mla_to_f32(m->o.dtype, m->h_out[i]);
 }
 
 /* Compare rows of requests [b0, b1) of the GPU output (h_out/h_lse, after download) with
- * ref_out / ref_lse at the same token rows.  *worst_out / *worst_lse: largest errors seen.
- * 0 if every row is within tol, else -1 and the first bad row in msg. */
+ * ref_out / ref_lse at the same token rows (lse within tol too).  *worst_out / *worst_lse:
+ * largest errors seen.  0 if every row is within tol, else -1 and the first bad row in msg. */
 static inline int mla_case_compare(const mla_case *c, int32_t b0, int32_t b1, double tol,
                                    double *worst_out, double *worst_lse, char *msg, size_t cap) {
-    const int64_t H = c->o.heads;
-    double wo = 0.0, wl = 0.0;
-    for (int32_t b = b0; b < b1; b++) {
-        for (int32_t i = 0; i < c->fb.q_lens[b]; i++) {
-            int64_t t = c->q_offset[b] + i;
-            for (int64_t h = 0; h < H; h++) {
-                const uint16_t *o = c->h_out + (t * H + h) * MLA_D_CKV;
-                const float *r = c->ref_out + (t * H + h) * MLA_D_CKV;
-                double dd = 0.0, rr = 0.0, oo = 0.0;
-                for (int d = 0; d < MLA_D_CKV; d++) {
-                    double x = mla_to_f32(c->o.dtype, o[d]);
-                    if (isnan(x) || isinf(x)) {
-                        mla_msg(msg, cap, "request %d q row %d head %lld dim %d: %g (NaN poison "
-                                "not overwritten or bad value); kv_len %d", b, i, (long long)h,
-                                d, x, c->fb.kv_lens[b]);
-                        return -1;
-                    }
-                    dd += (x - r[d]) * (x - r[d]);
-                    rr += (double)r[d] * r[d];
-                    oo += x * x;
-                }
-                double rel = rr > 0.0 ? sqrt(dd / rr) : sqrt(oo);
-                if (rel > wo) wo = rel;
-                if (rel > tol || (rr == 0.0 && oo != 0.0)) {
-                    mla_msg(msg, cap, "request %d q row %d head %lld: rel err %.3e > %.1e "
-                            "(|ref| %.3e |out| %.3e) kv_len %d q_len %d", b, i, (long long)h,
-                            rel, tol, sqrt(rr), sqrt(oo), c->fb.kv_lens[b], c->fb.q_lens[b]);
-                    return -1;
-                }
-                if (!c->o.return_lse) continue;
-                double l = c->h_lse[t * H + h], lr = c->ref_lse[t * H + h];
-                if (isinf(lr) && lr < 0) {
-                    if (!(isinf(l) && l < 0)) {
-                        mla_msg(msg, cap, "request %d q row %d head %lld: lse %g, want -inf",
-                                b, i, (long long)h, l);
-                        return -1;
-                    }
-                    continue;
-                }
-                /* absolute: an lse off by e scales a merged partial by exp(e) */
-                double e = fabs(l - lr);
-                if (isnan(l) || e > tol) {
-                    mla_msg(msg, cap, "request %d q row %d head %lld: lse %g ref %g (err %.3e)",
-                            b, i, (long long)h, l, lr, e);
-                    return -1;
-                }
-                if (e > wl) wl = e;
-            }
-        }
-    }
-    if (worst_out && wo > *worst_out) *worst_out = wo;
-    if (worst_lse && wl > *worst_lse) *worst_lse = wl;
-    return 0;
+    const gc_rows r = {c->fb.q_lens, c->fb.kv_lens, c->q_offset, c->o.heads, MLA_D_CKV, 0,
+                       mla_out_value, c, c->h_lse, c->ref_out, c->ref_lse, c->o.return_lse,
+                       tol};
+    return gc_compare_rows(&r, b0, b1, tol, worst_out, worst_lse, msg, cap);
 }
 
 /* Download and compare every request. */
@@ -456,15 +381,9 @@ static inline int mla_case_check(mla_case *c, double tol, double *worst_out, dou
 
 /* One line naming the case, for logs and failure messages. */
 static inline void mla_case_name(const mla_case *c, char *buf, size_t cap) {
-    fi_plan_view v;
-    int groups = -1, items = -1;
-    if (c->plan && fi_plan_get_view(c->plan, &v) == FI_OK) {
-        groups = v.header->num_groups;
-        items = v.header->num_items;
-    }
-    int32_t maxkv = 0;
-    for (int32_t b = 0; b < c->B; b++)
-        if (c->fb.kv_lens[b] > maxkv) maxkv = c->fb.kv_lens[b];
+    int groups, items;
+    int32_t maxkv;
+    gc_plan_counts(c->plan, c->fb.kv_lens, c->B, &groups, &items, &maxkv);
     snprintf(buf, cap, "%s %s H=%d page_size=%d B=%d tokens=%d max_kv=%d causal=%d "
              "window_left=%d pages=%s ctas=%d sinks=%d lse=%d scale_ptr=%d items=%d groups=%d",
              c->o.dtype == FI_DTYPE_F16 ? "f16" : "bf16",

@@ -23,32 +23,10 @@
  *       build/tests/gpu/test_gqa_gpu
  * (the filter is a cmocka glob over test names).
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <cmocka.h>
-
 #include "gpu/gqa_gpu_case.h"
-#include "viz/trace.h"
+#include "gpu/gpu_test_common.h"
 
 #define MSG 768
-
-static uint64_t g_seed;
-
-#define REQUIRE_GPU()                                                                       \
-    do {                                                                                    \
-        if (!gc_gpu_available()) {                                                          \
-            print_message("no CUDA device: skipped\n");                                      \
-            skip();                                                                         \
-        }                                                                                   \
-    } while (0)
-
-/* Fresh generator per test, from the printed seed and the test's own tag. */
-static tt_rng test_rng(uint64_t tag) {
-    tt_rng r = {g_seed ^ (tag * 0x9e3779b97f4a7c15ull)};
-    tt_rng_next(&r);
-    return r;
-}
 
 static gqa_opts default_opts(int32_t hq, int32_t hkv, int32_t d, int32_t ps) {
     gqa_opts o;
@@ -84,67 +62,49 @@ static int32_t pick_kv_len(tt_rng *r, int32_t b, int32_t q_len, int32_t ps, int3
     return v;
 }
 
-typedef struct split_stats {
-    int32_t groups, max_splits, multi_item_ctas;
-} split_stats;
+/* ---- the case as the shared harness (gpu_test_common.h) sees it ------------------------- */
 
-static split_stats plan_split_stats(const gqa_case *c) {
-    split_stats s = {0, 0, 0};
-    fi_plan_view v;
-    if (fi_plan_get_view(c->plan, &v) != FI_OK) return s;
-    s.groups = v.header->num_groups;
-    for (int32_t g = 0; g < s.groups; g++)
-        if (v.groups[g].num_splits > s.max_splits) s.max_splits = v.groups[g].num_splits;
-    for (int32_t k = 0; k < v.num_ctas; k++)
-        s.multi_item_ctas += v.work_indptr[k + 1] - v.work_indptr[k] > 1;
-    return s;
+static fi_attn_args fam_args(const void *c) { return gqa_case_args((const gqa_case *)c); }
+static int fam_upload(void *c, char *msg, size_t cap) {
+    return gqa_case_upload((gqa_case *)c, msg, cap);
+}
+static int fam_reference(void *c, char *msg, size_t cap) {
+    return gqa_case_reference((gqa_case *)c, msg, cap);
+}
+/* Every request at the tolerance of the case's output dtype. */
+static int fam_compare(void *c, double *wo, double *wl, char *msg, size_t cap) {
+    const gqa_case *g = (const gqa_case *)c;
+    return gqa_case_compare(g, 0, g->B, gqa_case_tol(g), wo, wl, msg, cap);
+}
+static void fam_name(const void *c, char *buf, size_t cap) {
+    gqa_case_name((const gqa_case *)c, buf, cap);
+}
+static void fam_free(void *c) { gqa_case_free((gqa_case *)c); }
+/* The graph loop's fresh q and bmm1 scale (bmm1 scaled by sqrt(576 / D) as at init). */
+static void fam_new_step_inputs(void *c, tt_rng *rng) {
+    gqa_case *g = (gqa_case *)c;
+    gc_fill_random(g->h_q, g->n_q, g->o.dtype, rng);
+    g->bmm1_scale = (0.05f + 0.1f * (tt_rng_float(rng) + 1.0f) * 0.5f) *
+                    sqrtf(576.0f / (float)g->o.head_dim);
 }
 
-/* Run c once, or twice (runs 2: without, then with PDL; the two outputs and lse must be
- * bitwise identical), then compare with the fp64 reference. */
-static int verify_case(gqa_case *c, int runs, double *wo, double *wl, char *msg, size_t cap) {
-    void *o1 = NULL;
-    float *l1 = NULL;
-    int bad = gqa_case_run(c, msg, cap) || gqa_case_download(c, msg, cap);
-    if (!bad && runs > 1) {
-        o1 = malloc(c->out_bytes);
-        l1 = malloc(c->lse_bytes);
-        if (!o1 || !l1) {
-            gc_msg(msg, cap, "host allocation failed");
-            bad = 1;
-        } else {
-            memcpy(o1, c->h_out, c->out_bytes);
-            memcpy(l1, c->h_lse, c->lse_bytes);
-            fi_attn_args a = gqa_case_args(c);
-            a.enable_pdl = 1;
-            bad = gqa_case_run_args(c, &a, msg, cap) || gqa_case_download(c, msg, cap);
-            if (!bad && (memcmp(o1, c->h_out, c->out_bytes) != 0 ||
-                         memcmp(l1, c->h_lse, c->lse_bytes) != 0)) {
-                gc_msg(msg, cap, "a second run (PDL on) is not bitwise identical to the first");
-                bad = 1;
-            }
-        }
-    }
-    free(o1);
-    free(l1);
-    if (!bad) bad = gqa_case_reference(c, msg, cap);
-    if (!bad) bad = gqa_case_compare(c, 0, c->B, gqa_case_tol(c), wo, wl, msg, cap);
-    return bad ? -1 : 0;
+/* In gt_family's order: args, upload, reference, compare, name, free, new_step_inputs,
+ * unsupported. */
+static const gt_family GQA_FAMILY = {fam_args, fam_upload, fam_reference, fam_compare,
+                                     fam_name, fam_free, fam_new_step_inputs, unsupported};
+
+/* The case as the shared tests see it (taken after init). */
+static gt_case gt(gqa_case *c) {
+    return gt_case_make(c, &GQA_FAMILY, c->plan, c->stream, &c->fb, c->B, c->P, c->num_pages,
+                        gqa_case_outputs(c));
 }
 
-/* verify_case, print the case and its errors; on failure free c and fail the test (a
- * refusal as unsupported says so first). */
+/* Run c once, or twice (runs 2: without, then with PDL; bitwise identical), compare with
+ * the fp64 reference, print; on failure free c and fail the test (a refusal as
+ * unsupported says so first). */
 static void check_case(gqa_case *c, int runs) {
-    char msg[MSG], name[MSG];
-    gqa_case_name(c, name, sizeof name);
-    double wo = 0, wl = 0;
-    int bad = verify_case(c, runs, &wo, &wl, msg, sizeof msg);
-    print_message("  %s: out err %.2e lse err %.2e%s\n", name, wo, wl, bad ? " FAILED" : "");
-    if (bad) {
-        gqa_case_free(c);
-        fail_msg("%s%s: %s", unsupported(msg) ? "NOT SUPPORTED BY THE GPU FAMILY YET: " : "",
-                 name, msg);
-    }
+    const gt_case g = gt(c);
+    gt_check(&g, runs);
 }
 
 /* gqa_case_init or fail the test (naming an unsupported dtype as such). */
@@ -163,7 +123,7 @@ static split_stats run_and_check(const gqa_opts *o, const int32_t *kv, int32_t n
                                  int runs) {
     gqa_case c;
     init_or_fail(&c, o, kv, n, rng);
-    split_stats s = plan_split_stats(&c);
+    split_stats s = plan_split_stats(c.plan);
     check_case(&c, runs);
     gqa_case_free(&c);
     return s;
@@ -186,7 +146,7 @@ static const int32_t PAGES[4] = {16, 32, 64, 128};
 static void gqa_matches_reference_every_shape(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(1);
+    tt_rng rng = gt_test_rng(1);
     int idx = 0, n_split = 0, n_multi = 0, n_empty = 0, n_dt[2] = {0, 0};
     for (int id = 0; id < 3; id++)
         for (int ig = 0; ig < 6; ig++)
@@ -238,7 +198,7 @@ static void gqa_matches_reference_every_shape(void **state) {
 static void gqa_spec_decoding_causal_window_sinks_match_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(2);
+    tt_rng rng = gt_test_rng(2);
     int k = 0;
     for (int32_t ql = 1; ql <= 8; ql++)
         for (int w = 0; w < 4; w++, k++) {
@@ -263,7 +223,7 @@ static void gqa_spec_decoding_causal_window_sinks_match_reference(void **state) 
 static void gqa_layouts_and_kv_forms_are_bitwise_identical(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(3);
+    tt_rng rng = gt_test_rng(3);
     /* D 64 / 128 / 256, groups 1 / 5 / 8 / 16, splits on half of them */
     const int32_t shapes[5][5] = {/* hq hkv d ps ctas */
                                   {8, 8, 64, 16, 0},   {40, 8, 128, 64, 9},
@@ -324,20 +284,14 @@ static void split_case(gqa_case *c, const gqa_opts *o, int32_t B, int32_t lo, in
     assert_true(B >= 1 && B <= 8);
     for (int32_t b = 0; b < B; b++) kv[b] = tt_rng_int(rng, lo, hi);
     init_or_fail(c, o, kv, B, rng);
-    split_stats s = plan_split_stats(c);
-    if (s.groups <= 0 || s.max_splits < min_splits) {
-        char name[MSG];
-        gqa_case_name(c, name, sizeof name);
-        gqa_case_free(c);
-        fail_msg("%s: the plan's largest merge group has %d pieces (%d groups); the test "
-                 "needs %d", name, s.max_splits, s.groups, min_splits);
-    }
+    const gt_case g = gt(c);
+    gt_require_splits(&g, min_splits);
 }
 
 static void gqa_split_merge_matches_reference_few_and_many_ctas(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(4);
+    tt_rng rng = gt_test_rng(4);
     typedef struct { int32_t hq, hkv, d, ps, ql, B, lo, hi, ctas, sinks, win, min; } sv;
     static const sv V[] = {
         /* few CTAs: a handful of tiles cut into pieces */
@@ -371,7 +325,7 @@ static void gqa_split_merge_matches_reference_few_and_many_ctas(void **state) {
 static void gqa_keyless_batch_writes_zeros_and_sink_lse(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(5);
+    tt_rng rng = gt_test_rng(5);
     for (int k = 0; k < 8; k++) {
         gqa_opts o = k & 1 ? default_opts(32, 8, 128, 16) : default_opts(20, 4, 64, 64);
         o.q_len = k & 2 ? 3 : 1;
@@ -388,89 +342,29 @@ static void gqa_keyless_batch_writes_zeros_and_sink_lse(void **state) {
 static void gqa_same_inputs_give_bitwise_identical_outputs(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(6);
+    tt_rng rng = gt_test_rng(6);
     gqa_opts o = default_opts(32, 8, 128, 32);
     o.q_len = 2;
     o.num_ctas = 132;
     o.sinks = 1;
     gqa_case c;
     split_case(&c, &o, 2, 3000, 6000, 2, &rng);
-    char msg[MSG];
-    void *o1 = malloc(c.out_bytes);
-    float *l1 = malloc(c.lse_bytes);
-    assert_non_null(o1);
-    assert_non_null(l1);
-    int bad = gqa_case_run(&c, msg, sizeof msg) || gqa_case_download(&c, msg, sizeof msg);
-    if (!bad) {
-        memcpy(o1, c.h_out, c.out_bytes);
-        memcpy(l1, c.h_lse, c.lse_bytes);
-        fi_status st = fi_plan_update(c.plan, &c.fb.batch, c.stream); /* same batch again */
-        if (st != FI_OK) {
-            gc_msg(msg, sizeof msg, "second fi_plan_update: %s", fi_status_name(st));
-            bad = 1;
-        }
-    }
-    if (!bad) bad = gqa_case_run(&c, msg, sizeof msg) || gqa_case_download(&c, msg, sizeof msg);
-    int same_o = !bad && memcmp(o1, c.h_out, c.out_bytes) == 0;
-    int same_l = !bad && memcmp(l1, c.h_lse, c.lse_bytes) == 0;
-    free(o1);
-    free(l1);
-    gqa_case_free(&c);
-    if (bad) fail_msg("%s%s", unsupported(msg) ? "NOT SUPPORTED YET: " : "", msg);
-    assert_true(same_o);
-    assert_true(same_l);
+    const gt_case g = gt(&c);
+    gt_same_inputs_identical(&g);
 }
 
 /* ---- CUDA graph decode loop driven by the bundled trace --------------------------------- */
 
-#define LOOP_B 8
-#define LOOP_STEPS 64
-#define LOOP_PS 32
-#define LOOP_MAX_KV 3000 /* keeps the fp64 reference of 64 steps to seconds */
-
-static void shuffle_row(int32_t *row, int32_t P, int32_t first_page, tt_rng *rng) {
-    for (int32_t j = 0; j < P; j++) row[j] = first_page + j;
-    for (int32_t j = P - 1; j > 0; j--) {
-        int32_t k = tt_rng_int(rng, 0, j), t = row[j];
-        row[j] = row[k];
-        row[k] = t;
-    }
-}
-
 /* One graph captured after the first plan, replayed for 64 steps of the trace's
- * continuous batching (8 slots): every step re-plans (lengths grow, finished requests are
- * replaced by new ones on freshly shuffled pages), writes new q, block tables and bmm1
- * scale at the same device addresses, poisons the outputs, replays, and checks every
- * request against the fp64 reference.  32/8 heads, D 128, HND pair, sinks, window none. */
+ * continuous batching (gt_graph_decode_loop): 32/8 heads, D 128, HND pair, sinks,
+ * window none. */
 static void gqa_graph_decode_loop_follows_trace_every_step(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(7);
-    fitrace *tr = NULL;
-    assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
-    static int32_t kv[LOOP_STEPS][LOOP_B], src[LOOP_STEPS][LOOP_B];
-    int32_t ql[LOOP_B] = {0}, first = -1, max_kv = 0, replaced = 0;
-    for (int attempt = 0; attempt < 1000 && first < 0; attempt++) {
-        int32_t f = tt_rng_int(&rng, 0, tr->num_requests - 1);
-        max_kv = 0;
-        replaced = 0;
-        for (int32_t s = 0; s < LOOP_STEPS; s++) {
-            fitrace_lens l = {LOOP_B, ql, kv[s], src[s]};
-            assert_int_equal(fitrace_decode(tr, f, s, 1, &l), FITRACE_OK);
-            for (int b = 0; b < LOOP_B; b++) {
-                if (kv[s][b] > max_kv) max_kv = kv[s][b];
-                if (s > 0) replaced += src[s][b] != src[s - 1][b];
-            }
-        }
-        if (max_kv <= LOOP_MAX_KV && replaced > 0) first = f;
-    }
-    fitrace_free(tr);
-    assert_true(first >= 0);
-    print_message("  trace rows from %d, max kv_len %d, %d requests replaced in %d steps\n",
-                  first, max_kv, replaced, LOOP_STEPS);
-
-    /* slot b owns pages [b P, (b + 1) P); block_tables row stride P fixed */
-    const int32_t P = (max_kv + LOOP_PS - 1) / LOOP_PS;
+    tt_rng rng = gt_test_rng(7);
+    static gt_loop_trace t;
+    gt_loop_trace_pick(&t, &rng);
+    const int32_t P = (t.max_kv + LOOP_PS - 1) / LOOP_PS;
     gqa_opts o = default_opts(32, 8, 128, LOOP_PS);
     o.sinks = 1;
     o.scale_ptr = 1; /* the graph must follow a new bmm1 scale written each step */
@@ -479,184 +373,56 @@ static void gqa_graph_decode_loop_follows_trace_every_step(void **state) {
     int32_t kv_full[LOOP_B];
     for (int b = 0; b < LOOP_B; b++) kv_full[b] = P * LOOP_PS;
     gqa_case c;
-    char msg[MSG];
     init_or_fail(&c, &o, kv_full, LOOP_B, &rng);
-    assert_int_equal(c.P, P);
-    assert_int_equal(c.num_pages, LOOP_B * P);
-    int32_t *bt = c.fb.page_table;      /* host [B, P], rewritten in place per step */
-    c.fb.batch.seq_lens = c.fb.kv_lens; /* rewritten in place per step */
-    fi_attn_args dargs = gqa_case_args(&c);
-
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    int bad = 0, bad_step = -1;
-    double worst = 0, worst_lse = 0;
-    for (int32_t s = 0; s < LOOP_STEPS && !bad; s++) {
-        bad_step = s;
-        for (int b = 0; b < LOOP_B; b++) {
-            if (s == 0 || src[s][b] != src[s - 1][b]) /* new request in slot b: new pages */
-                shuffle_row(bt + (int64_t)b * P, P, b * P, &rng);
-            c.fb.kv_lens[b] = kv[s][b];
-        }
-        fi_status st = fi_plan_update(c.plan, &c.fb.batch, c.stream);
-        if (st != FI_OK) {
-            gc_msg(msg, sizeof msg, "fi_plan_update: %s", fi_status_name(st));
-            bad = 1;
-            break;
-        }
-        gc_fill_random(c.h_q, c.n_q, c.o.dtype, &rng);
-        c.bmm1_scale = (0.05f + 0.1f * (tt_rng_float(&rng) + 1.0f) * 0.5f) * sqrtf(576.0f / 128.0f);
-        if (gqa_case_upload(&c, msg, sizeof msg) || gqa_case_poison(&c, msg, sizeof msg)) {
-            bad = 1;
-            break;
-        }
-        if (s == 0) {
-            cudaError_t e = cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeGlobal);
-            st = e == cudaSuccess ? fi_run(c.plan, &dargs, c.stream) : FI_ERR_CUDA;
-            cudaError_t e2 = cudaStreamEndCapture(c.stream, &graph);
-            if (e != cudaSuccess || st != FI_OK || e2 != cudaSuccess ||
-                cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
-                gc_msg(msg, sizeof msg, "capture: begin %d fi_run %s end %d", (int)e,
-                       fi_status_name(st), (int)e2);
-                bad = 1;
-                break;
-            }
-        }
-        if (cudaGraphLaunch(exec, c.stream) != cudaSuccess ||
-            cudaStreamSynchronize(c.stream) != cudaSuccess) {
-            gc_msg(msg, sizeof msg, "graph launch failed: %s",
-                   cudaGetErrorString(cudaGetLastError()));
-            bad = 1;
-            break;
-        }
-        if (gqa_case_reference(&c, msg, sizeof msg) ||
-            gqa_case_check(&c, &worst, &worst_lse, msg, sizeof msg))
-            bad = 1;
-    }
-    print_message("  64 replays: worst out err %.2e lse err %.2e\n", worst, worst_lse);
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
-    gqa_case_free(&c);
-    if (bad) fail_msg("%sstep %d: %s", unsupported(msg) ? "NOT SUPPORTED YET: " : "", bad_step, msg);
+    const gt_case g = gt(&c);
+    gt_graph_decode_loop(&g, &t, P, &rng);
 }
 
 /* ---- PDL: two chained launches (layer 2 reads layer 1's output as q) --------------------- */
 
-static int pdl_pair(gqa_case *c, fi_attn_args *a1, fi_attn_args *a2, int pdl, void *o1,
-                    void *o2, float *l2, char *msg, size_t cap) {
-    a1->enable_pdl = a2->enable_pdl = pdl;
-    cudaGraph_t g = NULL;
-    cudaGraphExec_t x = NULL;
-    GC_CUDA(cudaMemsetAsync(a1->out.data, 0xff, c->out_bytes, c->stream), msg, cap);
-    GC_CUDA(cudaMemsetAsync(a2->out.data, 0xff, c->out_bytes, c->stream), msg, cap);
-    GC_CUDA(cudaMemsetAsync(a2->lse.data, 0xff, c->lse_bytes, c->stream), msg, cap);
-    GC_CUDA(cudaStreamSynchronize(c->stream), msg, cap);
-    GC_CUDA(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal), msg, cap);
-    fi_status s1 = fi_run(c->plan, a1, c->stream);
-    fi_status s2 = fi_run(c->plan, a2, c->stream);
-    GC_CUDA(cudaStreamEndCapture(c->stream, &g), msg, cap);
-    if (s1 != FI_OK || s2 != FI_OK) {
-        cudaGraphDestroy(g);
-        gc_msg(msg, cap, "pdl=%d: fi_run %s / %s", pdl, fi_status_name(s1), fi_status_name(s2));
-        return -1;
-    }
-    cudaError_t e = cudaGraphInstantiate(&x, g, 0);
-    if (e == cudaSuccess) e = cudaGraphLaunch(x, c->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
-    if (x) cudaGraphExecDestroy(x);
-    cudaGraphDestroy(g);
-    if (e != cudaSuccess) {
-        gc_msg(msg, cap, "pdl=%d: graph: %s", pdl, cudaGetErrorString(e));
-        return -1;
-    }
-    GC_CUDA(cudaMemcpy(o1, a1->out.data, c->out_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    GC_CUDA(cudaMemcpy(o2, a2->out.data, c->out_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    GC_CUDA(cudaMemcpy(l2, a2->lse.data, c->lse_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    return 0;
+/* Both layers right: layer 1 against the truth, then layer 2 with the GPU's layer-1 output
+ * (same dtype and shape as q) as its host q. */
+static int check_layers(void *cp, const gt_pdl_bufs *p, char *msg, size_t cap) {
+    gqa_case *c = (gqa_case *)cp;
+    memcpy(c->h_out, p->o1[1], c->out_bytes);
+    int bad = gqa_case_reference(c, msg, cap);
+    c->o.return_lse = 0;
+    if (!bad) bad = gqa_case_compare(c, 0, c->B, GQA_TOL, NULL, NULL, msg, cap);
+    if (bad) return bad;
+    memcpy(c->h_q, p->o1[1], c->out_bytes);
+    bad = gqa_case_reference(c, msg, cap);
+    if (bad) return bad;
+    memcpy(c->h_out, p->o2[1], c->out_bytes);
+    memcpy(c->h_lse, p->l2[1], c->lse_bytes);
+    c->o.return_lse = 1;
+    return gqa_case_compare(c, 0, c->B, GQA_TOL, NULL, NULL, msg, cap);
 }
 
+/* Layer 2's q is layer 1's out [tokens, H_q, D], same KV (gt_pdl_chain). */
 static void gqa_pdl_chained_graph_matches_unchained(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(8);
+    tt_rng rng = gt_test_rng(8);
     gqa_opts o = default_opts(32, 8, 128, 64);
     o.num_ctas = 132;
     o.sinks = 1;
     gqa_case c;
     split_case(&c, &o, 3, 2000, 5000, 2, &rng); /* splits: semaphores reused by run 2 */
-    char msg[MSG];
-    void *d_out2 = NULL, *d_lse2 = NULL;
-    const size_t ob = c.out_bytes, lb = c.lse_bytes;
-    void *o1[2] = {malloc(ob), malloc(ob)}, *o2[2] = {malloc(ob), malloc(ob)};
-    float *l2[2] = {malloc(lb), malloc(lb)};
-    int bad = !o1[0] || !o1[1] || !o2[0] || !o2[1] || !l2[0] || !l2[1];
-    if (bad) gc_msg(msg, sizeof msg, "host allocation failed");
-    if (!bad && (cudaMalloc(&d_out2, ob) != cudaSuccess || cudaMalloc(&d_lse2, lb) != cudaSuccess)) {
-        gc_msg(msg, sizeof msg, "cudaMalloc failed");
-        bad = 1;
-    }
-    fi_attn_args a1 = gqa_case_args(&c), a2 = a1;
-    a2.q = a1.out; /* layer 2: q = layer 1's out [tokens, H_q, D], same KV */
-    a2.out.data = d_out2;
-    a2.lse.data = d_lse2;
-    for (int pdl = 0; pdl <= 1 && !bad; pdl++)
-        bad = pdl_pair(&c, &a1, &a2, pdl, o1[pdl], o2[pdl], l2[pdl], msg, sizeof msg);
-    const int same = !bad && memcmp(o1[0], o1[1], ob) == 0 && memcmp(o2[0], o2[1], ob) == 0 &&
-                     memcmp(l2[0], l2[1], lb) == 0;
-    /* both layers right, not just equal: layer 1 vs the truth, then layer 2 with the GPU's
-     * layer-1 output as its host q */
-    if (!bad) {
-        memcpy(c.h_out, o1[1], ob);
-        bad = gqa_case_reference(&c, msg, sizeof msg);
-        c.o.return_lse = 0;
-        if (!bad) bad = gqa_case_compare(&c, 0, c.B, GQA_TOL, NULL, NULL, msg, sizeof msg);
-    }
-    if (!bad) {
-        memcpy(c.h_q, o1[1], ob); /* same dtype and shape as q */
-        bad = gqa_case_reference(&c, msg, sizeof msg);
-        if (!bad) {
-            memcpy(c.h_out, o2[1], ob);
-            memcpy(c.h_lse, l2[1], lb);
-            c.o.return_lse = 1;
-            bad = gqa_case_compare(&c, 0, c.B, GQA_TOL, NULL, NULL, msg, sizeof msg);
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        free(o1[i]);
-        free(o2[i]);
-        free(l2[i]);
-    }
-    if (d_out2) cudaFree(d_out2);
-    if (d_lse2) cudaFree(d_lse2);
-    gqa_case_free(&c);
-    if (bad) fail_msg("%s%s", unsupported(msg) ? "NOT SUPPORTED YET: " : "", msg);
-    assert_true(same);
+    const gt_case g = gt(&c);
+    gt_pdl_chained_matches_unchained(&g, check_layers);
 }
 
 /* ---- bad tensors: each a specific status, nothing launched -------------------------------- */
 
 static void expect_status(gqa_case *c, const fi_attn_args *a, fi_status want, const char *what) {
-    fi_status got = fi_run(c->plan, a, c->stream);
-    if (got != want) {
-        gqa_case_free(c);
-        fail_msg("%s: fi_run returned %s, want %s", what, fi_status_name(got),
-                 fi_status_name(want));
-    }
+    const gt_case g = gt(c);
+    gt_expect_status(&g, a, want, what);
 }
 
 /* Out and lse still all 0xff after the refusals (stream synchronised first). */
 static void expect_untouched(gqa_case *c) {
-    char msg[MSG];
-    assert_int_equal(cudaStreamSynchronize(c->stream), cudaSuccess);
-    assert_int_equal(gqa_case_download(c, msg, sizeof msg), 0);
-    const unsigned char *ob = (const unsigned char *)c->h_out, *lb = (const unsigned char *)c->h_lse;
-    size_t touched = 0;
-    for (size_t i = 0; i < c->out_bytes; i++) touched += ob[i] != 0xff;
-    for (size_t i = 0; i < c->lse_bytes; i++) touched += lb[i] != 0xff;
-    if (touched) {
-        gqa_case_free(c);
-        fail_msg("a rejected fi_run wrote %zu bytes of out / lse", touched);
-    }
+    const gt_case g = gt(c);
+    gt_expect_untouched(&g);
 }
 
 /* The first call must already pass: the case's own arguments run (else the family has not
@@ -664,7 +430,7 @@ static void expect_untouched(gqa_case *c) {
 static void gqa_bad_tensors_return_their_status_and_write_nothing(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(9);
+    tt_rng rng = gt_test_rng(9);
     gqa_opts o = default_opts(32, 8, 128, 16);
     o.layout = GQA_NHD;
     o.kv_form = GQA_KV_PAIR;
@@ -759,26 +525,10 @@ static void gqa_bad_tensors_return_their_status_and_write_nothing(void **state) 
     expect_status(&c, &a, FI_ERR_INVALID_ARGUMENT, "o_scale -1");
     expect_untouched(&c);
 
-    /* not planned: a device plan before its first update */
-    fi_caps caps = gqa_caps(&c.o, c.B, c.tokens, c.num_pages);
-    size_t bytes = 0;
-    void *ws = NULL;
-    fi_plan *p = NULL;
-    assert_int_equal(fi_workspace_size(&caps, &bytes), FI_OK);
-    assert_int_equal(cudaMalloc(&ws, bytes), cudaSuccess);
-    assert_int_equal(fi_plan_create(&caps, ws, bytes, NULL, &p), FI_OK);
-    fi_status st = fi_run(p, &good, c.stream);
-    fi_plan_destroy(p);
-    cudaFree(ws);
-    assert_int_equal(st, FI_ERR_NOT_PLANNED);
-    /* host-only plan: planned, no workspace */
-    p = NULL;
-    assert_int_equal(fi_plan_create(&caps, NULL, 0, NULL, &p), FI_OK);
-    st = fi_plan_update(p, &c.fb.batch, NULL);
-    fi_status st_run = st == FI_OK ? fi_run(p, &good, c.stream) : st;
-    fi_plan_destroy(p);
-    assert_int_equal(st, FI_OK);
-    assert_int_equal(st_run, FI_ERR_HOST_PLAN);
+    /* not planned: a device plan before its first update, and a host-only plan */
+    const fi_caps caps = gqa_caps(&c.o, c.B, c.tokens, c.num_pages);
+    const gt_case g = gt(&c);
+    gt_expect_unplanned_refused(&g, &caps, &c.fb.batch, &good);
     expect_untouched(&c);
     /* and the plan still runs right */
     check_case(&c, 1);
@@ -790,7 +540,7 @@ static void gqa_bad_tensors_return_their_status_and_write_nothing(void **state) 
 static void sanitize_small_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(10);
+    tt_rng rng = gt_test_rng(10);
     gqa_opts o = default_opts(16, 4, 128, 16);
     o.q_len = 2;
     o.num_ctas = 8;
@@ -807,7 +557,7 @@ static void sanitize_small_case(void **state) {
 static void gqa_fp8_kv_matches_dequantised_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(11);
+    tt_rng rng = gt_test_rng(11);
     int k = 0;
     for (int id = 0; id < 3; id++)
         for (int ig = 0; ig < 6; ig += 1, k++) {
@@ -838,7 +588,7 @@ static void gqa_fp8_kv_matches_dequantised_reference(void **state) {
 static void gqa_fp8_out_matches_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(12);
+    tt_rng rng = gt_test_rng(12);
     for (int k = 0; k < 8; k++) {
         gqa_opts o = k & 1 ? default_opts(32, 8, 128, 64) : default_opts(40, 8, 64, 16);
         o.o_dtype = FI_DTYPE_E4M3;
@@ -871,7 +621,7 @@ static void gqa_nvfp4_kv_matches_dequantised_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     if (nvfp4_refused()) skip();
-    tt_rng rng = test_rng(13);
+    tt_rng rng = gt_test_rng(13);
     for (int k = 0; k < 6; k++) {
         gqa_opts o = k & 1 ? default_opts(32, 8, 128, 64) : default_opts(64, 8, 128, 16);
         o.kv_dtype = FI_DTYPE_E2M1;
@@ -890,7 +640,7 @@ static void gqa_nvfp4_bad_scale_tensors_return_their_status(void **state) {
     (void)state;
     REQUIRE_GPU();
     if (nvfp4_refused()) skip();
-    tt_rng rng = test_rng(14);
+    tt_rng rng = gt_test_rng(14);
     gqa_opts o = default_opts(32, 8, 128, 16);
     o.kv_dtype = FI_DTYPE_E2M1;
     int32_t kv[2] = {200, 33};
@@ -927,11 +677,7 @@ static void gqa_nvfp4_bad_scale_tensors_return_their_status(void **state) {
 }
 
 int main(void) {
-    g_seed = tt_test_seed();
-    printf("test_gqa_gpu: seed %llu (replay with FI_TEST_SEED=%llu)\n",
-           (unsigned long long)g_seed, (unsigned long long)g_seed);
-    const char *filter = getenv("FI_GPU_TEST_FILTER");
-    if (filter && *filter) cmocka_set_test_filter(filter);
+    gt_begin("test_gqa_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sanitize_small_case),
         cmocka_unit_test(gqa_bad_tensors_return_their_status_and_write_nothing),

@@ -17,34 +17,11 @@
  *   FI_GPU_TEST_FILTER=mla_split_merge_matches_reference_few_and_many_ctas ...
  * (the filter is a cmocka glob over test names).
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <cmocka.h>
-
 #include "gpu/mla_gpu_case.h"
-#include "viz/trace.h"
+#include "gpu/gpu_test_common.h"
 
 #define TOL 1e-2
 #define MSG 512
-
-static uint64_t g_seed;
-
-#define REQUIRE_GPU()                                                                       \
-    do {                                                                                    \
-        if (!mla_gpu_available()) {                                                         \
-            print_message("no CUDA device: skipped\n");                                      \
-            skip();                                                                         \
-        }                                                                                   \
-    } while (0)
-
-/* Fresh generator per test, derived from the printed seed and the test's own tag, so a
- * single test replays alone with FI_TEST_SEED. */
-static tt_rng test_rng(uint64_t tag) {
-    tt_rng r = {g_seed ^ (tag * 0x9e3779b97f4a7c15ull)};
-    tt_rng_next(&r);
-    return r;
-}
 
 static mla_opts default_opts(int32_t heads, int32_t page_size, fi_batch_form form) {
     mla_opts o;
@@ -74,68 +51,48 @@ static int32_t pick_kv_len(tt_rng *r, int32_t b, int32_t q_len, int32_t ps, int3
     return v;
 }
 
-/* What a case's plan asks of the executor: merge groups, the most pieces of one group,
- * CTAs that run more than one item. */
-typedef struct split_stats {
-    int32_t groups, max_splits, multi_item_ctas;
-} split_stats;
+/* ---- the case as the shared harness (gpu_test_common.h) sees it ------------------------- */
 
-static split_stats plan_split_stats(const mla_case *c) {
-    split_stats s = {0, 0, 0};
-    fi_plan_view v;
-    if (fi_plan_get_view(c->plan, &v) != FI_OK) return s;
-    s.groups = v.header->num_groups;
-    for (int32_t g = 0; g < s.groups; g++)
-        if (v.groups[g].num_splits > s.max_splits) s.max_splits = v.groups[g].num_splits;
-    for (int32_t k = 0; k < v.num_ctas; k++)
-        s.multi_item_ctas += v.work_indptr[k + 1] - v.work_indptr[k] > 1;
-    return s;
+static fi_attn_args fam_args(const void *c) { return mla_case_args((const mla_case *)c, 1); }
+static int fam_upload(void *c, char *msg, size_t cap) {
+    return mla_case_upload((mla_case *)c, msg, cap);
+}
+static int fam_reference(void *c, char *msg, size_t cap) {
+    return mla_case_reference((mla_case *)c, msg, cap);
+}
+/* Every request within TOL. */
+static int fam_compare(void *c, double *wo, double *wl, char *msg, size_t cap) {
+    const mla_case *m = (const mla_case *)c;
+    return mla_case_compare(m, 0, m->B, TOL, wo, wl, msg, cap);
+}
+static void fam_name(const void *c, char *buf, size_t cap) {
+    mla_case_name((const mla_case *)c, buf, cap);
+}
+static void fam_free(void *c) { mla_case_free((mla_case *)c); }
+/* The graph loop's fresh q and bmm1 scale. */
+static void fam_new_step_inputs(void *c, tt_rng *rng) {
+    mla_case *m = (mla_case *)c;
+    mla_fill_random(m->h_q, m->n_q, m->o.dtype, rng);
+    m->bmm1_scale = 0.05f + 0.1f * (tt_rng_float(rng) + 1.0f) * 0.5f;
 }
 
-/* Run c once, or twice (runs 2: without, then with PDL; the two outputs and lse must be
- * bitwise identical), then compare the last run with the fp64 reference.  0, or -1 and
- * the first difference in msg. */
-static int verify_case(mla_case *c, int runs, double *wo, double *wl, char *msg, size_t cap) {
-    uint16_t *o1 = NULL;
-    float *l1 = NULL;
-    int bad = mla_case_run(c, msg, cap) || mla_case_download(c, msg, cap);
-    if (!bad && runs > 1) {
-        o1 = malloc(c->out_bytes);
-        l1 = malloc(c->lse_bytes);
-        if (!o1 || !l1) {
-            mla_msg(msg, cap, "host allocation failed");
-            bad = 1;
-        } else {
-            memcpy(o1, c->h_out, c->out_bytes);
-            memcpy(l1, c->h_lse, c->lse_bytes);
-            fi_attn_args a = mla_case_args(c, 1);
-            a.enable_pdl = 1;
-            bad = mla_case_run_args(c, &a, msg, cap) || mla_case_download(c, msg, cap);
-            if (!bad && (memcmp(o1, c->h_out, c->out_bytes) != 0 ||
-                         memcmp(l1, c->h_lse, c->lse_bytes) != 0)) {
-                mla_msg(msg, cap, "a second run (PDL on) is not bitwise identical to the first");
-                bad = 1;
-            }
-        }
-    }
-    free(o1);
-    free(l1);
-    if (!bad) bad = mla_case_reference(c, msg, cap);
-    if (!bad) bad = mla_case_compare(c, 0, c->B, TOL, wo, wl, msg, cap);
-    return bad ? -1 : 0;
+/* (no unsupported callback: the MLA family runs every case its caps accept) */
+/* In gt_family's order: args, upload, reference, compare, name, free, new_step_inputs,
+ * unsupported. */
+static const gt_family MLA_FAMILY = {fam_args, fam_upload, fam_reference, fam_compare,
+                                     fam_name, fam_free, fam_new_step_inputs, NULL};
+
+/* The case as the shared tests see it (taken after init). */
+static gt_case gt(mla_case *c) {
+    return gt_case_make(c, &MLA_FAMILY, c->plan, c->stream, &c->fb, c->B, c->P, c->num_pages,
+                        mla_case_outputs(c));
 }
 
-/* verify_case, print the case and its errors; on failure free c and fail the test. */
+/* Run c once, or twice (runs 2: without, then with PDL; bitwise identical), compare the
+ * last run with the fp64 reference, print; on failure free c and fail the test. */
 static void check_case(mla_case *c, int runs) {
-    char msg[MSG], name[MSG];
-    mla_case_name(c, name, sizeof name);
-    double wo = 0, wl = 0;
-    int bad = verify_case(c, runs, &wo, &wl, msg, sizeof msg);
-    print_message("  %s: out err %.2e lse err %.2e%s\n", name, wo, wl, bad ? " FAILED" : "");
-    if (bad) {
-        mla_case_free(c);
-        fail_msg("%s: %s", name, msg);
-    }
+    const gt_case g = gt(c);
+    gt_check(&g, runs);
 }
 
 /* Build one case, check it (two runs, PDL off and on), return its plan's split figures. */
@@ -144,7 +101,7 @@ static split_stats run_and_check(const mla_opts *o, const int32_t *q_len,
     mla_case c;
     char msg[MSG];
     if (mla_case_init(&c, o, q_len, kv_len, n, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
-    split_stats s = plan_split_stats(&c);
+    split_stats s = plan_split_stats(c.plan);
     check_case(&c, 2);
     mla_case_free(&c);
     return s;
@@ -161,7 +118,7 @@ static split_stats run_and_check(const mla_opts *o, const int32_t *q_len,
  * up to 600, or 2000 on the few CTAs. */
 static void sweep(fi_dtype dt, const int32_t *heads, int nh, const int32_t *pss, int nps,
                   int32_t max_q_len, int require_paths, uint64_t tag) {
-    tt_rng rng = test_rng(tag);
+    tt_rng rng = gt_test_rng(tag);
     int idx = 0, n_split = 0, n_multi = 0, n_empty = 0;
     for (int ih = 0; ih < nh; ih++)
         for (int ip = 0; ip < nps; ip++)
@@ -223,7 +180,7 @@ static void mla_f16_matches_reference(void **state) {
 static void mla_indptr_causal_prefill_matches_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(3);
+    tt_rng rng = gt_test_rng(3);
     const int32_t heads[] = {16, 128}, pss[] = {1, 64};
     for (int ih = 0; ih < 2; ih++)
         for (int ip = 0; ip < 2; ip++)
@@ -257,14 +214,8 @@ static void split_case_opts(mla_case *c, const mla_opts *o, int32_t B, int32_t q
     }
     char msg[MSG];
     if (mla_case_init(c, o, q, kv, B, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
-    split_stats s = plan_split_stats(c);
-    if (s.groups <= 0 || s.max_splits < min_splits) {
-        char name[MSG];
-        mla_case_name(c, name, sizeof name);
-        mla_case_free(c);
-        fail_msg("%s: the plan's largest merge group has %d pieces (%d groups); the test "
-                 "needs %d", name, s.max_splits, s.groups, min_splits);
-    }
+    const gt_case g = gt(c);
+    gt_require_splits(&g, min_splits);
 }
 
 /* The bf16 concatenated-cache split case of the tests below (page size 32, sinks). */
@@ -280,7 +231,7 @@ static void split_case(mla_case *c, int32_t num_ctas, int32_t heads, int32_t B, 
 static void mla_split_merge_matches_reference_few_and_many_ctas(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(4);
+    tt_rng rng = gt_test_rng(4);
     mla_case c;
     split_case(&c, 8, 16, 3, 1, 1500, 2500, &rng);      /* 3 tiles on 8 CTAs */
     check_case(&c, 1);
@@ -338,7 +289,7 @@ static const split_variant SPLIT_VARIANTS[] = {
 static void mla_split_variants_match_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(11);
+    tt_rng rng = gt_test_rng(11);
     for (size_t i = 0; i < sizeof SPLIT_VARIANTS / sizeof SPLIT_VARIANTS[0]; i++) {
         const split_variant *sv = &SPLIT_VARIANTS[i];
         mla_opts o = default_opts(sv->heads, sv->page_size, sv->form);
@@ -364,7 +315,7 @@ static void mla_split_variants_match_reference(void **state) {
 static void mla_keyless_batch_writes_zeros_and_sink_lse(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(10);
+    tt_rng rng = gt_test_rng(10);
     for (int k = 0; k < 8; k++) {
         /* heads 16 q_len 1 and heads 64 q_len 2, both forms, sinks off and on */
         mla_opts o = default_opts(k & 1 ? 64 : 16, 16,
@@ -386,86 +337,27 @@ static void mla_keyless_batch_writes_zeros_and_sink_lse(void **state) {
 static void mla_same_inputs_give_bitwise_identical_outputs(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(5);
+    tt_rng rng = gt_test_rng(5);
     mla_case c;
     split_case(&c, 132, 32, 2, 2, 2000, 4000, &rng);
-    char msg[MSG];
-    uint16_t *o1 = malloc(c.out_bytes);
-    float *l1 = malloc(c.lse_bytes);
-    assert_non_null(o1);
-    assert_non_null(l1);
-    int bad = mla_case_run(&c, msg, sizeof msg) || mla_case_download(&c, msg, sizeof msg);
-    if (!bad) {
-        memcpy(o1, c.h_out, c.out_bytes);
-        memcpy(l1, c.h_lse, c.lse_bytes);
-        /* re-plan the same batch (must be byte-identical) and run again */
-        fi_status st = fi_plan_update(c.plan, &c.fb.batch, c.stream);
-        if (st != FI_OK) {
-            mla_msg(msg, sizeof msg, "second fi_plan_update: %s", fi_status_name(st));
-            bad = 1;
-        }
-    }
-    if (!bad) bad = mla_case_run(&c, msg, sizeof msg) || mla_case_download(&c, msg, sizeof msg);
-    int same_o = !bad && memcmp(o1, c.h_out, c.out_bytes) == 0;
-    int same_l = !bad && memcmp(l1, c.h_lse, c.lse_bytes) == 0;
-    free(o1);
-    free(l1);
-    mla_case_free(&c);
-    if (bad) fail_msg("%s", msg);
-    assert_true(same_o);
-    assert_true(same_l);
+    const gt_case g = gt(&c);
+    gt_same_inputs_identical(&g);
 }
 
 /* ---- CUDA graph decode loop driven by the bundled trace --------------------------------- */
 
-#define LOOP_B 8
-#define LOOP_STEPS 64
 #define LOOP_H 16
-#define LOOP_PS 32
-#define LOOP_MAX_KV 3000 /* keeps the fp64 reference of 64 steps to seconds */
 
-static void shuffle_row(int32_t *row, int32_t P, int32_t first_page, tt_rng *rng) {
-    for (int32_t j = 0; j < P; j++) row[j] = first_page + j;
-    for (int32_t j = P - 1; j > 0; j--) {
-        int32_t k = tt_rng_int(rng, 0, j), t = row[j];
-        row[j] = row[k];
-        row[k] = t;
-    }
-}
-
+/* One graph captured after the first plan, replayed for 64 steps of the trace's
+ * continuous batching (gt_graph_decode_loop): heads 16, concatenated cache, page size 32,
+ * sinks, scales by pointer. */
 static void mla_graph_decode_loop_follows_trace_every_step(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(6);
-    fitrace *tr = NULL;
-    assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
-
-    /* All 64 steps' lengths up front: pick a start row whose requests stay <= LOOP_MAX_KV
-     * and where at least one request finishes and is replaced within the 64 steps. */
-    static int32_t kv[LOOP_STEPS][LOOP_B], src[LOOP_STEPS][LOOP_B];
-    int32_t ql[LOOP_B] = {0}, first = -1, max_kv = 0, replaced = 0;
-    for (int attempt = 0; attempt < 1000 && first < 0; attempt++) {
-        int32_t f = tt_rng_int(&rng, 0, tr->num_requests - 1);
-        max_kv = 0;
-        replaced = 0;
-        for (int32_t s = 0; s < LOOP_STEPS; s++) {
-            fitrace_lens l = {LOOP_B, ql, kv[s], src[s]};
-            assert_int_equal(fitrace_decode(tr, f, s, 1, &l), FITRACE_OK);
-            for (int b = 0; b < LOOP_B; b++) {
-                if (kv[s][b] > max_kv) max_kv = kv[s][b];
-                if (s > 0) replaced += src[s][b] != src[s - 1][b];
-            }
-        }
-        if (max_kv <= LOOP_MAX_KV && replaced > 0) first = f;
-    }
-    fitrace_free(tr);
-    assert_true(first >= 0);
-    print_message("  trace rows from %d, max kv_len %d, %d requests replaced in %d steps\n",
-                  first, max_kv, replaced, LOOP_STEPS);
-
-    /* A case sized for the whole loop: slot b owns pages [b P, (b+1) P), block_tables row
-     * stride P fixed, so every step's table lands at the same device address. */
-    const int32_t P = (max_kv + LOOP_PS - 1) / LOOP_PS;
+    tt_rng rng = gt_test_rng(6);
+    static gt_loop_trace t;
+    gt_loop_trace_pick(&t, &rng);
+    const int32_t P = (t.max_kv + LOOP_PS - 1) / LOOP_PS;
     mla_opts o = default_opts(LOOP_H, LOOP_PS, FI_FORM_BLOCK_TABLES);
     o.sinks = 1;
     o.scale_ptr = 1; /* the graph must follow a new bmm1 scale written each step */
@@ -478,180 +370,59 @@ static void mla_graph_decode_loop_follows_trace_every_step(void **state) {
     char msg[MSG];
     if (mla_case_init(&c, &o, q1, kv_full, LOOP_B, &rng, msg, sizeof msg))
         fail_msg("init: %s", msg);
-    assert_int_equal(c.P, P);
-    assert_int_equal(c.num_pages, LOOP_B * P);
-    int32_t *bt = c.fb.page_table; /* host [B, P], rewritten in place per step */
-    c.fb.batch.seq_lens = c.fb.kv_lens; /* rewritten in place per step */
-    fi_attn_args dargs = mla_case_args(&c, 1);
-
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    int bad = 0, bad_step = -1;
-    double worst = 0, worst_lse = 0;
-    for (int32_t s = 0; s < LOOP_STEPS && !bad; s++) {
-        bad_step = s;
-        for (int b = 0; b < LOOP_B; b++) {
-            if (s == 0 || src[s][b] != src[s - 1][b]) /* new request in slot b: new pages */
-                shuffle_row(bt + (int64_t)b * P, P, b * P, &rng);
-            c.fb.kv_lens[b] = kv[s][b];
-        }
-        fi_status st = fi_plan_update(c.plan, &c.fb.batch, c.stream);
-        if (st != FI_OK) {
-            mla_msg(msg, sizeof msg, "step %d fi_plan_update: %s", s, fi_status_name(st));
-            bad = 1;
-            break;
-        }
-        /* new inputs at the same addresses: q, block_tables, bmm1 scale */
-        mla_fill_random(c.h_q, c.n_q, c.o.dtype, &rng);
-        c.bmm1_scale = 0.05f + 0.1f * (tt_rng_float(&rng) + 1.0f) * 0.5f;
-        if (mla_case_upload(&c, msg, sizeof msg) || mla_case_poison(&c, msg, sizeof msg)) {
-            bad = 1;
-            break;
-        }
-        if (s == 0) { /* capture once, after the first plan */
-            cudaError_t e = cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeGlobal);
-            st = e == cudaSuccess ? fi_run(c.plan, &dargs, c.stream) : FI_ERR_CUDA;
-            cudaError_t e2 = cudaStreamEndCapture(c.stream, &graph);
-            if (e != cudaSuccess || st != FI_OK || e2 != cudaSuccess ||
-                cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
-                mla_msg(msg, sizeof msg, "capture: begin %d fi_run %s end %d", (int)e,
-                        fi_status_name(st), (int)e2);
-                bad = 1;
-                break;
-            }
-        }
-        if (cudaGraphLaunch(exec, c.stream) != cudaSuccess ||
-            cudaStreamSynchronize(c.stream) != cudaSuccess) {
-            mla_msg(msg, sizeof msg, "step %d: graph launch failed: %s", s,
-                    cudaGetErrorString(cudaGetLastError()));
-            bad = 1;
-            break;
-        }
-        if (mla_case_reference(&c, msg, sizeof msg) ||
-            mla_case_check(&c, TOL, &worst, &worst_lse, msg, sizeof msg)) {
-            bad = 1;
-        }
-    }
-    print_message("  64 replays: worst out err %.2e lse err %.2e\n", worst, worst_lse);
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
-    mla_case_free(&c);
-    if (bad) fail_msg("step %d: %s", bad_step, msg);
+    const gt_case g = gt(&c);
+    gt_graph_decode_loop(&g, &t, P, &rng);
 }
 
 /* ---- PDL: two chained launches (layer 2 reads layer 1's output as q_nope) --------------- */
 
-/* Capture run1 -> run2 with the given enable_pdl, replay once, return out1 and out2. */
-static int pdl_pair(mla_case *c, fi_attn_args *a1, fi_attn_args *a2, int pdl, uint16_t *o1,
-                    uint16_t *o2, float *l2, char *msg, size_t cap) {
-    a1->enable_pdl = a2->enable_pdl = pdl;
-    cudaGraph_t g = NULL;
-    cudaGraphExec_t x = NULL;
-    MLA_CUDA(cudaMemsetAsync(a1->out.data, 0xff, c->out_bytes, c->stream), msg, cap);
-    MLA_CUDA(cudaMemsetAsync(a2->out.data, 0xff, c->out_bytes, c->stream), msg, cap);
-    MLA_CUDA(cudaMemsetAsync(a2->lse.data, 0xff, c->lse_bytes, c->stream), msg, cap);
-    MLA_CUDA(cudaStreamSynchronize(c->stream), msg, cap);
-    MLA_CUDA(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal), msg, cap);
-    fi_status s1 = fi_run(c->plan, a1, c->stream);
-    fi_status s2 = fi_run(c->plan, a2, c->stream);
-    MLA_CUDA(cudaStreamEndCapture(c->stream, &g), msg, cap);
-    if (s1 != FI_OK || s2 != FI_OK) {
-        cudaGraphDestroy(g);
-        mla_msg(msg, cap, "pdl=%d: fi_run %s / %s", pdl, fi_status_name(s1), fi_status_name(s2));
-        return -1;
+/* Both layers right, not just equal: layer 1 against the truth, then layer 2 with the
+ * GPU's layer-1 output as its host q_nope. */
+static int check_layers(void *cp, const gt_pdl_bufs *p, char *msg, size_t cap) {
+    mla_case *c = (mla_case *)cp;
+    memcpy(c->h_out, p->o1[1], c->out_bytes);
+    int bad = mla_case_reference(c, msg, cap);
+    c->o.return_lse = 0;
+    if (!bad) bad = mla_case_compare(c, 0, c->B, TOL, NULL, NULL, msg, cap);
+    if (bad) return bad;
+    fi_attn_args h = mla_case_args(c, 0);
+    h.q = mla_case_args(c, 1).out; /* layer 1's out view [tokens, H, 512] */
+    h.q.data = p->o1[1];
+    fi_caps caps = mla_caps(&c->o, c->B, c->tokens, c->num_pages);
+    fi_status st = fi_naive_attention(&caps, &c->fb.batch, &h);
+    if (st != FI_OK) {
+        mla_msg(msg, cap, "layer 2 reference: %s", fi_status_name(st));
+        return 1;
     }
-    cudaError_t e = cudaGraphInstantiate(&x, g, 0);
-    if (e == cudaSuccess) e = cudaGraphLaunch(x, c->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
-    if (x) cudaGraphExecDestroy(x);
-    cudaGraphDestroy(g);
-    if (e != cudaSuccess) {
-        mla_msg(msg, cap, "pdl=%d: graph: %s", pdl, cudaGetErrorString(e));
-        return -1;
-    }
-    MLA_CUDA(cudaMemcpy(o1, a1->out.data, c->out_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    MLA_CUDA(cudaMemcpy(o2, a2->out.data, c->out_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    MLA_CUDA(cudaMemcpy(l2, a2->lse.data, c->lse_bytes, cudaMemcpyDeviceToHost), msg, cap);
-    return 0;
+    memcpy(c->h_out, p->o2[1], c->out_bytes);
+    memcpy(c->h_lse, p->l2[1], c->lse_bytes);
+    c->o.return_lse = 1;
+    return mla_case_compare(c, 0, c->B, TOL, NULL, NULL, msg, cap);
 }
 
+/* Layer 2: q_nope = layer 1's out [tokens, H, 512] (contiguous), same q_rope and KV
+ * (gt_pdl_chain). */
 static void mla_pdl_chained_graph_matches_unchained(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(7);
+    tt_rng rng = gt_test_rng(7);
     mla_case c;
     split_case(&c, 132, 16, 3, 1, 1000, 3000, &rng); /* splits: semaphores reused by run 2 */
-    char msg[MSG];
-    void *d_out2 = NULL, *d_lse2 = NULL;
-    size_t ob = c.out_bytes, lb = c.lse_bytes;
-    uint16_t *o1[2] = {malloc(ob), malloc(ob)}, *o2[2] = {malloc(ob), malloc(ob)};
-    float *l2[2] = {malloc(lb), malloc(lb)};
-    int bad = !o1[0] || !o1[1] || !o2[0] || !o2[1] || !l2[0] || !l2[1];
-    if (bad) mla_msg(msg, sizeof msg, "host allocation failed");
-    if (!bad && (cudaMalloc(&d_out2, ob) != cudaSuccess || cudaMalloc(&d_lse2, lb) != cudaSuccess)) {
-        mla_msg(msg, sizeof msg, "cudaMalloc failed");
-        bad = 1;
-    }
-    fi_attn_args a1 = mla_case_args(&c, 1), a2 = a1;
-    /* layer 2: q_nope = layer 1's out [tokens, H, 512] (contiguous), same q_rope and KV */
-    a2.q = a1.out;
-    a2.out.data = d_out2;
-    a2.lse.data = d_lse2;
-    for (int pdl = 0; pdl <= 1 && !bad; pdl++)
-        bad = pdl_pair(&c, &a1, &a2, pdl, o1[pdl], o2[pdl], l2[pdl], msg, sizeof msg);
-    int same = !bad && memcmp(o1[0], o1[1], ob) == 0 && memcmp(o2[0], o2[1], ob) == 0 &&
-               memcmp(l2[0], l2[1], lb) == 0;
-    /* both layers are right, not just equal: layer 1 vs the truth, then layer 2 with the
-     * GPU's layer-1 output as its host q_nope */
-    if (!bad) {
-        memcpy(c.h_out, o1[1], ob);
-        bad = mla_case_reference(&c, msg, sizeof msg);
-        c.o.return_lse = 0;
-        if (!bad) bad = mla_case_compare(&c, 0, c.B, TOL, NULL, NULL, msg, sizeof msg);
-    }
-    if (!bad) {
-        fi_attn_args h = mla_case_args(&c, 0);
-        h.q = a1.out;
-        h.q.data = o1[1];
-        fi_caps caps = mla_caps(&c.o, c.B, c.tokens, c.num_pages);
-        fi_status st = fi_naive_attention(&caps, &c.fb.batch, &h);
-        if (st != FI_OK) {
-            mla_msg(msg, sizeof msg, "layer 2 reference: %s", fi_status_name(st));
-            bad = 1;
-        } else {
-            memcpy(c.h_out, o2[1], ob);
-            memcpy(c.h_lse, l2[1], lb);
-            c.o.return_lse = 1;
-            bad = mla_case_compare(&c, 0, c.B, TOL, NULL, NULL, msg, sizeof msg);
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        free(o1[i]);
-        free(o2[i]);
-        free(l2[i]);
-    }
-    if (d_out2) cudaFree(d_out2);
-    if (d_lse2) cudaFree(d_lse2);
-    mla_case_free(&c);
-    if (bad) fail_msg("%s", msg);
-    assert_true(same);
+    const gt_case g = gt(&c);
+    gt_pdl_chained_matches_unchained(&g, check_layers);
 }
 
 /* ---- bad arguments: statuses, and nothing written ---------------------------------------- */
 
 static void expect_status(mla_case *c, const fi_attn_args *a, fi_status want, const char *what) {
-    fi_status got = fi_run(c->plan, a, c->stream);
-    if (got != want) {
-        mla_case_free(c);
-        fail_msg("%s: fi_run returned %s, want %s", what, fi_status_name(got),
-                 fi_status_name(want));
-    }
+    const gt_case g = gt(c);
+    gt_expect_status(&g, a, want, what);
 }
 
 static void mla_bad_arguments_return_their_status_and_write_nothing(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(8);
+    tt_rng rng = gt_test_rng(8);
     mla_opts o = default_opts(32, 16, FI_FORM_BLOCK_TABLES);
     int32_t q[3] = {1, 1, 1}, kv[3] = {100, 17, 300};
     mla_case c;
@@ -694,55 +465,30 @@ static void mla_bad_arguments_return_their_status_and_write_nothing(void **state
     a = good; a.out.stride[2] = 2;
     expect_status(&c, &a, FI_ERR_BAD_STRIDE, "out last stride 2");
 
-    /* not planned: a device plan before its first update */
-    fi_caps caps = mla_caps(&o, 3, 3, c.num_pages);
-    size_t bytes = 0;
-    void *ws = NULL;
-    fi_plan *p = NULL;
-    assert_int_equal(fi_workspace_size(&caps, &bytes), FI_OK);
-    assert_int_equal(cudaMalloc(&ws, bytes), cudaSuccess);
-    assert_int_equal(fi_plan_create(&caps, ws, bytes, NULL, &p), FI_OK);
-    fi_status st = fi_run(p, &good, c.stream); /* valid args for these caps, but no plan */
-    fi_plan_destroy(p);
-    cudaFree(ws);
-    assert_int_equal(st, FI_ERR_NOT_PLANNED);
-
-    /* host-only plan: planned, but has no workspace */
-    p = NULL;
-    assert_int_equal(fi_plan_create(&caps, NULL, 0, NULL, &p), FI_OK);
+    /* not planned: a device plan before its first update, and a host-only plan (planned
+     * for a batch of the same lengths, but without a workspace) */
+    const fi_caps caps = mla_caps(&o, 3, 3, c.num_pages);
     fibatch fb;
     fibatch_opts bo = fibatch_default_opts();
     bo.form = FI_FORM_BLOCK_TABLES;
     bo.page_size = 16;
     assert_int_equal(fibatch_build(&bo, q, kv, 3, NULL, &fb), FIBATCH_OK);
-    st = fi_plan_update(p, &fb.batch, NULL);
-    fi_status st_run = st == FI_OK ? fi_run(p, &good, c.stream) : st;
+    const gt_case g = gt(&c);
+    gt_expect_unplanned_refused(&g, &caps, &fb.batch, &good);
     fibatch_free(&fb);
-    fi_plan_destroy(p);
-    assert_int_equal(st, FI_OK);
-    assert_int_equal(st_run, FI_ERR_HOST_PLAN);
 
     /* nothing was launched: out and lse still hold the poison bytes */
-    assert_int_equal(cudaStreamSynchronize(c.stream), cudaSuccess);
-    assert_int_equal(mla_case_download(&c, msg, sizeof msg), 0);
-    const unsigned char *ob = (const unsigned char *)c.h_out, *lbp = (const unsigned char *)c.h_lse;
-    size_t touched = 0;
-    for (size_t i = 0; i < c.out_bytes; i++) touched += ob[i] != 0xff;
-    for (size_t i = 0; i < c.lse_bytes; i++) touched += lbp[i] != 0xff;
-    if (touched) {
-        mla_case_free(&c);
-        fail_msg("a rejected fi_run wrote %zu bytes of out/lse", touched);
-    }
+    gt_expect_untouched(&g);
 
     /* fi_plan_update while the stream is captured: refused, previous plan kept */
     fi_plan_view v;
     assert_int_equal(fi_plan_get_view(c.plan, &v), FI_OK);
     fi_plan_header before = *v.header;
     assert_int_equal(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
-    st = fi_plan_update(c.plan, &c.fb.batch, c.stream);
-    cudaGraph_t g = NULL;
-    cudaError_t e = cudaStreamEndCapture(c.stream, &g);
-    if (g) cudaGraphDestroy(g);
+    const fi_status st = fi_plan_update(c.plan, &c.fb.batch, c.stream);
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(c.stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
     (void)cudaGetLastError();
     if (st != FI_ERR_STREAM_CAPTURING || e != cudaSuccess) {
         mla_case_free(&c);
@@ -754,7 +500,6 @@ static void mla_bad_arguments_return_their_status_and_write_nothing(void **state
     /* and the plan still runs right */
     check_case(&c, 1);
     mla_case_free(&c);
-
 }
 
 /* ---- a grid the device cannot hold resident ----------------------------------------------- */
@@ -765,7 +510,7 @@ static void mla_bad_arguments_return_their_status_and_write_nothing(void **state
 static void mla_grid_over_resident_ctas_returns_grid_not_resident(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(12);
+    tt_rng rng = gt_test_rng(12);
     mla_opts o = default_opts(16, 16, FI_FORM_BLOCK_TABLES);
     o.num_ctas = FI_LIMIT_NUM_CTAS;
     int32_t q[2] = {1, 1}, kv[2] = {100, 300};
@@ -782,7 +527,7 @@ static void mla_grid_over_resident_ctas_returns_grid_not_resident(void **state) 
 static void sanitize_small_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(9);
+    tt_rng rng = gt_test_rng(9);
     mla_case c;
     split_case(&c, 8, 16, 2, 2, 700, 900, &rng); /* >= 2 pieces of >= 256 keys */
     check_case(&c, 1);
@@ -798,7 +543,7 @@ static void sanitize_small_case(void **state) {
 static void mla_rows32_variant_matches_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = test_rng(41);
+    tt_rng rng = gt_test_rng(41);
     const int32_t heads[] = {16, 64, 128};
     for (int ih = 0; ih < 3; ih++)
         for (int32_t ql = 1; ql <= 4; ql += 3)
@@ -833,11 +578,7 @@ static void mla_rows32_variant_matches_reference(void **state) {
 }
 
 int main(void) {
-    g_seed = tt_test_seed();
-    printf("test_mla_gpu: seed %llu (replay with FI_TEST_SEED=%llu)\n",
-           (unsigned long long)g_seed, (unsigned long long)g_seed);
-    const char *filter = getenv("FI_GPU_TEST_FILTER");
-    if (filter && *filter) cmocka_set_test_filter(filter);
+    gt_begin("test_mla_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sanitize_small_case),
         cmocka_unit_test(mla_bad_arguments_return_their_status_and_write_nothing),

@@ -1,0 +1,437 @@
+/*
+ * bench/bench_common.h - the timing harness the family benches (bench_gqa.c, bench_mla.c)
+ * share, header-only and static inline (each bench is built from its one .c file): the
+ * options every bench takes, device setup and the L2 flush buffer, trace snapshot lengths,
+ * the spot check of a few requests, input-set rotation under CUDA graphs and the b2b /
+ * flush / chain replay timings with their report.
+ *
+ * A family describes its case as a bench_inputs: the device buffers that get a copy per
+ * input set and a callback that points the case's fi_run arguments at one set.  Everything
+ * timed goes through here, so the families are timed by one method and their figures
+ * compare.  Functions return 0 / -1 with a message, like the GPU cases.
+ */
+#ifndef FI_BENCH_BENCH_COMMON_H
+#define FI_BENCH_BENCH_COMMON_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "fiattn_run.h"
+#include "gpu/gpu_case_common.h"
+#include "viz/trace.h"
+
+#define BENCH_MAX_SETS 4 /* input sets rotated (fewer when device memory is short) */
+#define BENCH_MAX_BUFS 4 /* device buffers copied per set */
+
+/* Fold a failed CUDA call into a message and return -1 from the calling function (the
+ * caller has msg and cap in scope). */
+#define BENCH_CK(call) GC_CUDA(call, msg, cap)
+
+static inline int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static inline double bench_env_double(const char *name) {
+    const char *s = getenv(name);
+    return s && *s ? atof(s) : 0.0;
+}
+
+/* ---- options ------------------------------------------------------------------------- */
+
+/* The options every bench takes (the family's own ones beside it in its cfg). */
+typedef struct bench_cfg {
+    int reps, sets;
+    int ctas;           /* caps.num_ctas of every case: the SM count unless --ctas */
+    int chain;          /* runs per graph of the chain mode, 0: off */
+    const char *only;   /* --case SUBSTR */
+    double read_tbps;   /* streaming-read ceiling (bench/ceilings), 0: unknown */
+    int32_t trace_step; /* decode step of the trace snapshot cases (the issues use 100) */
+} bench_cfg;
+
+static inline bench_cfg bench_cfg_default(void) {
+    bench_cfg g = {.reps = 100, .sets = BENCH_MAX_SETS, .chain = 8, .only = NULL,
+                   .read_tbps = bench_env_double("FI_CEIL_READ_TBPS"), .trace_step = 100};
+    return g;
+}
+
+/* Option a with value val when it is one of the common ones: 1 (taken), else 0. */
+static inline int bench_cfg_option(bench_cfg *g, const char *a, const char *val) {
+    if (!strcmp(a, "--reps")) g->reps = atoi(val);
+    else if (!strcmp(a, "--sets")) g->sets = atoi(val);
+    else if (!strcmp(a, "--chain")) g->chain = atoi(val);
+    else if (!strcmp(a, "--ctas")) g->ctas = atoi(val);
+    else if (!strcmp(a, "--trace-step")) g->trace_step = atoi(val);
+    else if (!strcmp(a, "--case")) g->only = val;
+    else if (!strcmp(a, "--read-tbps")) g->read_tbps = atof(val);
+    else return 0;
+    return 1;
+}
+
+/* ---- device -------------------------------------------------------------------------- */
+
+typedef struct bench_device {
+    int dev, sms, l2; /* l2: bytes */
+    struct cudaDeviceProp prop;
+} bench_device;
+
+/* Query the current device; on failure say so on stderr (as prog) and return 1. */
+static inline int bench_device_query(const char *prog, bench_device *d) {
+    memset(d, 0, sizeof *d);
+    if (cudaGetDevice(&d->dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, d->dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&d->l2, cudaDevAttrL2CacheSize, d->dev) != cudaSuccess) {
+        fprintf(stderr, "%s: device query failed\n", prog);
+        return 1;
+    }
+    cudaGetDeviceProperties(&d->prop, d->dev);
+    return 0;
+}
+
+/* Everything a bench does before its cases: the reps floor (50), the skip without a
+ * device ("skip no CUDA device", exit status 0), the device query, caps.num_ctas defaulting
+ * to the SM count, the seed, and the bench's first line.  0: go on; else exit with *rc. */
+static inline int bench_begin(const char *prog, bench_cfg *g, bench_device *d, tt_rng *rng,
+                              int *rc) {
+    if (g->reps < 50) g->reps = 50;
+    *rc = 0;
+    if (!gc_gpu_available()) {
+        printf("skip no CUDA device\n");
+        return -1;
+    }
+    if (bench_device_query(prog, d)) {
+        *rc = 1;
+        return -1;
+    }
+    if (g->ctas <= 0) g->ctas = d->sms;
+    const uint64_t seed = tt_test_seed();
+    rng->s = seed;
+    printf("# %s: %s, %d SMs, L2 %d MiB; planner num_ctas = %d; seed %llu\n", prog,
+           d->prop.name, d->sms, d->l2 >> 20, g->ctas, (unsigned long long)seed);
+    return 0;
+}
+
+/* The flush mode's buffer: 4x the L2, so one memset over it leaves none of the inputs in
+ * L2.  NULL (and a line on stderr) when it cannot be allocated. */
+static inline void *bench_flush_alloc(const char *prog, const bench_device *d, size_t *bytes) {
+    *bytes = (size_t)4 * (size_t)d->l2;
+    void *flush = NULL;
+    if (cudaMalloc(&flush, *bytes) != cudaSuccess) {
+        fprintf(stderr, "%s: cannot allocate the L2 flush buffer\n", prog);
+        return NULL;
+    }
+    return flush;
+}
+
+/* ---- case lengths and plan figures ------------------------------------------------------ */
+
+/* q_len / kv_len of the bundled trace's decode snapshot of batch requests (rows from 0) at
+ * decode step `step`, each request with q_len rows; q may be NULL (lengths not wanted). */
+static inline int bench_trace_lengths(int32_t batch, int32_t step, int32_t q_len, int32_t *q,
+                                      int32_t *kv, char *msg, size_t cap) {
+    fitrace *tr = NULL;
+    if (fitrace_load_default(NULL, &tr) != FITRACE_OK) {
+        gc_msg(msg, cap, "fitrace_load_default failed");
+        return -1;
+    }
+    int32_t *own_q = q ? NULL : (int32_t *)malloc(sizeof(int32_t) * (size_t)batch);
+    int32_t *src = (int32_t *)malloc(sizeof(int32_t) * (size_t)batch);
+    fitrace_lens l = {batch, q ? q : own_q, kv, src};
+    fitrace_status st = (q || own_q) && src ? fitrace_decode(tr, 0, step, q_len, &l)
+                                            : FITRACE_ERR_NOMEM;
+    free(own_q);
+    free(src);
+    fitrace_free(tr);
+    if (st != FITRACE_OK) {
+        gc_msg(msg, cap, "fitrace_decode: %s", fitrace_status_name(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* KV tokens the plan's items read (a request's KV once per head tile); over the batch's
+ * unique KV tokens this is the plan line's "kv reads/unique". */
+static inline double bench_plan_kv_reads(const fi_plan_view *v) {
+    double kv_read = 0;
+    for (int32_t i = 0; i < v->header->num_items; i++)
+        kv_read += v->items[i].kv_end - v->items[i].kv_begin;
+    return kv_read;
+}
+
+/* ---- the check before timing ------------------------------------------------------------ */
+
+/* 0 when the n output values value(ctx, i) are all finite (no poison left, no NaN). */
+static inline int bench_all_finite(int64_t n, double (*value)(const void *ctx, int64_t i),
+                                   const void *ctx, char *msg, size_t cap) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(value(ctx, i))) {
+            gc_msg(msg, cap, "out element %lld not finite (poison left or NaN)", (long long)i);
+            return -1;
+        }
+    return 0;
+}
+
+/* Check requests first, last and longest (each once) with check(ctx, b, &worst, ...):
+ * the full fp64 reference of a benchmark batch would take minutes on the CPU.  Prints the
+ * worst row error on success. */
+static inline int bench_check_requests(int32_t B, const int32_t *kv_lens,
+                                       int (*check)(void *ctx, int32_t b, double *worst,
+                                                    char *msg, size_t cap),
+                                       void *ctx, char *msg, size_t cap) {
+    int32_t longest = 0;
+    for (int32_t b = 1; b < B; b++)
+        if (kv_lens[b] > kv_lens[longest]) longest = b;
+    int32_t pick[3] = {0, B - 1, longest};
+    double worst = 0;
+    for (int k = 0; k < 3; k++) {
+        if (k > 0 && (pick[k] == pick[0] || (k == 2 && pick[2] == pick[1]))) continue;
+        if (check(ctx, pick[k], &worst, msg, cap)) return -1;
+    }
+    printf("# check: requests %d %d %d vs fp64: worst row rel err %.2e\n", pick[0], pick[1],
+           pick[2], worst);
+    return 0;
+}
+
+/* ---- input sets and their graphs -------------------------------------------------------- */
+
+/* What a family hands the harness: the case's plan and stream, the device buffers that
+ * get a copy per input set (inputs copied, outputs only allocated; bytes 0: absent), and
+ * fi_run's arguments on one set's buffers (buf[j] in place of base[j]). */
+typedef struct bench_inputs {
+    fi_plan *plan;
+    cudaStream_t stream;
+    int nbufs;
+    void *base[BENCH_MAX_BUFS];   /* set 0: the case's own buffers */
+    size_t bytes[BENCH_MAX_BUFS];
+    int copy[BENCH_MAX_BUFS];     /* 1: an input, copied into every set */
+    fi_attn_args (*args)(const void *ctx, void *const *buf);
+    const void *ctx;
+} bench_inputs;
+
+/* The harness's view of a case: its plan, stream and run-argument callback; the buffers
+ * follow through bench_inputs_buf. */
+static inline bench_inputs bench_inputs_make(fi_plan *plan, cudaStream_t stream,
+                                             fi_attn_args (*args)(const void *, void *const *),
+                                             const void *ctx) {
+    const bench_inputs in = {.plan = plan, .stream = stream, .args = args, .ctx = ctx};
+    return in;
+}
+
+/* Buffer j of set 0 (the case's own), its size (0: absent) and whether it is an input. */
+static inline void bench_inputs_buf(bench_inputs *in, int j, void *base, size_t bytes, int copy) {
+    in->base[j] = base;
+    in->bytes[j] = bytes;
+    in->copy[j] = copy;
+    if (j >= in->nbufs) in->nbufs = j + 1;
+}
+
+/* Input sets: set 0 is the case's own buffers, the others device copies of them (q, KV,
+ * out at distinct addresses, same values), so rotated replays do not reuse L2. */
+typedef struct bench_sets {
+    int n;
+    void *buf[BENCH_MAX_SETS][BENCH_MAX_BUFS];
+    cudaGraphExec_t exec[BENCH_MAX_SETS];
+    cudaGraph_t graph[BENCH_MAX_SETS];
+} bench_sets;
+
+static inline void bench_sets_free(bench_sets *s) {
+    for (int i = 0; i < s->n; i++) {
+        if (s->exec[i]) cudaGraphExecDestroy(s->exec[i]);
+        if (s->graph[i]) cudaGraphDestroy(s->graph[i]);
+        for (int j = 0; i > 0 && j < BENCH_MAX_BUFS; j++)
+            if (s->buf[i][j]) cudaFree(s->buf[i][j]);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+/* The buffers of set i > 0: allocated in the order of in->base, then the inputs copied. */
+static inline int bench_set_alloc(const bench_inputs *in, bench_sets *s, int i, char *msg,
+                                  size_t cap) {
+    for (int j = 0; j < in->nbufs; j++)
+        if (in->bytes[j]) BENCH_CK(cudaMalloc(&s->buf[i][j], in->bytes[j]));
+    for (int j = 0; j < in->nbufs; j++)
+        if (in->bytes[j] && in->copy[j])
+            BENCH_CK(cudaMemcpy(s->buf[i][j], in->base[j], in->bytes[j],
+                                cudaMemcpyDeviceToDevice));
+    return 0;
+}
+
+/* Up to want sets (as many as fit in half the free device memory), each with fi_run
+ * captured once in its own graph. */
+static inline int bench_sets_build(const bench_inputs *in, int want, bench_sets *s, char *msg,
+                                   size_t cap) {
+    memset(s, 0, sizeof *s);
+    size_t free_b = 0, total_b = 0, per = 0;
+    BENCH_CK(cudaMemGetInfo(&free_b, &total_b));
+    for (int j = 0; j < in->nbufs; j++) per += in->bytes[j];
+    int n = want < 1 ? 1 : want > BENCH_MAX_SETS ? BENCH_MAX_SETS : want;
+    while (n > 1 && (size_t)(n - 1) * per > free_b / 2) n--;
+    for (int i = 0; i < n; i++) {
+        s->n = i + 1; /* so bench_sets_free releases what exists */
+        if (i == 0) {
+            for (int j = 0; j < in->nbufs; j++) s->buf[0][j] = in->base[j];
+        } else if (bench_set_alloc(in, s, i, msg, cap)) {
+            return -1;
+        }
+        fi_attn_args a = in->args(in->ctx, s->buf[i]);
+        BENCH_CK(cudaStreamBeginCapture(in->stream, cudaStreamCaptureModeGlobal));
+        fi_status st = fi_run(in->plan, &a, in->stream);
+        BENCH_CK(cudaStreamEndCapture(in->stream, &s->graph[i]));
+        if (st != FI_OK) {
+            gc_msg(msg, cap, "fi_run under capture: %s", fi_status_name(st));
+            return -1;
+        }
+        BENCH_CK(cudaGraphInstantiate(&s->exec[i], s->graph[i], 0));
+    }
+    return 0;
+}
+
+/* The chain mode's graph: n_runs fi_run launches with PDL, run k on input set k % s->n,
+ * as a decode step chains its layers' kernels (the sets' buffers must outlive *graph /
+ * *exec). */
+static inline int bench_chain_build(const bench_inputs *in, const bench_sets *s, int n_runs,
+                                    cudaGraph_t *graph, cudaGraphExec_t *exec, char *msg,
+                                    size_t cap) {
+    fi_status st = FI_OK;
+    BENCH_CK(cudaStreamBeginCapture(in->stream, cudaStreamCaptureModeGlobal));
+    for (int k = 0; k < n_runs && st == FI_OK; k++) {
+        fi_attn_args a = in->args(in->ctx, s->buf[k % s->n]);
+        a.enable_pdl = 1;
+        st = fi_run(in->plan, &a, in->stream);
+    }
+    BENCH_CK(cudaStreamEndCapture(in->stream, graph));
+    if (st != FI_OK) {
+        gc_msg(msg, cap, "fi_run under capture (chain): %s", fi_status_name(st));
+        return -1;
+    }
+    BENCH_CK(cudaGraphInstantiate(exec, *graph, 0));
+    return 0;
+}
+
+/* ---- timing ------------------------------------------------------------------------------ */
+
+/* Median seconds of reps replays of s's graphs in turn, each timed alone between two
+ * cudaEvents; flush_bytes > 0: memset that many bytes before each, outside the timing. */
+static inline int bench_time_replays(cudaStream_t stream, const bench_sets *s, int reps,
+                                     void *flush, size_t flush_bytes, double *median_s,
+                                     char *msg, size_t cap) {
+    cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)reps * 2, sizeof(cudaEvent_t));
+    double *t = (double *)malloc(sizeof(double) * (size_t)reps);
+    if (!ev || !t) {
+        free(ev);
+        free(t);
+        gc_msg(msg, cap, "host allocation failed");
+        return -1;
+    }
+    int rc = -1;
+    for (int i = 0; i < 2 * reps; i++)
+        if (cudaEventCreate(&ev[i]) != cudaSuccess) goto out;
+    for (int w = 0; w < 10; w++) /* warm up: clocks, instruction cache, TLBs */
+        if (cudaGraphLaunch(s->exec[w % s->n], stream) != cudaSuccess) goto out;
+    for (int i = 0; i < reps; i++) {
+        if (flush_bytes && cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream) != cudaSuccess)
+            goto out;
+        if (cudaEventRecord(ev[2 * i], stream) != cudaSuccess ||
+            cudaGraphLaunch(s->exec[i % s->n], stream) != cudaSuccess ||
+            cudaEventRecord(ev[2 * i + 1], stream) != cudaSuccess)
+            goto out;
+    }
+    if (cudaStreamSynchronize(stream) != cudaSuccess) goto out;
+    for (int i = 0; i < reps; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) != cudaSuccess) goto out;
+        t[i] = ms * 1e-3;
+    }
+    qsort(t, (size_t)reps, sizeof(double), bench_cmp_double);
+    *median_s = t[reps / 2];
+    rc = 0;
+out:
+    if (rc) gc_msg(msg, cap, "timing: %s", cudaGetErrorString(cudaGetLastError()));
+    for (int i = 0; i < 2 * reps; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    free(ev);
+    free(t);
+    return rc;
+}
+
+/* Chain mode: one graph of g->chain PDL runs over the sets; replay time / g->chain. */
+static inline int bench_time_chain(const bench_inputs *in, const bench_sets *s,
+                                   const bench_cfg *g, double *per_run_s, char *msg,
+                                   size_t cap) {
+    bench_sets chain;
+    memset(&chain, 0, sizeof chain);
+    chain.n = 1; /* bench_time_replays replays exec[0]; the buffers stay in s */
+    int rc = bench_chain_build(in, s, g->chain, &chain.graph[0], &chain.exec[0], msg, cap);
+    if (!rc) rc = bench_time_replays(in->stream, &chain, g->reps, NULL, 0, per_run_s, msg, cap);
+    *per_run_s /= g->chain;
+    if (chain.exec[0]) cudaGraphExecDestroy(chain.exec[0]);
+    if (chain.graph[0]) cudaGraphDestroy(chain.graph[0]);
+    return rc;
+}
+
+/* Optional family steps between the timings (NULL: none): before_timing after the sets
+ * are built (bench_mla's L2 probe rewrites the page table there), after_b2b between the
+ * b2b and the flush timings (bench_mla's profiling build reads its stamps there). */
+typedef struct bench_hooks {
+    int (*before_timing)(void *ctx, char *msg, size_t cap);
+    void (*after_b2b)(void *ctx);
+    void *ctx;
+} bench_hooks;
+
+typedef struct bench_times {
+    double b2b, flush, chain; /* median seconds a run */
+    int nsets;                /* input sets rotated */
+} bench_times;
+
+/* The three modes: b2b (replays back to back), flush (the L2 flushed before each replay),
+ * chain (g->chain > 0).  The input sets are built here and released before returning. */
+static inline int bench_time_modes(const bench_inputs *in, const bench_cfg *g, void *flush,
+                                   size_t flush_bytes, const bench_hooks *h, bench_times *t,
+                                   char *msg, size_t cap) {
+    bench_sets s;
+    memset(t, 0, sizeof *t);
+    int rc = bench_sets_build(in, g->sets, &s, msg, cap);
+    if (!rc && h && h->before_timing) rc = h->before_timing(h->ctx, msg, cap);
+    if (!rc) rc = bench_time_replays(in->stream, &s, g->reps, NULL, 0, &t->b2b, msg, cap);
+    if (!rc && h && h->after_b2b) h->after_b2b(h->ctx);
+    if (!rc)
+        rc = bench_time_replays(in->stream, &s, g->reps, flush, flush_bytes, &t->flush, msg, cap);
+    if (!rc && g->chain > 0) rc = bench_time_chain(in, &s, g, &t->chain, msg, cap);
+    t->nsets = s.n;
+    bench_sets_free(&s);
+    return rc;
+}
+
+/* ---- report ------------------------------------------------------------------------------ */
+
+/* The family's table: its two header lines (printed before the first row of the run) and
+ * its row printer (table row on stdout, "result ..." line on stderr). */
+typedef struct bench_table {
+    const char *head[2];
+    void (*row)(const void *ctx, const char *mode, double seconds);
+    const void *ctx;
+} bench_table;
+
+/* Report a case's timings (rc 0) or why they failed (rc != 0, the message in msg). */
+static inline void bench_report(const char *name, int rc, const char *msg, const bench_times *t,
+                                const bench_cfg *g, const bench_table *tab, int *header_done) {
+    if (rc) {
+        printf("# %s: TIMING FAILED: %s\n", name, msg);
+        return;
+    }
+    printf("# %s: %d input sets rotated, %d replays each mode\n", name, t->nsets, g->reps);
+    if (!*header_done) {
+        printf("%s\n%s\n", tab->head[0], tab->head[1]);
+        *header_done = 1;
+    }
+    tab->row(tab->ctx, "b2b", t->b2b);
+    tab->row(tab->ctx, "flush", t->flush);
+    if (g->chain > 0) tab->row(tab->ctx, "chain", t->chain);
+}
+
+#endif /* FI_BENCH_BENCH_COMMON_H */
