@@ -24,7 +24,7 @@
  *    input dtype; V = ckv is read with ldmatrix.trans.  KP = 2: pairs 0 and 1 take
  *    alternate blocks (two softmax states, combined in the epilogue).
  *  - Online softmax in the exp2 domain, fp32; a row whose keys are all masked so far keeps
- *    m = -inf, l = 0, O = 0 (never NaN).
+ *    m = -inf, l = 0, O = 0; NaN in q or a seen key makes the row's l, O and lse NaN.
  *  - The kernel sits at 255 registers: anything live across the KV loop changes its
  *    schedule (the same instruction count ran 15% slower once), so epilogue work re-reads
  *    thread coordinates (fresh_tid) and every change is A/B'd against the previous build.
@@ -507,9 +507,10 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
         if (r >= x.M)
             continue;
         const float l = lt[i];
-        const float lse_keys = l > 0.f ? (mt[i] + log2f(l)) * kLn2 : -CUDART_INF_F;
+        /* l == 0 (not l > 0): a NaN sum (NaN in q or a seen key) keeps the row's lse NaN */
+        const float lse_keys = l == 0.f ? -CUDART_INF_F : (mt[i] + log2f(l)) * kLn2;
         if (it.out_slot >= 0) {
-            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const float inv = l == 0.f ? 0.f : 1.f / l;
             float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kDv + wh * 256 + q4 * 2;
 #pragma unroll
             for (int n = 0; n < 32; ++n)
@@ -521,7 +522,7 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
             const int h = it.head_begin + r % x.nh;
             const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / x.nh;
             const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
-            const float f = l > 0.f ? ctx.scale2 / l * expf(lse_keys - lse) : 0.f;
+            const float f = l == 0.f ? 0.f : ctx.scale2 / l * expf(lse_keys - lse);
             T *dst = (T *)c.out + tok * c.out_stride_tok + h * c.out_stride_head + wh * 256 + q4 * 2;
 #pragma unroll
             for (int n = 0; n < 32; ++n)

@@ -360,6 +360,44 @@ static inline int gc_compare_rows(const gc_rows *r, int32_t b0, int32_t b1, doub
 
 /* The plan's group and item counts (-1 without a plan) and the batch's longest kv_len, for
  * the case names. */
+/* Row (token tok, head h) of D outputs, read through value(ctx, element), against the
+ * reference (ref_out / ref_lse, H heads a token) under fiattn_run.h's non-finite policy:
+ * the same elements NaN, the same infinities, the finite ones within tol (relative 2-norm
+ * over them), lse NaN alike and otherwise within lse_tol.  0, or -1 and the first
+ * difference in msg. */
+static inline int gc_compare_nonfinite_row(double (*value)(const void *, int64_t), const void *ctx,
+                                           const float *lse, const float *ref_out,
+                                           const float *ref_lse, int64_t H, int64_t D, int64_t tok,
+                                           int64_t h, double tol, double lse_tol, char *msg,
+                                           size_t cap) {
+    const int64_t base = (tok * H + h) * D;
+    double num = 0, den = 0;
+    for (int64_t d = 0; d < D; d++) {
+        const double g = value(ctx, base + d), r = ref_out[base + d];
+        if (isnan(g) != isnan(r) || isinf(g) != isinf(r) || (isinf(g) && (g > 0) != (r > 0))) {
+            gc_msg(msg, cap, "token %lld head %lld dim %lld: GPU %g, reference %g", (long long)tok,
+                   (long long)h, (long long)d, g, r);
+            return -1;
+        }
+        if (isfinite(r)) {
+            num += (g - r) * (g - r);
+            den += r * r;
+        }
+    }
+    if (den > 0 && sqrt(num / den) > tol) {
+        gc_msg(msg, cap, "token %lld head %lld: finite dims off by %g", (long long)tok,
+               (long long)h, sqrt(num / den));
+        return -1;
+    }
+    const double gl = lse[tok * H + h], rl = ref_lse[tok * H + h];
+    if (isnan(gl) != isnan(rl) || (isfinite(rl) && fabs(gl - rl) > lse_tol)) {
+        gc_msg(msg, cap, "token %lld head %lld: lse GPU %g, reference %g", (long long)tok,
+               (long long)h, gl, rl);
+        return -1;
+    }
+    return 0;
+}
+
 static inline void gc_plan_counts(const fi_plan *plan, const int32_t *kv_lens, int32_t B,
                                   int *groups, int *items, int32_t *max_kv) {
     fi_plan_view v;

@@ -676,6 +676,69 @@ static void gqa_nvfp4_bad_scale_tensors_return_their_status(void **state) {
     gqa_case_free(&c);
 }
 
+/* ---- non-finite inputs: the policy of fiattn_run.h ---------------------------------------- */
+
+#define BF16_NAN 0x7FC0u
+#define BF16_PINF 0x7F80u
+
+/* Canonical K / V row of KV head h at key t of request b. */
+static int64_t kv_row(const gqa_case *c, int32_t b, int32_t t, int32_t h) {
+    const int64_t page = c->fb.page_table[(int64_t)b * c->P + t / c->o.page_size];
+    return (page * c->o.page_size + t % c->o.page_size) * c->o.heads_kv + h;
+}
+static void put_kv(gqa_case *c, int which, int32_t b, int32_t t, int32_t h, int32_t d, uint16_t bits) {
+    memcpy((which ? c->h_v : c->h_k) + kv_row(c, b, t, h) * c->row_bytes + d * 2, &bits, 2);
+}
+
+static void expect_row_like_reference(const gqa_case *c, int64_t tok, int64_t h) {
+    char msg[MSG];
+    if (gc_compare_nonfinite_row(gqa_out_value_at, c, c->h_lse, c->ref_out, c->ref_lse, c->o.heads_q,
+                                 c->o.head_dim, tok, h, GQA_TOL, GQA_TOL_LSE, msg, sizeof msg))
+        fail_msg("%s", msg);
+}
+
+/* NaN in q, NaN and +inf in K, NaN in V (one request long enough to be split across CTAs,
+ * the NaN in one of its pieces): every row as the fp64 reference says, and the policy's
+ * rows checked by name (the reference's own policy tests: test_ref_nonfinite). */
+static void gqa_nonfinite_inputs_follow_the_policy(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(23);
+    gqa_opts o = default_opts(32, 8, 128, 16);
+    int32_t kv[5] = {300, 400, 500, 600, 3000};
+    gqa_case c;
+    init_or_fail(&c, &o, kv, 5, &rng);
+    const int64_t Hq = 32, D = 128;
+    c.h_q[((int64_t)c.q_offset[0] * Hq + 3) * D + 5] = BF16_NAN; /* request 0, head 3 */
+    put_kv(&c, 0, 1, 17, 2, 7, BF16_NAN);    /* request 1: heads 8..11 */
+    put_kv(&c, 1, 2, 250, 5, 9, BF16_NAN);   /* request 2: heads 20..23, dim 9 */
+    put_kv(&c, 0, 3, 40, 1, 0, BF16_PINF);   /* request 3: heads 4..7, by the sign of q */
+    put_kv(&c, 1, 4, 2500, 7, 100, BF16_NAN); /* request 4 (split): heads 28..31, dim 100 */
+    char msg[MSG];
+    const gt_case g = gt(&c);
+    gt_require_splits(&g, 2);
+    if (gqa_case_set_layout(&c, c.o.layout, c.o.kv_form, msg, sizeof msg) ||
+        gqa_case_upload(&c, msg, sizeof msg) || gqa_case_run(&c, msg, sizeof msg) ||
+        gqa_case_download(&c, msg, sizeof msg) || gqa_case_reference(&c, msg, sizeof msg)) {
+        gqa_case_free(&c);
+        fail_msg("%s", msg);
+    }
+    for (int32_t b = 0; b < 5; b++)
+        for (int64_t h = 0; h < Hq; h++)
+            expect_row_like_reference(&c, c.q_offset[b], h);
+    /* the policy, by name */
+    const int64_t t0 = c.q_offset[0], t1 = c.q_offset[1], t2 = c.q_offset[2], t4 = c.q_offset[4];
+    assert_true(isnan(gqa_out_value(&c, (t0 * Hq + 3) * D + 77)) && isnan(c.h_lse[t0 * Hq + 3]));
+    assert_true(isfinite(gqa_out_value(&c, (t0 * Hq + 2) * D)) && isfinite(c.h_lse[t0 * Hq + 2]));
+    assert_true(isnan(c.h_lse[t1 * Hq + 8]) && isnan(c.h_lse[t1 * Hq + 11]));
+    assert_true(isfinite(c.h_lse[t1 * Hq + 12]) && isfinite(c.h_lse[t1 * Hq + 7]));
+    assert_true(isnan(gqa_out_value(&c, (t2 * Hq + 20) * D + 9)) &&
+                isfinite(gqa_out_value(&c, (t2 * Hq + 20) * D + 8)) && isfinite(c.h_lse[t2 * Hq + 20]));
+    assert_true(isnan(gqa_out_value(&c, (t4 * Hq + 31) * D + 100)) &&
+                isfinite(gqa_out_value(&c, (t4 * Hq + 31) * D + 99)) && isfinite(c.h_lse[t4 * Hq + 31]));
+    gqa_case_free(&c);
+}
+
 int main(void) {
     gt_begin("test_gqa_gpu");
     const struct CMUnitTest tests[] = {
@@ -693,6 +756,7 @@ int main(void) {
         cmocka_unit_test(gqa_fp8_out_matches_reference),
         cmocka_unit_test(gqa_nvfp4_kv_matches_dequantised_reference),
         cmocka_unit_test(gqa_nvfp4_bad_scale_tensors_return_their_status),
+        cmocka_unit_test(gqa_nonfinite_inputs_follow_the_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -577,6 +577,57 @@ static void mla_rows32_variant_matches_reference(void **state) {
             }
 }
 
+/* ---- non-finite inputs: the policy of fiattn_run.h ---------------------------------------- */
+
+#define BF16_NAN 0x7FC0u
+#define BF16_PINF 0x7F80u
+
+/* Element d (of 576) of the concatenated cache row of key t of request b. */
+static uint16_t *kv_at(mla_case *c, int32_t b, int32_t t, int32_t d) {
+    const int64_t page = c->fb.page_table[(int64_t)b * c->P + t / c->o.page_size];
+    return c->h_kv + (page * c->o.page_size + t % c->o.page_size) * MLA_D_QK + d;
+}
+
+/* NaN in q, NaN in the rope part of K, +inf in it, and a NaN in a request split across
+ * CTAs: every row as the fp64 reference says (NaN and inf where it has them), and the
+ * policy's rows checked by name.  MLA's V is K's first 512 dims, so a V-only NaN does not
+ * exist here (the GQA test has one). */
+static void mla_nonfinite_inputs_follow_the_policy(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(29);
+    mla_opts o = default_opts(16, 64, FI_FORM_BLOCK_TABLES);
+    const int32_t ql[4] = {1, 1, 1, 1}, kv[4] = {300, 500, 700, 4000};
+    mla_case c;
+    char msg[MSG];
+    if (mla_case_init(&c, &o, ql, kv, 4, &rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+    const int64_t H = 16;
+    c.h_q[((int64_t)c.q_offset[0] * H + 3) * MLA_D_QK + 5] = BF16_NAN; /* request 0, head 3 */
+    *kv_at(&c, 1, 17, 520) = BF16_NAN;   /* request 1: every head */
+    *kv_at(&c, 2, 40, 560) = BF16_PINF;  /* request 2: heads by the sign of q */
+    *kv_at(&c, 3, 3500, 530) = BF16_NAN; /* request 3, split: every head */
+    const gt_case g = gt(&c);
+    gt_require_splits(&g, 2);
+    if (mla_case_upload(&c, msg, sizeof msg) || mla_case_run(&c, msg, sizeof msg) ||
+        mla_case_download(&c, msg, sizeof msg) || mla_case_reference(&c, msg, sizeof msg)) {
+        mla_case_free(&c);
+        fail_msg("%s", msg);
+    }
+    for (int32_t b = 0; b < 4; b++)
+        for (int64_t h = 0; h < H; h++)
+            if (gc_compare_nonfinite_row(mla_out_value, &c, c.h_lse, c.ref_out, c.ref_lse, H,
+                                         MLA_D_CKV, c.q_offset[b], h, TOL, TOL, msg, sizeof msg)) {
+                mla_case_free(&c);
+                fail_msg("%s", msg);
+            }
+    const int64_t t0 = c.q_offset[0], t1 = c.q_offset[1], t3 = c.q_offset[3];
+    assert_true(isnan(mla_out_value(&c, (t0 * H + 3) * MLA_D_CKV + 77)) && isnan(c.h_lse[t0 * H + 3]));
+    assert_true(isfinite(mla_out_value(&c, (t0 * H + 4) * MLA_D_CKV)) && isfinite(c.h_lse[t0 * H + 4]));
+    assert_true(isnan(c.h_lse[t1 * H]) && isnan(c.h_lse[t1 * H + 15]));
+    assert_true(isnan(c.h_lse[t3 * H + 7]) && isnan(mla_out_value(&c, (t3 * H + 7) * MLA_D_CKV + 300)));
+    mla_case_free(&c);
+}
+
 int main(void) {
     gt_begin("test_mla_gpu");
     const struct CMUnitTest tests[] = {
@@ -593,6 +644,7 @@ int main(void) {
         cmocka_unit_test(mla_graph_decode_loop_follows_trace_every_step),
         cmocka_unit_test(mla_pdl_chained_graph_matches_unchained),
         cmocka_unit_test(mla_rows32_variant_matches_reference),
+        cmocka_unit_test(mla_nonfinite_inputs_follow_the_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,6 +33,14 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t *r) {
                  : "r"(addr));
 }
 
+/* max(a, b) that returns NaN when either is NaN (PTX max.NaN, sm_80+); fmaxf drops a NaN,
+ * which would turn a row whose every partial LSE is NaN into an empty row. */
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
 /* Transpose an 8x8 b16 matrix held in the ldmatrix fragment layout across the warp (lane
  * 4 g + q4 holds row g, columns 2 q4, 2 q4 + 1; afterwards it holds those of the transpose). */
 __device__ __forceinline__ uint32_t movm_t(uint32_t x) {

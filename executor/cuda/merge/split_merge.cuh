@@ -53,11 +53,11 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         for (int rr = warp; rr < R; rr += Threads / 32) {
             float mx = -CUDART_INF_F;
-            for (int s = lane; s < ns; s += 32)
-                mx = fmaxf(mx, lse_at(s, rr));
+            for (int s = lane; s < ns; s += 32) /* a NaN partial LSE makes the row NaN */
+                mx = fmax_nan(mx, lse_at(s, rr));
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1)
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, o));
             float sum = 0.f;
             if (mx != -CUDART_INF_F)
                 for (int s = lane; s < ns; s += 32)
