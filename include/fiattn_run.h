@@ -116,7 +116,7 @@ typedef struct fi_attn_args {
  * split-KV with an LSE-weighted merge (Dao et al. 2023), FlashMLA-style persistent decode;
  * GQA: the producer / consumer mbarrier pipeline of FlashAttention-3 (Shah et al. 2024)
  * with cp.async loads and mma.sync, tokens as the mma's M side for tiles of <= 8 rows
- * (executor/gqa/gqa_tile.cuh, gqa_swap.cuh).
+ * (executor/gqa/gqa_family.cuh, gqa_rows16.cuh, gqa_swap.cuh).
  * Arguments are read during the call; device tensors stay the caller's and must stay
  * valid until the launched work completes on `stream`.
  * stream: cudaStream_t.  Graph-capturable: fixed grid, reads the plan from the workspace.

@@ -1,12 +1,51 @@
 /*
- * executor/gqa/gqa_family.cuh - the GQA decode family as the persistent runtime sees it
- * (executor/cuda/persistent/kernel.cuh): setup, the producer warps' life, and run_item,
- * which runs an item on the transposed consumers (gqa_swap.cuh) when it has at most 8
- * rows and on the 16-row consumers (gqa_tile.cuh) otherwise.  Both consume the same ring
- * in the same order, so an item's path never changes what the producer does.
+ * executor/gqa/gqa_family.cuh - the GQA decode family (sm_90a) as the persistent runtime
+ * sees it (executor/cuda/persistent/kernel.cuh): setup, the producer warps' life, and
+ * run_item, which runs an item on the transposed consumers (gqa_swap.cuh) when it has at
+ * most 8 rows and on the 16-row consumers (gqa_rows16.cuh) otherwise; both consume the
+ * same ring (gqa_ring.cuh) in the same order.  One work item: up to 64 rows (query tokens
+ * x the query heads of one KV head) over a KV range.  The persistent loop, the split merge
+ * and the launch are the shared ones (executor/cuda/).
+ *
+ * What it computes (fiattn_run.h): s_j = bmm1_scale * q . k_j, out = bmm2_scale *
+ * softmax(s) . v with the mask rule of plan/mask.h (causal spec-decoding rows, window_left),
+ * sinks in the denominator, natural-log LSE.
+ *
+ * How (one CTA = 4 consumer warps + 4 producer warps, one CTA per SM):
+ *  - KV in slots of 16, 32 or 64 tokens (Geo::kSlotTokens): a ring of NS slots (K rows
+ *    then V rows, 16 pad bytes a row so ldmatrix rows fall on distinct banks), each with a
+ *    "full" mbarrier (the producer's bytes) and an "empty" one (the owners' release).  The ring runs
+ *    across item boundaries: the producer fills the next item's slices while the consumers
+ *    finish the current one, so an item pays no pipeline fill (the MLA body drains its ring
+ *    per item).  Q is double-buffered the same way (qfull / qempty).
+ *  - Producers: 16-byte cp.async copies (8 threads a token, its K and its V row), each
+ *    thread's completion arriving on the slot's full barrier (cp.async.mbarrier.arrive).
+ *    Not bulk copies: a bulk copy per 256-byte token row ran at ~26 M copies/s per SM
+ *    (H200: B128 x 4096 at 0.9 TB/s), the same copy rate the MLA body sees with 1152-byte
+ *    rows.  Page indices 32 at a time per warp, the next batch in flight while the current
+ *    one is used, so a slice never waits on a page-table read; tokens outside the item's
+ *    range are zero-filled (P = 0 must not meet NaN bit patterns).
+ *  - Consumers: the tile's 16-row groups are spread over teams of W = 4 / teams warps
+ *    (1, 2 or 4 teams); warp tw of a team computes slices tw, tw + W, ... with its own
+ *    online softmax (flash-decoding inside the CTA).  Only a slot's owners (one warp a
+ *    team) wait for and release it, each lane's arrival counting for its team's W warps
+ *    (so each empty barrier counts 128 arrivals whatever the tile shape).
+ *    S = Q K^T and O += P V with mma.sync m16n8k16 (fp32 accumulate), Q and K through
+ *    ldmatrix, V through ldmatrix.trans, P kept in registers (the S accumulator layout is
+ *    the A operand's).  At the item's end the team's W states are combined in a fixed
+ *    tree order through shared memory (bitwise deterministic), and warp 0 of the team
+ *    stores the rows (final output, or the fp32 partial of a split + its arrival).
+ *    Items of at most 8 rows run transposed instead (gqa_swap.cuh: tokens on the m16
+ *    side, rows on n8; one team of 4 warps), with the same ring protocol and combine.
+ *  - Online softmax in the exp2 domain, fp32; a row whose keys are all masked so far keeps
+ *    m = -inf, l = 0, O = 0; NaN in q or k reaches exactly that row's output.
+ * Sources: FlashAttention-2 (Dao 2023) online softmax and warp tiling; flash-decoding
+ * split-KV (Dao et al. 2023); the producer / consumer mbarrier pipeline of FlashAttention-3
+ * (Shah et al. 2024), here with cp.async producers and mma.sync.
  */
 #pragma once
 
+#include "executor/gqa/gqa_rows16.cuh"
 #include "executor/gqa/gqa_swap.cuh"
 
 namespace figqa {
@@ -72,7 +111,7 @@ template <typename T, typename KV, int D> struct GqaFamily {
         }
     }
 
-    /* The 16-row consumers (gqa_tile.cuh): a slot on one warp in steps of up to 32 tokens
+    /* The 16-row consumers (gqa_rows16.cuh): a slot on one warp in steps of up to 32 tokens
      * (NT / 2 independent 16-token chains, one softmax update a step; 64-token steps would
      * hold 32 more score registers and spill O). */
     struct Rows16 {

@@ -12,7 +12,7 @@
 
 #include "executor/core/exec_params.h"
 
-/* The tile body's shape (executor/gqa/gqa_tile.cuh), which a registry row of this family
+/* The tile body's shape (executor/gqa/gqa_family.cuh), which a registry row of this family
  * must match: tiles of at most 64 rows (query heads of one KV head x query tokens). */
 #define FI_GQA_MAX_TILE_ROWS 64
 

@@ -4,7 +4,7 @@
  * tokens are the mma's M side:
  *     S^T = K Q^T      m16n8k16: 16 tokens x 8 rows x 16 dims
  *     O^T += V^T P^T   m16n8k16: 16 dims x 8 rows x 16 tokens
- * The 16-row path (gqa_tile.cuh) puts the rows on the m16 side, where 4 rows leave 12 of 16
+ * The 16-row path (gqa_rows16.cuh) puts the rows on the m16 side, where 4 rows leave 12 of 16
  * idle; here they sit on the n8 side, so a token costs half the mma.sync, O half the
  * registers (D / 4 floats a lane) and the softmax half the exponentials.  The producer,
  * the ring protocol, the team combine and the split merge are the 16-row path's.
@@ -28,7 +28,7 @@
  */
 #pragma once
 
-#include "executor/gqa/gqa_tile.cuh"
+#include "executor/gqa/gqa_consume.cuh"
 
 namespace figqa {
 using namespace fi;

@@ -1,0 +1,141 @@
+/*
+ * executor/gqa/gqa_consume.cuh - what both GQA consumer paths share (gqa_rows16.cuh,
+ * gqa_swap.cuh): a consumer warp's place in the item, the fp8 / NVFP4 conversions into
+ * fp16 fragments, the rows' key bounds, the fixed-order team sum, the output store of two
+ * elements, and the Q conversion for fp16 matmuls.
+ */
+#pragma once
+
+#include "executor/gqa/gqa_ring.cuh"
+
+namespace figqa {
+using namespace fi;
+
+/* A consumer warp's place in the item: team rg (16 rows) of `teams`, warp tw of W. */
+struct Lane {
+    int warp, lane, g, q4, teams, W, rg, tw, nrg;
+};
+__device__ __forceinline__ Lane lane_of(int tid, int M) {
+    Lane l;
+    l.warp = tid >> 5;
+    l.lane = tid & 31;
+    l.g = l.lane >> 2;
+    l.q4 = l.lane & 3;
+    l.nrg = (M + 15) >> 4;
+    l.teams = l.nrg == 1 ? 1 : l.nrg == 2 ? 2 : 4;
+    l.W = kWarps / l.teams;
+    l.rg = l.warp / l.W;
+    l.tw = l.warp % l.W;
+    return l;
+}
+
+/* Two fp8 e4m3 values (the low two bytes of x, or bytes b0 / b1) as an fp16 pair (exact). */
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
+    uint32_t r;
+    asm("{\n.reg .b16 lo;\nmov.b32 {lo, _}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t x) { /* bytes 2, 3 */
+    uint32_t r;
+    asm("{\n.reg .b16 hi;\nmov.b32 {_, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: prmt selector */
+    uint32_t r;
+    asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(r) : "r"(x), "r"(sel));
+    return r;
+}
+
+/* NVFP4: e2m1 nibbles as fp8 e4m3 bytes (exact: sign to bit 7, the 3 magnitude bits to
+ * bits 4..2, so every value comes out x 2^-6; the block scale carries the 2^6 back).  x:
+ * one nibble in the low half of each byte. */
+__device__ __forceinline__ uint32_t e2m1_bytes_to_e4m3(uint32_t x) {
+    return ((x & 0x08080808u) << 4) | ((x & 0x07070707u) << 2);
+}
+/* Block scales (e4m3 bytes a, b) as an fp16 pair x 64 (<= 448 x 64: in range). */
+__device__ __forceinline__ __half2 sf_pair(uint32_t a, uint32_t b) {
+    const uint32_t h = e4m3x2_to_f16x2(a | (b << 8));
+    return __hmul2(*reinterpret_cast<const __half2 *>(&h), __floats2half2_rn(64.f, 64.f));
+}
+__device__ __forceinline__ uint32_t hmul2u(uint32_t x, __half2 s) {
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&x), s);
+    return *reinterpret_cast<const uint32_t *>(&r);
+}
+
+/* Key bounds [lo, hi] (inclusive) of this lane's rows r0 and r0 + dr (16-row path: rg * 16
+ * + g and + 8; gqa_swap.cuh: 2 q4 and + 1), clipped to the item's KV range (plan/mask.h);
+ * rows past M see nothing. */
+__device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item &it,
+                                           const fi_request_info &rq, int M, int nh, int r0, int dr,
+                                           int *lo, int *hi) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = r0 + dr * i;
+        lo[i] = 0;
+        hi[i] = -1;
+        if (r < M) {
+            int32_t l, h;
+            fi_row_kv_range(ctx.causal, ctx.window_left, rq.q_len, rq.kv_len, it.q_begin + r / nh, &l, &h);
+            lo[i] = max(l, it.kv_begin);
+            hi[i] = min(h, it.kv_end) - 1;
+        }
+    }
+}
+
+/* Sum the W warps' accumulators of each team in a fixed tree order through the combine
+ * buffer (warps W/2.. hand to 0.., and so on): warp tw == 0 ends with the team's sum.  The
+ * lanes of every warp hold the same elements, so the sum is lane-wise whatever the layout. */
+template <int D, int NTILE>
+__device__ __forceinline__ void tree_add(unsigned char *smem, const Lane &ln, float (&o)[NTILE][4]) {
+    float4 *comb = reinterpret_cast<float4 *>(smem + Geo<D, 2 * D>::kOffComb);
+    for (int half = ln.W >> 1; half >= 1; half >>= 1) { /* uniform: W is the item's */
+        if (ln.tw >= half && ln.tw < 2 * half) {
+            float4 *dst = comb + (size_t)(ln.rg * (ln.W >> 1) + ln.tw - half) * NTILE * 32 + ln.lane;
+#pragma unroll
+            for (int n = 0; n < NTILE; ++n)
+                dst[n * 32] = make_float4(o[n][0], o[n][1], o[n][2], o[n][3]);
+        }
+        cta_sync<kThreads>();
+        if (ln.tw < half) {
+            const float4 *src = comb + (size_t)(ln.rg * (ln.W >> 1) + ln.tw) * NTILE * 32 + ln.lane;
+#pragma unroll
+            for (int n = 0; n < NTILE; ++n) {
+                const float4 v = src[n * 32];
+                o[n][0] += v.x;
+                o[n][1] += v.y;
+                o[n][2] += v.z;
+                o[n][3] += v.w;
+            }
+        }
+        cta_sync<kThreads>();
+    }
+}
+
+/* Outputs at element offset off (T, or fp8 e4m3 when c.o_fp8, scaled by c.o_scale): two
+ * consecutive, or four. */
+template <typename T>
+__device__ __forceinline__ void store_out2(const fi_exec_common &c, int64_t off, float x, float y) {
+    if (c.o_fp8) {
+        const __nv_fp8x2_e4m3 q(make_float2(x * c.o_scale, y * c.o_scale));
+        *reinterpret_cast<__nv_fp8x2_e4m3 *>(static_cast<__nv_fp8_e4m3 *>(c.out) + off) = q;
+    } else {
+        *reinterpret_cast<uint32_t *>(static_cast<T *>(c.out) + off) = Dt<T>::pack(x, y);
+    }
+}
+
+/* Convert the item's Q rows from bf16 to fp16 in place (fp8 KV runs fp16 matmuls). */
+template <typename T, int D>
+__device__ __forceinline__ void q_to_f16(T *sQ, int M) {
+    using G = Geo<D, D>;
+    if constexpr (!std::is_same<T, __half>::value) {
+        for (int idx = threadIdx.x; idx < M * (D / 2); idx += kThreads) {
+            const int r = idx / (D / 2), c = idx - r * (D / 2);
+            uint32_t *w = reinterpret_cast<uint32_t *>(sQ + r * G::kPitch) + c;
+            const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(w));
+            *w = Dt<__half>::pack(v.x, v.y);
+        }
+        cta_sync<kThreads>();
+    }
+}
+
+}  // namespace figqa
