@@ -22,9 +22,9 @@
  *    dim dim_of<KIND>(n, 1, g).  V^T (the A operand) comes from ldmatrix.trans of the V rows.
  * Rows past the item's M read stale Q rows; the mma keeps columns apart and the mask sets
  * their scores to -inf, so they never reach a stored row.
- * Source: operand swapping for small-M matmuls is the usual remedy for decode with few
- * query rows (e.g. FlashInfer's and TensorRT-LLM's decode kernels); the tile and the
- * fragment maps here are this file's own.
+ * Source: computing a matmul transposed so that its large dimension (here the KV tokens)
+ * fills the mma's M side is the standard remedy for few query rows; the online softmax is
+ * FlashAttention-2's (Dao 2023); the tile and the fragment maps are this file's own.
  */
 #pragma once
 
