@@ -82,6 +82,24 @@ __device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item
     }
 }
 
+/* Row r of the team's warps w0 .. w0 + W - 1 (sM / sL: a warp's 16 row maxima and sums,
+ * warp-major): the team max (*mt), the sum rescaled to it (*lt), and the returned factor
+ * exp2(m_own - team max) that brings this warp's O to the team max (both consumer paths'
+ * combine; a row without keys keeps max -inf, sum 0). */
+__device__ __forceinline__ float team_row(const float *sM, const float *sL, int w0, int W, int r,
+                                          float m_own, float *mt, float *lt) {
+    float m = -CUDART_INF_F;
+    for (int w = 0; w < W; ++w)
+        m = fmaxf(m, sM[(w0 + w) * 16 + r]);
+    const float mu = m == -CUDART_INF_F ? 0.f : m;
+    float l = 0.f;
+    for (int w = 0; w < W; ++w)
+        l += sL[(w0 + w) * 16 + r] * exp2f(sM[(w0 + w) * 16 + r] - mu);
+    *mt = m;
+    *lt = l;
+    return exp2f(m_own - mu);
+}
+
 /* Sum the W warps' accumulators of each team in a fixed tree order through the combine
  * buffer (warps W/2.. hand to 0.., and so on): warp tw == 0 ends with the team's sum.  The
  * lanes of every warp hold the same elements, so the sum is lane-wise whatever the layout. */

@@ -259,15 +259,9 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
             const uint32_t vd = kd + G::kSlotTokens * G::kKvPitch;
 #pragma unroll
             for (int c = q; c < kChunks; c += 8) {
-                const unsigned char *k = reinterpret_cast<const unsigned char *>(ks[u]) + c * 16;
-                const unsigned char *v = reinterpret_cast<const unsigned char *>(vs[u]) + c * 16;
-                if constexpr (kChunks >= 8) { /* rows of >= 128 bytes: whole L2 lines wanted */
-                    cp_async16_l2line(kd + c * 16, k, in[u] ? 16 : 0);
-                    cp_async16_l2line(vd + c * 16, v, in[u] ? 16 : 0);
-                } else {
-                    cp_async16(kd + c * 16, k, in[u] ? 16 : 0);
-                    cp_async16(vd + c * 16, v, in[u] ? 16 : 0);
-                }
+                constexpr bool kLine = kChunks >= 8; /* rows of >= 128 bytes: whole L2 lines */
+                cp_async16<kLine>(kd + c * 16, reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0);
+                cp_async16<kLine>(vd + c * 16, reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0);
             }
             if constexpr (kSf > 0) {
                 if (q == 7) { /* the scale rows: a thread left idle by the chunks (D <= 256) */

@@ -330,17 +330,7 @@ __device__ __forceinline__ void combine_team(unsigned char *smem, const Lane &ln
     const int w0 = ln.rg * ln.W;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        const int r = ln.g + 8 * i;
-        float m = -CUDART_INF_F;
-        for (int w = 0; w < ln.W; ++w)
-            m = fmaxf(m, sM[(w0 + w) * 16 + r]);
-        const float mu = m == -CUDART_INF_F ? 0.f : m;
-        float l = 0.f;
-        for (int w = 0; w < ln.W; ++w)
-            l += sL[(w0 + w) * 16 + r] * exp2f(sM[(w0 + w) * 16 + r] - mu);
-        mt[i] = m;
-        lt[i] = l;
-        const float f = exp2f(a.m[i] - mu);
+        const float f = team_row(sM, sL, w0, ln.W, ln.g + 8 * i, a.m[i], &mt[i], &lt[i]);
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
             a.o[n][2 * i] *= f;

@@ -318,19 +318,8 @@ __device__ __forceinline__ void combine_t(unsigned char *smem, const Lane &ln, A
     cta_sync<kThreads>();
     float f[2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int r = 2 * ln.q4 + i;
-        float m = -CUDART_INF_F;
-        for (int w = 0; w < ln.W; ++w)
-            m = fmaxf(m, sM[w * 16 + r]);
-        const float mu = m == -CUDART_INF_F ? 0.f : m;
-        float l = 0.f;
-        for (int w = 0; w < ln.W; ++w)
-            l += sL[w * 16 + r] * exp2f(sM[w * 16 + r] - mu);
-        mt[i] = m;
-        lt[i] = l;
-        f[i] = exp2f(a.m[i] - mu);
-    }
+    for (int i = 0; i < 2; ++i) /* one team: warps 0 .. W - 1 */
+        f[i] = team_row(sM, sL, 0, ln.W, 2 * ln.q4 + i, a.m[i], &mt[i], &lt[i]);
 #pragma unroll
     for (int n = 0; n < D / 16; ++n)
 #pragma unroll

@@ -49,18 +49,19 @@ __device__ __forceinline__ uint32_t movm_t(uint32_t x) {
     return r;
 }
 
-/* 16-byte async copy; src_bytes 0 zero-fills the destination (src must still be valid). */
+/* 16-byte async copy; src_bytes 0 zero-fills the destination (src must still be valid).
+ * kL2Line: the L2::128B prefetch hint, L2 fetching the source's whole 128-byte line from
+ * DRAM at once (GQA K / V rows of >= 128 bytes: bench_gqa H200, bf16 B128 x 4096 537 ->
+ * 525 us, fp8 305 -> 300; 64-byte NVFP4 rows lose 2%, and L2::256B fetches a neighbour
+ * head's row: fp8 392 us). */
+template <bool kL2Line = false>
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-/* cp_async16 with the L2::128B prefetch hint: L2 fetches the whole 128-byte line of the
- * source from DRAM at once (GQA K / V rows of >= 128 bytes: bench_gqa H200, bf16 B128 x
- * 4096 537 -> 525 us, fp8 305 -> 300; 64-byte NVFP4 rows lose 2%, and L2::256B fetches a
- * neighbour head's row: fp8 392 us). */
-__device__ __forceinline__ void cp_async16_l2line(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
+    if constexpr (kL2Line)
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(src_bytes));
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(src_bytes));
 }
 /* A 4-, 8- or 16-byte async copy through L1 (cp.async.ca takes the small sizes); !valid
  * zero-fills the destination (src must still be a valid address). */
