@@ -68,7 +68,7 @@ CMOCKA_LIBS := -lcmocka
 
 # ---- sources ---------------------------------------------------------------------------
 LIB_C   := $(wildcard plan/*.c planner/*.c workspace/*.c executor/core/*.c executor/cpu/*.c executor/*/*_host.c)
-LIB_CU  := $(wildcard executor/*/*.cu)
+LIB_CU  := $(wildcard executor/*/*.cu planner/device/*.cu)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
 COMMON_C := $(wildcard tests/common/*.c)
 COMMON_OBJ := $(COMMON_C:%.c=$(BUILD)/%.o)

@@ -90,6 +90,13 @@ typedef enum fi_status {
     FI_ERR_GRID_NOT_RESIDENT = 42,        /* fi_run: caps.num_ctas > the CTAs the device holds
                                              resident at once (SMs x occupancy); the in-kernel
                                              merge needs the whole grid resident */
+    /* Device planning (fi_plan_update_device): */
+    FI_ERR_DEVICE_BATCH_OVER_DECLARED = 43, /* the step's batch on the device is larger than
+                                             its fi_device_batch declared: batch size,
+                                             query tokens or kv_indices entries */
+    FI_ERR_PLAN_ON_DEVICE = 44,           /* the current plan was made on the device: its
+                                             bytes exist only in the workspace (no host
+                                             view, no balance) */
 } fi_status;
 
 /* Documented limits of fi_caps (each violation has its own status above).  They keep every
@@ -327,6 +334,66 @@ fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
  *   on error the previous plan (host view and device copy) is unchanged. */
 fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream);
 
+/* One step's batch for the device planner: a fi_batch whose arrays are in device memory
+ * and are read when the planning kernel runs (so a captured graph follows whatever the
+ * engine's own kernels wrote there), plus what the host must know to check fi_run's
+ * tensors before any length is known.
+ *   batch.batch_size    the capacity B_max of the arrays (<= caps.max_batch): seq_lens
+ *                       [B_max], block_tables [B_max, (2,) max_pages_per_seq], indptr arrays
+ *                       [B_max + 1]; the step's own B is read from `batch_size` below.
+ *   batch's pointers    device pointers, int32, 4-byte aligned, owned by the caller; they
+ *                       must stay valid while any launch (or graph) that uses them runs.
+ *   batch's scalars     form, max_pages_per_seq, kv_split_pages, q_len_per_request, causal,
+ *                       window_left: fixed for every step planned with this description.
+ * Device arrays read per step: batch_size[0], then the form's arrays of fi_batch for the
+ * step's B requests, and the pages they use (fi_batch_validate's rules, applied on the
+ * device in the same order, plus the three capacity rules below). */
+typedef struct fi_device_batch {
+    fi_batch batch;
+    const int32_t *batch_size;  /* device [1]: the step's B, 0 <= B <= batch.batch_size;
+                                   NULL: B = batch.batch_size every step */
+    int32_t max_q_tokens;       /* rows of q / out / lse every fi_run of these steps passes;
+                                   the step's sum of q_len must be <= it (<= caps.max_q_tokens) */
+    int32_t kv_indices_len;     /* FI_FORM_INDPTR: elements of batch.kv_indices; the step's
+                                   kv_indptr[B] must be <= it.  Ignored for the other forms. */
+} fi_device_batch;
+
+/* Plan on the device: launch fiattn's planning kernel (one CTA) on `stream`.  It reads the
+ * step's batch from device memory, validates it (fi_batch_validate's rules and order; then
+ * B, the q tokens and kv_indptr[B] against what `dbatch` declared:
+ * FI_ERR_NEGATIVE_BATCH_SIZE / FI_ERR_DEVICE_BATCH_OVER_DECLARED), and writes the plan into
+ * the workspace: the same bytes fi_plan_update writes for the same batch (one planner
+ * source, compiled for host and device; docs/DESIGN.md section 10).  A later fi_run on the
+ * same stream executes it; with enable_pdl the executor is launched while the planner runs
+ * (programmatic dependent launch) and waits for it before reading the plan.
+ * Capturable: no host work depends on the lengths, nothing is copied or synchronised, so
+ * the pair (fi_plan_update_device, fi_run) can be captured once and replayed for any
+ * lengths the engine writes into the arrays.
+ * Errors found on the device are not returned here: the kernel writes a status word into
+ * the workspace (fi_plan_device_error reads it) and an empty plan (no items), so the next
+ * fi_run writes nothing: out and lse keep what they held before that step.
+ * Host checks, done now and returned: dbatch's scalars as fi_batch_validate checks them
+ * (form, causal, window_left, max_pages_per_seq, kv_split_pages, NULL arrays, page-table
+ * size with B = batch.batch_size), B_max > caps.max_batch (FI_ERR_BATCH_OVER_CAPS),
+ * max_q_tokens outside [0, caps.max_q_tokens] (FI_ERR_Q_TOKENS_OVER_CAPS), kv_indices_len < 0
+ * (FI_ERR_INVALID_ARGUMENT), a host-only plan (FI_ERR_HOST_PLAN), a launch error
+ * (FI_ERR_CUDA).  On a host error nothing is launched and the previous plan stands.
+ * After success the plan is "on the device": fi_run checks its tensors against dbatch's
+ * capacities (max_q_tokens rows; B_max block-table rows of max_pages_per_seq pages, or
+ * kv_indices_len entries), fi_plan_get_view / fi_plan_balance refuse, and the next
+ * fi_plan_update makes it a host plan again.
+ * Allocates nothing; O(B + used pages) threads-worth of device work, the partition itself on
+ * one thread (planner/partition.c). */
+fi_status fi_plan_update_device(fi_plan *plan, const fi_device_batch *dbatch, int enable_pdl,
+                                void *stream);
+
+/* The device planner's verdict on the last planned step: copies the workspace status word
+ * to the host on `stream` and waits for it (a stream synchronisation: call it off the hot
+ * path, e.g. when an engine checks a step's health).  *detail: status (FI_OK, or the rule
+ * broken, as fi_batch_validate names it), request, needed and limit as fi_plan_error gives
+ * them.  @return FI_OK and *detail; FI_ERR_NULL_ARGUMENT, FI_ERR_HOST_PLAN, FI_ERR_CUDA. */
+fi_status fi_plan_device_error(const fi_plan *plan, fi_error_detail *detail, void *stream);
+
 /* Detail of the last error returned for this plan (all fields zero/-1 after success). */
 fi_error_detail fi_plan_error(const fi_plan *plan);
 
@@ -345,7 +412,8 @@ typedef struct fi_plan_view {
     int32_t num_ctas;
 } fi_plan_view;
 
-/* @return FI_OK and *view, FI_ERR_NOT_PLANNED before the first successful update. */
+/* @return FI_OK and *view, FI_ERR_NOT_PLANNED before the first successful update,
+ *   FI_ERR_PLAN_ON_DEVICE after a device update (fi_plan_update_device). */
 fi_status fi_plan_get_view(const fi_plan *plan, fi_plan_view *view);
 
 /* Balance of the current plan: max CTA cost / mean CTA cost (cost model of

@@ -21,6 +21,12 @@
 #else
 #define FI_STATIC_ASSERT _Static_assert
 #endif
+/* Inline helpers here are callable from device code too (the device planner). */
+#ifdef __CUDACC__
+#define FI_WORK_INLINE __host__ __device__ inline
+#else
+#define FI_WORK_INLINE static inline
+#endif
 
 /* One CTA-sized task.  32 bytes, 16-byte aligned (two 16-byte loads on the device). */
 typedef struct fi_work_item {
@@ -82,7 +88,7 @@ FI_STATIC_ASSERT(sizeof(fi_cta_start) == 64, "fi_cta_start must stay 64 bytes");
 /* CTA c's start record from the CSR ranges (work_indptr [num_ctas + 1]), the items and the
  * request table: what the planner writes, and what hand-built plans (scripts/mla_check.cu)
  * must write too.  Pure; reads items / requests only when the CTA has an item. */
-static inline fi_cta_start fi_cta_start_make(const int32_t *work_indptr, const fi_work_item *items,
+FI_WORK_INLINE fi_cta_start fi_cta_start_make(const int32_t *work_indptr, const fi_work_item *items,
                                              const fi_request_info *requests, int32_t c) {
     /* Built in registers from whole-record loads: assembled field by field on the stack,
      * the copy-out missed store forwarding (~40% of a 32-request plan update, measured). */

@@ -18,11 +18,7 @@
 
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define FI_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FI_HOST_DEVICE static inline
-#endif
+#include "plan/hd.h"
 
 /* First key seen from position p (int64: p may be negative): max(0, p - window_left), or 0
  * without a window. */

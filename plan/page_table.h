@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "plan/hd.h"
+
 #include "fiattn.h"
 
 typedef struct fi_page_table_geom {
@@ -24,7 +26,7 @@ typedef struct fi_page_table_geom {
 } fi_page_table_geom;
 
 /* log2(page_size) for a power of two, else -1 (page addressing by shift, not division). */
-static inline int fi_page_shift(int32_t page_size) {
+FI_HOST_DEVICE int fi_page_shift(int32_t page_size) {
     if (page_size <= 0 || (page_size & (page_size - 1)) != 0)
         return -1;
     int s = 0;
@@ -35,11 +37,27 @@ static inline int fi_page_shift(int32_t page_size) {
 
 /* The batch's form, rows and strides, nothing read yet; then fi_page_table_geom_add each
  * request.  batch: validated.  Pure. */
-fi_page_table_geom fi_page_table_geom_begin(const fi_batch *batch);
+FI_HOST_DEVICE fi_page_table_geom fi_page_table_geom_begin(const fi_batch *batch) {
+    fi_page_table_geom g;
+    g.form = batch->form;
+    g.kv_split_pages = 0;
+    g.rows = 0;
+    g.pages_per_row = 0;
+    g.row_stride = 0;
+    g.max_cols = 0;
+    g.extent = 0;
+    if (batch->form == FI_FORM_INDPTR)
+        return g;
+    g.kv_split_pages = batch->kv_split_pages;
+    g.rows = batch->batch_size;
+    g.pages_per_row = batch->max_pages_per_seq;
+    g.row_stride = (int64_t)batch->max_pages_per_seq * (batch->kv_split_pages ? 2 : 1);
+    return g;
+}
 
 /* Request reads `pages` entries from element row_offset (fi_request_info.page_row_offset)
  * on: widen g to cover them. */
-static inline void fi_page_table_geom_add(fi_page_table_geom *g, int64_t row_offset,
+FI_HOST_DEVICE void fi_page_table_geom_add(fi_page_table_geom *g, int64_t row_offset,
                                           int64_t pages) {
     const int64_t end = pages > 0 ? row_offset + pages : 0;
     g->max_cols = pages > g->max_cols ? pages : g->max_cols;

@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include "plan/hd.h"
+
 #include "fiattn.h"
 #include "plan/page_table.h"
 #include "plan/variant.h"
@@ -34,28 +36,34 @@ struct fi_plan {
     int cur;                   /* staging buffer holding the current plan */
     int planned;               /* 1 after the first successful update */
     fi_page_table_geom page_table; /* the current plan's batch: what it reads of the page
-                                      table (set with cur, host only) */
+                                      table (set with cur, host only); after a device
+                                      update, what the declared capacities allow */
+    int on_device;             /* 1: the current plan was made by fi_plan_update_device */
+    int32_t run_q_tokens;      /* rows fi_run's q / out / lse must hold: the plan's total q
+                                  tokens, or the device batch's declared max_q_tokens */
+    const int32_t *device_page_table; /* on_device: the table the device planner validated
+                                         (block_tables or kv_indices); fi_run must pass it */
     struct fi_planner_scratch *scratch; /* owned; allocated at create */
     fi_error_detail err;
 };
 
 /* Pointers into a staging buffer (or a device workspace: same offsets). */
-static inline fi_plan_header *fi_stage_header(unsigned char *base, const fi_layout *l) {
+FI_HOST_DEVICE fi_plan_header *fi_stage_header(unsigned char *base, const fi_layout *l) {
     return (fi_plan_header *)(base + l->off_header);
 }
-static inline int32_t *fi_stage_work_indptr(unsigned char *base, const fi_layout *l) {
+FI_HOST_DEVICE int32_t *fi_stage_work_indptr(unsigned char *base, const fi_layout *l) {
     return (int32_t *)(base + l->off_work_indptr);
 }
-static inline fi_cta_start *fi_stage_cta_starts(unsigned char *base, const fi_layout *l) {
+FI_HOST_DEVICE fi_cta_start *fi_stage_cta_starts(unsigned char *base, const fi_layout *l) {
     return (fi_cta_start *)(base + l->off_cta_starts);
 }
-static inline fi_request_info *fi_stage_requests(unsigned char *base, const fi_layout *l) {
+FI_HOST_DEVICE fi_request_info *fi_stage_requests(unsigned char *base, const fi_layout *l) {
     return (fi_request_info *)(base + l->off_requests);
 }
-static inline fi_merge_group *fi_stage_groups(unsigned char *base, const fi_layout *l) {
+FI_HOST_DEVICE fi_merge_group *fi_stage_groups(unsigned char *base, const fi_layout *l) {
     return (fi_merge_group *)(base + l->off_groups);
 }
-static inline fi_work_item *fi_stage_items(unsigned char *base, const fi_layout *l) {
+FI_HOST_DEVICE fi_work_item *fi_stage_items(unsigned char *base, const fi_layout *l) {
     return (fi_work_item *)(base + l->off_items);
 }
 

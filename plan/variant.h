@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include "plan/hd.h"
+
 #include "fiattn.h"
 
 struct fi_family; /* executor/core/family.h: how the GPU runs a variant (opaque here) */
@@ -36,13 +38,13 @@ typedef struct fi_variant {
 
 /* Cost of one item (a tile, or a piece of a split tile), KV-token units: kv_tokens keys
  * over `rows` tile rows (query rows x heads), plus the per-item overhead. */
-static inline int64_t fi_variant_item_cost(const fi_variant *v, int64_t kv_tokens, int64_t rows) {
+FI_HOST_DEVICE int64_t fi_variant_item_cost(const fi_variant *v, int64_t kv_tokens, int64_t rows) {
     return kv_tokens + (int64_t)v->cost_alpha * rows + v->cost_beta;
 }
 
 /* What the packing partition charges a split piece while it cannot yet know which piece of
  * its group ends last (and merges): the mean of the merge and arrival charges. */
-static inline int64_t fi_variant_piece_charge(const fi_variant *v) {
+FI_HOST_DEVICE int64_t fi_variant_piece_charge(const fi_variant *v) {
     return ((int64_t)v->cost_merge + v->cost_arrive) / 2;
 }
 

@@ -3,7 +3,7 @@
  */
 #include "planner/model.h"
 
-int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int32_t n,
+FI_PD int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int32_t n,
                      const fi_work_item *items, int32_t num_groups, int64_t *finish,
                      int32_t *last) {
     const fi_variant row = *v; /* the stores to finish / last could alias *v */

@@ -19,7 +19,7 @@
 /* Largest CTA cost, KV-token units, of the plan work_indptr [n + 1] / items (a plan view or
  * staging) under the cost model of row v.  finish: scratch [work_indptr[n]]; last: scratch
  * [num_groups] (item index of the latest piece).  O(items + groups). */
-int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int32_t n,
+FI_PD int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int32_t n,
                      const fi_work_item *items, int32_t num_groups, int64_t *finish,
                      int32_t *last);
 

@@ -29,7 +29,7 @@ typedef struct pk_rules {
 } pk_rules;
 
 /* A piece's cost with its charge, if it is one of a cut tile. */
-static inline int64_t pk_cost(const pk_rules *r, const fi_pack_piece *x) {
+FI_PD_STATIC inline int64_t pk_cost(const pk_rules *r, const fi_pack_piece *x) {
     return x->cost + (x->split ? r->piece : 0);
 }
 
@@ -38,7 +38,7 @@ static inline int64_t pk_cost(const pk_rules *r, const fi_pack_piece *x) {
  * the runs are sorted instead of the tiles (stable, so the order is the same): GQA decode
  * has 8 tiles a run.  LSD radix sort on 8-bit digits of (max - cost), so a stable
  * ascending sort gives that order.  run_first, tmp: [num_tiles] scratch. */
-static void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_cost, int32_t *tmp,
+FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_cost, int32_t *tmp,
                     int32_t *run_first) {
     int64_t max = 0;
     int32_t nr = 0;
@@ -88,7 +88,7 @@ typedef struct pk_buckets {
 /* min(x / width, PK_NB - 1) for x >= 0, exactly, by a multiply and one correction
  * instead of a 64-bit division (3-5% of a heads-16 plan update, measured).  For
  * x < PK_NB * width <= 2^32, q = x * inv >> 32 is floor(x / width) or one less. */
-static inline int64_t bk_index(const pk_buckets *bk, int64_t x) {
+FI_PD_STATIC inline int64_t bk_index(const pk_buckets *bk, int64_t x) {
     if (x >= bk->width * PK_NB)
         return PK_NB - 1;
     if (bk->width * PK_NB > ((int64_t)1 << 32)) /* caps beyond 2^32 cost units */
@@ -99,7 +99,7 @@ static inline int64_t bk_index(const pk_buckets *bk, int64_t x) {
     return q;
 }
 
-static void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
+FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
     bk->width = T / PK_NB + 1;
     bk->inv = ((uint64_t)1 << 32) / (uint64_t)bk->width;
     bk->head = s->bk_head;
@@ -110,7 +110,7 @@ static void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
         bk->head[i] = -1;
     memset(bk->used, 0, sizeof bk->used);
 }
-static void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
+FI_PD_STATIC void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     const int64_t q = bk_index(bk, load[b]);
     bk->where[b] = (int32_t)q;
     bk->prev[b] = -1;
@@ -120,7 +120,7 @@ static void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     bk->head[q] = b;
     bk->used[q >> 6] |= (uint64_t)1 << (q & 63);
 }
-static void bk_remove(pk_buckets *bk, int32_t b) {
+FI_PD_STATIC void bk_remove(pk_buckets *bk, int32_t b) {
     const int32_t q = bk->where[b];
     if (bk->prev[b] >= 0)
         bk->next[bk->prev[b]] = bk->next[b];
@@ -133,7 +133,7 @@ static void bk_remove(pk_buckets *bk, int32_t b) {
 }
 /* An open CTA with the largest load <= room (to within a bucket), or -1.  Deterministic:
  * in a bucket, the most recently inserted that fits. */
-static int32_t bk_fit(const pk_buckets *bk, const int64_t *load, int64_t room) {
+FI_PD_STATIC int32_t bk_fit(const pk_buckets *bk, const int64_t *load, int64_t room) {
     if (room < 0)
         return -1;
     const int64_t q = bk_index(bk, room);
@@ -151,11 +151,11 @@ static int32_t bk_fit(const pk_buckets *bk, const int64_t *load, int64_t room) {
 }
 
 /* The open CTA with the least load (the lowest non-empty bucket's least), or -1. */
-static int32_t bk_min(const pk_buckets *bk, const int64_t *load) {
+FI_PD_STATIC int32_t bk_min(const pk_buckets *bk, const int64_t *load) {
     for (int w = 0; w < PK_NB / 64; w++)
         if (bk->used[w]) {
             int32_t best = -1;
-            for (int32_t b = bk->head[w * 64 + __builtin_ctzll(bk->used[w])]; b >= 0;
+            for (int32_t b = bk->head[w * 64 + fi_ctz64(bk->used[w])]; b >= 0;
                  b = bk->next[b])
                 if (best < 0 || load[b] < load[best]) /* ties: the first in the list */
                     best = b;
@@ -165,7 +165,7 @@ static int32_t bk_min(const pk_buckets *bk, const int64_t *load) {
 }
 
 /* Queue of cut remainders, kept by decreasing charged cost (few: one per cut tile). */
-static void pk_queue(const pk_rules *r, const fi_pack_piece *pc, int32_t *q, int32_t *nq,
+FI_PD_STATIC void pk_queue(const pk_rules *r, const fi_pack_piece *pc, int32_t *q, int32_t *nq,
                      int32_t k) {
     const int64_t ck = pk_cost(r, &pc[k]);
     int32_t i = *nq;
@@ -180,7 +180,7 @@ static void pk_queue(const pk_rules *r, const fi_pack_piece *pc, int32_t *q, int
 /* One packing under cap T into s->pieces (bins set).  Returns the number of pieces, or -1
  * if it does not fit (CTAs, cuts <= num_ctas - 1, pieces <= max_items, or a piece below
  * the floor). */
-static int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num_tiles,
+FI_PD_STATIC int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num_tiles,
                       const fi_layout *l, int64_t T, fi_pack_scratch *s) {
     const int32_t n = l->num_ctas, max_pieces = l->max_items;
     const fi_split_grain g = r->grain;
@@ -293,7 +293,7 @@ static int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num_tiles
         qcost += pk_cost(r, &pc[np]);
         cuts++;
         /* the rest joins the remainder queue (drop the consumed head first) */
-        memmove(rq, rq + qh, sizeof(int32_t) * (size_t)(nq - qh));
+        fi_move_down_i32(rq, rq + qh, nq - qh);
         nq -= qh;
         qh = 0;
         pk_queue(r, pc, rq, &nq, np++);
@@ -303,7 +303,7 @@ static int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num_tiles
 
 /* Order of pieces: by CTA; inside a CTA split pieces first (their merges then happen before
  * the CTA's end), longer first, then by tile and KV position (deterministic). */
-static int pk_before(const fi_pack_piece *a, const fi_pack_piece *b) {
+FI_PD_STATIC int pk_before(const fi_pack_piece *a, const fi_pack_piece *b) {
     if (a->bin != b->bin)
         return a->bin < b->bin;
     if (a->split != b->split)
@@ -318,7 +318,7 @@ static int pk_before(const fi_pack_piece *a, const fi_pack_piece *b) {
 
 /* Write the packing in s->pieces[0 .. np) as the plan.  Returns 0 if it does not fit the
  * layout's group / slot bounds (nothing written), 1 on success. */
-static int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l,
+FI_PD_STATIC int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l,
                     fi_pack_scratch *s, int32_t np, int64_t T, int32_t *work_indptr,
                     fi_work_item *items, fi_merge_group *groups, int64_t *cta_cost,
                     fi_partition_result *res) {
@@ -427,7 +427,7 @@ static int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layout *l,
     return 1;
 }
 
-int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                    const fi_layout *l) {
     const int64_t n = l->num_ctas;
     const int64_t thin_max = v->pack_thin_tiles_per_cta, other_max = v->pack_max_tiles_per_cta;
@@ -440,7 +440,7 @@ int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
     return num_tiles <= n * (thin ? thin_max : other_max);
 }
 
-void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                        int64_t total_cost, const fi_layout *l, fi_pack_scratch *s,
                        int64_t cap_lo, int64_t beat, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res) {

@@ -32,7 +32,7 @@
 
 /* 1 if the batch's tiles are packed at all (row v's limits, above), 0 if the walk's plan
  * stands unexamined.  O(tiles), stops at the first tall tile. */
-int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                    const fi_layout *l);
 
 /* Pack tiles[0 .. num_tiles) (tile order; a batch fi_pack_wanted accepts; row v; scratch
@@ -42,7 +42,7 @@ int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
  * `beat` (the walk's), writes it over the walk's (work_indptr [num_ctas + 1], items,
  * groups, cta_cost, *res); otherwise, or if no cap fits the layout bounds, writes nothing:
  * the walk's plan stands.  Cost: O(tiles + CTAs) per packing, 2-4 packings. */
-void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                        int64_t total_cost, const fi_layout *l, fi_pack_scratch *s,
                        int64_t cap_lo, int64_t beat, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res);

@@ -35,7 +35,9 @@
 #include "planner/model.h"
 #include "planner/pack.h"
 
+#ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_force_global = 0;
+#endif
 
 typedef struct walk {
     const fi_variant *v;
@@ -55,7 +57,7 @@ typedef struct walk {
     int dry;              /* 1: only costs and counts (trial walks), no items / groups */
 } walk;
 
-static fi_status over_caps(walk *w, int64_t needed, int64_t limit) {
+FI_PD_STATIC fi_status over_caps(walk *w, int64_t needed, int64_t limit) {
     w->err->status = FI_ERR_PLAN_OVER_CAPS;
     w->err->request = -1;
     w->err->needed = needed;
@@ -66,7 +68,7 @@ static fi_status over_caps(walk *w, int64_t needed, int64_t limit) {
 
 /* End CTA c of the global walk; CTA c + 1 ends near the next global multiple of the
  * budget. */
-static void close_cta(walk *w) {
+FI_PD_STATIC void close_cta(walk *w) {
     if (!w->dry)
         w->indptr[w->c + 1] = w->ni;
     w->c++;
@@ -75,7 +77,7 @@ static void close_cta(walk *w) {
 
 /* Emit piece [kv0, kv1) of tile t on CTA w->c.  split: the piece belongs to a merge group
  * (*g, created on its first piece). */
-static fi_status emit(walk *w, const fi_tile *t, int32_t kv0, int32_t kv1, int split,
+FI_PD_STATIC fi_status emit(walk *w, const fi_tile *t, int32_t kv0, int32_t kv1, int split,
                       int32_t *g, int64_t overhead) {
     if (w->dry) {
         /* Trial walk: count only (bounds hold by construction; the real walk checks). */
@@ -132,7 +134,7 @@ static fi_status emit(walk *w, const fi_tile *t, int32_t kv0, int32_t kv1, int s
  * both pieces >= the floor, or -1 (no such cut: the CTA ends before this tile).
  * Branch-free: a negative value stays negative under the mask, so a room or a tile too
  * short for the floor gives a `want` below `lo` (lo >= 0). */
-static inline int64_t cap_cut(fi_split_grain sg, int32_t pos, int32_t kv_end, int64_t overhead,
+FI_PD_STATIC inline int64_t cap_cut(fi_split_grain sg, int32_t pos, int32_t kv_end, int64_t overhead,
                               int64_t rem) {
     const int64_t lo = fi_grain_round_up(sg, (int64_t)pos + sg.floor);
     const int64_t hi = ((int64_t)kv_end - sg.floor) & sg.mask;
@@ -143,7 +145,7 @@ static inline int64_t cap_cut(fi_split_grain sg, int32_t pos, int32_t kv_end, in
 
 /* Global-target walk (the fallback) with w->budget: CTA c ends near (c + 1) * budget, the
  * last CTA takes the rest. */
-static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
+FI_PD_STATIC fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
     const int32_t n = w->l->num_ctas;
     w->c = 0;
     w->cum = 0;
@@ -210,7 +212,7 @@ static fi_status walk_tiles(walk *w, const fi_tile *tiles, int32_t num_tiles) {
     return FI_OK;
 }
 
-static int64_t max_cta_cost(const int64_t *cta_cost, int64_t n) {
+FI_PD_STATIC int64_t max_cta_cost(const int64_t *cta_cost, int64_t n) {
     int64_t max = 0;
     for (int64_t c = 0; c < n; c++)
         max = cta_cost[c] > max ? cta_cost[c] : max;
@@ -221,7 +223,7 @@ static int64_t max_cta_cost(const int64_t *cta_cost, int64_t n) {
  * the last CTA collects it all; the number of cuts depends on the budget, so iterate a few
  * walks (budget from the previous walk's cut overhead).  Returns the budget with the
  * lowest max CTA cost in *best_budget and that cost in *best_max. */
-static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
+FI_PD_STATIC fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
                               int64_t total_cost, int64_t *best_budget, int64_t *best_max) {
     const int64_t n = w->l->num_ctas;
     int64_t budget = (total_cost + n - 1) / n;
@@ -251,7 +253,7 @@ static fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_tiles,
  * The walk under the returned cost makes the same decisions (every CTA's content still
  * fits and nothing more does), so the caller may lower its upper bound to it.
  * On -1, *est: a guess of the cap that would fit (not a bound; 0: no guess). */
-static int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
+FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
                          int32_t num_tiles, int32_t n, int64_t cap, int64_t *est) {
     int32_t i = 0;
     int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
@@ -328,7 +330,7 @@ static int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const int64_t 
 /* The capped walk that writes the plan (the decisions of cap_trial): items in tile order,
  * a merge group per cut tile, CTA ranges and costs.  *fits = 0 if the tiles do not fit in
  * num_ctas CTAs (outputs partial: the caller must fail). */
-static fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t num_tiles,
+FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t num_tiles,
                           const fi_layout *l, int64_t cap, int32_t *indptr, fi_work_item *items,
                           fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                           int *fits, fi_error_detail *err) {
@@ -413,15 +415,17 @@ static fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t num_t
 }
 
 /* The contiguous walk, then the packing partition if it models better (planner/pack.h). */
-static fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                                 int64_t total_cost, int64_t *prefix, const fi_layout *l,
                                 int32_t *work_indptr, fi_work_item *items,
                                 fi_merge_group *groups, int64_t *cta_cost,
                                 fi_partition_result *res, fi_error_detail *err);
 
+#ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_no_pack = 0;
+#endif
 
-fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                        int64_t total_cost, int64_t *prefix, fi_pack_scratch *pack,
                        const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
@@ -440,7 +444,7 @@ fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_ti
     return FI_OK;
 }
 
-static fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                                 int64_t total_cost, int64_t *prefix, const fi_layout *l,
                                 int32_t *work_indptr, fi_work_item *items,
                                 fi_merge_group *groups, int64_t *cta_cost,

@@ -34,19 +34,19 @@ typedef struct fi_split_grain {
     int32_t floor;
 } fi_split_grain; /* 16 bytes: passed in two registers */
 
-static inline fi_split_grain fi_split_grain_of(const fi_variant *v) {
+FI_HOST_DEVICE fi_split_grain fi_split_grain_of(const fi_variant *v) {
     const fi_split_grain g = {~((int64_t)v->kv_tile_tokens - 1), v->kv_tile_tokens,
                               v->min_chunk_tokens};
     return g;
 }
 /* Nearest / next / previous multiple of the tile (x >= 0; round_down gives -1 for x < 0). */
-static inline int64_t fi_grain_round(fi_split_grain g, int64_t x) {
+FI_HOST_DEVICE int64_t fi_grain_round(fi_split_grain g, int64_t x) {
     return (x + g.tile / 2) & g.mask;
 }
-static inline int64_t fi_grain_round_up(fi_split_grain g, int64_t x) {
+FI_HOST_DEVICE int64_t fi_grain_round_up(fi_split_grain g, int64_t x) {
     return (x + g.tile - 1) & g.mask;
 }
-static inline int64_t fi_grain_round_down(fi_split_grain g, int64_t x) {
+FI_HOST_DEVICE int64_t fi_grain_round_down(fi_split_grain g, int64_t x) {
     return x < 0 ? -1 : x & g.mask;
 }
 
@@ -58,7 +58,7 @@ static inline int64_t fi_grain_round_down(fi_split_grain g, int64_t x) {
  * @return FI_OK; FI_ERR_PLAN_OVER_CAPS if a layout bound (items, groups, slots) would be
  *   exceeded (err filled; nothing is written past a bound).
  * O(tiles + trials * num_ctas * log tiles); trials: 1-5 on trace decode batches. */
-fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                        int64_t total_cost, int64_t *prefix, fi_pack_scratch *pack,
                        const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
@@ -66,8 +66,13 @@ fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_ti
 
 /* Test hook: nonzero makes fi_partition use the global-target walk (its fallback) instead
  * of the capped bisection, so tests can cover both.  Not for production use. */
-extern int fi_partition_test_force_global;
 /* Test hook: nonzero keeps the contiguous walk's plan (no packing, planner/pack.h). */
+#ifdef FI_PLANNER_DEVICE_TU /* the device planner has no test hooks */
+#define fi_partition_test_force_global 0
+#define fi_partition_test_no_pack 0
+#else
+extern int fi_partition_test_force_global;
 extern int fi_partition_test_no_pack;
+#endif
 
 #endif

@@ -62,9 +62,10 @@ static fi_status create_device_parts(fi_plan *p) {
             return cuda_status(e);
         p->staging_event[i] = ev;
     }
-    /* Semaphores self-reset after each merge (DESIGN.md), so they are zeroed only here. */
+    /* Semaphores self-reset after each merge (DESIGN.md), so they are zeroed only here, with
+     * the device planner's status word that follows them (FI_OK until a device update). */
     e = cudaMemset((unsigned char *)p->workspace + p->layout.off_semaphores, 0,
-                   sizeof(uint32_t) * (size_t)p->layout.max_groups);
+                   p->layout.off_page_verdict - p->layout.off_semaphores);
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize();
     return e == cudaSuccess ? FI_OK : cuda_status(e);
@@ -166,6 +167,8 @@ fi_status fi_plan_get_view(const fi_plan *plan, fi_plan_view *view) {
         return FI_ERR_NULL_ARGUMENT;
     if (!plan->planned)
         return FI_ERR_NOT_PLANNED;
+    if (plan->on_device)
+        return FI_ERR_PLAN_ON_DEVICE;
     unsigned char *base = plan->staging[plan->cur];
     const fi_layout *l = &plan->layout;
     view->header = fi_stage_header(base, l);
@@ -180,7 +183,7 @@ fi_status fi_plan_get_view(const fi_plan *plan, fi_plan_view *view) {
 
 /* Derived from the current header: max CTA cost over the mean (total / num_ctas). */
 double fi_plan_balance(const fi_plan *plan) {
-    if (!plan || !plan->planned)
+    if (!plan || !plan->planned || plan->on_device)
         return 0.0;
     const fi_plan_header *h = fi_stage_header(plan->staging[plan->cur], &plan->layout);
     return h->total_cost > 0

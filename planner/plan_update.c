@@ -7,76 +7,23 @@
  * of the previous plan; only the error detail changes.  O(batch + used pages + items).
  */
 #include <cuda_runtime_api.h>
-#include <string.h>
 
 #include "plan/plan.h"
-#include "planner/partition.h"
-#include "planner/scratch.h"
-#include "planner/tiles.h"
-#include "planner/validate.h"
+#include "planner/build.h"
 
 static fi_status set_err(fi_plan *p, fi_status st, int32_t cuda_error) {
     p->err = (fi_error_detail){st, -1, -1, -1, cuda_error};
     return st;
 }
 
-/* Build the whole plan for `batch` into staging buffer `base`, and in *geom what it reads
- * of the page table.  Host only. */
-static fi_status build(fi_plan *p, const fi_batch *batch, unsigned char *base,
-                       fi_page_table_geom *geom) {
-    const fi_layout *l = &p->layout;
-    fi_error_detail *err = &p->err;
-    fi_request_info *requests = fi_stage_requests(base, l);
-    int32_t total_q = 0;
-    fi_planner_scratch *s = p->scratch;
-    fi_status st = fi_batch_check(&p->caps, batch, requests, &total_q, geom, err);
-    if (st != FI_OK)
-        return st;
-    int32_t num_tiles = 0;
-    int64_t tile_cost = 0;
-    st = fi_tiles_build(p->variant, &p->caps, requests, batch->batch_size, batch->causal,
-                        batch->window_left, s->tiles, l->max_tiles, &num_tiles, &tile_cost,
-                        err);
-    if (st != FI_OK)
-        return st;
-    fi_merge_group *groups = fi_stage_groups(base, l);
-    fi_partition_result r;
-    st = fi_partition(p->variant, s->tiles, num_tiles, tile_cost, s->tile_prefix, &s->pack, l,
-                      fi_stage_work_indptr(base, l), fi_stage_items(base, l), groups,
-                      s->cta_cost, &r, err);
-    if (st != FI_OK)
-        return st;
-    /* Unused tails of the copied regions are zeroed so the copied bytes depend only on the
-     * batch (byte-identical plans, no stale entries from an older plan on the device). */
-    memset(requests + batch->batch_size, 0,
-           sizeof(fi_request_info) * (size_t)(l->max_batch - batch->batch_size));
-    memset(groups + r.num_groups, 0,
-           sizeof(fi_merge_group) * (size_t)(l->max_groups - r.num_groups));
-
-    /* Per-CTA start records, from the CSR ranges just written. */
-    const int32_t *indptr = fi_stage_work_indptr(base, l);
-    const fi_work_item *items = fi_stage_items(base, l);
-    fi_cta_start *starts = fi_stage_cta_starts(base, l);
-    for (int32_t c = 0; c < l->num_ctas; c++)
-        starts[c] = fi_cta_start_make(indptr, items, requests, c);
-
-    fi_plan_header *h = fi_stage_header(base, l);
-    const int split = batch->form != FI_FORM_INDPTR && batch->kv_split_pages;
-    h->num_items = r.num_items;
-    h->num_groups = r.num_groups;
-    h->num_slots = r.num_slots;
-    h->batch_size = batch->batch_size;
-    h->total_q_tokens = total_q;
-    h->tile_rows = l->tile_rows;
-    h->kv_chunk = r.budget > INT32_MAX ? INT32_MAX : (int32_t)r.budget;
-    h->pages_per_row = split ? batch->max_pages_per_seq : 0;
-    h->kv_split_pages = split;
-    h->causal = batch->causal;
-    h->window_left = batch->window_left;
-    h->form = batch->form;
-    h->total_cost = r.total_cost;
-    h->max_cta_cost = r.max_cta_cost;
-    return FI_OK;
+/* Staging buffer `next` now holds the current plan (host view and device copy). */
+static void plan_current(fi_plan *p, int next, const fi_page_table_geom *geom) {
+    p->cur = next;
+    p->page_table = *geom;
+    p->planned = 1;
+    p->on_device = 0;
+    p->run_q_tokens = fi_stage_header(p->staging[next], &p->layout)->total_q_tokens;
+    p->device_page_table = NULL;
 }
 
 fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
@@ -109,7 +56,8 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
     }
     unsigned char *base = plan->staging[next];
     fi_page_table_geom geom;
-    fi_status st = build(plan, batch, base, &geom);
+    fi_status st = fi_plan_build(&plan->caps, plan->variant, &plan->layout, plan->scratch, batch,
+                                 NULL, base, &geom, &plan->err);
     if (st != FI_OK)
         return st; /* build filled plan->err */
     if (device) {
@@ -123,16 +71,12 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
             /* The copy is enqueued but unguarded: wait for it so staging stays safe, and
              * make the new plan current since the device copy now holds it. */
             cudaStreamSynchronize(s);
-            plan->cur = next;
-            plan->page_table = geom;
-            plan->planned = 1;
+            plan_current(plan, next, &geom);
             return set_err(plan, FI_ERR_CUDA, (int32_t)e);
         }
         plan->staging_pending[next] = 1;
     }
-    plan->cur = next;
-    plan->page_table = geom;
-    plan->planned = 1;
+    plan_current(plan, next, &geom);
     plan->err = (fi_error_detail){FI_OK, -1, -1, -1, 0};
     return FI_OK;
 }

@@ -44,6 +44,15 @@ static size_t carve(fi_planner_scratch *s, const fi_layout *l, unsigned char *ba
     return off;
 }
 
+size_t fi_planner_scratch_bytes(const fi_layout *l) {
+    fi_planner_scratch s;
+    return carve(&s, l, NULL);
+}
+
+void fi_planner_scratch_carve(fi_planner_scratch *s, const fi_layout *l, unsigned char *base) {
+    carve(s, l, base);
+}
+
 fi_planner_scratch *fi_planner_scratch_create(const fi_layout *l, const fi_allocator *a) {
     fi_planner_scratch *s = fi_host_alloc(a, sizeof *s, 64);
     if (!s)

@@ -59,6 +59,13 @@ typedef struct fi_planner_scratch {
     fi_pack_scratch pack;  /* the packing partition's (planner/pack.h) */
 } fi_planner_scratch;
 
+/* Bytes of the scratch arrays for layout l (64-byte aligned pieces, one block). */
+size_t fi_planner_scratch_bytes(const fi_layout *l);
+
+/* Point s's arrays into the block at base (fi_planner_scratch_bytes(l) bytes, 64-byte
+ * aligned; host memory, or the workspace's planner_scratch region for the device planner). */
+void fi_planner_scratch_carve(fi_planner_scratch *s, const fi_layout *l, unsigned char *base);
+
 /* Allocate the scratch for layout l through allocator a (plan/host_alloc.h).
  * @return the scratch, or NULL when an allocation fails (nothing left allocated). */
 fi_planner_scratch *fi_planner_scratch_create(const fi_layout *l, const fi_allocator *a);

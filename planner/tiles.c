@@ -3,7 +3,7 @@
 
 #include "plan/mask.h"
 
-fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
+FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
                          const fi_request_info *requests, int32_t batch_size, int32_t causal,
                          int32_t window_left, fi_tile *tiles, int32_t max_tiles,
                          int32_t *num_tiles, int64_t *total_cost, fi_error_detail *err) {

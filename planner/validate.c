@@ -9,11 +9,13 @@
  */
 #include "planner/validate.h"
 
-#ifdef __SSE2__
+/* The SSE2 page scan is host C only (the device planner scans pages with a whole CTA). */
+#if defined(__SSE2__) && !defined(__CUDACC__)
+#define FI_VALIDATE_SSE2 1
 #include <emmintrin.h>
 #endif
 
-static fi_status fail(fi_error_detail *err, fi_status st, int32_t request, int64_t needed,
+FI_PD_STATIC fi_status fail(fi_error_detail *err, fi_status st, int32_t request, int64_t needed,
                       int64_t limit) {
     err->status = st;
     err->request = request;
@@ -25,7 +27,7 @@ static fi_status fail(fi_error_detail *err, fi_status st, int32_t request, int64
 
 /* An indptr / cum_seq_lens array's first entry must be 0: request 0's range starts
  * wrong, so it is named (-1 in an empty batch, where no request is at fault). */
-static fi_status check_first(const fi_batch *b, const int32_t *a, const int32_t *c,
+FI_PD_STATIC fi_status check_first(const fi_batch *b, const int32_t *a, const int32_t *c,
                              fi_error_detail *err) {
     const int32_t req = b->batch_size > 0 ? 0 : -1;
     if (a[0] != 0)
@@ -36,8 +38,9 @@ static fi_status check_first(const fi_batch *b, const int32_t *a, const int32_t 
 }
 
 /* Scalar checks of the batch that do not depend on a request (fiattn.h's rules, in their
- * order). */
-static fi_status check_scalars(const fi_caps *caps, const fi_batch *b, fi_error_detail *err) {
+ * order); no array is read. */
+FI_PD fi_status fi_batch_check_scalars(const fi_caps *caps, const fi_batch *b,
+                                       fi_error_detail *err) {
     if (b->form != FI_FORM_BLOCK_TABLES && b->form != FI_FORM_INDPTR &&
         b->form != FI_FORM_CUM_SEQ_LENS)
         return fail(err, FI_ERR_INVALID_FORM, -1, b->form, -1);
@@ -76,20 +79,12 @@ static fi_status check_scalars(const fi_caps *caps, const fi_batch *b, fi_error_
         if (entries > INT32_MAX)
             return fail(err, FI_ERR_PAGE_TABLE_TOO_LARGE, -1, entries, INT32_MAX);
     }
-    switch (b->form) {
-    case FI_FORM_BLOCK_TABLES:
-        if (b->q_len_per_request < 0)
-            return fail(err, FI_ERR_NEGATIVE_LENGTH, -1, b->q_len_per_request, 0);
-        break;
-    case FI_FORM_INDPTR:
-        return check_first(b, b->qo_indptr, b->kv_indptr, err);
-    case FI_FORM_CUM_SEQ_LENS:
-        return check_first(b, b->cum_seq_lens_q, b->cum_seq_lens_kv, err);
-    }
+    if (b->form == FI_FORM_BLOCK_TABLES && b->q_len_per_request < 0)
+        return fail(err, FI_ERR_NEGATIVE_LENGTH, -1, b->q_len_per_request, 0);
     return FI_OK;
 }
 
-static int q_len_ok(const fi_caps *caps, int64_t q_len) {
+FI_PD_STATIC int q_len_ok(const fi_caps *caps, int64_t q_len) {
     if (caps->kind == FI_KIND_CONTEXT)
         return q_len >= 0;
     return q_len >= 1 && q_len <= 8;
@@ -98,12 +93,12 @@ static int q_len_ok(const fi_caps *caps, int64_t q_len) {
 /* Every used page index of a row in [0, num_pages): a branch-free scan (SSE2, 8 indices
  * per step: unsigned compare via the sign-flip trick, negatives wrap to >= limit), then a
  * second look only when something is out of range, to report which. */
-static fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t used, int32_t b,
+FI_PD_STATIC fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t used, int32_t b,
                              fi_error_detail *err) {
     const uint32_t limit = (uint32_t)caps->num_pages;
     uint32_t bad = 0;
     int64_t i = 0;
-#ifdef __SSE2__
+#ifdef FI_VALIDATE_SSE2
     const __m128i flip = _mm_set1_epi32(INT32_MIN);
     const __m128i top = _mm_set1_epi32((int32_t)((limit - 1u) ^ 0x80000000u)); /* limit >= 1 */
     __m128i acc = _mm_setzero_si128();
@@ -136,15 +131,20 @@ static fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t us
     return FI_OK;
 }
 
-fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
-                         fi_request_info *requests, int32_t *total_q_tokens,
-                         fi_page_table_geom *geom, fi_error_detail *err) {
+FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
+                                     const int64_t *page_verdict, fi_request_info *requests,
+                                     int32_t *total_q_tokens, fi_page_table_geom *geom,
+                                     fi_error_detail *err) {
     fi_error_detail local;
     if (!err)
         err = &local;
     if (!caps || !batch || !total_q_tokens)
         return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
-    fi_status st = check_scalars(caps, batch, err);
+    fi_status st = fi_batch_check_scalars(caps, batch, err);
+    if (st == FI_OK && batch->form == FI_FORM_INDPTR)
+        st = check_first(batch, batch->qo_indptr, batch->kv_indptr, err);
+    if (st == FI_OK && batch->form == FI_FORM_CUM_SEQ_LENS)
+        st = check_first(batch, batch->cum_seq_lens_q, batch->cum_seq_lens_kv, err);
     if (st != FI_OK)
         return st;
 
@@ -168,29 +168,18 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
     const int64_t page_size = caps->page_size;
     const int page_shift = fi_page_shift(caps->page_size);
     for (int32_t b = 0; b < bt->batch_size; b++) {
-        int64_t q_off, q_len, kv_len, row, avail;
+        const fi_request_fields f = fi_request_read(bt, b, row_stride);
+        const int64_t q_off = f.q_offset, q_len = f.q_len, kv_len = f.kv_len, row = f.row;
+        const int64_t avail = f.avail; /* INDPTR: >= 0, kv_indptr checked above */
         switch (bt->form) {
         case FI_FORM_BLOCK_TABLES:
-            q_len = bt->q_len_per_request;
-            q_off = (int64_t)b * q_len;
-            kv_len = bt->seq_lens[b];
-            row = b * row_stride;
-            avail = P;
             break;
         case FI_FORM_INDPTR:
-            q_off = bt->qo_indptr[b];
-            q_len = (int64_t)bt->qo_indptr[b + 1] - bt->qo_indptr[b];
-            avail = (int64_t)bt->kv_indptr[b + 1] - bt->kv_indptr[b]; /* >= 0: checked above */
             if (q_len < 0)
                 return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->qo_indptr[b + 1],
                             bt->qo_indptr[b]);
-            kv_len = bt->kv_len[b];
-            row = bt->kv_indptr[b];
             break;
         default: /* FI_FORM_CUM_SEQ_LENS */
-            q_off = bt->cum_seq_lens_q[b];
-            q_len = (int64_t)bt->cum_seq_lens_q[b + 1] - bt->cum_seq_lens_q[b];
-            kv_len = (int64_t)bt->cum_seq_lens_kv[b + 1] - bt->cum_seq_lens_kv[b];
             if (q_len < 0)
                 return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->cum_seq_lens_q[b + 1],
                             bt->cum_seq_lens_q[b]);
@@ -203,8 +192,6 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
                 if (bt->seq_lens[b] != kv_len)
                     return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, bt->seq_lens[b], kv_len);
             }
-            row = b * row_stride;
-            avail = P;
             break;
         }
         if (kv_len < 0)
@@ -226,14 +213,22 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
          * the q tokens so far (<= caps.max_q_tokens) in every form. */
         /* The next request's row (block-table forms): its first lines are fetched while
          * this row is scanned (the loop's case: the table is cold after a replay). */
-        if (bt->form != FI_FORM_INDPTR && b + 1 < bt->batch_size)
-            for (int64_t k = 0; k < P && k < 64; k += 16)
-                __builtin_prefetch(table + row + row_stride + k);
-        st = check_pages(caps, table + row, used, b, err);
-        if (st == FI_OK && bt->form != FI_FORM_INDPTR && bt->kv_split_pages)
-            st = check_pages(caps, table + row + P, used, b, err);
-        if (st != FI_OK)
-            return st;
+        if (page_verdict) { /* scanned already (the device planner's CTA) */
+            if (page_verdict[b] != FI_PAGES_OK)
+                return fail(err, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, b, page_verdict[b],
+                            caps->num_pages);
+        } else {
+#ifndef __CUDA_ARCH__
+            if (bt->form != FI_FORM_INDPTR && b + 1 < bt->batch_size)
+                for (int64_t k = 0; k < P && k < 64; k += 16)
+                    __builtin_prefetch(table + row + row_stride + k);
+#endif
+            st = check_pages(caps, table + row, used, b, err);
+            if (st == FI_OK && bt->form != FI_FORM_INDPTR && bt->kv_split_pages)
+                st = check_pages(caps, table + row + P, used, b, err);
+            if (st != FI_OK)
+                return st;
+        }
         fi_page_table_geom_add(&g, row, used);
         if (requests) {
             requests[b].q_offset = (int32_t)q_off;
@@ -253,6 +248,13 @@ fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
     return FI_OK;
 }
 
+FI_PD fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
+                               fi_request_info *requests, int32_t *total_q_tokens,
+                               fi_page_table_geom *geom, fi_error_detail *err) {
+    return fi_batch_check_pages(caps, batch, NULL, requests, total_q_tokens, geom, err);
+}
+
+#ifndef FI_PLANNER_DEVICE_TU
 fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
                             fi_request_info *requests, int32_t *total_q_tokens,
                             fi_error_detail *err) {
@@ -270,3 +272,4 @@ fi_status fi_batch_validate(const fi_caps *caps, const fi_batch *batch,
         *total_q_tokens = total;
     return st;
 }
+#endif /* FI_PLANNER_DEVICE_TU */

@@ -8,12 +8,67 @@
 #include "fiattn.h"
 #include "plan/page_table.h"
 
+/* One request's fields as its batch form gives them, before any check (every read is of
+ * index b or b + 1 of the form's arrays, in bounds for b < batch_size whatever the values):
+ * the query offset and length, kv_len, the element offset of its page row and the pages
+ * that row holds (INDPTR: the kv_indptr difference; others: max_pages_per_seq).
+ * row_stride: elements between block-table rows (P, or 2P for [B, 2, P]); 0 for INDPTR. */
+typedef struct fi_request_fields {
+    int64_t q_offset, q_len, kv_len, row, avail;
+} fi_request_fields;
+
+FI_HOST_DEVICE fi_request_fields fi_request_read(const fi_batch *bt, int32_t b,
+                                                 int64_t row_stride) {
+    fi_request_fields f;
+    switch (bt->form) {
+    case FI_FORM_BLOCK_TABLES:
+        f.q_len = bt->q_len_per_request;
+        f.q_offset = (int64_t)b * f.q_len;
+        f.kv_len = bt->seq_lens[b];
+        f.row = b * row_stride;
+        f.avail = bt->max_pages_per_seq;
+        break;
+    case FI_FORM_INDPTR:
+        f.q_offset = bt->qo_indptr[b];
+        f.q_len = (int64_t)bt->qo_indptr[b + 1] - bt->qo_indptr[b];
+        f.kv_len = bt->kv_len[b];
+        f.row = bt->kv_indptr[b];
+        f.avail = (int64_t)bt->kv_indptr[b + 1] - bt->kv_indptr[b];
+        break;
+    default: /* FI_FORM_CUM_SEQ_LENS */
+        f.q_offset = bt->cum_seq_lens_q[b];
+        f.q_len = (int64_t)bt->cum_seq_lens_q[b + 1] - bt->cum_seq_lens_q[b];
+        f.kv_len = (int64_t)bt->cum_seq_lens_kv[b + 1] - bt->cum_seq_lens_kv[b];
+        f.row = b * row_stride;
+        f.avail = bt->max_pages_per_seq;
+        break;
+    }
+    return f;
+}
+
+/* page_verdict[b] of a request whose used pages are all in [0, caps.num_pages). */
+#define FI_PAGES_OK INT64_MIN
+
+/* The rules of fi_batch_validate that read no array (form, batch size, window, causal,
+ * NULL arrays, page-table shape, q_len_per_request), in its order. */
+FI_PD fi_status fi_batch_check_scalars(const fi_caps *caps, const fi_batch *batch,
+                                       fi_error_detail *err);
+
+/* fi_batch_check with the page scan done elsewhere: page_verdict [batch_size] holds, per
+ * request, FI_PAGES_OK or the first used page index out of range (K row, then V row), and
+ * is consulted at the point fi_batch_check would scan (so the first broken rule is the
+ * same).  page_verdict NULL: scan here. */
+FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
+                                     const int64_t *page_verdict, fi_request_info *requests,
+                                     int32_t *total_q_tokens, fi_page_table_geom *geom,
+                                     fi_error_detail *err);
+
 /* fi_batch_validate's rules and statuses in one pass that writes requests[b] as soon as
  * request b passes (so a failure leaves requests partly written: fi_plan_update passes its
  * back staging buffer, which nobody reads until the update succeeds).  requests may be
  * NULL: check only.  *total_q_tokens is written on success, and *geom (may be NULL) with
  * what the batch reads of its page table (plan/page_table.h). */
-fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
+FI_PD fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
                          fi_request_info *requests, int32_t *total_q_tokens,
                          fi_page_table_geom *geom, fi_error_detail *err);
 

@@ -766,7 +766,7 @@ static void snapshot_sees_every_view_region(void **state) {
 
 static void status_names_are_unique_and_total(void **state) {
     (void)state;
-    for (int s = 0; s <= FI_ERR_GRID_NOT_RESIDENT; s++) {
+    for (int s = 0; s <= FI_ERR_PLAN_ON_DEVICE; s++) {
         const char *n = fi_status_name((fi_status)s);
         assert_non_null(n);
         assert_string_not_equal(n, "FI_STATUS_UNKNOWN");
@@ -784,7 +784,10 @@ static void status_names_are_unique_and_total(void **state) {
     assert_string_equal(fi_status_name(FI_ERR_PAGE_TABLE_TOO_LARGE), "FI_ERR_PAGE_TABLE_TOO_LARGE");
     assert_int_equal(FI_ERR_GRID_NOT_RESIDENT, 42);
     assert_string_equal(fi_status_name(FI_ERR_GRID_NOT_RESIDENT), "FI_ERR_GRID_NOT_RESIDENT");
-    assert_string_equal(fi_status_name((fi_status)43), "FI_STATUS_UNKNOWN");
+    assert_int_equal(FI_ERR_DEVICE_BATCH_OVER_DECLARED, 43);
+    assert_int_equal(FI_ERR_PLAN_ON_DEVICE, 44);
+    assert_string_equal(fi_status_name(FI_ERR_PLAN_ON_DEVICE), "FI_ERR_PLAN_ON_DEVICE");
+    assert_string_equal(fi_status_name((fi_status)45), "FI_STATUS_UNKNOWN");
 }
 
 int main(void) {

@@ -2,6 +2,7 @@
 #include "layout.h"
 
 #include "plan/variant.h"
+#include "planner/scratch.h"
 
 static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -98,6 +99,12 @@ fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout) {
     ok = ok && region(&off, sizeof(float), slot_rows);
     l.off_semaphores = off;
     ok = ok && region(&off, sizeof(uint32_t), (uint64_t)l.max_groups);
+    l.off_device_status = off;
+    ok = ok && region(&off, sizeof(fi_device_status), 1);
+    l.off_page_verdict = off;
+    ok = ok && region(&off, sizeof(int64_t), (uint64_t)l.max_batch);
+    l.off_planner_scratch = off;
+    ok = ok && region(&off, fi_planner_scratch_bytes(&l), 1);
     l.total_bytes = off;
     if (!ok)
         return FI_ERR_PLAN_OVER_LIMIT;

@@ -16,6 +16,11 @@
  *     partial_o    fp32 [max_slots, tile_rows, head_dim_vo]
  *     partial_lse  fp32 [max_slots, tile_rows]
  *     semaphores   uint32 [max_groups]   zeroed once at create, self-resetting after
+ *   device planner region (fi_plan_update_device; never copied, never read by executors):
+ *     device_status    fi_device_status                the last device-planned step's verdict
+ *     page_verdict     int64 [max_batch]               per request: pages all in range, or
+ *                                                      the first bad index (planner/validate.h)
+ *     planner_scratch  the planner's working arrays (planner/scratch.h), carved as on the host
  *
  * Bounds (derived for the contiguous cost walk of planner/partition.c):
  *   q tiles      T <= H_kv * (ceil(max_q_tokens / (tile_rows / group)) + max_batch)
@@ -55,8 +60,21 @@ typedef struct fi_layout {
     size_t off_partial_o;
     size_t off_partial_lse;
     size_t off_semaphores;
+    size_t off_device_status;
+    size_t off_page_verdict;
+    size_t off_planner_scratch;
     size_t total_bytes;     /* fi_workspace_size() */
 } fi_layout;
+
+/* The device planner's verdict on the step it planned last (fi_plan_device_error): the
+ * fi_error_detail of the first broken rule, or status FI_OK.  32 bytes, zeroed at create. */
+typedef struct fi_device_status {
+    int32_t status;     /* fi_status */
+    int32_t request;    /* offending request, else -1 */
+    int64_t needed;
+    int64_t limit;
+    int64_t reserved;
+} fi_device_status;
 
 /* Rows per tile of the caps' tile table row (plan/variant.h): the M of the executor's tile
  * (query rows x heads of one KV head); today MLA 64 (one wgmma M), GQA decode 64,

@@ -6,8 +6,8 @@
  *
  * Nothing is launched unless every check passes; the checks read only the host view of
  * the plan and the fi_tensor descriptors (never device memory), so fi_run is capturable.
- * The row count checked is the current plan's total_q_tokens: a graph captured with larger
- * tensors stays valid for later, smaller plans.
+ * The row count checked is the current plan's total_q_tokens (a device plan's: the declared
+ * max_q_tokens): a graph captured with larger tensors stays valid for later, smaller plans.
  */
 #include <cuda_runtime.h>
 #include <stdalign.h>
@@ -28,8 +28,7 @@ static void *ws_at(void *workspace, size_t offset) {
 static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec_common *c) {
     const fi_caps *caps = &plan->caps;
     const fi_layout *L = &plan->layout;
-    const fi_plan_header *hdr = fi_stage_header(plan->staging[plan->cur], L);
-    const int64_t rows = hdr->total_q_tokens, H = caps->num_qo_heads;
+    const int64_t rows = plan->run_q_tokens, H = caps->num_qo_heads;
     fi_status st;
     const int shift = fi_page_shift(caps->page_size);
     if (shift < 0)
@@ -40,6 +39,8 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
         return st;
     if ((st = fi_check_page_table(plan, &a->page_table)) != FI_OK)
         return st;
+    if (plan->on_device && a->page_table.data != plan->device_page_table)
+        return FI_ERR_INVALID_ARGUMENT; /* not the table the device planner validated */
     if ((st = fi_check_lse(&a->lse, rows, H, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
     if (!(a->o_scale >= 0.f) || a->o_scale > 3.4e38f) /* negative, NaN or inf */

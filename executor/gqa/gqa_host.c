@@ -74,7 +74,6 @@ static fi_gqa_paged gqa_paged(const fi_tensor *t) {
 static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
                              const fi_exec_common *common, void *params) {
     const fi_caps *caps = &plan->caps;
-    const fi_plan_header *hdr = fi_stage_header(plan->staging[plan->cur], &plan->layout);
     fi_status st;
     if ((st = gqa_check_caps(caps, plan->variant)) != FI_OK)
         return st;
@@ -84,7 +83,7 @@ static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
         return FI_ERR_INVALID_ARGUMENT;
     if (a->q.data && a->q.dtype != caps->q_dtype)
         return FI_ERR_UNSUPPORTED_DTYPE;
-    if ((st = fi_check_rows(&a->q, hdr->total_q_tokens, caps->num_qo_heads, caps->head_dim_qk,
+    if ((st = fi_check_rows(&a->q, plan->run_q_tokens, caps->num_qo_heads, caps->head_dim_qk,
                             FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
     if ((st = gqa_check_kv(caps, &a->k)) != FI_OK || (st = gqa_check_kv(caps, &a->v)) != FI_OK)

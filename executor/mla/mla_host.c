@@ -15,8 +15,7 @@
 static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
                              const fi_exec_common *common, void *params) {
     const fi_caps *caps = &plan->caps;
-    const fi_plan_header *hdr = fi_stage_header(plan->staging[plan->cur], &plan->layout);
-    const int64_t rows = hdr->total_q_tokens, H = caps->num_qo_heads;
+    const int64_t rows = plan->run_q_tokens, H = caps->num_qo_heads;
     const fi_dtype dt = caps->q_dtype;
     fi_status st;
     if (caps->head_dim_qk != 576 || caps->head_dim_vo != 512 || caps->num_kv_heads != 1)

@@ -40,7 +40,8 @@ class FiattnNotImplementedError(FiattnError, NotImplementedError):
 
 # Names that are not a caller's mistake: the runtime, the device, the library.
 _RUNTIME = {"FI_ERR_CUDA", "FI_ERR_NO_DEVICE", "FI_ERR_OUT_OF_MEMORY", "FI_ERR_PLAN_OVER_CAPS",
-            "FI_ERR_STREAM_CAPTURING", "FI_ERR_NOT_PLANNED", "FI_ERR_HOST_PLAN"}
+            "FI_ERR_STREAM_CAPTURING", "FI_ERR_NOT_PLANNED", "FI_ERR_HOST_PLAN",
+            "FI_ERR_PLAN_ON_DEVICE"}
 _NOT_IMPLEMENTED = {"FI_ERR_UNSUPPORTED_KIND"}
 
 

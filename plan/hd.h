@@ -1,0 +1,59 @@
+/*
+ * plan/hd.h - how code shared by the host and the device is declared.
+ *
+ * The planner (planner/validate.c, tiles.c, partition.c, pack.c, model.c, build.c) is one
+ * source compiled twice: as C11 into the library (host planning, fi_plan_update), and
+ * #included by planner/device/plan_kernel.cu (device planning, fi_plan_update_device), which
+ * defines FI_PLANNER_DEVICE_TU first.  In that translation unit every planner function becomes
+ * a file-local device function, so the two copies never clash at link time.
+ *
+ *   FI_HOST_DEVICE  small inline helpers in headers (plan/mask.h, plan/plan.h, ...):
+ *                   `static inline` in C, `__host__ __device__` inline under nvcc.
+ *   FI_PD           planner functions with external linkage in C (declared in headers);
+ *                   `static __device__` in the device planner's translation unit.
+ *   FI_PD_STATIC    file-local planner helpers: `static` in C, `static __device__` there.
+ */
+#ifndef FIATTN_PLAN_HD_H
+#define FIATTN_PLAN_HD_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define FI_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FI_HOST_DEVICE static inline
+#endif
+
+#ifdef FI_PLANNER_DEVICE_TU
+#define FI_PD static __device__
+#define FI_PD_STATIC static __device__
+#else
+#define FI_PD
+#define FI_PD_STATIC static
+#endif
+
+/* Count of trailing zero bits of x != 0, on either side. */
+#ifdef __CUDACC__
+__host__ __device__ __forceinline__ int fi_ctz64(unsigned long long x) {
+#ifdef __CUDA_ARCH__
+    return __ffsll((long long)x) - 1;
+#else
+    return __builtin_ctzll(x);
+#endif
+}
+#else
+static inline int fi_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
+#endif
+
+/* Move n int32 from src down to dst (dst <= src, ranges may overlap), on either side. */
+#ifdef __CUDACC__
+__host__ __device__ __forceinline__
+#else
+static inline
+#endif
+void fi_move_down_i32(int32_t *dst, const int32_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = src[i];
+}
+
+#endif /* FIATTN_PLAN_HD_H */

@@ -1,0 +1,82 @@
+/*
+ * planner/build.c - the plan region of one batch (planner/build.h): validate, tile,
+ * partition, then the start records and the header.  Host C and device code (plan/hd.h).
+ */
+#include "planner/build.h"
+
+#include <string.h>
+
+#include "plan/plan.h"
+#include "planner/partition.h"
+#include "planner/tiles.h"
+#include "planner/validate.h"
+
+FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi_layout *l,
+                              fi_planner_scratch *s, const fi_batch *batch,
+                              const int64_t *page_verdict, unsigned char *base,
+                              fi_page_table_geom *geom, fi_error_detail *err) {
+    fi_request_info *requests = fi_stage_requests(base, l);
+    int32_t total_q = 0;
+    fi_status st =
+        fi_batch_check_pages(caps, batch, page_verdict, requests, &total_q, geom, err);
+    if (st != FI_OK)
+        return st;
+    int32_t num_tiles = 0;
+    int64_t tile_cost = 0;
+    st = fi_tiles_build(v, caps, requests, batch->batch_size, batch->causal, batch->window_left,
+                        s->tiles, l->max_tiles, &num_tiles, &tile_cost, err);
+    if (st != FI_OK)
+        return st;
+    fi_merge_group *groups = fi_stage_groups(base, l);
+    fi_partition_result r;
+    st = fi_partition(v, s->tiles, num_tiles, tile_cost, s->tile_prefix, &s->pack, l,
+                      fi_stage_work_indptr(base, l), fi_stage_items(base, l), groups,
+                      s->cta_cost, &r, err);
+    if (st != FI_OK)
+        return st;
+    /* Unused tails of the copied regions are zeroed so the copied bytes depend only on the
+     * batch (byte-identical plans, no stale entries from an older plan on the device). */
+    memset(requests + batch->batch_size, 0,
+           sizeof(fi_request_info) * (size_t)(l->max_batch - batch->batch_size));
+    memset(groups + r.num_groups, 0,
+           sizeof(fi_merge_group) * (size_t)(l->max_groups - r.num_groups));
+
+    /* Per-CTA start records, from the CSR ranges just written. */
+    const int32_t *indptr = fi_stage_work_indptr(base, l);
+    const fi_work_item *items = fi_stage_items(base, l);
+    fi_cta_start *starts = fi_stage_cta_starts(base, l);
+    for (int32_t c = 0; c < l->num_ctas; c++)
+        starts[c] = fi_cta_start_make(indptr, items, requests, c);
+
+    fi_plan_header *h = fi_stage_header(base, l);
+    const int split = batch->form != FI_FORM_INDPTR && batch->kv_split_pages;
+    h->num_items = r.num_items;
+    h->num_groups = r.num_groups;
+    h->num_slots = r.num_slots;
+    h->batch_size = batch->batch_size;
+    h->total_q_tokens = total_q;
+    h->tile_rows = l->tile_rows;
+    h->kv_chunk = r.budget > INT32_MAX ? INT32_MAX : (int32_t)r.budget;
+    h->pages_per_row = split ? batch->max_pages_per_seq : 0;
+    h->kv_split_pages = split;
+    h->causal = batch->causal;
+    h->window_left = batch->window_left;
+    h->form = batch->form;
+    h->total_cost = r.total_cost;
+    h->max_cta_cost = r.max_cta_cost;
+    return FI_OK;
+}
+
+FI_PD void fi_plan_build_empty(const fi_layout *l, unsigned char *base) {
+    fi_plan_header *h = fi_stage_header(base, l);
+    memset(h, 0, sizeof *h);
+    h->tile_rows = l->tile_rows;
+    int32_t *indptr = fi_stage_work_indptr(base, l);
+    fi_cta_start *starts = fi_stage_cta_starts(base, l);
+    for (int32_t c = 0; c <= l->num_ctas; c++)
+        indptr[c] = 0;
+    for (int32_t c = 0; c < l->num_ctas; c++)
+        memset(&starts[c], 0, sizeof starts[c]);
+    memset(fi_stage_requests(base, l), 0, sizeof(fi_request_info) * (size_t)l->max_batch);
+    memset(fi_stage_groups(base, l), 0, sizeof(fi_merge_group) * (size_t)l->max_groups);
+}

@@ -1,0 +1,160 @@
+/*
+ * planner/device/plan_kernel.cu - the device planner: fi_plan_update_device's kernel.
+ *
+ * One CTA.  The planner's C sources are compiled here a second time, as file-local device
+ * functions (plan/hd.h: FI_PLANNER_DEVICE_TU), so host and device plans come from one
+ * source and are byte-identical for the same batch.
+ *   1. thread 0 reads the step's batch size (after griddepcontrol.wait: the engine's
+ *      previous kernel may have written it);
+ *   2. every warp scans the used page indices of its requests (the O(used pages) part,
+ *      fi_batch_validate's range rule) into page_verdict [B];
+ *   3. thread 0 runs fi_plan_build (validation in the host's order, tiles, partition,
+ *      start records, header) straight into the workspace's plan region, then the three
+ *      capacity rules of fi_device_batch.  On any broken rule it writes the empty plan
+ *      instead (the executor then writes nothing) and the rule into the status word.
+ * The partition itself is sequential (planner/partition.c, pack.c): one thread, its
+ * scratch in the workspace (L1-resident for decode-sized batches).
+ */
+#define FI_PLANNER_DEVICE_TU 1
+
+#include <cuda_runtime.h>
+
+#include "executor/cuda/common/ptx.cuh"
+#include "planner/device/plan_kernel.h"
+
+#include "planner/validate.c"
+#include "planner/tiles.c"
+#include "planner/model.c"
+#include "planner/pack.c"
+#include "planner/partition.c"
+#include "planner/build.c"
+
+namespace {
+
+constexpr int kThreads = 512;
+
+__device__ void set_status(fi_device_status *s, const fi_error_detail &e) {
+    s->status = (int32_t)e.status;
+    s->request = e.request;
+    s->needed = e.needed;
+    s->limit = e.limit;
+    s->reserved = 0;
+}
+
+__device__ fi_error_detail detail(fi_status st, int32_t request, int64_t needed, int64_t limit) {
+    fi_error_detail e;
+    e.status = st;
+    e.request = request;
+    e.needed = needed;
+    e.limit = limit;
+    e.cuda_error = 0;
+    return e;
+}
+
+/* First used page index of row[0 .. used) outside [0, num_pages), scanned by one warp in
+ * order; FI_PAGES_OK when there is none. */
+__device__ int64_t first_bad_page(const int32_t *row, int64_t used, int32_t num_pages) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t base = 0; base < used; base += 32) {
+        const int64_t i = base + lane;
+        const int32_t page = i < used ? row[i] : 0;
+        const unsigned bad = __ballot_sync(0xffffffffu, i < used && (uint32_t)page >= (uint32_t)num_pages);
+        if (bad)
+            return __shfl_sync(0xffffffffu, page, __ffs(bad) - 1);
+    }
+    return FI_PAGES_OK;
+}
+
+/* page_verdict[b] for the requests of this warp.  A request whose other rules fail gets
+ * FI_PAGES_OK without a scan (fi_batch_check_pages reports the earlier rule first); only
+ * rows inside the declared arrays are read. */
+__device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt,
+                           int64_t *verdict) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t P = bt.form == FI_FORM_INDPTR ? 0 : bt.max_pages_per_seq;
+    const int64_t row_stride = P * (bt.form != FI_FORM_INDPTR && bt.kv_split_pages ? 2 : 1);
+    const int32_t *table = bt.form == FI_FORM_INDPTR ? bt.kv_indices : bt.block_tables;
+    const int64_t page_size = p.caps.page_size;
+    for (int32_t b = warp; b < bt.batch_size; b += kThreads / 32) {
+        const fi_request_fields f = fi_request_read(&bt, b, row_stride);
+        int64_t v = FI_PAGES_OK;
+        const int64_t used = f.kv_len >= 0 ? (f.kv_len + page_size - 1) / page_size : -1;
+        const int in_table = bt.form != FI_FORM_INDPTR || f.row + used <= p.kv_indices_len;
+        if (used > 0 && used <= f.avail && f.row >= 0 && in_table) {
+            v = first_bad_page(table + f.row, used, p.caps.num_pages);
+            if (v == FI_PAGES_OK && bt.form != FI_FORM_INDPTR && bt.kv_split_pages)
+                v = first_bad_page(table + f.row + P, used, p.caps.num_pages);
+        }
+        if (lane == 0)
+            verdict[b] = v;
+    }
+}
+
+/* Thread 0: the plan, or the empty plan and the broken rule. */
+__device__ void plan_step(fi_device_plan_params &p, const fi_batch &bt, const int64_t *verdict,
+                          fi_device_status *status) {
+    unsigned char *base = p.workspace;
+    fi_error_detail err = detail(FI_OK, -1, -1, -1);
+    fi_status st = fi_plan_build(&p.caps, &p.variant, &p.layout, &p.scratch, &bt, verdict, base,
+                                 NULL, &err);
+    if (st == FI_OK) {
+        const fi_plan_header *h = fi_stage_header(base, &p.layout);
+        if (h->total_q_tokens > p.max_q_tokens)
+            err = detail(FI_ERR_DEVICE_BATCH_OVER_DECLARED, -1, h->total_q_tokens,
+                         p.max_q_tokens);
+        else if (bt.form == FI_FORM_INDPTR && bt.kv_indptr[bt.batch_size] > p.kv_indices_len)
+            err = detail(FI_ERR_DEVICE_BATCH_OVER_DECLARED, -1, bt.kv_indptr[bt.batch_size],
+                         p.kv_indices_len);
+    }
+    if (err.status != FI_OK)
+        fi_plan_build_empty(&p.layout, base);
+    set_status(status, err);
+}
+
+__global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params p) {
+    __shared__ int32_t s_batch;
+    fi::griddep_wait(); /* the lengths may come from the previous kernel */
+    /* The executor may launch now: its griddepcontrol.wait holds it until this grid is done. */
+    fi::griddep_launch_dependents();
+    fi_device_status *status = (fi_device_status *)(p.workspace + p.layout.off_device_status);
+    int64_t *verdict = (int64_t *)(p.workspace + p.layout.off_page_verdict);
+    if (threadIdx.x == 0)
+        s_batch = p.batch_size ? *p.batch_size : p.batch.batch_size;
+    __syncthreads();
+    const int32_t B = s_batch;
+    if (B < 0 || B > p.batch.batch_size) {
+        if (threadIdx.x == 0) {
+            fi_plan_build_empty(&p.layout, p.workspace);
+            set_status(status, B < 0 ? detail(FI_ERR_NEGATIVE_BATCH_SIZE, -1, B, 0)
+                                     : detail(FI_ERR_DEVICE_BATCH_OVER_DECLARED, -1, B,
+                                              p.batch.batch_size));
+        }
+        return;
+    }
+    fi_batch bt = p.batch;
+    bt.batch_size = B;
+    scan_pages(p, bt, verdict);
+    __syncthreads();
+    if (threadIdx.x == 0)
+        plan_step(p, bt, verdict, status);
+}
+
+}  // namespace
+
+extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl,
+                                     void *stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = (cudaStream_t)stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = enable_pdl ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, plan_kernel, *p);
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
+    return (int)e;
+}

@@ -1,0 +1,37 @@
+/*
+ * planner/device/plan_kernel.h - the C ABI of the device planner's kernel (plan_kernel.cu),
+ * called by fi_plan_update_device (planner/plan_update_device.c).  Not installed.
+ */
+#ifndef FIATTN_PLANNER_DEVICE_PLAN_KERNEL_H
+#define FIATTN_PLANNER_DEVICE_PLAN_KERNEL_H
+
+#include "fiattn.h"
+#include "plan/variant.h"
+#include "planner/scratch.h"
+#include "workspace/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything the planning kernel reads besides the batch's device arrays: by value. */
+typedef struct fi_device_plan_params {
+    fi_caps caps;               /* num_ctas resolved */
+    fi_variant variant;         /* its pointers are host pointers, never read on the device */
+    fi_layout layout;
+    fi_batch batch;             /* device arrays; batch_size = the capacity B_max */
+    const int32_t *batch_size;  /* device [1] or NULL (B = B_max) */
+    int32_t max_q_tokens;       /* declared q rows */
+    int32_t kv_indices_len;     /* INDPTR: declared kv_indices entries */
+    unsigned char *workspace;   /* plan region at offset 0 (layout offsets) */
+    fi_planner_scratch scratch; /* arrays carved in the workspace's planner_scratch region */
+} fi_device_plan_params;
+
+/* Launch the planning kernel (one CTA) on stream; PDL attribute when enable_pdl.
+ * @return the cudaError_t of the launch (0: launched). */
+int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FIATTN_PLANNER_DEVICE_PLAN_KERNEL_H */
