@@ -1,22 +1,27 @@
 #!/bin/sh
-# bench/run_gpu_bench.sh - measure the ceilings, then the MLA and GQA decode benchmarks, in
-# one run on one GPU, and print one table per family (markdown, ready for BENCHMARKS.md) with
-# date, GPU and commit.
+# bench/run_gpu_bench.sh - measure the ceilings, then the MLA and GQA decode benchmarks and
+# the device planner's, in one run on one GPU, and print one table per bench (markdown, ready
+# for BENCHMARKS.md) with date, GPU and commit.
 #
-#   sh bench/run_gpu_bench.sh [--gqa | --mla] [bench options...]   (from the repository root)
+#   sh bench/run_gpu_bench.sh [--gqa | --mla | --devplan] [bench options...]   (from the
+#   repository root)
 #
-# --gqa: only bench_gqa; --mla: only bench_mla; neither: both (the options then go to both:
-# --reps, --sets, --chain, --case, --ctas, --trace-step are understood by each).
+# --gqa: only bench_gqa; --mla: only bench_mla; --devplan: only bench_device_plan; none: all
+# three (the options then go to each: --reps, --sets, --chain, --case, --ctas, --trace-step
+# are understood by each).
 # Env: BUILD (default build), NO_BUILD=1 to skip `make bench`, READ_GIB (ceilings buffer,
-# default 2).  Raw outputs are kept in $BUILD/bench/ceilings.out, bench_mla.out, bench_gqa.out.
+# default 2).  Raw outputs are kept in $BUILD/bench/ceilings.out, bench_mla.out, bench_gqa.out,
+# bench_device_plan.out.
 # Exit status: 1 if a bench failed (a case failed its correctness check), else 0.
 set -eu
 
 RUN_MLA=1
 RUN_GQA=1
+RUN_DEV=1
 case "${1:-}" in
-    --gqa) RUN_MLA=0; shift ;;
-    --mla) RUN_GQA=0; shift ;;
+    --gqa) RUN_MLA=0; RUN_DEV=0; shift ;;
+    --mla) RUN_GQA=0; RUN_DEV=0; shift ;;
+    --devplan) RUN_MLA=0; RUN_GQA=0; shift ;;
 esac
 
 BUILD=${BUILD:-build}
@@ -89,6 +94,30 @@ if [ "$gqa_rc" != 0 ]; then
     echo
     echo "bench_gqa exited $gqa_rc; stderr:"
     cat "$OUTDIR/bench_gqa.err"
+    rc=1
+fi
+fi
+
+if [ "$RUN_DEV" = 1 ]; then
+dev_rc=0
+"$OUTDIR/bench_device_plan" "$@" \
+    > "$OUTDIR/bench_device_plan.out" 2> "$OUTDIR/bench_device_plan.err" || dev_rc=$?
+
+echo
+echo "## Device planner (fiattn) - $(date -u '+%Y-%m-%d %H:%M UTC'), $GPU, commit $COMMIT"
+echo
+echo "fi_plan_update_device on trace decode snapshots (bf16, q_len 1): CUDA-graph replays (median,"
+echo "back to back) of the plan alone, plan -> run with and without PDL, and the run alone on a"
+echo "host plan (gap = e2e - plan - exec); host-clock steps of fi_plan_update + run graph against"
+echo "the plan -> run graph, with a stream sync each step (median) or running ahead (mean)."
+echo
+grep -v '^#' "$OUTDIR/bench_device_plan.out" || true
+echo
+grep '^#' "$OUTDIR/bench_device_plan.out" | sed 's/^# /- /' || true
+if [ "$dev_rc" != 0 ]; then
+    echo
+    echo "bench_device_plan exited $dev_rc; stderr:"
+    cat "$OUTDIR/bench_device_plan.err"
     rc=1
 fi
 fi

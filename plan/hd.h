@@ -16,7 +16,9 @@
 #ifndef FIATTN_PLAN_HD_H
 #define FIATTN_PLAN_HD_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define FI_HOST_DEVICE __host__ __device__ __forceinline__
@@ -32,6 +34,14 @@
 #define FI_PD_STATIC static
 #endif
 
+/* FI_PD_STAMP(k): in the device planner built with -DFI_PROFILE (make PROFILE=1), the
+ * SM clock at point k of a plan (planner/device/plan_kernel.cu keeps them); else nothing. */
+#if defined(FI_PLANNER_DEVICE_TU) && defined(FI_PROFILE)
+#define FI_PD_STAMP(k) fi_pd_stamp(k)
+#else
+#define FI_PD_STAMP(k) ((void)0)
+#endif
+
 /* Count of trailing zero bits of x != 0, on either side. */
 #ifdef __CUDACC__
 __host__ __device__ __forceinline__ int fi_ctz64(unsigned long long x) {
@@ -44,6 +54,36 @@ __host__ __device__ __forceinline__ int fi_ctz64(unsigned long long x) {
 #else
 static inline int fi_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
 #endif
+
+/* memcpy / memset of `bytes` (a multiple of 4, 4-byte aligned pointers) on either side: the
+ * libc calls on the host; 32-bit word loops on the device, where memcpy / memset of
+ * generic pointers compile to byte loops (one thread: ~7 cycles a byte, measured). */
+#ifdef __CUDACC__
+__host__ __device__ __forceinline__
+#else
+static inline
+#endif
+void fi_copy_bytes(void *dst, const void *src, size_t bytes) {
+#ifdef __CUDA_ARCH__
+    for (size_t i = 0; i < bytes / 4; i++)
+        ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+#ifdef __CUDACC__
+__host__ __device__ __forceinline__
+#else
+static inline
+#endif
+void fi_zero_bytes(void *dst, size_t bytes) {
+#ifdef __CUDA_ARCH__
+    for (size_t i = 0; i < bytes / 4; i++)
+        ((uint32_t *)dst)[i] = 0;
+#else
+    memset(dst, 0, bytes);
+#endif
+}
 
 /* Move n int32 from src down to dst (dst <= src, ranges may overlap), on either side. */
 #ifdef __CUDACC__

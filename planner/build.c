@@ -19,12 +19,14 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
     int32_t total_q = 0;
     fi_status st =
         fi_batch_check_pages(caps, batch, page_verdict, requests, &total_q, geom, err);
+    FI_PD_STAMP(1);
     if (st != FI_OK)
         return st;
     int32_t num_tiles = 0;
     int64_t tile_cost = 0;
     st = fi_tiles_build(v, caps, requests, batch->batch_size, batch->causal, batch->window_left,
                         s->tiles, l->max_tiles, &num_tiles, &tile_cost, err);
+    FI_PD_STAMP(2);
     if (st != FI_OK)
         return st;
     fi_merge_group *groups = fi_stage_groups(base, l);
@@ -32,14 +34,16 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
     st = fi_partition(v, s->tiles, num_tiles, tile_cost, s->tile_prefix, &s->pack, l,
                       fi_stage_work_indptr(base, l), fi_stage_items(base, l), groups,
                       s->cta_cost, &r, err);
+    FI_PD_STAMP(5);
     if (st != FI_OK)
         return st;
     /* Unused tails of the copied regions are zeroed so the copied bytes depend only on the
      * batch (byte-identical plans, no stale entries from an older plan on the device). */
-    memset(requests + batch->batch_size, 0,
-           sizeof(fi_request_info) * (size_t)(l->max_batch - batch->batch_size));
-    memset(groups + r.num_groups, 0,
-           sizeof(fi_merge_group) * (size_t)(l->max_groups - r.num_groups));
+    fi_zero_bytes(requests + batch->batch_size,
+                  sizeof(fi_request_info) * (size_t)(l->max_batch - batch->batch_size));
+    fi_zero_bytes(groups + r.num_groups,
+                  sizeof(fi_merge_group) * (size_t)(l->max_groups - r.num_groups));
+    FI_PD_STAMP(6);
 
     /* Per-CTA start records, from the CSR ranges just written. */
     const int32_t *indptr = fi_stage_work_indptr(base, l);
@@ -47,6 +51,7 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
     fi_cta_start *starts = fi_stage_cta_starts(base, l);
     for (int32_t c = 0; c < l->num_ctas; c++)
         starts[c] = fi_cta_start_make(indptr, items, requests, c);
+    FI_PD_STAMP(7);
 
     fi_plan_header *h = fi_stage_header(base, l);
     const int split = batch->form != FI_FORM_INDPTR && batch->kv_split_pages;
@@ -69,14 +74,15 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
 
 FI_PD void fi_plan_build_empty(const fi_layout *l, unsigned char *base) {
     fi_plan_header *h = fi_stage_header(base, l);
-    memset(h, 0, sizeof *h);
+    fi_zero_bytes(h, sizeof *h);
     h->tile_rows = l->tile_rows;
     int32_t *indptr = fi_stage_work_indptr(base, l);
     fi_cta_start *starts = fi_stage_cta_starts(base, l);
     for (int32_t c = 0; c <= l->num_ctas; c++)
         indptr[c] = 0;
     for (int32_t c = 0; c < l->num_ctas; c++)
-        memset(&starts[c], 0, sizeof starts[c]);
-    memset(fi_stage_requests(base, l), 0, sizeof(fi_request_info) * (size_t)l->max_batch);
-    memset(fi_stage_groups(base, l), 0, sizeof(fi_merge_group) * (size_t)l->max_groups);
+        fi_zero_bytes(&starts[c], sizeof starts[c]);
+    fi_zero_bytes(fi_stage_requests(base, l),
+                  sizeof(fi_request_info) * (size_t)l->max_batch);
+    fi_zero_bytes(fi_stage_groups(base, l), sizeof(fi_merge_group) * (size_t)l->max_groups);
 }

@@ -53,7 +53,7 @@ FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_c
         src[r] = r;
     for (int shift = 0; shift < 56 && (max >> shift) > 0; shift += 8) { /* costs < 2^56 */
         int32_t count[257];
-        memset(count, 0, sizeof count);
+        fi_zero_bytes(count, sizeof count);
         for (int32_t i = 0; i < nr; i++)
             count[((max - tiles[run_first[src[i]]].cost) >> shift & 0xff) + 1]++;
         for (int d = 0; d < 256; d++)
@@ -65,7 +65,7 @@ FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_c
         dst = x;
     }
     if (src != tmp)
-        memcpy(tmp, src, sizeof(int32_t) * (size_t)nr);
+        fi_copy_bytes(tmp, src, sizeof(int32_t) * (size_t)nr);
     int32_t n = 0;
     for (int32_t i = 0; i < nr; i++) {
         const int32_t r = tmp[i], end = r + 1 < nr ? run_first[r + 1] : num_tiles;
@@ -108,7 +108,7 @@ FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
     bk->where = s->bk_where;
     for (int i = 0; i < PK_NB; i++)
         bk->head[i] = -1;
-    memset(bk->used, 0, sizeof bk->used);
+    fi_zero_bytes(bk->used, sizeof bk->used);
 }
 FI_PD_STATIC void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     const int64_t q = bk_index(bk, load[b]);
@@ -342,14 +342,14 @@ FI_PD_STATIC int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layo
         return 0;
     /* Bucket the pieces by CTA (stable counting sort), then order each CTA's few pieces. */
     int32_t *start = s->cta_start; /* [n + 1] */
-    memset(start, 0, sizeof(int32_t) * (size_t)(n + 1));
+    fi_zero_bytes(start, sizeof(int32_t) * (size_t)(n + 1));
     for (int32_t i = 0; i < np; i++)
         start[pc[i].bin + 1]++;
     for (int32_t b = 0; b < n; b++)
         start[b + 1] += start[b];
     for (int32_t i = 0; i < np; i++)
         s->sorted[start[pc[i].bin]++] = pc[i];
-    memcpy(pc, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
+    fi_copy_bytes(pc, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
     for (int32_t i = 1; i < np; i++) { /* insertion: pieces are already grouped by CTA */
         const fi_pack_piece v = pc[i];
         int32_t j = i;
@@ -463,7 +463,7 @@ FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t 
         if (k >= 0) {
             good = t;
             np = k;
-            memcpy(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
+            fi_copy_bytes(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
             break;
         }
         bad = t;
@@ -478,12 +478,12 @@ FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t 
         if (k >= 0) {
             good = mid;
             np = k;
-            memcpy(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
+            fi_copy_bytes(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
         } else {
             bad = mid;
         }
     }
-    memcpy(s->pieces, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
+    fi_copy_bytes(s->pieces, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
     /* Written to the scratch plan first, scored by the same model as the walk, and copied
      * out only if it is cheaper. */
     fi_partition_result r;
@@ -494,9 +494,9 @@ FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t 
         fi_model_max(v, s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
     if (m >= beat)
         return;
-    memcpy(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));
-    memcpy(items, s->items, sizeof(fi_work_item) * (size_t)r.num_items);
-    memcpy(groups, s->groups, sizeof(fi_merge_group) * (size_t)r.num_groups);
-    memcpy(cta_cost, s->cta_cost, sizeof(int64_t) * (size_t)n);
+    fi_copy_bytes(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));
+    fi_copy_bytes(items, s->items, sizeof(fi_work_item) * (size_t)r.num_items);
+    fi_copy_bytes(groups, s->groups, sizeof(fi_merge_group) * (size_t)r.num_groups);
+    fi_copy_bytes(cta_cost, s->cta_cost, sizeof(int64_t) * (size_t)n);
     *res = r;
 }

@@ -432,11 +432,13 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
                        fi_error_detail *err) {
     fi_status st = walk_partition(v, tiles, num_tiles, total_cost, prefix, l, work_indptr,
                                   items, groups, cta_cost, res, err);
+    FI_PD_STAMP(3);
     if (st != FI_OK || fi_partition_test_no_pack || !pack ||
         !fi_pack_wanted(v, tiles, num_tiles, l))
         return st;
     const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
                                     pack->finish, pack->last);
+    FI_PD_STAMP(4);
     /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less
      * overhead) but charges its pieces. */
     fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack, res->budget - res->budget / 64, wm,

@@ -58,8 +58,6 @@ fi_status fi_plan_update_device(fi_plan *plan, const fi_device_batch *dbatch, in
     p.max_q_tokens = dbatch->max_q_tokens;
     p.kv_indices_len = b->form == FI_FORM_INDPTR ? dbatch->kv_indices_len : 0;
     p.workspace = plan->workspace;
-    fi_planner_scratch_carve(&p.scratch, &plan->layout,
-                             (unsigned char *)plan->workspace + plan->layout.off_planner_scratch);
     const int e = fi_device_plan_launch(&p, enable_pdl, stream);
     if (e != 0)
         return set_err(plan, FI_ERR_CUDA, -1, -1, e);

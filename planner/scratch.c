@@ -6,51 +6,62 @@
 
 #include "plan/host_alloc.h"
 
-/* The next `bytes` of the block at base + *off (NULL while only sizing: base NULL). */
-static void *take(unsigned char *base, size_t *off, size_t bytes) {
-    void *p = base ? base + *off : NULL;
-    *off += (bytes + 63) / 64 * 64;
+/* The next `bytes` (64-byte multiples) of the arena: from its fast block while that holds
+ * them, else from its slow block (NULL pointers while only sizing: slow NULL). */
+FI_PD_STATIC void *take(fi_scratch_arena *a, size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (a->fast && a->fast_off + bytes <= a->fast_cap) {
+        void *p = a->fast + a->fast_off;
+        a->fast_off += bytes;
+        return p;
+    }
+    void *p = a->slow ? a->slow + a->slow_off : NULL;
+    a->slow_off += bytes;
     return p;
 }
 
-/* Point the arrays of s into base (or, base NULL, only size them); returns the bytes. */
-static size_t carve(fi_planner_scratch *s, const fi_layout *l, unsigned char *base) {
+/* Point the arrays of s into arena a, hottest first (the walk's tiles, CTA costs and prefix
+ * sums, then the packing's arrays); returns the bytes taken from the slow block. */
+FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layout *l,
+                                           fi_scratch_arena *a) {
     const size_t tiles = (size_t)l->max_tiles, items = (size_t)l->max_items;
     const size_t ctas = (size_t)l->num_ctas, groups = (size_t)l->max_groups;
     const size_t starts = (ctas > groups ? ctas : groups) + 1;
     fi_pack_scratch *p = &s->pack;
-    size_t off = 0;
-    s->tiles = take(base, &off, sizeof(fi_tile) * tiles);
-    s->cta_cost = take(base, &off, sizeof(int64_t) * ctas);
-    s->tile_prefix = take(base, &off, sizeof(int64_t) * (tiles + 1));
-    p->pieces = take(base, &off, sizeof(fi_pack_piece) * items);
-    p->sorted = take(base, &off, sizeof(fi_pack_piece) * items);
-    p->by_cost = take(base, &off, sizeof(int32_t) * tiles);
-    p->order = take(base, &off, sizeof(int32_t) * items);
-    p->tile_group = take(base, &off, sizeof(int32_t) * tiles);
-    p->cta_start = take(base, &off, sizeof(int32_t) * starts);
-    p->load = take(base, &off, sizeof(int64_t) * ctas);
-    p->suffix = take(base, &off, sizeof(int64_t) * (tiles + 1));
-    p->bk_head = take(base, &off, sizeof(int32_t) * 512);
-    p->bk_next = take(base, &off, sizeof(int32_t) * ctas);
-    p->bk_prev = take(base, &off, sizeof(int32_t) * ctas);
-    p->bk_where = take(base, &off, sizeof(int32_t) * ctas);
-    p->items = take(base, &off, sizeof(fi_work_item) * items);
-    p->groups = take(base, &off, sizeof(fi_merge_group) * groups);
-    p->work_indptr = take(base, &off, sizeof(int32_t) * (ctas + 1));
-    p->cta_cost = take(base, &off, sizeof(int64_t) * ctas);
-    p->finish = take(base, &off, sizeof(int64_t) * items);
-    p->last = take(base, &off, sizeof(int32_t) * groups);
-    return off;
+    s->tiles = (fi_tile *)take(a, sizeof(fi_tile) * tiles);
+    s->cta_cost = (int64_t *)take(a, sizeof(int64_t) * ctas);
+    s->tile_prefix = (int64_t *)take(a, sizeof(int64_t) * (tiles + 1));
+    p->pieces = (fi_pack_piece *)take(a, sizeof(fi_pack_piece) * items);
+    p->sorted = (fi_pack_piece *)take(a, sizeof(fi_pack_piece) * items);
+    p->by_cost = (int32_t *)take(a, sizeof(int32_t) * tiles);
+    p->order = (int32_t *)take(a, sizeof(int32_t) * items);
+    p->tile_group = (int32_t *)take(a, sizeof(int32_t) * tiles);
+    p->cta_start = (int32_t *)take(a, sizeof(int32_t) * starts);
+    p->load = (int64_t *)take(a, sizeof(int64_t) * ctas);
+    p->suffix = (int64_t *)take(a, sizeof(int64_t) * (tiles + 1));
+    p->bk_head = (int32_t *)take(a, sizeof(int32_t) * 512);
+    p->bk_next = (int32_t *)take(a, sizeof(int32_t) * ctas);
+    p->bk_prev = (int32_t *)take(a, sizeof(int32_t) * ctas);
+    p->bk_where = (int32_t *)take(a, sizeof(int32_t) * ctas);
+    p->items = (fi_work_item *)take(a, sizeof(fi_work_item) * items);
+    p->groups = (fi_merge_group *)take(a, sizeof(fi_merge_group) * groups);
+    p->work_indptr = (int32_t *)take(a, sizeof(int32_t) * (ctas + 1));
+    p->cta_cost = (int64_t *)take(a, sizeof(int64_t) * ctas);
+    p->finish = (int64_t *)take(a, sizeof(int64_t) * items);
+    p->last = (int32_t *)take(a, sizeof(int32_t) * groups);
+    return a->slow_off;
 }
 
+#ifndef FI_PLANNER_DEVICE_TU
 size_t fi_planner_scratch_bytes(const fi_layout *l) {
     fi_planner_scratch s;
-    return carve(&s, l, NULL);
+    fi_scratch_arena a = {NULL, 0, 0, NULL, 0};
+    return fi_planner_scratch_carve_arena(&s, l, &a);
 }
 
 void fi_planner_scratch_carve(fi_planner_scratch *s, const fi_layout *l, unsigned char *base) {
-    carve(s, l, base);
+    fi_scratch_arena a = {NULL, 0, 0, base, 0};
+    fi_planner_scratch_carve_arena(s, l, &a);
 }
 
 fi_planner_scratch *fi_planner_scratch_create(const fi_layout *l, const fi_allocator *a) {
@@ -58,12 +69,12 @@ fi_planner_scratch *fi_planner_scratch_create(const fi_layout *l, const fi_alloc
     if (!s)
         return NULL;
     memset(s, 0, sizeof *s);
-    unsigned char *block = fi_host_alloc(a, carve(s, l, NULL), 64);
+    unsigned char *block = fi_host_alloc(a, fi_planner_scratch_bytes(l), 64);
     if (!block) {
         fi_host_free(a, s);
         return NULL;
     }
-    carve(s, l, block);
+    fi_planner_scratch_carve(s, l, block);
     return s;
 }
 
@@ -73,3 +84,4 @@ void fi_planner_scratch_destroy(fi_planner_scratch *s, const fi_allocator *a) {
     fi_host_free(a, s->tiles); /* the block's start */
     fi_host_free(a, s);
 }
+#endif /* FI_PLANNER_DEVICE_TU */

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "fiattn.h"
+#include "plan/hd.h"
 #include "workspace/layout.h"
 
 /* A tile before partitioning: the rectangle of one request and KV head, its effective KV
@@ -58,6 +59,21 @@ typedef struct fi_planner_scratch {
     int64_t *tile_prefix;  /* [max_tiles + 1]: prefix sums of tile costs */
     fi_pack_scratch pack;  /* the packing partition's (planner/pack.h) */
 } fi_planner_scratch;
+
+/* Where scratch arrays are carved: a fast block (the device planner's shared memory; NULL
+ * on the host) filled first while arrays fit, then a slow block (host memory, or the
+ * workspace's planner_scratch region; NULL while only sizing). */
+typedef struct fi_scratch_arena {
+    unsigned char *fast;
+    size_t fast_cap, fast_off;
+    unsigned char *slow;
+    size_t slow_off;
+} fi_scratch_arena;
+
+/* Point s's arrays into arena a, hottest first; returns the bytes taken from the slow block
+ * (all of them when a has no fast block: fi_planner_scratch_bytes). */
+FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layout *l,
+                                           fi_scratch_arena *a);
 
 /* Bytes of the scratch arrays for layout l (64-byte aligned pieces, one block). */
 size_t fi_planner_scratch_bytes(const fi_layout *l);

@@ -111,7 +111,3 @@ fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout) {
     *layout = l;
     return FI_OK;
 }
-
-size_t fi_layout_used_bytes(const fi_layout *layout, int32_t num_items) {
-    return layout->off_items + sizeof(fi_work_item) * (size_t)num_items;
-}

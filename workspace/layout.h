@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "fiattn.h"
+#include "plan/hd.h"
 
 #define FI_WORKSPACE_ALIGN 256
 
@@ -94,6 +95,8 @@ int64_t fi_layout_item_bound(const fi_caps *caps);
 fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout);
 
 /* Bytes of the plan prefix that an update must copy: through the last used item. */
-size_t fi_layout_used_bytes(const fi_layout *layout, int32_t num_items);
+FI_HOST_DEVICE size_t fi_layout_used_bytes(const fi_layout *layout, int32_t num_items) {
+    return layout->off_items + sizeof(fi_work_item) * (size_t)num_items;
+}
 
 #endif /* FIATTN_WORKSPACE_LAYOUT_H */

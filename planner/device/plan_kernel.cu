@@ -12,8 +12,12 @@
  *      start records, header) straight into the workspace's plan region, then the three
  *      capacity rules of fi_device_batch.  On any broken rule it writes the empty plan
  *      instead (the executor then writes nothing) and the rule into the status word.
- * The partition itself is sequential (planner/partition.c, pack.c): one thread, its
- * scratch in the workspace (L1-resident for decode-sized batches).
+ * The partition itself is sequential (planner/partition.c, pack.c): one thread, so what it
+ * touches lives in shared memory where it fits (dynamic, up to the opt-in maximum): the
+ * page verdicts, the plan region (built there, zeroed first, copied out by the whole CTA at
+ * the end), then the scratch arrays hottest first (planner/scratch.c); the rest in the
+ * workspace's planner_scratch region.  A global access from the one thread costs an L2
+ * round trip each (the first version, all in global memory: ~600 us a plan).
  */
 #define FI_PLANNER_DEVICE_TU 1
 
@@ -22,6 +26,14 @@
 #include "executor/cuda/common/ptx.cuh"
 #include "planner/device/plan_kernel.h"
 
+#ifdef FI_PROFILE
+/* Clock stamps of the last plan (plan/hd.h FI_PD_STAMP), copied to the start of the
+ * workspace's planner_scratch region at the end: profiling builds only. */
+__device__ long long fi_pd_stamps[16];
+__device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64(); }
+#endif
+
+#include "planner/scratch.c"
 #include "planner/validate.c"
 #include "planner/tiles.c"
 #include "planner/model.c"
@@ -90,12 +102,13 @@ __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt,
     }
 }
 
-/* Thread 0: the plan, or the empty plan and the broken rule. */
+/* Thread 0: the plan into `base` (shared or the workspace), or the empty plan and the
+ * broken rule. */
 __device__ void plan_step(fi_device_plan_params &p, const fi_batch &bt, const int64_t *verdict,
+                          fi_planner_scratch *scratch, unsigned char *base,
                           fi_device_status *status) {
-    unsigned char *base = p.workspace;
     fi_error_detail err = detail(FI_OK, -1, -1, -1);
-    fi_status st = fi_plan_build(&p.caps, &p.variant, &p.layout, &p.scratch, &bt, verdict, base,
+    fi_status st = fi_plan_build(&p.caps, &p.variant, &p.layout, scratch, &bt, verdict, base,
                                  NULL, &err);
     if (st == FI_OK) {
         const fi_plan_header *h = fi_stage_header(base, &p.layout);
@@ -111,49 +124,103 @@ __device__ void plan_step(fi_device_plan_params &p, const fi_batch &bt, const in
     set_status(status, err);
 }
 
-__global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params p) {
+/* Whole CTA: n bytes (a multiple of 16, 16-byte aligned ends) from src to dst, or zeros. */
+__device__ void block_copy16(unsigned char *dst, const unsigned char *src, size_t n) {
+    for (size_t i = (size_t)threadIdx.x * 16; i < n; i += (size_t)kThreads * 16)
+        *(uint4 *)(dst + i) = src ? *(const uint4 *)(src + i) : make_uint4(0, 0, 0, 0);
+}
+
+__host__ __device__ inline size_t round64(size_t x) { return (x + 63) / 64 * 64; }
+
+__global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params p,
+                                                            unsigned smem_bytes) {
+    extern __shared__ __align__(64) unsigned char smem[];
     __shared__ int32_t s_batch;
     fi::griddep_wait(); /* the lengths may come from the previous kernel */
     /* The executor may launch now: its griddepcontrol.wait holds it until this grid is done. */
     fi::griddep_launch_dependents();
-    fi_device_status *status = (fi_device_status *)(p.workspace + p.layout.off_device_status);
-    int64_t *verdict = (int64_t *)(p.workspace + p.layout.off_page_verdict);
+    const fi_layout &l = p.layout;
+    fi_device_status *status = (fi_device_status *)(p.workspace + l.off_device_status);
     if (threadIdx.x == 0)
         s_batch = p.batch_size ? *p.batch_size : p.batch.batch_size;
     __syncthreads();
     const int32_t B = s_batch;
     if (B < 0 || B > p.batch.batch_size) {
         if (threadIdx.x == 0) {
-            fi_plan_build_empty(&p.layout, p.workspace);
+            fi_plan_build_empty(&l, p.workspace);
             set_status(status, B < 0 ? detail(FI_ERR_NEGATIVE_BATCH_SIZE, -1, B, 0)
                                      : detail(FI_ERR_DEVICE_BATCH_OVER_DECLARED, -1, B,
                                               p.batch.batch_size));
         }
         return;
     }
+    /* Shared memory: verdicts, the plan region, then scratch (planner/scratch.c's order). */
+    size_t off = round64(sizeof(int64_t) * (size_t)l.max_batch);
+    int64_t *verdict = off <= smem_bytes ? (int64_t *)smem
+                                         : (int64_t *)(p.workspace + l.off_page_verdict);
+    if (off > smem_bytes)
+        off = 0;
+    unsigned char *base = p.workspace;
+    const size_t plan_bytes = round64(l.plan_bytes);
+    if (off + plan_bytes <= smem_bytes) {
+        base = smem + off;
+        block_copy16(base, NULL, plan_bytes); /* padding copies out as zeros */
+        off += plan_bytes;
+    }
     fi_batch bt = p.batch;
     bt.batch_size = B;
     scan_pages(p, bt, verdict);
     __syncthreads();
-    if (threadIdx.x == 0)
-        plan_step(p, bt, verdict, status);
+    if (threadIdx.x == 0) {
+        FI_PD_STAMP(0);
+        fi_planner_scratch scratch;
+        fi_scratch_arena a = {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0};
+        fi_planner_scratch_carve_arena(&scratch, &l, &a);
+        plan_step(p, bt, verdict, &scratch, base, status);
+        FI_PD_STAMP(8);
+#ifdef FI_PROFILE
+        for (int k = 0; k < 16; k++)
+            ((long long *)(p.workspace + l.off_planner_scratch))[k] = fi_pd_stamps[k];
+#endif
+    }
+    if (base == p.workspace)
+        return;
+    __syncthreads();
+    const int32_t items = fi_stage_header(base, &l)->num_items;
+    block_copy16(p.workspace, base, (fi_layout_used_bytes(&l, items) + 15) / 16 * 16);
 }
 
 }  // namespace
 
 extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl,
                                      void *stream) {
+    /* As much shared memory as the plan wants (verdicts + plan region + scratch), up to what
+     * the current device grants a CTA. */
+    int dev = 0, optin = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess)
+        return (int)e;
+    const fi_layout &l = p->layout;
+    const size_t want = round64(sizeof(int64_t) * (size_t)l.max_batch) + round64(l.plan_bytes) +
+                        (l.total_bytes - l.off_planner_scratch); /* the scratch region */
+    const size_t room = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0; /* static smem */
+    const unsigned smem = (unsigned)(want < room ? want : room);
+    e = cudaFuncSetAttribute(plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return (int)e;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1);
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = 0;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = (cudaStream_t)stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = enable_pdl ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, plan_kernel, *p);
+    e = cudaLaunchKernelEx(&cfg, plan_kernel, *p, smem);
     if (e == cudaSuccess)
         e = cudaGetLastError();
     return (int)e;

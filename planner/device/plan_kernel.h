@@ -24,7 +24,6 @@ typedef struct fi_device_plan_params {
     int32_t max_q_tokens;       /* declared q rows */
     int32_t kv_indices_len;     /* INDPTR: declared kv_indices entries */
     unsigned char *workspace;   /* plan region at offset 0 (layout offsets) */
-    fi_planner_scratch scratch; /* arrays carved in the workspace's planner_scratch region */
 } fi_device_plan_params;
 
 /* Launch the planning kernel (one CTA) on stream; PDL attribute when enable_pdl.

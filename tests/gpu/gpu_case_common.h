@@ -3,7 +3,9 @@
  * static inline): host conversions between fp32 and the 16-bit and 8/4-bit formats the
  * executors take, random fills, the device probe, message formatting and the CUDA-call
  * macro; and what every case does whatever its inputs look like: make its device plan,
- * poison / run / download its outputs and compare their rows with the fp64 truth.
+ * poison / run / download its outputs and compare their rows with the fp64 truth; for the
+ * device planner, a batch's device arrays (gc_dev_batch) and a plan's bytes compared region
+ * by region with a host plan's (gc_plan_compare).
  * Included by mla_gpu_case.h and gqa_gpu_case.h (and through them by the GPU tests and the
  * benches).  Functions return values or 0 / -1 with a message; nothing aborts.
  */
@@ -421,5 +423,216 @@ static inline void gc_plan_counts(const fi_plan *plan, const int32_t *kv_lens, i
             goto label;                                                                     \
         }                                                                                   \
     } while (0)
+
+/* ---- device planning (fi_plan_update_device): a batch's device arrays, plan bytes -------- */
+
+/* The device copy of a batch for fi_plan_update_device: the form's arrays at the capacity
+ * B_max (a host fi_batch whose batch_size is B_max) and the step's B in d_bs.  The page
+ * table is the caller's device buffer (the one fi_run's page_table tensor names: the plan
+ * reads it at run time) or one owned and grown here. */
+typedef struct gc_dev_batch {
+    int32_t *d_bs;         /* [1] the step's B */
+    int32_t *d_lens;       /* [B_max] seq_lens (BLOCK_TABLES) or kv_len (INDPTR) */
+    int32_t *d_qo, *d_kvp; /* [B_max + 1] qo_indptr, kv_indptr (INDPTR only) */
+    int32_t *d_pt;         /* block_tables [B_max, (2,) P] or kv_indices */
+    int own_pt;            /* 1: d_pt allocated here */
+    int64_t n_lens, n_pt;  /* elements allocated: d_lens (d_qo, d_kvp: one more), owned d_pt */
+} gc_dev_batch;
+
+/* Start empty over the caller's page table d_pt (NULL: own one). */
+static inline void gc_dev_batch_init(gc_dev_batch *d, int32_t *d_pt) {
+    memset(d, 0, sizeof *d);
+    d->d_pt = d_pt;
+    d->own_pt = d_pt == NULL;
+}
+
+static inline void gc_dev_batch_free(gc_dev_batch *d) {
+    cudaFree(d->d_bs);
+    cudaFree(d->d_lens);
+    cudaFree(d->d_qo);
+    cudaFree(d->d_kvp);
+    if (d->own_pt) cudaFree(d->d_pt);
+    memset(d, 0, sizeof *d);
+}
+
+/* Room for B_max requests and (owned table) pt_len entries; a buffer that grows is freed
+ * and allocated again (a device synchronisation: never inside a capture). */
+static inline int gc_dev_batch_reserve(gc_dev_batch *d, int64_t B_max, int64_t pt_len, char *msg,
+                                       size_t cap) {
+    if (!d->d_bs) GC_CUDA(cudaMalloc((void **)&d->d_bs, sizeof(int32_t)), msg, cap);
+    if (!d->d_lens || B_max > d->n_lens) {
+        const int64_t n = B_max > 0 ? B_max : 1;
+        cudaFree(d->d_lens);
+        cudaFree(d->d_qo);
+        cudaFree(d->d_kvp);
+        d->d_lens = d->d_qo = d->d_kvp = NULL;
+        d->n_lens = 0;
+        GC_CUDA(cudaMalloc((void **)&d->d_lens, sizeof(int32_t) * (size_t)n), msg, cap);
+        GC_CUDA(cudaMalloc((void **)&d->d_qo, sizeof(int32_t) * (size_t)(n + 1)), msg, cap);
+        GC_CUDA(cudaMalloc((void **)&d->d_kvp, sizeof(int32_t) * (size_t)(n + 1)), msg, cap);
+        d->n_lens = n;
+    }
+    if (d->own_pt && (!d->d_pt || pt_len > d->n_pt)) {
+        const int64_t n = pt_len > 0 ? pt_len : 1;
+        cudaFree(d->d_pt);
+        d->d_pt = NULL;
+        d->n_pt = 0;
+        GC_CUDA(cudaMalloc((void **)&d->d_pt, sizeof(int32_t) * (size_t)n), msg, cap);
+        d->n_pt = n;
+    }
+    return 0;
+}
+
+/* Copy hb's arrays (hb->batch_size = B_max requests; pt_len entries of its page table: the
+ * host array's length, never taken from a kv_indptr a test may have broken) and the step's
+ * B to the device on stream, as an engine's own kernels write them before a replay.  The
+ * sources are pageable: each cudaMemcpyAsync has read its source when it returns. */
+static inline int gc_dev_batch_upload(gc_dev_batch *d, const fi_batch *hb, int64_t pt_len,
+                                      int32_t step_b, cudaStream_t stream, char *msg,
+                                      size_t cap) {
+    const int64_t B = hb->batch_size, pt = pt_len;
+    const int indptr = hb->form == FI_FORM_INDPTR;
+    const enum cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
+    if (gc_dev_batch_reserve(d, B, pt, msg, cap)) return -1;
+    GC_CUDA(cudaMemcpyAsync(d->d_bs, &step_b, sizeof step_b, h2d, stream), msg, cap);
+    if (B > 0)
+        GC_CUDA(cudaMemcpyAsync(d->d_lens, indptr ? hb->kv_len : hb->seq_lens,
+                                sizeof(int32_t) * (size_t)B, h2d, stream), msg, cap);
+    if (indptr) {
+        GC_CUDA(cudaMemcpyAsync(d->d_qo, hb->qo_indptr, sizeof(int32_t) * (size_t)(B + 1), h2d,
+                                stream), msg, cap);
+        GC_CUDA(cudaMemcpyAsync(d->d_kvp, hb->kv_indptr, sizeof(int32_t) * (size_t)(B + 1), h2d,
+                                stream), msg, cap);
+    }
+    if (pt > 0)
+        GC_CUDA(cudaMemcpyAsync(d->d_pt, indptr ? hb->kv_indices : hb->block_tables,
+                                sizeof(int32_t) * (size_t)pt, h2d, stream), msg, cap);
+    return 0;
+}
+
+/* The fi_device_batch over d: hb's form and scalars (hb->batch_size = B_max), d's arrays,
+ * the step's B read from d_bs (use_bs) or B_max every step (use_bs 0: NULL). */
+static inline fi_device_batch gc_dev_batch_describe(const gc_dev_batch *d, const fi_batch *hb,
+                                                    int use_bs, int32_t max_q_tokens,
+                                                    int32_t kv_indices_len) {
+    fi_device_batch db;
+    memset(&db, 0, sizeof db);
+    db.batch = *hb;
+    db.batch.block_tables = db.batch.seq_lens = db.batch.qo_indptr = db.batch.kv_indptr = NULL;
+    db.batch.kv_indices = db.batch.kv_len = NULL;
+    db.batch.cum_seq_lens_q = db.batch.cum_seq_lens_kv = NULL;
+    if (hb->form == FI_FORM_INDPTR) {
+        db.batch.qo_indptr = d->d_qo;
+        db.batch.kv_indptr = d->d_kvp;
+        db.batch.kv_indices = d->d_pt;
+        db.batch.kv_len = d->d_lens;
+    } else {
+        db.batch.block_tables = d->d_pt;
+        db.batch.seq_lens = d->d_lens;
+    }
+    db.batch_size = use_bs ? d->d_bs : NULL;
+    db.max_q_tokens = max_q_tokens;
+    db.kv_indices_len = kv_indices_len;
+    return db;
+}
+
+/* A region of the plan a planner defines: byte offset in the plan region, entry size,
+ * entries (the padding between regions, which no planner writes, is left out). */
+typedef struct gc_plan_region {
+    const char *name;
+    size_t off, size, count;
+} gc_plan_region;
+
+#define GC_PLAN_REGIONS 6
+
+/* The regions of the plan of host view v, located from the view's pointers (the header is
+ * at offset 0 of the plan region, laid out alike in staging and in the workspace): header,
+ * work_indptr [num_ctas + 1], cta_starts [num_ctas], requests [max_batch] (zero past the
+ * batch), groups [num_ctas - 1] (the bound C of docs/DESIGN.md section 5: zero past
+ * num_groups; never past the room before the items), items [num_items]. */
+static inline void gc_plan_regions(const fi_plan_view *v, int32_t max_batch,
+                                   gc_plan_region r[GC_PLAN_REGIONS]) {
+    const unsigned char *base = (const unsigned char *)v->header;
+    const size_t off_groups = (size_t)((const unsigned char *)v->groups - base);
+    const size_t off_items = (size_t)((const unsigned char *)v->items - base);
+    size_t groups = v->num_ctas > 1 ? (size_t)v->num_ctas - 1 : 0;
+    if (groups < (size_t)v->header->num_groups) groups = (size_t)v->header->num_groups;
+    if (groups > (off_items - off_groups) / sizeof(fi_merge_group))
+        groups = (off_items - off_groups) / sizeof(fi_merge_group);
+    const gc_plan_region all[GC_PLAN_REGIONS] = {
+        {"header", 0, sizeof(fi_plan_header), 1},
+        {"work_indptr", (size_t)((const unsigned char *)v->work_indptr - base), sizeof(int32_t),
+         (size_t)v->num_ctas + 1},
+        {"cta_starts", (size_t)((const unsigned char *)v->cta_starts - base),
+         sizeof(fi_cta_start), (size_t)v->num_ctas},
+        {"requests", (size_t)((const unsigned char *)v->requests - base),
+         sizeof(fi_request_info), (size_t)max_batch},
+        {"groups", off_groups, sizeof(fi_merge_group), groups},
+        {"items", off_items, sizeof(fi_work_item), (size_t)v->header->num_items},
+    };
+    memcpy(r, all, sizeof all);
+}
+
+/* Bytes of the plan region through the last used item (what fi_plan_update copies). */
+static inline size_t gc_plan_used_bytes(const fi_plan_view *v) {
+    return (size_t)((const unsigned char *)v->items - (const unsigned char *)v->header) +
+           sizeof(fi_work_item) * (size_t)v->header->num_items;
+}
+
+/* The int32 words of one entry, "[a b c ...]", for the messages. */
+static inline void gc_plan_words(const unsigned char *p, size_t bytes, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i + 4 <= bytes && n + 16 < cap; i += 4) {
+        int32_t w;
+        memcpy(&w, p + i, 4);
+        n += (size_t)snprintf(buf + n, cap - n, "%s%d", i ? " " : "[", w);
+    }
+    if (n + 2 < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* Compare, region by region, the plan of host view v (a plan of the same caps and
+ * num_ctas) with dev, a copy of a device workspace's first gc_plan_used_bytes(v) bytes.
+ * 0, or -1 and the first difference in msg: region, entry, byte, plan offset and both
+ * entries as int32 words. */
+static inline int gc_plan_compare(const fi_plan_view *v, int32_t max_batch,
+                                  const unsigned char *dev, char *msg, size_t cap) {
+    gc_plan_region r[GC_PLAN_REGIONS];
+    gc_plan_regions(v, max_batch, r);
+    const unsigned char *host = (const unsigned char *)v->header;
+    for (int k = 0; k < GC_PLAN_REGIONS; k++) {
+        const unsigned char *h = host + r[k].off, *d = dev + r[k].off;
+        const size_t n = r[k].size * r[k].count;
+        if (memcmp(h, d, n) == 0) continue;
+        size_t i = 0;
+        while (h[i] == d[i]) i++;
+        const size_t e = i / r[k].size;
+        char hw[256], dw[256];
+        gc_plan_words(h + e * r[k].size, r[k].size, hw, sizeof hw);
+        gc_plan_words(d + e * r[k].size, r[k].size, dw, sizeof dw);
+        gc_msg(msg, cap, "plan bytes differ: %s[%zu] (of %zu), byte %zu of the entry, plan "
+               "offset %zu: host %s device %s", r[k].name, e, r[k].count, i % r[k].size,
+               r[k].off + i, hw, dw);
+        return -1;
+    }
+    return 0;
+}
+
+/* Copy the first `bytes` of a device workspace into *buf (grown to fit; *buf_bytes its
+ * size), after the work already queued (a synchronous copy). */
+static inline int gc_plan_download(const void *workspace, size_t bytes, unsigned char **buf,
+                                   size_t *buf_bytes, char *msg, size_t cap) {
+    if (bytes > *buf_bytes) {
+        unsigned char *nb = (unsigned char *)realloc(*buf, bytes);
+        if (!nb) {
+            gc_msg(msg, cap, "host allocation failed (%zu bytes)", bytes);
+            return -1;
+        }
+        *buf = nb;
+        *buf_bytes = bytes;
+    }
+    GC_CUDA(cudaMemcpy(*buf, workspace, bytes, cudaMemcpyDeviceToHost), msg, cap);
+    return 0;
+}
 
 #endif /* FI_TESTS_GPU_GPU_CASE_COMMON_H */
