@@ -6,6 +6,8 @@
  *   devplan_mla_h16_b{32,128,1024}          MLA decode, heads 16 (576 / 512), page 64,
  *                                           concatenated layout (bench_mla's trace cases)
  *   devplan_gqa_32x8_d128_p16_b{32,128,1024}  GQA decode, 32 / 8 heads, d128, page 16, NHD
+ *   devplan_{mla_h16,gqa_32x8_d128_p16}_parallel_b{...}  the same on the tile table rows with
+ *                                           the data-parallel partition (MLA 2, GQA 1)
  * bf16, q_len 1, the trace's decode snapshot of B requests (rows from 0) at --trace-step
  * (default 100), caps.max_batch = B, caps.num_ctas = the SM count (or --ctas).
  *
@@ -87,8 +89,9 @@ typedef struct bench_view {
 
 typedef struct family {
     const char *tag; /* case id part: devplan_<tag>_b<B> */
-    int (*init)(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, tt_rng *rng,
-                char *msg, size_t cap);
+    int (*init)(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, int32_t variant,
+                tt_rng *rng, char *msg, size_t cap);
+    int32_t variant; /* caps.variant: 0 the walk's row, else the parallel partition's */
 } family;
 
 static fi_attn_args mla_args(const void *c) { return mla_case_args((const mla_case *)c, 1); }
@@ -101,7 +104,8 @@ static void mla_free(void *c) {
 }
 
 /* MLA heads 16, page 64, concatenated cache (bench_mla's trace cases). */
-static int mla_init(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, tt_rng *rng,
+static int mla_init(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, int32_t variant,
+                    tt_rng *rng,
                     char *msg, size_t cap) {
     mla_case *c = (mla_case *)calloc(1, sizeof *c);
     int32_t *q = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
@@ -120,6 +124,7 @@ static int mla_init(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, t
     o.form = FI_FORM_BLOCK_TABLES;
     o.return_lse = 1;
     o.num_ctas = g->b.ctas;
+    o.variant = variant;
     const int rc = mla_case_init(c, &o, q, kv, n, rng, msg, cap);
     free(q);
     if (rc) {
@@ -141,7 +146,8 @@ static void gqa_free(void *c) {
 }
 
 /* GQA 32 / 8 heads, d128, page 16, one NHD tensor (bench_gqa's default layout). */
-static int gqa_init(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, tt_rng *rng,
+static int gqa_init(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, int32_t variant,
+                    tt_rng *rng,
                     char *msg, size_t cap) {
     gqa_case *c = (gqa_case *)calloc(1, sizeof *c);
     if (!c) {
@@ -160,6 +166,7 @@ static int gqa_init(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, t
     o.q_len = 1;
     o.return_lse = 1;
     o.num_ctas = g->b.ctas;
+    o.variant = variant;
     if (gqa_case_init(c, &o, kv, n, rng, msg, cap)) {
         free(c);
         return -1;
@@ -171,8 +178,11 @@ static int gqa_init(bench_view *v, const int32_t *kv, int32_t n, const cfg *g, t
     return 0;
 }
 
-static const family MLA = {"mla_h16", mla_init};
-static const family GQA = {"gqa_32x8_d128_p16", gqa_init};
+static const family MLA = {"mla_h16", mla_init, 0};
+static const family GQA = {"gqa_32x8_d128_p16", gqa_init, 0};
+/* The same with the data-parallel partition rows (planner/ppart.c). */
+static const family MLA_PP = {"mla_h16_parallel", mla_init, 2};
+static const family GQA_PP = {"gqa_32x8_d128_p16_parallel", gqa_init, 1};
 
 /* ---- the device plan beside the case's host plan ----------------------------------------- */
 
@@ -423,7 +433,7 @@ static int run_case(const family *f, int32_t B, const cfg *g, tt_rng *rng, int *
     if (g->b.only && !strstr(d.name, g->b.only)) return 0;
     int32_t *kv = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
     int rc = !kv || bench_trace_lengths(B, g->b.trace_step, 1, NULL, kv, msg, cap) ||
-             f->init(&d.v, kv, B, g, rng, msg, cap);
+             f->init(&d.v, kv, B, g, f->variant, rng, msg, cap);
     if (!rc) rc = dp_open(&d, msg, cap);
     fi_plan_view v;
     if (!rc && fi_plan_get_view(d.v.plan, &v) != FI_OK) {
@@ -538,8 +548,9 @@ int main(int argc, char **argv) {
            "back (median of %d); host loops: %d steps of the same batch\n", g.b.trace_step,
            g.b.reps, g.steps);
     int header = 0, failed = 0;
-    const family *fams[2] = {g.mla ? &MLA : NULL, g.gqa ? &GQA : NULL};
-    for (int f = 0; f < 2; f++)
+    const family *fams[4] = {g.mla ? &MLA_PP : NULL, g.gqa ? &GQA_PP : NULL,
+                             g.mla ? &MLA : NULL, g.gqa ? &GQA : NULL};
+    for (int f = 0; f < 4; f++)
         for (int i = 0; fams[f] && i < g.nbatch; i++)
             failed |= run_case(fams[f], g.batch[i], &g, &rng, &header);
     return failed;

@@ -18,6 +18,14 @@
 
 struct fi_family; /* executor/core/family.h: how the GPU runs a variant (opaque here) */
 
+/* How a row's batches are partitioned (docs/DESIGN.md section 4). */
+typedef enum fi_partition_kind {
+    FI_PARTITION_WALK = 0,     /* capped contiguous walk, then packing (planner/partition.c,
+                                  pack.c): the best plans; sequential (device: one thread) */
+    FI_PARTITION_PARALLEL = 1, /* equal-share cuts found independently (planner/ppart.c):
+                                  what the device planner computes with a whole CTA */
+} fi_partition_kind;
+
 typedef struct fi_variant {
     fi_kind kind;
     int32_t variant;            /* fi_caps.variant (0: the kind's default) */
@@ -33,6 +41,7 @@ typedef struct fi_variant {
     int32_t cost_arrive;        /* any other piece of a group */
     int32_t pack_thin_tiles_per_cta; /* packing: tiles of <= 16 rows a CTA (0: never pack) */
     int32_t pack_max_tiles_per_cta;  /* packing: other tiles a CTA (0: never) */
+    int32_t partition;          /* fi_partition_kind: how the planner cuts the batch */
     const struct fi_family *family;  /* GPU executor of the row; NULL: CPU reference only */
 } fi_variant;
 

@@ -7,9 +7,41 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "planner/parallel.h"
 #include "planner/partition.h"
 #include "planner/tiles.h"
 #include "planner/validate.h"
+
+/* Start records and header, shared by both builds: thread tid of nt writes every nt-th
+ * record, thread 0 the header (the sequential build: 0 of 1). */
+FI_PD_STATIC void finish_plan(const fi_layout *l, const fi_batch *batch, int32_t total_q,
+                              const fi_partition_result *r, unsigned char *base, int32_t tid,
+                              int32_t nt) {
+    const int32_t *indptr = fi_stage_work_indptr(base, l);
+    const fi_work_item *items = fi_stage_items(base, l);
+    const fi_request_info *requests = fi_stage_requests(base, l);
+    fi_cta_start *starts = fi_stage_cta_starts(base, l);
+    for (int32_t c = tid; c < l->num_ctas; c += nt)
+        starts[c] = fi_cta_start_make(indptr, items, requests, c);
+    if (tid != 0)
+        return;
+    fi_plan_header *h = fi_stage_header(base, l);
+    const int split = batch->form != FI_FORM_INDPTR && batch->kv_split_pages;
+    h->num_items = r->num_items;
+    h->num_groups = r->num_groups;
+    h->num_slots = r->num_slots;
+    h->batch_size = batch->batch_size;
+    h->total_q_tokens = total_q;
+    h->tile_rows = l->tile_rows;
+    h->kv_chunk = r->budget > INT32_MAX ? INT32_MAX : (int32_t)r->budget;
+    h->pages_per_row = split ? batch->max_pages_per_seq : 0;
+    h->kv_split_pages = split;
+    h->causal = batch->causal;
+    h->window_left = batch->window_left;
+    h->form = batch->form;
+    h->total_cost = r->total_cost;
+    h->max_cta_cost = r->max_cta_cost;
+}
 
 FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi_layout *l,
                               fi_planner_scratch *s, const fi_batch *batch,
@@ -44,31 +76,49 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
     fi_zero_bytes(groups + r.num_groups,
                   sizeof(fi_merge_group) * (size_t)(l->max_groups - r.num_groups));
     FI_PD_STAMP(6);
-
-    /* Per-CTA start records, from the CSR ranges just written. */
-    const int32_t *indptr = fi_stage_work_indptr(base, l);
-    const fi_work_item *items = fi_stage_items(base, l);
-    fi_cta_start *starts = fi_stage_cta_starts(base, l);
-    for (int32_t c = 0; c < l->num_ctas; c++)
-        starts[c] = fi_cta_start_make(indptr, items, requests, c);
+    finish_plan(l, batch, total_q, &r, base, 0, 1);
     FI_PD_STAMP(7);
+    return FI_OK;
+}
 
-    fi_plan_header *h = fi_stage_header(base, l);
-    const int split = batch->form != FI_FORM_INDPTR && batch->kv_split_pages;
-    h->num_items = r.num_items;
-    h->num_groups = r.num_groups;
-    h->num_slots = r.num_slots;
-    h->batch_size = batch->batch_size;
-    h->total_q_tokens = total_q;
-    h->tile_rows = l->tile_rows;
-    h->kv_chunk = r.budget > INT32_MAX ? INT32_MAX : (int32_t)r.budget;
-    h->pages_per_row = split ? batch->max_pages_per_seq : 0;
-    h->kv_split_pages = split;
-    h->causal = batch->causal;
-    h->window_left = batch->window_left;
-    h->form = batch->form;
-    h->total_cost = r.total_cost;
-    h->max_cta_cost = r.max_cta_cost;
+FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
+                                       const fi_layout *l, fi_planner_scratch *s,
+                                       const fi_batch *batch, const int64_t *page_verdict,
+                                       unsigned char *base, fi_page_table_geom *geom,
+                                       fi_error_detail *err) {
+    fi_request_info *requests = fi_stage_requests(base, l);
+    int32_t total_q = 0, num_tiles = 0;
+    int64_t tile_cost = 0;
+    fi_status st = fi_batch_check_parallel(caps, batch, page_verdict, s->pp.batch_scan,
+                                           requests, &total_q, geom, err);
+    FI_PD_STAMP(1);
+    if (st != FI_OK)
+        return st;
+    FI_PP_SYNC();
+    st = fi_tiles_build_parallel(v, caps, requests, batch->batch_size, batch->causal,
+                                 batch->window_left, s->pp.batch_scan, s->tiles, l->max_tiles,
+                                 &num_tiles, &tile_cost, err);
+    FI_PD_STAMP(2);
+    if (st != FI_OK)
+        return st;
+    FI_PP_SYNC();
+    fi_merge_group *groups = fi_stage_groups(base, l);
+    fi_partition_result r;
+    st = fi_partition_parallel(v, s->tiles, num_tiles, s, l, fi_stage_work_indptr(base, l),
+                               fi_stage_items(base, l), groups, &r, err);
+    FI_PD_STAMP(5);
+    if (st != FI_OK)
+        return st;
+    /* Tails zeroed (byte-identical plans), then the start records read the items. */
+    fi_request_info zr = {0, 0, 0, 0};
+    FI_PP_FOR(b, l->max_batch - batch->batch_size)
+    requests[batch->batch_size + b] = zr;
+    fi_merge_group zg = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    FI_PP_FOR(g, l->max_groups - r.num_groups)
+    groups[r.num_groups + g] = zg;
+    FI_PP_SYNC();
+    finish_plan(l, batch, total_q, &r, base, FI_PP_TID, FI_PP_NT);
+    FI_PD_STAMP(7);
     return FI_OK;
 }
 

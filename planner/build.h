@@ -26,6 +26,15 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
                               const int64_t *page_verdict, unsigned char *base,
                               fi_page_table_geom *geom, fi_error_detail *err);
 
+/* fi_plan_build for rows whose partition is FI_PARTITION_PARALLEL: every thread of the
+ * device planner calls it (planner/parallel.h), the host once; validation, tiles and the
+ * partition (planner/ppart.c) as data-parallel steps.  Same contract and statuses. */
+FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
+                                       const fi_layout *l, fi_planner_scratch *s,
+                                       const fi_batch *batch, const int64_t *page_verdict,
+                                       unsigned char *base, fi_page_table_geom *geom,
+                                       fi_error_detail *err);
+
 /* The plan that runs nothing: header with zero counts (tile_rows set), every CTA's range
  * empty, request and group tables zeroed.  What the device planner writes for a batch it
  * refuses, so the executor writes no output for that step. */

@@ -64,6 +64,17 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err);
 
+/* The data-parallel partition (planner/ppart.c) of tiles[0 .. T) over l->num_ctas CTAs:
+ * every thread of the device planner calls it (planner/parallel.h), the host once.  Writes
+ * work_indptr [num_ctas + 1], items, groups and *res (budget: the equal share per CTA);
+ * scratch s->tile_prefix and s->pp.  @return FI_OK, or FI_ERR_PLAN_OVER_CAPS (err filled)
+ * if a layout bound would be exceeded (a bug).  O((tiles + CTAs) log) work, O(log) depth. */
+FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles, int32_t T,
+                                      fi_planner_scratch *s, const fi_layout *l,
+                                      int32_t *work_indptr, fi_work_item *items,
+                                      fi_merge_group *groups, fi_partition_result *res,
+                                      fi_error_detail *err);
+
 /* Test hook: nonzero makes fi_partition use the global-target walk (its fallback) instead
  * of the capped bisection, so tests can cover both.  Not for production use. */
 /* Test hook: nonzero keeps the contiguous walk's plan (no packing, planner/pack.h). */

@@ -56,8 +56,12 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
     }
     unsigned char *base = plan->staging[next];
     fi_page_table_geom geom;
-    fi_status st = fi_plan_build(&plan->caps, plan->variant, &plan->layout, plan->scratch, batch,
-                                 NULL, base, &geom, &plan->err);
+    fi_status st =
+        plan->variant->partition == FI_PARTITION_PARALLEL
+            ? fi_plan_build_parallel(&plan->caps, plan->variant, &plan->layout, plan->scratch,
+                                     batch, NULL, base, &geom, &plan->err)
+            : fi_plan_build(&plan->caps, plan->variant, &plan->layout, plan->scratch, batch,
+                            NULL, base, &geom, &plan->err);
     if (st != FI_OK)
         return st; /* build filled plan->err */
     if (device) {

@@ -53,10 +53,24 @@ typedef struct fi_pack_scratch {
     int32_t *last;         /* [max_groups] */
 } fi_pack_scratch;
 
+/* Scratch of the data-parallel planner (planner/parallel.h: validation, tiles and
+ * planner/ppart.c's partition). */
+typedef struct fi_ppart_scratch {
+    int64_t *batch_scan;   /* [max_batch + 1]: q tokens, then tile offsets, per request */
+    int32_t *btile;        /* [num_ctas + 1]: boundary c's tile (num_tiles: the end) */
+    int32_t *bkv;          /* [num_ctas + 1]: its KV position in that tile */
+    int32_t *interior;     /* [num_ctas + 1]: 1 if it cuts the tile */
+    int64_t *cut_scan;     /* [num_ctas + 2]: cuts before boundary c */
+    int64_t *item_off;     /* [max_tiles + 1]: per tile, its first item */
+    int64_t *group_off;    /* [max_tiles + 1]: its merge group (if cut) */
+    int64_t *slot_off;     /* [max_tiles + 1]: its first partial slot (if cut) */
+} fi_ppart_scratch;
+
 typedef struct fi_planner_scratch {
     fi_tile *tiles;        /* [max_tiles] */
     int64_t *cta_cost;     /* [num_ctas] */
     int64_t *tile_prefix;  /* [max_tiles + 1]: prefix sums of tile costs */
+    fi_ppart_scratch pp;   /* the data-parallel planner's */
     fi_pack_scratch pack;  /* the packing partition's (planner/pack.h) */
 } fi_planner_scratch;
 

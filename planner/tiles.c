@@ -2,75 +2,122 @@
 #include "planner/tiles.h"
 
 #include "plan/mask.h"
+#include "planner/parallel.h"
 
-FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
-                         const fi_request_info *requests, int32_t batch_size, int32_t causal,
-                         int32_t window_left, fi_tile *tiles, int32_t max_tiles,
-                         int32_t *num_tiles, int64_t *total_cost, fi_error_detail *err) {
-    /* A local copy: the tile stores below could alias *v, which would reload it per tile. */
-    const fi_variant row = *v;
-    const int32_t tile_rows = row.tile_rows;
-    const int32_t h_kv = caps->num_kv_heads;
-    const int32_t group = caps->num_qo_heads / h_kv;
+/* The tile geometry of the caps and row, per batch. */
+typedef struct tile_geo {
+    int32_t h_kv, group, q_step, h_step, n_hb;
+} tile_geo;
+
+FI_PD_STATIC tile_geo tile_geo_of(const fi_variant *v, const fi_caps *caps) {
+    tile_geo g;
+    g.h_kv = caps->num_kv_heads;
+    g.group = caps->num_qo_heads / g.h_kv;
     /* q rows per tile and heads per tile */
-    const int32_t q_step = group >= tile_rows ? 1 : tile_rows / group;
-    const int32_t h_step = group >= tile_rows ? tile_rows : group;
+    g.q_step = g.group >= v->tile_rows ? 1 : v->tile_rows / g.group;
+    g.h_step = g.group >= v->tile_rows ? v->tile_rows : g.group;
+    g.n_hb = (g.group + g.h_step - 1) / g.h_step;
+    return g;
+}
+
+/* Tiles of a request with q_len query rows. */
+FI_PD_STATIC int64_t request_tile_count(const tile_geo *g, int32_t q_len) {
+    return (int64_t)g->h_kv * ((q_len + g->q_step - 1) / g->q_step) * g->n_hb;
+}
+
+/* Write request b's tiles at out[0 ..) (request_tile_count of them); returns their cost. */
+FI_PD_STATIC int64_t request_tiles(const fi_variant *row, const tile_geo *g, int32_t b,
+                                   const fi_request_info *r, int32_t causal,
+                                   int32_t window_left, fi_tile *out) {
+    const int32_t q_len = r->q_len, kv_len = r->kv_len;
     int32_t n = 0;
     int64_t total = 0;
     /* Decode (one q block a request, as every GQA / MLA decode batch): the KV range and the
      * cost depend on the request only, so they are computed once for its h_kv x head-block
      * tiles (GQA decode at 1024 requests: 8192 tiles); same tiles, same order. */
-    const int32_t n_hb = (group + h_step - 1) / h_step;
-    const int32_t tiles_per_q_block = h_kv * n_hb;
-    for (int32_t b = 0; b < batch_size; b++) {
-        const int32_t q_len = requests[b].q_len, kv_len = requests[b].kv_len;
-        if (q_len >= 1 && q_len <= q_step && group % h_step == 0) {
-            if (n + tiles_per_q_block > max_tiles) {
-                err->status = FI_ERR_PLAN_OVER_CAPS;
-                err->request = b;
-                err->needed = (int64_t)max_tiles + 1;
-                err->limit = max_tiles;
-                err->cuda_error = 0;
-                return FI_ERR_PLAN_OVER_CAPS;
-            }
-            int32_t lo, hi;
-            fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
-            const int64_t cost = fi_variant_item_cost(&row, hi - lo, (int64_t)q_len * h_step);
-            /* One tile copied and its heads set: fewer stores than a compound literal a tile. */
-            fi_tile t = {b, 0, (int16_t)h_step, 0, q_len, lo, hi, cost};
-            for (int32_t hb = 0; hb < h_kv * group; hb += h_step) {
-                tiles[n++] = t;
-                t.head_begin = (int16_t)(hb + h_step);
-                t.head_end = (int16_t)(hb + 2 * h_step);
-            }
-            total += cost * tiles_per_q_block;
-            continue;
+    if (q_len >= 1 && q_len <= g->q_step && g->group % g->h_step == 0) {
+        int32_t lo, hi;
+        fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
+        const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)q_len * g->h_step);
+        /* One tile copied and its heads set: fewer stores than a compound literal a tile. */
+        fi_tile t = {b, 0, (int16_t)g->h_step, 0, q_len, lo, hi, cost};
+        for (int32_t hb = 0; hb < g->h_kv * g->group; hb += g->h_step) {
+            out[n++] = t;
+            t.head_begin = (int16_t)(hb + g->h_step);
+            t.head_end = (int16_t)(hb + 2 * g->h_step);
         }
-        for (int32_t kvh = 0; kvh < h_kv; kvh++) {
-            const int32_t h0 = kvh * group, h1 = h0 + group;
-            for (int32_t q0 = 0; q0 < q_len; q0 += q_step) {
-                const int32_t q1 = q0 + q_step < q_len ? q0 + q_step : q_len;
-                int32_t lo, hi;
-                fi_tile_kv_range(causal, window_left, q_len, kv_len, q0, q1, &lo, &hi);
-                for (int32_t hb = h0; hb < h1; hb += h_step) {
-                    const int32_t he = hb + h_step < h1 ? hb + h_step : h1;
-                    if (n >= max_tiles) {
-                        err->status = FI_ERR_PLAN_OVER_CAPS;
-                        err->request = b;
-                        err->needed = (int64_t)n + 1;
-                        err->limit = max_tiles;
-                        err->cuda_error = 0;
-                        return FI_ERR_PLAN_OVER_CAPS;
-                    }
-                    const int64_t rows = (int64_t)(q1 - q0) * (he - hb);
-                    const int64_t cost = fi_variant_item_cost(&row, hi - lo, rows);
-                    tiles[n++] = (fi_tile){b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
-                    total += cost;
-                }
+        return cost * n;
+    }
+    for (int32_t kvh = 0; kvh < g->h_kv; kvh++) {
+        const int32_t h0 = kvh * g->group, h1 = h0 + g->group;
+        for (int32_t q0 = 0; q0 < q_len; q0 += g->q_step) {
+            const int32_t q1 = q0 + g->q_step < q_len ? q0 + g->q_step : q_len;
+            int32_t lo, hi;
+            fi_tile_kv_range(causal, window_left, q_len, kv_len, q0, q1, &lo, &hi);
+            for (int32_t hb = h0; hb < h1; hb += g->h_step) {
+                const int32_t he = hb + g->h_step < h1 ? hb + g->h_step : h1;
+                const int64_t rows = (int64_t)(q1 - q0) * (he - hb);
+                const int64_t cost = fi_variant_item_cost(row, hi - lo, rows);
+                const fi_tile t = {b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
+                out[n++] = t;
+                total += cost;
             }
         }
     }
-    *num_tiles = n;
+    return total;
+}
+
+FI_PD_STATIC fi_status over_tiles(fi_error_detail *err, int32_t b, int32_t max_tiles) {
+    err->status = FI_ERR_PLAN_OVER_CAPS;
+    err->request = b;
+    err->needed = (int64_t)max_tiles + 1;
+    err->limit = max_tiles;
+    err->cuda_error = 0;
+    return FI_ERR_PLAN_OVER_CAPS;
+}
+
+FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
+                               const fi_request_info *requests, int32_t batch_size,
+                               int32_t causal, int32_t window_left, fi_tile *tiles,
+                               int32_t max_tiles, int32_t *num_tiles, int64_t *total_cost,
+                               fi_error_detail *err) {
+    /* A local copy: the tile stores below could alias *v, which would reload it per tile. */
+    const fi_variant row = *v;
+    const tile_geo g = tile_geo_of(&row, caps);
+    int64_t n = 0, total = 0;
+    for (int32_t b = 0; b < batch_size; b++) {
+        const int64_t k = request_tile_count(&g, requests[b].q_len);
+        if (n + k > max_tiles)
+            return over_tiles(err, b, max_tiles);
+        total += request_tiles(&row, &g, b, &requests[b], causal, window_left, tiles + n);
+        n += k;
+    }
+    *num_tiles = (int32_t)n;
     *total_cost = total;
+    return FI_OK;
+}
+
+FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps,
+                                        const fi_request_info *requests, int32_t batch_size,
+                                        int32_t causal, int32_t window_left, int64_t *offset,
+                                        fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
+                                        int64_t *total_cost, fi_error_detail *err) {
+    const tile_geo g = tile_geo_of(v, caps);
+    FI_PP_FOR(b, batch_size)
+    offset[b] = request_tile_count(&g, requests[b].q_len);
+    FI_PP_SYNC();
+    const int64_t n = fi_pp_scan(offset, batch_size);
+    if (n > max_tiles) { /* the first request that does not fit, as the sequential build */
+        int64_t first = batch_size;
+        FI_PP_FOR(b, batch_size)
+        if (offset[b] + request_tile_count(&g, requests[b].q_len) > max_tiles && b < first)
+            first = b;
+        return over_tiles(err, (int32_t)fi_pp_min(first), max_tiles);
+    }
+    int64_t total = 0;
+    FI_PP_FOR(b, batch_size)
+    total += request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b]);
+    *num_tiles = (int32_t)n;
+    *total_cost = fi_pp_sum(total);
     return FI_OK;
 }

@@ -27,4 +27,12 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
                          int32_t window_left, fi_tile *tiles, int32_t max_tiles,
                          int32_t *num_tiles, int64_t *total_cost, fi_error_detail *err);
 
+/* fi_tiles_build for the data-parallel planner (planner/parallel.h): the same tiles in the
+ * same order; offset: scratch [batch_size]. */
+FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps,
+                                        const fi_request_info *requests, int32_t batch_size,
+                                        int32_t causal, int32_t window_left, int64_t *offset,
+                                        fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
+                                        int64_t *total_cost, fi_error_detail *err);
+
 #endif

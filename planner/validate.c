@@ -9,6 +9,8 @@
  */
 #include "planner/validate.h"
 
+#include "planner/parallel.h"
+
 /* The SSE2 page scan is host C only (the device planner scans pages with a whole CTA). */
 #if defined(__SSE2__) && !defined(__CUDACC__)
 #define FI_VALIDATE_SSE2 1
@@ -131,6 +133,122 @@ FI_PD_STATIC fi_status check_pages(const fi_caps *caps, const int32_t *row, int6
     return FI_OK;
 }
 
+/* Where request rows live in the page table, per batch (read once). */
+typedef struct table_geo {
+    int64_t P;          /* block-table row length (0: INDPTR) */
+    int64_t row_stride; /* P, or 2P for [B, 2, P] */
+    const int32_t *table;
+    int64_t page_size;
+    int page_shift;
+} table_geo;
+
+FI_PD_STATIC table_geo table_geo_of(const fi_caps *caps, const fi_batch *bt) {
+    table_geo t;
+    t.P = bt->form == FI_FORM_INDPTR ? 0 : bt->max_pages_per_seq;
+    t.row_stride = t.P * (bt->form != FI_FORM_INDPTR && bt->kv_split_pages ? 2 : 1);
+    t.table = bt->form == FI_FORM_INDPTR ? bt->kv_indices : bt->block_tables;
+    /* Pages used = ceil(kv_len / page_size): a shift for the power-of-two page sizes caps
+     * allow (a 64-bit division per request costs tens of cycles). */
+    t.page_size = caps->page_size;
+    t.page_shift = fi_page_shift(caps->page_size);
+    return t;
+}
+
+/* kv_indices holds kv_indptr[B] entries: the whole kv_indptr must be monotone before any
+ * request's pages are read, or an entry past kv_indptr[B] followed by a decrease would make
+ * request b read beyond the caller's array (fuzzer: crash-kv-indptr-decreases).  Then the
+ * form's first entries.  The checks that precede the per-request rules. */
+FI_PD_STATIC fi_status check_arrays(const fi_batch *bt, fi_error_detail *err) {
+    fi_status st = FI_OK;
+    if (bt->form == FI_FORM_INDPTR)
+        st = check_first(bt, bt->qo_indptr, bt->kv_indptr, err);
+    if (bt->form == FI_FORM_CUM_SEQ_LENS)
+        st = check_first(bt, bt->cum_seq_lens_q, bt->cum_seq_lens_kv, err);
+    return st;
+}
+
+/* Request b's rules in fiattn.h's order, q_incl = the q tokens of requests 0 .. b (the
+ * running-total rule).  On success *f holds its fields and *used its pages. */
+FI_PD_STATIC fi_status request_rules(const fi_caps *caps, const fi_batch *bt, const table_geo *t,
+                                     int32_t b, int64_t q_incl, const int64_t *page_verdict,
+                                     fi_request_fields *f, int64_t *used,
+                                     fi_error_detail *err) {
+    *f = fi_request_read(bt, b, t->row_stride);
+    const int64_t q_len = f->q_len, kv_len = f->kv_len, row = f->row;
+    switch (bt->form) {
+    case FI_FORM_BLOCK_TABLES:
+        break;
+    case FI_FORM_INDPTR:
+        if (q_len < 0)
+            return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->qo_indptr[b + 1],
+                        bt->qo_indptr[b]);
+        break;
+    default: /* FI_FORM_CUM_SEQ_LENS */
+        if (q_len < 0)
+            return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->cum_seq_lens_q[b + 1],
+                        bt->cum_seq_lens_q[b]);
+        if (kv_len < 0)
+            return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->cum_seq_lens_kv[b + 1],
+                        bt->cum_seq_lens_kv[b]);
+        if (bt->seq_lens) {
+            if (bt->seq_lens[b] < 0)
+                return fail(err, FI_ERR_NEGATIVE_LENGTH, b, bt->seq_lens[b], 0);
+            if (bt->seq_lens[b] != kv_len)
+                return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, bt->seq_lens[b], kv_len);
+        }
+        break;
+    }
+    if (kv_len < 0)
+        return fail(err, FI_ERR_NEGATIVE_LENGTH, b, kv_len, 0);
+    if (!q_len_ok(caps, q_len))
+        return fail(err, FI_ERR_Q_LEN_UNSUPPORTED, b, q_len,
+                    caps->kind == FI_KIND_CONTEXT ? -1 : 8);
+    if (bt->causal && kv_len > 0 && q_len > kv_len)
+        return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, q_len, kv_len);
+    if (q_incl > caps->max_q_tokens)
+        return fail(err, FI_ERR_Q_TOKENS_OVER_CAPS, b, q_incl, caps->max_q_tokens);
+    *used = t->page_shift >= 0 ? (kv_len + t->page_size - 1) >> t->page_shift
+                               : (kv_len + t->page_size - 1) / t->page_size;
+    if (*used > f->avail) /* INDPTR: avail >= 0, kv_indptr checked before */
+        return fail(err, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, *used, f->avail);
+    /* Offsets fit int32 by the rules above: row + row_stride <= B * row_stride (the
+     * page-table size check; INDPTR rows are kv_indptr values), and q_off + q_len <= the q
+     * tokens so far (<= caps.max_q_tokens) in every form. */
+    if (page_verdict) { /* scanned already (the device planner's CTA) */
+        if (page_verdict[b] != FI_PAGES_OK)
+            return fail(err, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, b, page_verdict[b],
+                        caps->num_pages);
+        return FI_OK;
+    }
+#ifndef __CUDA_ARCH__
+    /* The next request's row (block-table forms): its first lines are fetched while this
+     * row is scanned (the loop's case: the table is cold after a replay). */
+    if (bt->form != FI_FORM_INDPTR && b + 1 < bt->batch_size)
+        for (int64_t k = 0; k < t->P && k < 64; k += 16)
+            __builtin_prefetch(t->table + row + t->row_stride + k);
+#endif
+    fi_status st = check_pages(caps, t->table + row, *used, b, err);
+    if (st == FI_OK && bt->form != FI_FORM_INDPTR && bt->kv_split_pages)
+        st = check_pages(caps, t->table + row + t->P, *used, b, err);
+    return st;
+}
+
+FI_PD_STATIC void request_write(fi_request_info *r, const fi_request_fields *f) {
+    r->q_offset = (int32_t)f->q_offset;
+    r->q_len = (int32_t)f->q_len;
+    r->kv_len = (int32_t)f->kv_len;
+    r->page_row_offset = (int32_t)f->row;
+}
+
+FI_PD_STATIC fi_status ok(fi_error_detail *err) {
+    err->status = FI_OK;
+    err->request = -1;
+    err->needed = -1;
+    err->limit = -1;
+    err->cuda_error = 0;
+    return FI_OK;
+}
+
 FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
                                      const int64_t *page_verdict, fi_request_info *requests,
                                      int32_t *total_q_tokens, fi_page_table_geom *geom,
@@ -141,111 +259,100 @@ FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
     if (!caps || !batch || !total_q_tokens)
         return fail(err, FI_ERR_NULL_ARGUMENT, -1, -1, -1);
     fi_status st = fi_batch_check_scalars(caps, batch, err);
-    if (st == FI_OK && batch->form == FI_FORM_INDPTR)
-        st = check_first(batch, batch->qo_indptr, batch->kv_indptr, err);
-    if (st == FI_OK && batch->form == FI_FORM_CUM_SEQ_LENS)
-        st = check_first(batch, batch->cum_seq_lens_q, batch->cum_seq_lens_kv, err);
+    if (st == FI_OK)
+        st = check_arrays(batch, err);
     if (st != FI_OK)
         return st;
-
     const fi_batch *bt = batch;
-    /* Block-table row stride in elements; unused (0) for the INDPTR form. */
-    const int64_t P = bt->form == FI_FORM_INDPTR ? 0 : bt->max_pages_per_seq;
-    const int64_t row_stride = P * (bt->form != FI_FORM_INDPTR && bt->kv_split_pages ? 2 : 1);
-    const int32_t *table = bt->form == FI_FORM_INDPTR ? bt->kv_indices : bt->block_tables;
-    int64_t total_q = 0;
-    /* kv_indices holds kv_indptr[B] entries: the whole kv_indptr must be monotone before any
-     * request's pages are read, or an entry past kv_indptr[B] followed by a decrease would
-     * make request b read beyond the caller's array (fuzzer: crash-kv-indptr-decreases). */
     if (bt->form == FI_FORM_INDPTR)
         for (int32_t b = 0; b < bt->batch_size; b++)
             if (bt->kv_indptr[b + 1] < bt->kv_indptr[b])
                 return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->kv_indptr[b + 1],
                             bt->kv_indptr[b]);
+    const table_geo t = table_geo_of(caps, bt);
     fi_page_table_geom g = fi_page_table_geom_begin(bt);
-    /* Pages used = ceil(kv_len / page_size): a shift for the power-of-two page sizes caps
-     * allow (a 64-bit division per request costs tens of cycles). */
-    const int64_t page_size = caps->page_size;
-    const int page_shift = fi_page_shift(caps->page_size);
+    int64_t total_q = 0;
     for (int32_t b = 0; b < bt->batch_size; b++) {
-        const fi_request_fields f = fi_request_read(bt, b, row_stride);
-        const int64_t q_off = f.q_offset, q_len = f.q_len, kv_len = f.kv_len, row = f.row;
-        const int64_t avail = f.avail; /* INDPTR: >= 0, kv_indptr checked above */
-        switch (bt->form) {
-        case FI_FORM_BLOCK_TABLES:
-            break;
-        case FI_FORM_INDPTR:
-            if (q_len < 0)
-                return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->qo_indptr[b + 1],
-                            bt->qo_indptr[b]);
-            break;
-        default: /* FI_FORM_CUM_SEQ_LENS */
-            if (q_len < 0)
-                return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->cum_seq_lens_q[b + 1],
-                            bt->cum_seq_lens_q[b]);
-            if (kv_len < 0)
-                return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->cum_seq_lens_kv[b + 1],
-                            bt->cum_seq_lens_kv[b]);
-            if (bt->seq_lens) {
-                if (bt->seq_lens[b] < 0)
-                    return fail(err, FI_ERR_NEGATIVE_LENGTH, b, bt->seq_lens[b], 0);
-                if (bt->seq_lens[b] != kv_len)
-                    return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, bt->seq_lens[b], kv_len);
-            }
-            break;
-        }
-        if (kv_len < 0)
-            return fail(err, FI_ERR_NEGATIVE_LENGTH, b, kv_len, 0);
-        if (!q_len_ok(caps, q_len))
-            return fail(err, FI_ERR_Q_LEN_UNSUPPORTED, b, q_len,
-                        caps->kind == FI_KIND_CONTEXT ? -1 : 8);
-        if (bt->causal && kv_len > 0 && q_len > kv_len)
-            return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, q_len, kv_len);
-        total_q += q_len;
-        if (total_q > caps->max_q_tokens)
-            return fail(err, FI_ERR_Q_TOKENS_OVER_CAPS, b, total_q, caps->max_q_tokens);
-        const int64_t used = page_shift >= 0 ? (kv_len + page_size - 1) >> page_shift
-                                             : (kv_len + page_size - 1) / page_size;
-        if (used > avail)
-            return fail(err, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, used, avail);
-        /* Offsets fit int32 by the rules above: row + row_stride <= B * row_stride (the
-         * page-table size check; INDPTR rows are kv_indptr values), and q_off + q_len <=
-         * the q tokens so far (<= caps.max_q_tokens) in every form. */
-        /* The next request's row (block-table forms): its first lines are fetched while
-         * this row is scanned (the loop's case: the table is cold after a replay). */
-        if (page_verdict) { /* scanned already (the device planner's CTA) */
-            if (page_verdict[b] != FI_PAGES_OK)
-                return fail(err, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, b, page_verdict[b],
-                            caps->num_pages);
-        } else {
-#ifndef __CUDA_ARCH__
-            if (bt->form != FI_FORM_INDPTR && b + 1 < bt->batch_size)
-                for (int64_t k = 0; k < P && k < 64; k += 16)
-                    __builtin_prefetch(table + row + row_stride + k);
-#endif
-            st = check_pages(caps, table + row, used, b, err);
-            if (st == FI_OK && bt->form != FI_FORM_INDPTR && bt->kv_split_pages)
-                st = check_pages(caps, table + row + P, used, b, err);
-            if (st != FI_OK)
-                return st;
-        }
-        fi_page_table_geom_add(&g, row, used);
-        if (requests) {
-            requests[b].q_offset = (int32_t)q_off;
-            requests[b].q_len = (int32_t)q_len;
-            requests[b].kv_len = (int32_t)kv_len;
-            requests[b].page_row_offset = (int32_t)row;
-        }
+        fi_request_fields f;
+        int64_t used = 0;
+        total_q += fi_request_read(bt, b, t.row_stride).q_len;
+        st = request_rules(caps, bt, &t, b, total_q, page_verdict, &f, &used, err);
+        if (st != FI_OK)
+            return st;
+        fi_page_table_geom_add(&g, f.row, used);
+        if (requests)
+            request_write(&requests[b], &f);
     }
     *total_q_tokens = (int32_t)total_q;
     if (geom)
         *geom = g;
-    err->status = FI_OK;
-    err->request = -1;
-    err->needed = -1;
-    err->limit = -1;
-    err->cuda_error = 0;
-    return FI_OK;
+    return ok(err);
+}
+
+FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
+                                        const int64_t *page_verdict, int64_t *q_scan,
+                                        fi_request_info *requests, int32_t *total_q_tokens,
+                                        fi_page_table_geom *geom, fi_error_detail *err) {
+    /* The scalar rules and the first entries: every thread (same reads, same verdict). */
+    fi_status st = fi_batch_check_scalars(caps, bt, err);
+    if (st == FI_OK)
+        st = check_arrays(bt, err);
+    if (st != FI_OK)
+        return st;
+    const int32_t B = bt->batch_size;
+    if (bt->form == FI_FORM_INDPTR) {
+        int64_t first = B;
+        FI_PP_FOR(b, B)
+        if (bt->kv_indptr[b + 1] < bt->kv_indptr[b] && b < first)
+            first = b;
+        first = fi_pp_min(first);
+        if (first < B) {
+            const int32_t b = (int32_t)first;
+            return fail(err, FI_ERR_INDPTR_NOT_MONOTONE, b, bt->kv_indptr[b + 1],
+                        bt->kv_indptr[b]);
+        }
+    }
+    const table_geo t = table_geo_of(caps, bt);
+    FI_PP_FOR(b, B)
+    q_scan[b] = fi_request_read(bt, b, t.row_stride).q_len;
+    FI_PP_SYNC();
+    const int64_t total_q = fi_pp_scan(q_scan, B);
+    /* Every request's rules; the lowest failing request is the one reported (the rules of
+     * one request run in order, so its first broken rule is the sequential check's). */
+    int64_t first = B;
+    FI_PP_FOR(b, B) {
+        fi_request_fields f;
+        int64_t used = 0;
+        fi_error_detail e;
+        const int64_t q_incl = q_scan[b] + fi_request_read(bt, b, t.row_stride).q_len;
+        if (request_rules(caps, bt, &t, b, q_incl, page_verdict, &f, &used, &e) != FI_OK) {
+            if (b < first)
+                first = b;
+        } else {
+            request_write(&requests[b], &f);
+        }
+    }
+    first = fi_pp_min(first);
+    if (first < B) {
+        const int32_t b = (int32_t)first;
+        fi_request_fields f;
+        int64_t used = 0;
+        const int64_t q_incl = q_scan[b] + fi_request_read(bt, b, t.row_stride).q_len;
+        return request_rules(caps, bt, &t, b, q_incl, page_verdict, &f, &used, err);
+    }
+    if (geom) { /* host only (the device planner passes NULL) */
+        fi_page_table_geom g = fi_page_table_geom_begin(bt);
+        for (int32_t b = 0; b < B; b++)
+            fi_page_table_geom_add(&g, requests[b].page_row_offset,
+                                   t.page_shift >= 0
+                                       ? ((int64_t)requests[b].kv_len + t.page_size - 1) >>
+                                             t.page_shift
+                                       : ((int64_t)requests[b].kv_len + t.page_size - 1) /
+                                             t.page_size);
+        *geom = g;
+    }
+    *total_q_tokens = (int32_t)total_q;
+    return ok(err);
 }
 
 FI_PD fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,

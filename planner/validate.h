@@ -63,6 +63,15 @@ FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
                                      int32_t *total_q_tokens, fi_page_table_geom *geom,
                                      fi_error_detail *err);
 
+/* fi_batch_check_pages for the data-parallel planner (planner/parallel.h: every thread of
+ * the device planner calls it; one pass on the host): the same rules, the same first broken
+ * rule reported, requests[b] written for every request that passes.  page_verdict: as
+ * above, or NULL (host).  q_scan: scratch [batch_size].  geom: may be NULL. */
+FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *batch,
+                                        const int64_t *page_verdict, int64_t *q_scan,
+                                        fi_request_info *requests, int32_t *total_q_tokens,
+                                        fi_page_table_geom *geom, fi_error_detail *err);
+
 /* fi_batch_validate's rules and statuses in one pass that writes requests[b] as soon as
  * request b passes (so a failure leaves requests partly written: fi_plan_update passes its
  * back staging buffer, which nobody reads until the update succeeds).  requests may be

@@ -27,6 +27,9 @@
 
 static uint64_t g_seed;
 
+/* Nonzero: plan the decode kinds with their data-parallel partition rows (ppart.c). */
+static int g_parallel_rows;
+
 static void run_many(int iters, const batchgen_opts *base) {
     tt_rng rng = {g_seed ^ (uint64_t)iters * 0x9e37ull ^ (uint64_t)(base ? base->shape : 0)};
     char msg[512];
@@ -34,6 +37,8 @@ static void run_many(int iters, const batchgen_opts *base) {
         batchgen_batch g;
         batchgen_opts o = base ? *base : (batchgen_opts){0};
         assert_int_equal(batchgen_make(&rng, &o, &g), 0);
+        if (g_parallel_rows && g.caps.kind != FI_KIND_CONTEXT)
+            g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : 1;
         fi_plan *p = NULL;
         fi_status st = fi_plan_create(&g.caps, NULL, 0, NULL, &p);
         if (st != FI_OK)
@@ -118,6 +123,18 @@ static void plan_covers_every_kv_token_once_global_walk(void **state) {
     fi_partition_test_force_global = 0;
 }
 
+/* The data-parallel partition (planner/ppart.c) on the same random batches: every KV token
+ * once, bounds, groups and slots as for the walk (tt_plan_check). */
+static void plan_covers_every_kv_token_once_parallel_partition(void **state) {
+    (void)state;
+    g_parallel_rows = 1;
+    run_many(2000, NULL);
+    batchgen_opts o = {0};
+    o.shape = BATCHGEN_LONG_TAIL;
+    run_many(200, &o);
+    g_parallel_rows = 0;
+}
+
 static void plan_with_one_cta_never_splits(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 7};
@@ -126,6 +143,8 @@ static void plan_with_one_cta_never_splits(void **state) {
         batchgen_opts o = {0};
         o.num_ctas = 1;
         assert_int_equal(batchgen_make(&rng, &o, &g), 0);
+        if (g_parallel_rows && g.caps.kind != FI_KIND_CONTEXT)
+            g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : 1;
         fi_plan *p = NULL;
         assert_int_equal(fi_plan_create(&g.caps, NULL, 0, NULL, &p), FI_OK);
         assert_int_equal(fi_plan_update(p, &g.batch, NULL), FI_OK);
@@ -148,6 +167,7 @@ int main(void) {
         cmocka_unit_test(plan_covers_max_batch),
         cmocka_unit_test(plan_covers_windows_and_non_causal),
         cmocka_unit_test(plan_covers_every_kv_token_once_global_walk),
+        cmocka_unit_test(plan_covers_every_kv_token_once_parallel_partition),
         cmocka_unit_test(plan_with_one_cta_never_splits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

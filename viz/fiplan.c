@@ -25,7 +25,7 @@ typedef struct options {
     int32_t batch, step, first, q_len, prefix, num_prefill;
     int32_t *lengths, num_lengths;
     int32_t kind;               /* 0: by mode */
-    int32_t heads, kv_heads, head_dim, page_size, ctas, window_left, causal;
+    int32_t heads, kv_heads, head_dim, page_size, ctas, window_left, causal, variant;
     int32_t form;               /* 0: by kind and lengths */
     int32_t shuffle;
     uint64_t seed;
@@ -61,6 +61,8 @@ static void usage(FILE *f) {
         "  --head-dim D        gqa/context head dim   [128] (MLA is 576/512)\n"
         "  --page-size P       tokens per page        [64]\n"
         "  --ctas N            persistent CTAs        [132]\n"
+        "  --variant N         tile table row of the kind (docs/DESIGN.md; e.g. the\n"
+        "                      data-parallel partition rows: mla 2, gqa 1)   [0]\n"
         "  --window-left W     sliding window (-1 unlimited) [-1]\n"
         "  --causal 0|1        [1]\n"
         "  --form F            block_tables | indptr | cum_seq_lens (context only)  [by kind]\n"
@@ -113,7 +115,7 @@ static int parse_lengths(const char *s, options *o) {
 enum {
     OPT_TRACE = 256, OPT_MODE, OPT_BATCH, OPT_STEP, OPT_FIRST, OPT_LENGTHS, OPT_QLEN,
     OPT_PREFIX, OPT_PREFILL, OPT_KIND, OPT_HEADS, OPT_KVHEADS, OPT_HEADDIM, OPT_PAGESIZE,
-    OPT_CTAS, OPT_WINDOW, OPT_CAUSAL, OPT_FORM, OPT_SHUFFLE, OPT_SEED, OPT_DOT, OPT_SVG,
+    OPT_CTAS, OPT_VARIANT, OPT_WINDOW, OPT_CAUSAL, OPT_FORM, OPT_SHUFFLE, OPT_SEED, OPT_DOT, OPT_SVG,
     OPT_JSON, OPT_EXECUTE, OPT_CPU, OPT_REPEAT, OPT_HELP, OPT_EXPLAIN,
 };
 
@@ -131,6 +133,7 @@ static int parse_options(int argc, char **argv, options *o) {
         {"head-dim", required_argument, 0, OPT_HEADDIM},
         {"page-size", required_argument, 0, OPT_PAGESIZE},
         {"ctas", required_argument, 0, OPT_CTAS},
+        {"variant", required_argument, 0, OPT_VARIANT},
         {"window-left", required_argument, 0, OPT_WINDOW},
         {"causal", required_argument, 0, OPT_CAUSAL}, {"form", required_argument, 0, OPT_FORM},
         {"shuffle", no_argument, 0, OPT_SHUFFLE}, {"seed", required_argument, 0, OPT_SEED},
@@ -170,6 +173,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_HEADDIM: ok = parse_int(optarg, 1, 4096, &o->head_dim); break;
         case OPT_PAGESIZE: ok = parse_int(optarg, 1, 1 << 16, &o->page_size); break;
         case OPT_CTAS: ok = parse_int(optarg, 1, 1 << 16, &o->ctas); break;
+        case OPT_VARIANT: ok = parse_int(optarg, 0, 64, &o->variant); break;
         case OPT_WINDOW: ok = parse_int(optarg, -1, big, &o->window_left); break;
         case OPT_CAUSAL: ok = parse_int(optarg, 0, 1, &o->causal); break;
         case OPT_FORM:
@@ -332,6 +336,7 @@ int main(int argc, char **argv) {
     caps.head_dim_vo = mla ? 512 : caps.head_dim_qk;
     caps.q_dtype = caps.kv_dtype = caps.o_dtype = FI_DTYPE_F32;
     caps.num_ctas = o.ctas;
+    caps.variant = o.variant;
 
     fi_status s = fi_plan_create(&caps, NULL, 0, fiplan_allocator(), &plan);
     if (s != FI_OK) {

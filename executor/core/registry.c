@@ -28,9 +28,19 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 1, .name = "mla_decode_rows32", .tile_rows = 32,
      .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
+    /* The default MLA tile with the data-parallel partition (planner/ppart.c, no packing):
+     * the row to give fi_plan_update_device, whose planning kernel then runs in
+     * microseconds with a whole CTA instead of one thread (docs/DESIGN.md section 10). */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 2, .name = "mla_decode_parallel_plan",
+     .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
+     .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_gqa},
+    /* GQA decode with the data-parallel partition (as mla_decode_parallel_plan). */
+    {.kind = FI_KIND_GQA_DECODE, .variant = 1, .name = "gqa_decode_parallel_plan",
+     .tile_rows = 64, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
+     .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_gqa},
     {.kind = FI_KIND_CONTEXT, .variant = 0, .name = "context", .tile_rows = 128,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = NULL},

@@ -39,6 +39,7 @@ __device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64()
 #include "planner/model.c"
 #include "planner/pack.c"
 #include "planner/partition.c"
+#include "planner/ppart.c"
 #include "planner/build.c"
 
 namespace {
@@ -102,14 +103,21 @@ __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt,
     }
 }
 
-/* Thread 0: the plan into `base` (shared or the workspace), or the empty plan and the
- * broken rule. */
+/* The plan into `base` (shared or the workspace), or the empty plan and the broken rule.
+ * Rows with the parallel partition: every thread; the others: thread 0 alone. */
 __device__ void plan_step(fi_device_plan_params &p, const fi_batch &bt, const int64_t *verdict,
                           fi_planner_scratch *scratch, unsigned char *base,
                           fi_device_status *status) {
+    const int parallel = p.variant.partition == FI_PARTITION_PARALLEL;
     fi_error_detail err = detail(FI_OK, -1, -1, -1);
-    fi_status st = fi_plan_build(&p.caps, &p.variant, &p.layout, scratch, &bt, verdict, base,
-                                 NULL, &err);
+    fi_status st = parallel ? fi_plan_build_parallel(&p.caps, &p.variant, &p.layout, scratch,
+                                                     &bt, verdict, base, NULL, &err)
+                            : fi_plan_build(&p.caps, &p.variant, &p.layout, scratch, &bt,
+                                            verdict, base, NULL, &err);
+    if (parallel)
+        __syncthreads(); /* the header is the leader's */
+    if (threadIdx.x != 0)
+        return;
     if (st == FI_OK) {
         const fi_plan_header *h = fi_stage_header(base, &p.layout);
         if (h->total_q_tokens > p.max_q_tokens)
@@ -171,12 +179,15 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
     bt.batch_size = B;
     scan_pages(p, bt, verdict);
     __syncthreads();
-    if (threadIdx.x == 0) {
+    /* Every thread carves the same arena (pure pointer arithmetic). */
+    fi_planner_scratch scratch;
+    fi_scratch_arena a = {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0};
+    fi_planner_scratch_carve_arena(&scratch, &l, &a);
+    if (threadIdx.x == 0)
         FI_PD_STAMP(0);
-        fi_planner_scratch scratch;
-        fi_scratch_arena a = {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0};
-        fi_planner_scratch_carve_arena(&scratch, &l, &a);
+    if (p.variant.partition == FI_PARTITION_PARALLEL || threadIdx.x == 0)
         plan_step(p, bt, verdict, &scratch, base, status);
+    if (threadIdx.x == 0) {
         FI_PD_STAMP(8);
 #ifdef FI_PROFILE
         for (int k = 0; k < 16; k++)

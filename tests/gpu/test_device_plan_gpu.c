@@ -146,18 +146,26 @@ typedef struct bytes_cfg {
     const char *name;
     fi_kind kind;
     int32_t hq, hkv, dim_qk, page_size, max_batch, num_ctas;
+    int32_t variant; /* tile table row: 0 the walk, MLA 2 / GQA 1 the parallel partition */
 } bytes_cfg;
 
 /* MLA heads 16 (thin tiles: the packing partition) and 128 (two tiles a row), GQA
  * Llama-3-8B heads at pages 16 and 64; one CTA (nothing cut), a few (many pieces a tile),
  * an odd count, and an H100 / H200's 132. */
 static const bytes_cfg BYTES_CFGS[] = {
-    {"mla h16 page 64, 132 ctas", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256, 132},
-    {"mla h128 page 32, 132 ctas", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64, 132},
-    {"mla h16 page 16, 1 cta", FI_KIND_MLA_DECODE, 16, 1, 576, 16, 32, 1},
-    {"gqa 32/8 d128 page 16, 132 ctas", FI_KIND_GQA_DECODE, 32, 8, 128, 16, 1024, 132},
-    {"gqa 32/8 d128 page 64, 16 ctas", FI_KIND_GQA_DECODE, 32, 8, 128, 64, 128, 16},
-    {"gqa 32/8 d128 page 64, 77 ctas", FI_KIND_GQA_DECODE, 32, 8, 128, 64, 512, 77},
+    {"mla h16 page 64, 132 ctas", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256, 132, 0},
+    {"mla h128 page 32, 132 ctas", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64, 132, 0},
+    {"mla h16 page 16, 1 cta", FI_KIND_MLA_DECODE, 16, 1, 576, 16, 32, 1, 0},
+    {"gqa 32/8 d128 page 16, 132 ctas", FI_KIND_GQA_DECODE, 32, 8, 128, 16, 1024, 132, 0},
+    {"gqa 32/8 d128 page 64, 16 ctas", FI_KIND_GQA_DECODE, 32, 8, 128, 64, 128, 16, 0},
+    {"gqa 32/8 d128 page 64, 77 ctas", FI_KIND_GQA_DECODE, 32, 8, 128, 64, 512, 77, 0},
+    /* the data-parallel partition rows (planner/ppart.c): the whole CTA plans */
+    {"mla h16 page 64, 132 ctas, parallel", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256, 132, 2},
+    {"mla h128 page 32, 132 ctas, parallel", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64, 132, 2},
+    {"mla h16 page 16, 1 cta, parallel", FI_KIND_MLA_DECODE, 16, 1, 576, 16, 32, 1, 2},
+    {"gqa 32/8 d128 page 16, 132 ctas, parallel", FI_KIND_GQA_DECODE, 32, 8, 128, 16, 1024, 132,
+     1},
+    {"gqa 32/8 d128 page 64, 77 ctas, parallel", FI_KIND_GQA_DECODE, 32, 8, 128, 64, 512, 77, 1},
 };
 #define BYTES_NCFG ((int)(sizeof BYTES_CFGS / sizeof BYTES_CFGS[0]))
 
@@ -175,6 +183,7 @@ static fi_caps bytes_caps(const bytes_cfg *k) {
     c.head_dim_vo = k->kind == FI_KIND_MLA_DECODE ? MLA_D_CKV : k->dim_qk;
     c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
     c.num_ctas = k->num_ctas;
+    c.variant = k->variant;
     return c;
 }
 
@@ -760,15 +769,15 @@ static void loop_run(loop_ctx *L, tt_rng *rng) {
 
 /* MLA heads 16, concatenated cache, page 32, q_len 1, sinks, scales by pointer: B_max 32
  * rows of 64 pages (2,048 keys). */
-static void device_plan_graph_loop_mla_10000_steps(void **state) {
-    (void)state;
+static void graph_loop_mla(int32_t variant) {
     REQUIRE_GPU();
-    tt_rng rng = gt_test_rng(102);
+    tt_rng rng = gt_test_rng(102 + 10 * (uint64_t)variant);
     const int32_t ps = 32, P = DL_MAX_KV / ps;
     mla_opts o;
     memset(&o, 0, sizeof o);
     o.dtype = FI_DTYPE_BF16;
     o.heads = 16;
+    o.variant = variant;
     o.page_size = ps;
     o.form = FI_FORM_BLOCK_TABLES;
     o.sinks = 1;
@@ -801,10 +810,9 @@ static void device_plan_graph_loop_mla_10000_steps(void **state) {
 
 /* GQA 8/2 heads, d128, page 16, q_len 2 (causal MTP), sinks, scales by pointer: B_max 32
  * rows of 128 pages (2,048 keys). */
-static void device_plan_graph_loop_gqa_10000_steps(void **state) {
-    (void)state;
+static void graph_loop_gqa(int32_t variant) {
     REQUIRE_GPU();
-    tt_rng rng = gt_test_rng(103);
+    tt_rng rng = gt_test_rng(103 + 10 * (uint64_t)variant);
     const int32_t ps = 16, P = DL_MAX_KV / ps;
     gqa_opts o;
     memset(&o, 0, sizeof o);
@@ -812,6 +820,7 @@ static void device_plan_graph_loop_gqa_10000_steps(void **state) {
     o.heads_q = 8;
     o.heads_kv = 2;
     o.head_dim = 128;
+    o.variant = variant;
     o.page_size = ps;
     o.q_len = 2;
     o.sinks = 1;
@@ -837,6 +846,24 @@ static void device_plan_graph_loop_gqa_10000_steps(void **state) {
         fail_msg("setup: %s", msg);
     }
     loop_run(&L, &rng);
+}
+
+static void device_plan_graph_loop_mla_10000_steps(void **state) {
+    (void)state;
+    graph_loop_mla(0);
+}
+static void device_plan_graph_loop_gqa_10000_steps(void **state) {
+    (void)state;
+    graph_loop_gqa(0);
+}
+/* The same loops on the data-parallel partition rows (MLA 2, GQA 1: planner/ppart.c). */
+static void device_plan_graph_loop_mla_parallel_10000_steps(void **state) {
+    (void)state;
+    graph_loop_mla(2);
+}
+static void device_plan_graph_loop_gqa_parallel_10000_steps(void **state) {
+    (void)state;
+    graph_loop_gqa(1);
 }
 
 /* ==== 3. rules broken on the device: the status word, nothing written =================== */
@@ -1037,11 +1064,12 @@ static void bad_good_step(bad_ctx *x, const char *after) {
 }
 
 /* Block tables, q_len 2 causal: rows of 16 pages (the longest request: 250 keys). */
-static void bad_block_tables(tt_rng *rng) {
+static void bad_block_tables(tt_rng *rng, int32_t variant) {
     mla_opts o;
     memset(&o, 0, sizeof o);
     o.dtype = FI_DTYPE_BF16;
     o.heads = 16;
+    o.variant = variant;
     o.page_size = 16;
     o.form = FI_FORM_BLOCK_TABLES;
     o.causal = 1;
@@ -1107,11 +1135,12 @@ static void bad_block_tables(tt_rng *rng) {
 }
 
 /* The wrapper's form: qo_indptr / kv_indptr / kv_indices / kv_len, q_len 1..3 causal. */
-static void bad_indptr(tt_rng *rng) {
+static void bad_indptr(tt_rng *rng, int32_t variant) {
     mla_opts o;
     memset(&o, 0, sizeof o);
     o.dtype = FI_DTYPE_BF16;
     o.heads = 16;
+    o.variant = variant;
     o.page_size = 16;
     o.form = FI_FORM_INDPTR;
     o.causal = 1;
@@ -1154,8 +1183,11 @@ static void device_plan_bad_length_reports_status(void **state) {
     (void)state;
     REQUIRE_GPU();
     tt_rng rng = gt_test_rng(104);
-    bad_block_tables(&rng);
-    bad_indptr(&rng);
+    /* the walk's row (one thread validates) and the parallel row (every thread does) */
+    for (int32_t variant = 0; variant <= 2; variant += 2) {
+        bad_block_tables(&rng, variant);
+        bad_indptr(&rng, variant);
+    }
 }
 
 /* ==== 4. what fi_plan_update_device refuses on the host ================================== */
@@ -1390,6 +1422,8 @@ int main(void) {
         cmocka_unit_test(device_plan_bytes_match_host_1000_batches),
         cmocka_unit_test(device_plan_graph_loop_mla_10000_steps),
         cmocka_unit_test(device_plan_graph_loop_gqa_10000_steps),
+        cmocka_unit_test(device_plan_graph_loop_mla_parallel_10000_steps),
+        cmocka_unit_test(device_plan_graph_loop_gqa_parallel_10000_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

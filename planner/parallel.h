@@ -1,0 +1,105 @@
+/*
+ * planner/parallel.h - the data-parallel planner's execution model, one source for the host
+ * and the device (plan/hd.h).
+ *
+ * Code written with these runs on the host as one thread that does every iteration, and in
+ * the device planner (planner/device/plan_kernel.cu) as the whole CTA: every thread calls
+ * the same function, FI_PP_FOR splits a loop across the threads, FI_PP_SYNC is a barrier,
+ * and the scans and reductions below combine the threads' values (identity on the host,
+ * where the one thread already saw every iteration).  Integer arithmetic only, so host
+ * and device results are bit-identical.  Not installed.
+ */
+#ifndef FIATTN_PLANNER_PARALLEL_H
+#define FIATTN_PLANNER_PARALLEL_H
+
+#include <stdint.h>
+
+#include "plan/hd.h"
+
+#if defined(FI_PLANNER_DEVICE_TU) && defined(__CUDA_ARCH__)
+#define FI_PP_TID ((int32_t)threadIdx.x)
+#define FI_PP_NT ((int32_t)blockDim.x)
+#define FI_PP_SYNC() __syncthreads()
+#else
+#define FI_PP_TID 0
+#define FI_PP_NT 1
+#define FI_PP_SYNC() ((void)0)
+#endif
+/* i over [0, n), split across the threads (all of them on the host). */
+#define FI_PP_FOR(i, n) for (int32_t i = FI_PP_TID; i < (n); i += FI_PP_NT)
+/* Work of one thread (thread 0 on the device, the only one on the host). */
+#define FI_PP_LEADER (FI_PP_TID == 0)
+
+#if defined(FI_PLANNER_DEVICE_TU)
+/* Sum / min / max of every thread's v, returned to all threads (a barrier). */
+__device__ int64_t fi_pp_reduce(int64_t v, int op) {
+    __shared__ int64_t part[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
+        v = op == 0 ? v + y : op == 1 ? (y < v ? y : v) : (y > v ? y : v);
+    }
+    const int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if ((threadIdx.x & 31) == 0)
+        part[w] = v;
+    __syncthreads();
+    v = part[0];
+    for (int i = 1; i < nw; i++)
+        v = op == 0 ? v + part[i] : op == 1 ? (part[i] < v ? part[i] : v)
+                                            : (part[i] > v ? part[i] : v);
+    __syncthreads(); /* part is reused by the next call */
+    return v;
+}
+#define fi_pp_sum(v) fi_pp_reduce((v), 0)
+#define fi_pp_min(v) fi_pp_reduce((v), 1)
+#define fi_pp_max(v) fi_pp_reduce((v), 2)
+
+/* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread.  Each
+ * thread scans a contiguous chunk; the chunk sums are scanned across warps. */
+__device__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
+    __shared__ int64_t warp_sum[32];
+    const int32_t nt = blockDim.x, tid = threadIdx.x;
+    const int32_t chunk = (n + nt - 1) / nt;
+    const int32_t b = tid * chunk < n ? tid * chunk : n, e = b + chunk < n ? b + chunk : n;
+    int64_t s = 0;
+    for (int32_t i = b; i < e; i++)
+        s += a[i];
+    const int lane = tid & 31, w = tid >> 5, nw = (nt + 31) >> 5;
+    int64_t x = s; /* inclusive scan in the warp */
+    for (int o = 1; o < 32; o <<= 1) {
+        const int64_t y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o)
+            x += y;
+    }
+    if (lane == 31)
+        warp_sum[w] = x;
+    __syncthreads();
+    int64_t before = 0, total = 0;
+    for (int i = 0; i < nw; i++) {
+        before += i < w ? warp_sum[i] : 0;
+        total += warp_sum[i];
+    }
+    int64_t run = before + x - s;
+    for (int32_t i = b; i < e; i++) {
+        const int64_t v = a[i];
+        a[i] = run;
+        run += v;
+    }
+    __syncthreads(); /* every a[] written, warp_sum free */
+    return total;
+}
+#else
+FI_PD_STATIC inline int64_t fi_pp_sum(int64_t v) { return v; }
+FI_PD_STATIC inline int64_t fi_pp_min(int64_t v) { return v; }
+FI_PD_STATIC inline int64_t fi_pp_max(int64_t v) { return v; }
+FI_PD_STATIC inline int64_t fi_pp_scan(int64_t *a, int32_t n) {
+    int64_t run = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t v = a[i];
+        a[i] = run;
+        run += v;
+    }
+    return run;
+}
+#endif
+
+#endif /* FIATTN_PLANNER_PARALLEL_H */

@@ -1,0 +1,213 @@
+/*
+ * planner/ppart.c - the data-parallel partition (planner/partition.h,
+ * fi_partition_parallel), for tile table rows whose `partition` is FI_PARTITION_PARALLEL:
+ * what the device planner can compute in a few microseconds with a whole CTA, and the
+ * host computes identically.
+ *
+ * Algorithm: flash-decoding's split-KV (Dao et al. 2023) with the equal-share cut of the
+ * cumulative cost axis that FlashMLA's scheduler approximates greedily: with S the total
+ * tile cost and n CTAs, CTA c starts at cost x_c = c * budget, budget = max(ceil(S / n),
+ * floor + tile) (so two cuts of one tile are at least a floor apart).  x_c falls in tile t
+ * (binary search on the prefix sums); inside it, the tile's fixed cost (alpha * rows +
+ * beta) counts as its first part, the rest as its KV tokens: the cut position is rounded to
+ * the nearest multiple of the split grain and snapped to the tile's start or end when it
+ * would leave a piece under the floor.  Every boundary is found independently, so every
+ * step is a scan, a binary search or a per-element map (planner/parallel.h):
+ *   prefix sums of tile costs -> n + 1 boundaries -> distinct interior boundaries are cuts
+ *   -> per tile its cuts (pieces), scanned into item, group and slot offsets -> items and
+ *   groups written per tile -> work_indptr per boundary -> CTA costs per CTA.
+ * Unlike the capped walk (partition.c) the budget is not searched: the largest CTA can
+ * exceed the mean by what snapping moves (less than a floor plus one tile's fixed cost),
+ * and no packing follows.  Bounds: n - 1 interior boundaries give at most n - 1 cuts, so
+ * items <= tiles + n - 1, groups <= n - 1, slots <= 2 (n - 1) (workspace/layout.h).
+ */
+#include "planner/partition.h"
+
+#include "planner/parallel.h"
+
+/* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior). */
+FI_PD_STATIC void boundary_at(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
+                              const int64_t *prefix, int32_t T, int64_t x, int32_t *bt,
+                              int32_t *bkv, int32_t *interior) {
+    int32_t lo = 0, hi = T - 1; /* the last tile with prefix[t] <= x */
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) / 2;
+        if (prefix[mid] <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const fi_tile *t = &tiles[lo];
+    const int64_t kv0 = t->kv_begin, kv1 = t->kv_end;
+    const int64_t fixed = t->cost - (kv1 - kv0); /* alpha * rows + beta */
+    const int64_t o = x - prefix[lo];
+    int64_t pos = o <= fixed ? kv0 : fi_grain_round(sg, kv0 + (o - fixed));
+    if (pos - kv0 < sg.floor)
+        pos = kv0;
+    else if (kv1 - pos < sg.floor)
+        pos = kv1;
+    (void)v;
+    if (pos >= kv1 && kv1 > kv0) { /* the end of tile lo is the start of the next */
+        *bt = lo + 1;
+        *bkv = lo + 1 < T ? tiles[lo + 1].kv_begin : 0;
+        *interior = 0;
+        return;
+    }
+    *bt = lo;
+    *bkv = (int32_t)pos;
+    *interior = pos > kv0;
+}
+
+/* First boundary c in [0, n] whose tile is >= t (boundary tiles are non-decreasing). */
+FI_PD_STATIC int32_t first_boundary(const int32_t *btile, int32_t n, int32_t t) {
+    int32_t lo = 0, hi = n + 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        if (btile[mid] < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t limit) {
+    err->status = FI_ERR_PLAN_OVER_CAPS;
+    err->request = -1;
+    err->needed = needed;
+    err->limit = limit;
+    err->cuda_error = 0;
+    return FI_ERR_PLAN_OVER_CAPS;
+}
+
+FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles, int32_t T,
+                                      fi_planner_scratch *s, const fi_layout *l,
+                                      int32_t *work_indptr, fi_work_item *items,
+                                      fi_merge_group *groups, fi_partition_result *res,
+                                      fi_error_detail *err) {
+    const int32_t n = l->num_ctas;
+    const fi_split_grain sg = fi_split_grain_of(v);
+    fi_ppart_scratch *pp = &s->pp;
+    int64_t *prefix = s->tile_prefix; /* [T + 1] */
+    FI_PP_FOR(t, T)
+    prefix[t] = tiles[t].cost;
+    FI_PP_SYNC();
+    const int64_t S = fi_pp_scan(prefix, T);
+    if (FI_PP_LEADER)
+        prefix[T] = S;
+    int64_t budget = (S + n - 1) / n;
+    if (budget < (int64_t)sg.floor + sg.tile)
+        budget = (int64_t)sg.floor + sg.tile;
+    /* Boundaries 0 .. n: CTA c runs [boundary c, boundary c + 1). */
+    FI_PP_FOR(c, n + 1) {
+        const int64_t x = (int64_t)c * budget;
+        if (x >= S || T == 0) {
+            pp->btile[c] = T;
+            pp->bkv[c] = 0;
+            pp->interior[c] = 0;
+        } else {
+            boundary_at(v, sg, tiles, prefix, T, x, &pp->btile[c], &pp->bkv[c],
+                        &pp->interior[c]);
+        }
+    }
+    FI_PP_SYNC();
+    /* A cut: an interior boundary distinct from the one before (equal ones leave the CTAs
+     * between them empty). */
+    FI_PP_FOR(c, n + 1)
+    pp->cut_scan[c] = pp->interior[c] && !(c > 0 && pp->btile[c] == pp->btile[c - 1] &&
+                                           pp->bkv[c] == pp->bkv[c - 1]);
+    FI_PP_SYNC();
+    const int64_t cuts = fi_pp_scan(pp->cut_scan, n + 1);
+    if (FI_PP_LEADER)
+        pp->cut_scan[n + 1] = cuts;
+    FI_PP_SYNC();
+    /* Per tile: its cuts, then item / group / slot offsets. */
+    FI_PP_FOR(t, T) {
+        const int32_t c0 = first_boundary(pp->btile, n, t), c1 = first_boundary(pp->btile, n, t + 1);
+        const int64_t k = pp->cut_scan[c1] - pp->cut_scan[c0];
+        pp->item_off[t] = k + 1;
+        pp->group_off[t] = k > 0;
+        pp->slot_off[t] = k > 0 ? k + 1 : 0;
+    }
+    FI_PP_SYNC();
+    const int64_t num_items = fi_pp_scan(pp->item_off, T);
+    const int64_t num_groups = fi_pp_scan(pp->group_off, T);
+    const int64_t num_slots = fi_pp_scan(pp->slot_off, T);
+    if (num_items > l->max_items)
+        return pp_over(err, num_items, l->max_items);
+    if (num_groups > l->max_groups)
+        return pp_over(err, num_groups, l->max_groups);
+    if (num_slots > l->max_slots)
+        return pp_over(err, num_slots, l->max_slots);
+    /* Items and groups, per tile, pieces in KV order. */
+    FI_PP_FOR(t, T) {
+        const fi_tile *tl = &tiles[t];
+        const int32_t c0 = first_boundary(pp->btile, n, t), c1 = first_boundary(pp->btile, n, t + 1);
+        const int grouped = pp->cut_scan[c1] > pp->cut_scan[c0];
+        const int32_t g = (int32_t)pp->group_off[t], first = (int32_t)pp->item_off[t];
+        int32_t j = 0, start = tl->kv_begin;
+        for (int32_t c = c0; c <= c1; c++) {
+            const int last = c == c1;
+            if (!last && pp->cut_scan[c + 1] == pp->cut_scan[c])
+                continue; /* not a cut of this tile */
+            const int32_t end = last ? tl->kv_end : pp->bkv[c];
+            fi_work_item it;
+            it.request = tl->request;
+            it.head_begin = tl->head_begin;
+            it.head_end = tl->head_end;
+            it.q_begin = tl->q_begin;
+            it.q_end = tl->q_end;
+            it.kv_begin = start;
+            it.kv_end = end;
+            it.out_slot = grouped ? (int32_t)pp->slot_off[t] + j : -1;
+            it.merge_group = grouped ? g : -1;
+            items[first + j] = it;
+            start = end;
+            j++;
+        }
+        if (grouped) {
+            fi_merge_group gr;
+            gr.request = tl->request;
+            gr.head_begin = tl->head_begin;
+            gr.head_end = tl->head_end;
+            gr.q_begin = tl->q_begin;
+            gr.q_end = tl->q_end;
+            gr.first_slot = (int32_t)pp->slot_off[t];
+            gr.num_splits = j;
+            gr.first_item = first;
+            gr.reserved = 0;
+            groups[g] = gr;
+        }
+    }
+    /* Where each CTA's items start: the piece its boundary begins. */
+    FI_PP_FOR(c, n + 1) {
+        const int32_t t = pp->btile[c];
+        int64_t i = num_items;
+        if (t < T) {
+            i = pp->item_off[t];
+            if (pp->interior[c])
+                i += pp->cut_scan[c + 1] - pp->cut_scan[first_boundary(pp->btile, n, t)];
+        }
+        work_indptr[c] = (int32_t)i;
+    }
+    FI_PP_SYNC();
+    int64_t total = 0, max = 0;
+    FI_PP_FOR(c, n) {
+        int64_t cost = 0;
+        for (int32_t i = work_indptr[c]; i < work_indptr[c + 1]; i++) {
+            const fi_work_item *it = &items[i];
+            cost += fi_variant_item_cost(v, it->kv_end - it->kv_begin,
+                                         (int64_t)(it->q_end - it->q_begin) *
+                                             (it->head_end - it->head_begin));
+        }
+        total += cost;
+        max = cost > max ? cost : max;
+    }
+    res->num_items = (int32_t)num_items;
+    res->num_groups = (int32_t)num_groups;
+    res->num_slots = (int32_t)num_slots;
+    res->budget = budget;
+    res->total_cost = fi_pp_sum(total);
+    res->max_cta_cost = fi_pp_max(max);
+    return FI_OK;
+}
