@@ -200,15 +200,18 @@ typedef struct dp_case {
     gc_outputs io2;
     unsigned char *buf;
     size_t buf_bytes;
-    cudaGraph_t graph[4];
-    cudaGraphExec_t exec[4];
+    cudaGraph_t graph[6];
+    cudaGraphExec_t exec[6];
 } dp_case;
 
-enum { G_PLAN, G_E2E_PDL, G_E2E, G_EXEC };
+/* G_MIX: the device plan, then fi_run on the host plan (no dependence: what running the
+ * planner kernel before the executor costs by itself); G_EXEC_DEV: fi_run alone on the
+ * device-written plan (what the plan's bytes coming from the device cost). */
+enum { G_PLAN, G_E2E_PDL, G_E2E, G_EXEC, G_MIX, G_EXEC_DEV, G_COUNT };
 
 static void dp_free(dp_case *d) {
     if (d->v.stream) cudaStreamSynchronize(d->v.stream);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < G_COUNT; i++) {
         if (d->exec[i]) cudaGraphExecDestroy(d->exec[i]);
         if (d->graph[i]) cudaGraphDestroy(d->graph[i]);
     }
@@ -314,6 +317,14 @@ static int dp_capture(dp_case *d, int k, char *msg, size_t cap) {
     if (k == G_EXEC) {
         const fi_attn_args a = dp_args(d, &d->v.io, 0);
         st = fi_run(d->v.plan, &a, s);
+    } else if (k == G_MIX) {
+        st = fi_plan_update_device(d->dplan, &d->db, 0, s);
+        const fi_attn_args a = dp_args(d, &d->v.io, 0);
+        if (st == FI_OK)
+            st = fi_run(d->v.plan, &a, s);
+    } else if (k == G_EXEC_DEV) {
+        const fi_attn_args a = dp_args(d, &d->v.io, 0);
+        st = fi_run(d->dplan, &a, s);
     } else {
         const int pdl = k == G_E2E_PDL;
         st = fi_plan_update_device(d->dplan, &d->db, pdl, s);
@@ -383,6 +394,7 @@ fail:
 /* Everything a case's row reports, seconds. */
 typedef struct dp_times {
     double plan, e2e_pdl, e2e, exec, host_sync, dev_sync, host_ahead, dev_ahead;
+    double mix, exec_dev; /* diagnostics: G_MIX, G_EXEC_DEV */
 } dp_times;
 
 static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t cap) {
@@ -395,6 +407,8 @@ static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t 
              dp_time_graph(d, G_E2E_PDL, g->b.reps, &t->e2e_pdl, msg, cap) ||
              dp_time_graph(d, G_E2E, g->b.reps, &t->e2e, msg, cap) ||
              dp_time_graph(d, G_EXEC, g->b.reps, &t->exec, msg, cap) ||
+             dp_time_graph(d, G_MIX, g->b.reps, &t->mix, msg, cap) ||
+             dp_time_graph(d, G_EXEC_DEV, g->b.reps, &t->exec_dev, msg, cap) ||
              dp_time_loop(d, 1, 1, g->steps, buf, &t->host_sync, msg, cap) ||
              dp_time_loop(d, 0, 1, g->steps, buf, &t->dev_sync, msg, cap) ||
              dp_time_loop(d, 1, 0, g->steps, buf, &t->host_ahead, msg, cap) ||
@@ -416,6 +430,8 @@ static void dp_report(const dp_case *d, const dp_times *t, int *header) {
            "%.2f |\n", d->name, d->batch, d->items, d->groups,
            t->plan * us, t->e2e_pdl * us, t->e2e * us, t->exec * us, gap_pdl * us, gap * us,
            t->host_sync * us, t->dev_sync * us, t->host_ahead * us, t->dev_ahead * us);
+    printf("# %s: plan then the host plan's run (no dependence) %.2f us; run alone on the "
+           "device-written plan %.2f us\n", d->name, t->mix * us, t->exec_dev * us);
     fprintf(stderr, "result %s plan_us %.2f e2e_pdl_us %.2f e2e_us %.2f exec_us %.2f gap_pdl_us "
             "%.2f gap_us %.2f host_sync_us %.2f dev_sync_us %.2f host_ahead_us %.2f "
             "dev_ahead_us %.2f\n", d->name, t->plan * us, t->e2e_pdl * us, t->e2e * us,
@@ -456,7 +472,7 @@ static int run_case(const family *f, int32_t B, const cfg *g, tt_rng *rng, int *
         dp_free(&d);
         return 1;
     }
-    for (int k = 0; k < 4 && !rc; k++) rc = dp_capture(&d, k, msg, cap);
+    for (int k = 0; k < G_COUNT && !rc; k++) rc = dp_capture(&d, k, msg, cap);
     if (!rc) { /* the captured step writes what the host-planned run wrote */
         rc = gc_poison(&d.v.io, d.v.stream, msg, cap) ||
              cudaGraphLaunch(d.exec[G_E2E_PDL], d.v.stream) != cudaSuccess ||
