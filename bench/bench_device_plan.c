@@ -66,7 +66,11 @@ typedef struct cfg {
     int32_t batch[MAX_BATCHES];    /* trace snapshot sizes */
     int nbatch;
     int steps;                     /* host wall-clock loop steps */
+    void *flush;                   /* L2 flush buffer (FLUSH_BYTES), NULL: no flushed timings */
 } cfg;
+
+/* Bytes memset before each flushed replay: over four times the H200's 60 MiB L2. */
+#define FLUSH_BYTES ((size_t)256 << 20)
 
 /* ---- one family's case, as this bench sees it -------------------------------------------- */
 
@@ -200,14 +204,16 @@ typedef struct dp_case {
     gc_outputs io2;
     unsigned char *buf;
     size_t buf_bytes;
-    cudaGraph_t graph[6];
-    cudaGraphExec_t exec[6];
+    cudaGraph_t graph[8];
+    cudaGraphExec_t exec[8]; /* [G_COUNT] (the enum follows) */
 } dp_case;
 
 /* G_MIX: the device plan, then fi_run on the host plan (no dependence: what running the
  * planner kernel before the executor costs by itself); G_EXEC_DEV: fi_run alone on the
  * device-written plan (what the plan's bytes coming from the device cost). */
-enum { G_PLAN, G_E2E_PDL, G_E2E, G_EXEC, G_MIX, G_EXEC_DEV, G_COUNT };
+/* G_MEMSET: a 4-byte memset node, then fi_run on the host plan (a node before the run that
+ * is not a kernel). */
+enum { G_PLAN, G_E2E_PDL, G_E2E, G_EXEC, G_MIX, G_EXEC_DEV, G_MEMSET, G_COUNT };
 
 static void dp_free(dp_case *d) {
     if (d->v.stream) cudaStreamSynchronize(d->v.stream);
@@ -322,6 +328,10 @@ static int dp_capture(dp_case *d, int k, char *msg, size_t cap) {
         const fi_attn_args a = dp_args(d, &d->v.io, 0);
         if (st == FI_OK)
             st = fi_run(d->v.plan, &a, s);
+    } else if (k == G_MEMSET) {
+        const fi_attn_args a = dp_args(d, &d->v.io, 0);
+        BENCH_CK(cudaMemsetAsync(d->io2.d_lse, 0, 4, s));
+        st = fi_run(d->v.plan, &a, s);
     } else if (k == G_EXEC_DEV) {
         const fi_attn_args a = dp_args(d, &d->v.io, 0);
         st = fi_run(d->dplan, &a, s);
@@ -349,6 +359,16 @@ static int dp_time_graph(dp_case *d, int k, int reps, double *s, char *msg, size
     one.n = 1;
     one.exec[0] = d->exec[k];
     return bench_time_replays(d->v.stream, &one, reps, NULL, 0, s, msg, cap);
+}
+
+/* The same with the L2 flushed before each replay (flush: FLUSH_BYTES). */
+static int dp_time_graph_flushed(dp_case *d, int k, int reps, void *flush, double *s, char *msg,
+                                 size_t cap) {
+    bench_sets one;
+    memset(&one, 0, sizeof one);
+    one.n = 1;
+    one.exec[0] = d->exec[k];
+    return bench_time_replays(d->v.stream, &one, reps, flush, FLUSH_BYTES, s, msg, cap);
 }
 
 static double now_s(void) {
@@ -394,7 +414,8 @@ fail:
 /* Everything a case's row reports, seconds. */
 typedef struct dp_times {
     double plan, e2e_pdl, e2e, exec, host_sync, dev_sync, host_ahead, dev_ahead;
-    double mix, exec_dev; /* diagnostics: G_MIX, G_EXEC_DEV */
+    double mix, exec_dev, memset_run; /* diagnostics: G_MIX, G_EXEC_DEV, G_MEMSET */
+    double plan_fl, e2e_pdl_fl, exec_fl; /* L2 flushed before each replay */
 } dp_times;
 
 static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t cap) {
@@ -409,6 +430,12 @@ static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t 
              dp_time_graph(d, G_EXEC, g->b.reps, &t->exec, msg, cap) ||
              dp_time_graph(d, G_MIX, g->b.reps, &t->mix, msg, cap) ||
              dp_time_graph(d, G_EXEC_DEV, g->b.reps, &t->exec_dev, msg, cap) ||
+             dp_time_graph(d, G_MEMSET, g->b.reps, &t->memset_run, msg, cap) ||
+             (g->flush &&
+              (dp_time_graph_flushed(d, G_PLAN, g->b.reps, g->flush, &t->plan_fl, msg, cap) ||
+               dp_time_graph_flushed(d, G_E2E_PDL, g->b.reps, g->flush, &t->e2e_pdl_fl, msg,
+                                     cap) ||
+               dp_time_graph_flushed(d, G_EXEC, g->b.reps, g->flush, &t->exec_fl, msg, cap))) ||
              dp_time_loop(d, 1, 1, g->steps, buf, &t->host_sync, msg, cap) ||
              dp_time_loop(d, 0, 1, g->steps, buf, &t->dev_sync, msg, cap) ||
              dp_time_loop(d, 1, 0, g->steps, buf, &t->host_ahead, msg, cap) ||
@@ -431,7 +458,11 @@ static void dp_report(const dp_case *d, const dp_times *t, int *header) {
            t->plan * us, t->e2e_pdl * us, t->e2e * us, t->exec * us, gap_pdl * us, gap * us,
            t->host_sync * us, t->dev_sync * us, t->host_ahead * us, t->dev_ahead * us);
     printf("# %s: plan then the host plan's run (no dependence) %.2f us; run alone on the "
-           "device-written plan %.2f us\n", d->name, t->mix * us, t->exec_dev * us);
+           "device-written plan %.2f us; a memset node then the run %.2f us\n", d->name,
+           t->mix * us, t->exec_dev * us, t->memset_run * us);
+    printf("# %s: L2 flushed before each replay: plan %.2f us, e2e pdl %.2f us, exec %.2f us, "
+           "gap pdl %.2f us\n", d->name, t->plan_fl * us, t->e2e_pdl_fl * us, t->exec_fl * us,
+           (t->e2e_pdl_fl - t->plan_fl - t->exec_fl) * us);
     fprintf(stderr, "result %s plan_us %.2f e2e_pdl_us %.2f e2e_us %.2f exec_us %.2f gap_pdl_us "
             "%.2f gap_us %.2f host_sync_us %.2f dev_sync_us %.2f host_ahead_us %.2f "
             "dev_ahead_us %.2f\n", d->name, t->plan * us, t->e2e_pdl * us, t->e2e * us,
@@ -560,6 +591,7 @@ int main(int argc, char **argv) {
     tt_rng rng;
     int rc = 0;
     if (bench_begin("bench_device_plan", &g.b, &dev, &rng, &rc)) return rc;
+    if (cudaMalloc(&g.flush, FLUSH_BYTES) != cudaSuccess) g.flush = NULL;
     printf("# trace decode snapshots at step %d, bf16, q_len 1; graph replays timed back to "
            "back (median of %d); host loops: %d steps of the same batch\n", g.b.trace_step,
            g.b.reps, g.steps);

@@ -33,6 +33,14 @@
 #define FI_PD
 #define FI_PD_STATIC static
 #endif
+/* FI_PD_OUTLINE: a helper called from several places kept as one copy in the device planner
+ * (it runs as one CTA, often with a cold L2: the instructions it executes, not the ones it
+ * has, cost DRAM round trips); nothing on the host. */
+#ifdef FI_PLANNER_DEVICE_TU
+#define FI_PD_OUTLINE __noinline__
+#else
+#define FI_PD_OUTLINE
+#endif
 
 /* FI_PD_STAMP(k): in the device planner built with -DFI_PROFILE (make PROFILE=1), the
  * SM clock at point k of a plan (planner/device/plan_kernel.cu keeps them); else nothing. */

@@ -32,7 +32,7 @@
 
 #if defined(FI_PLANNER_DEVICE_TU)
 /* Sum / min / max of every thread's v, returned to all threads (a barrier). */
-__device__ int64_t fi_pp_reduce(int64_t v, int op) {
+__device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
     __shared__ int64_t part[32];
     for (int o = 16; o > 0; o >>= 1) {
         const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
@@ -55,7 +55,7 @@ __device__ int64_t fi_pp_reduce(int64_t v, int op) {
 
 /* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread.  Each
  * thread scans a contiguous chunk; the chunk sums are scanned across warps. */
-__device__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
+__device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
     __shared__ int64_t warp_sum[32];
     const int32_t nt = blockDim.x, tid = threadIdx.x;
     const int32_t chunk = (n + nt - 1) / nt;

@@ -26,7 +26,7 @@
 #include "planner/parallel.h"
 
 /* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior). */
-FI_PD_STATIC void boundary_at(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
+FI_PD_STATIC FI_PD_OUTLINE void boundary_at(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
                               const int64_t *prefix, int32_t T, int64_t x, int32_t *bt,
                               int32_t *bkv, int32_t *interior) {
     int32_t lo = 0, hi = T - 1; /* the last tile with prefix[t] <= x */
@@ -59,7 +59,7 @@ FI_PD_STATIC void boundary_at(const fi_variant *v, fi_split_grain sg, const fi_t
 }
 
 /* First boundary c in [0, n] whose tile is >= t (boundary tiles are non-decreasing). */
-FI_PD_STATIC int32_t first_boundary(const int32_t *btile, int32_t n, int32_t t) {
+FI_PD_STATIC FI_PD_OUTLINE int32_t first_boundary(const int32_t *btile, int32_t n, int32_t t) {
     int32_t lo = 0, hi = n + 1;
     while (lo < hi) {
         const int32_t mid = (lo + hi) / 2;

@@ -33,6 +33,8 @@ FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layo
     s->tile_prefix = (int64_t *)take(a, sizeof(int64_t) * (tiles + 1));
     fi_ppart_scratch *q = &s->pp;
     q->batch_scan = (int64_t *)take(a, sizeof(int64_t) * ((size_t)l->max_batch + 1));
+    q->req_row = (int64_t *)take(a, sizeof(int64_t) * ((size_t)l->max_batch + 1));
+    q->req_used = (int64_t *)take(a, sizeof(int64_t) * ((size_t)l->max_batch + 1));
     q->btile = (int32_t *)take(a, sizeof(int32_t) * (ctas + 1));
     q->bkv = (int32_t *)take(a, sizeof(int32_t) * (ctas + 1));
     q->interior = (int32_t *)take(a, sizeof(int32_t) * (ctas + 1));

@@ -57,6 +57,8 @@ typedef struct fi_pack_scratch {
  * planner/ppart.c's partition). */
 typedef struct fi_ppart_scratch {
     int64_t *batch_scan;   /* [max_batch + 1]: q tokens, then tile offsets, per request */
+    int64_t *req_row;      /* [max_batch + 1]: device page scan: a request's row, */
+    int64_t *req_used;     /* [max_batch + 1]:   and its used pages */
     int32_t *btile;        /* [num_ctas + 1]: boundary c's tile (num_tiles: the end) */
     int32_t *bkv;          /* [num_ctas + 1]: its KV position in that tile */
     int32_t *interior;     /* [num_ctas + 1]: 1 if it cuts the tile */

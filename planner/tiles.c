@@ -26,7 +26,7 @@ FI_PD_STATIC int64_t request_tile_count(const tile_geo *g, int32_t q_len) {
 }
 
 /* Write request b's tiles at out[0 ..) (request_tile_count of them); returns their cost. */
-FI_PD_STATIC int64_t request_tiles(const fi_variant *row, const tile_geo *g, int32_t b,
+FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, const tile_geo *g, int32_t b,
                                    const fi_request_info *r, int32_t causal,
                                    int32_t window_left, fi_tile *out) {
     const int32_t q_len = r->q_len, kv_len = r->kv_len;

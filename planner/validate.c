@@ -95,7 +95,7 @@ FI_PD_STATIC int q_len_ok(const fi_caps *caps, int64_t q_len) {
 /* Every used page index of a row in [0, num_pages): a branch-free scan (SSE2, 8 indices
  * per step: unsigned compare via the sign-flip trick, negatives wrap to >= limit), then a
  * second look only when something is out of range, to report which. */
-FI_PD_STATIC fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t used, int32_t b,
+FI_PD_STATIC FI_PD_OUTLINE fi_status check_pages(const fi_caps *caps, const int32_t *row, int64_t used, int32_t b,
                              fi_error_detail *err) {
     const uint32_t limit = (uint32_t)caps->num_pages;
     uint32_t bad = 0;
@@ -169,7 +169,7 @@ FI_PD_STATIC fi_status check_arrays(const fi_batch *bt, fi_error_detail *err) {
 
 /* Request b's rules in fiattn.h's order, q_incl = the q tokens of requests 0 .. b (the
  * running-total rule).  On success *f holds its fields and *used its pages. */
-FI_PD_STATIC fi_status request_rules(const fi_caps *caps, const fi_batch *bt, const table_geo *t,
+FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi_batch *bt, const table_geo *t,
                                      int32_t b, int64_t q_incl, const int64_t *page_verdict,
                                      fi_request_fields *f, int64_t *used,
                                      fi_error_detail *err) {

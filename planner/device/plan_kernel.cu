@@ -64,58 +64,82 @@ __device__ fi_error_detail detail(fi_status st, int32_t request, int64_t needed,
     return e;
 }
 
-/* First used page index of row[0 .. used) outside [0, num_pages), scanned by one warp in
- * order; FI_PAGES_OK when there is none. */
-__device__ int64_t first_bad_page(const int32_t *row, int64_t used, int32_t num_pages) {
-    const int lane = threadIdx.x & 31;
-    for (int64_t base = 0; base < used; base += 32) {
-        const int64_t i = base + lane;
-        const int32_t page = i < used ? row[i] : 0;
-        const unsigned bad = __ballot_sync(0xffffffffu, i < used && (uint32_t)page >= (uint32_t)num_pages);
-        if (bad)
-            return __shfl_sync(0xffffffffu, page, __ffs(bad) - 1);
-    }
-    return FI_PAGES_OK;
-}
-
-/* page_verdict[b] for the requests of this warp.  A request whose other rules fail gets
- * FI_PAGES_OK without a scan (fi_batch_check_pages reports the earlier rule first); only
- * rows inside the declared arrays are read. */
-__device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt,
-                           int64_t *verdict) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+/* Where request b's used page entries are, or none to scan: a request whose other rules
+ * fail is not scanned (fi_batch_check_pages reports the earlier rule first), and only rows
+ * inside the declared arrays are read.  *used: entries a row (K; the V row follows at +P). */
+__device__ int64_t scan_row(const fi_device_plan_params &p, const fi_batch &bt, int32_t b,
+                            int64_t *used) {
     const int64_t P = bt.form == FI_FORM_INDPTR ? 0 : bt.max_pages_per_seq;
     const int64_t row_stride = P * (bt.form != FI_FORM_INDPTR && bt.kv_split_pages ? 2 : 1);
-    const int32_t *table = bt.form == FI_FORM_INDPTR ? bt.kv_indices : bt.block_tables;
+    const fi_request_fields f = fi_request_read(&bt, b, row_stride);
     const int64_t page_size = p.caps.page_size;
-    for (int32_t b = warp; b < bt.batch_size; b += kThreads / 32) {
-        const fi_request_fields f = fi_request_read(&bt, b, row_stride);
-        int64_t v = FI_PAGES_OK;
-        const int64_t used = f.kv_len >= 0 ? (f.kv_len + page_size - 1) / page_size : -1;
-        const int in_table = bt.form != FI_FORM_INDPTR || f.row + used <= p.kv_indices_len;
-        if (used > 0 && used <= f.avail && f.row >= 0 && in_table) {
-            v = first_bad_page(table + f.row, used, p.caps.num_pages);
-            if (v == FI_PAGES_OK && bt.form != FI_FORM_INDPTR && bt.kv_split_pages)
-                v = first_bad_page(table + f.row + P, used, p.caps.num_pages);
+    const int shift = fi_page_shift(p.caps.page_size); /* caps allow powers of two only */
+    *used = f.kv_len >= 0 ? (shift >= 0 ? (f.kv_len + page_size - 1) >> shift
+                                        : (f.kv_len + page_size - 1) / page_size)
+                          : 0;
+    const int in_table = bt.form != FI_FORM_INDPTR || f.row + *used <= p.kv_indices_len;
+    if (!(*used > 0 && *used <= f.avail && f.row >= 0 && in_table))
+        *used = 0;
+    return f.row;
+}
+
+/* page_verdict[b] of every request (planner/validate.h): all used entries of all rows are
+ * read at once, one thread an entry (a cold table costs one DRAM round trip, not one a
+ * request), the first bad position of a request kept by an atomic minimum (K row first,
+ * then V), then turned into the bad index.  offset, row, used: scratch [B + 1] each. */
+__device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, int64_t *verdict,
+                           int64_t *offset, int64_t *rows, int64_t *useds) {
+    const int32_t B = bt.batch_size;
+    const int split = bt.form != FI_FORM_INDPTR && bt.kv_split_pages;
+    const int64_t P = bt.form == FI_FORM_INDPTR ? 0 : bt.max_pages_per_seq;
+    const int32_t *table = bt.form == FI_FORM_INDPTR ? bt.kv_indices : bt.block_tables;
+    const uint32_t limit = (uint32_t)p.caps.num_pages;
+    for (int32_t b = threadIdx.x; b < B; b += kThreads) {
+        int64_t used;
+        rows[b] = scan_row(p, bt, b, &used);
+        useds[b] = used;
+        offset[b] = used * (split ? 2 : 1);
+        verdict[b] = INT64_MAX; /* no bad position yet */
+    }
+    __syncthreads();
+    const int64_t total = fi_pp_scan(offset, B);
+    for (int64_t i = threadIdx.x; i < total; i += kThreads) {
+        int32_t lo = 0, hi = B - 1; /* the request whose entries hold i */
+        while (lo < hi) {
+            const int32_t mid = (lo + hi + 1) / 2;
+            if (offset[mid] <= i)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
-        if (lane == 0)
-            verdict[b] = v;
+        const int64_t row = rows[lo], used = useds[lo], k = i - offset[lo];
+        const int32_t page = table[row + (k < used ? k : P + (k - used))];
+        if ((uint32_t)page >= limit)
+            atomicMin((unsigned long long *)&verdict[lo], (unsigned long long)k);
+    }
+    __syncthreads();
+    for (int32_t b = threadIdx.x; b < B; b += kThreads) {
+        const int64_t k = verdict[b], row = rows[b], used = useds[b];
+        verdict[b] = k == INT64_MAX ? FI_PAGES_OK : table[row + (k < used ? k : P + (k - used))];
     }
 }
 
 /* The plan into `base` (shared or the workspace), or the empty plan and the broken rule.
  * Rows with the parallel partition: every thread; the others: thread 0 alone. */
+template <bool kParallel>
 __device__ void plan_step(fi_device_plan_params &p, const fi_batch &bt, const int64_t *verdict,
                           fi_planner_scratch *scratch, unsigned char *base,
                           fi_device_status *status) {
-    const int parallel = p.variant.partition == FI_PARTITION_PARALLEL;
     fi_error_detail err = detail(FI_OK, -1, -1, -1);
-    fi_status st = parallel ? fi_plan_build_parallel(&p.caps, &p.variant, &p.layout, scratch,
-                                                     &bt, verdict, base, NULL, &err)
-                            : fi_plan_build(&p.caps, &p.variant, &p.layout, scratch, &bt,
-                                            verdict, base, NULL, &err);
-    if (parallel)
+    fi_status st;
+    if constexpr (kParallel) {
+        st = fi_plan_build_parallel(&p.caps, &p.variant, &p.layout, scratch, &bt, verdict, base,
+                                    NULL, &err);
         __syncthreads(); /* the header is the leader's */
+    } else {
+        st = fi_plan_build(&p.caps, &p.variant, &p.layout, scratch, &bt, verdict, base, NULL,
+                           &err);
+    }
     if (threadIdx.x != 0)
         return;
     if (st == FI_OK) {
@@ -140,6 +164,10 @@ __device__ void block_copy16(unsigned char *dst, const unsigned char *src, size_
 
 __host__ __device__ inline size_t round64(size_t x) { return (x + 63) / 64 * 64; }
 
+/* One kernel per partition kind: the parallel one carries none of the walk's and packing's
+ * code (a single CTA runs through it, often with the L2 cold after the previous step's
+ * executor: every instruction-cache miss is a DRAM round trip). */
+template <bool kParallel>
 __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params p,
                                                             unsigned smem_bytes) {
     extern __shared__ __align__(64) unsigned char smem[];
@@ -177,16 +205,16 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
     }
     fi_batch bt = p.batch;
     bt.batch_size = B;
-    scan_pages(p, bt, verdict);
-    __syncthreads();
     /* Every thread carves the same arena (pure pointer arithmetic). */
     fi_planner_scratch scratch;
     fi_scratch_arena a = {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0};
     fi_planner_scratch_carve_arena(&scratch, &l, &a);
+    scan_pages(p, bt, verdict, scratch.pp.batch_scan, scratch.pp.req_row, scratch.pp.req_used);
+    __syncthreads();
     if (threadIdx.x == 0)
         FI_PD_STAMP(0);
-    if (p.variant.partition == FI_PARTITION_PARALLEL || threadIdx.x == 0)
-        plan_step(p, bt, verdict, &scratch, base, status);
+    if (kParallel || threadIdx.x == 0)
+        plan_step<kParallel>(p, bt, verdict, &scratch, base, status);
     if (threadIdx.x == 0) {
         FI_PD_STAMP(8);
 #ifdef FI_PROFILE
@@ -216,9 +244,14 @@ extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_
     const fi_layout &l = p->layout;
     const size_t want = round64(sizeof(int64_t) * (size_t)l.max_batch) + round64(l.plan_bytes) +
                         (l.total_bytes - l.off_planner_scratch); /* the scratch region */
-    const size_t room = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0; /* static smem */
+    size_t room = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0; /* static smem */
+#ifdef FI_DEVPLAN_MAX_SMEM /* experiments: a smaller shared-memory carve-out */
+    room = room < (size_t)FI_DEVPLAN_MAX_SMEM ? room : (size_t)FI_DEVPLAN_MAX_SMEM;
+#endif
     const unsigned smem = (unsigned)(want < room ? want : room);
-    e = cudaFuncSetAttribute(plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    void (*kernel)(fi_device_plan_params, unsigned) =
+        p->variant.partition == FI_PARTITION_PARALLEL ? plan_kernel<true> : plan_kernel<false>;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return (int)e;
     cudaLaunchConfig_t cfg = {};
@@ -231,7 +264,7 @@ extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = enable_pdl ? 1 : 0;
-    e = cudaLaunchKernelEx(&cfg, plan_kernel, *p, smem);
+    e = cudaLaunchKernelEx(&cfg, kernel, *p, smem);
     if (e == cudaSuccess)
         e = cudaGetLastError();
     return (int)e;
