@@ -363,7 +363,7 @@ typedef struct fi_device_batch {
  * B, the q tokens and kv_indptr[B] against what `dbatch` declared:
  * FI_ERR_NEGATIVE_BATCH_SIZE / FI_ERR_DEVICE_BATCH_OVER_DECLARED), and writes the plan into
  * the workspace: the same bytes fi_plan_update writes for the same batch (one planner
- * source, compiled for host and device; docs/DESIGN.md section 10).  A later fi_run on the
+ * source, compiled for host and device; docs/DESIGN.md section 6a).  A later fi_run on the
  * same stream executes it; with enable_pdl the executor is launched while the planner runs
  * (programmatic dependent launch) and waits for it before reading the plan.
  * Capturable: no host work depends on the lengths, nothing is copied or synchronised, so
@@ -380,10 +380,17 @@ typedef struct fi_device_batch {
  * (FI_ERR_CUDA).  On a host error nothing is launched and the previous plan stands.
  * After success the plan is "on the device": fi_run checks its tensors against dbatch's
  * capacities (max_q_tokens rows; B_max block-table rows of max_pages_per_seq pages, or
- * kv_indices_len entries), fi_plan_get_view / fi_plan_balance refuse, and the next
+ * kv_indices_len entries) and requires its page table to be the very array the planner
+ * validated (batch.block_tables, or batch.kv_indices: else FI_ERR_INVALID_ARGUMENT),
+ * fi_plan_get_view returns FI_ERR_PLAN_ON_DEVICE and fi_plan_balance 0, and the next
  * fi_plan_update makes it a host plan again.
- * Allocates nothing; O(B + used pages) threads-worth of device work, the partition itself on
- * one thread (planner/partition.c). */
+ * Speed: the caps' tile table row decides.  Rows with the data-parallel partition
+ * (caps.variant 2 for FI_KIND_MLA_DECODE, 1 for FI_KIND_GQA_DECODE; planner/ppart.c) plan
+ * with the whole CTA in tens of microseconds; the default rows run the capped walk and
+ * packing on one thread (milliseconds: correct, for tests and tools).
+ * Allocates nothing.  Algorithm: as fi_plan_update for the default rows; flash-decoding's
+ * split-KV with equal-share cuts of the cumulative cost (Dao et al. 2023) for the parallel
+ * ones (docs/DESIGN.md section 6a). */
 fi_status fi_plan_update_device(fi_plan *plan, const fi_device_batch *dbatch, int enable_pdl,
                                 void *stream);
 

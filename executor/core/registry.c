@@ -30,7 +30,7 @@ static const fi_variant k_variants[] = {
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
     /* The default MLA tile with the data-parallel partition (planner/ppart.c, no packing):
      * the row to give fi_plan_update_device, whose planning kernel then runs in
-     * microseconds with a whole CTA instead of one thread (docs/DESIGN.md section 10). */
+     * microseconds with a whole CTA instead of one thread (docs/DESIGN.md section 6a). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 2, .name = "mla_decode_parallel_plan",
      .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla},

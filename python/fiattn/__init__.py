@@ -22,7 +22,8 @@ Library: $FIATTN_LIBRARY, else the bundled libfiattn.so, else the source tree's 
 """
 from . import _capi as capi
 from ._capi import library_path, status_name
-from ._engine import clear_plan_cache, plan_only, release_workspace
+from ._engine import (clear_plan_cache, device_plan_status, device_planning, plan_only,
+                      release_workspace)
 from ._version import version as __version__
 from .errors import (FiattnError, FiattnNotImplementedError, FiattnValueError,
                      WorkspaceTooSmallError)
@@ -30,7 +31,8 @@ from . import decode, merge, mla, prefill, xqa  # noqa: E402  (no torch import a
 from .merge import merge_state, merge_states
 
 __all__ = ["capi", "library_path", "status_name", "workspace_size", "clear_plan_cache",
-           "plan_only", "release_workspace", "FiattnError", "FiattnNotImplementedError",
+           "plan_only", "device_planning", "device_plan_status", "release_workspace",
+           "FiattnError", "FiattnNotImplementedError",
            "FiattnValueError", "WorkspaceTooSmallError", "decode", "merge", "mla",
            "prefill", "xqa", "merge_state", "merge_states", "__version__"]
 

@@ -105,6 +105,16 @@ class fi_batch(ctypes.Structure):
     ]
 
 
+class fi_device_batch(ctypes.Structure):
+    """fiattn.h fi_device_batch: a fi_batch over device arrays plus declared capacities."""
+    _fields_ = [
+        ("batch", fi_batch),
+        ("batch_size", ctypes.c_void_p),
+        ("max_q_tokens", ctypes.c_int32),
+        ("kv_indices_len", ctypes.c_int32),
+    ]
+
+
 class fi_tensor(ctypes.Structure):
     _fields_ = [
         ("data", ctypes.c_void_p),
@@ -202,6 +212,15 @@ def _declare(lib):
     if fn is not None:
         fn.restype = c.c_int
         fn.argtypes = [c.POINTER(fi_caps)]
+    # Optional (the device planner, issue 17).
+    fn = getattr(lib, "fi_plan_update_device", None)
+    if fn is not None:
+        fn.restype = c.c_int
+        fn.argtypes = [P, c.POINTER(fi_device_batch), c.c_int, P]
+    fn = getattr(lib, "fi_plan_device_error", None)
+    if fn is not None:
+        fn.restype = c.c_int
+        fn.argtypes = [P, c.POINTER(fi_error_detail), P]
     return lib
 
 

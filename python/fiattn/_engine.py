@@ -16,13 +16,15 @@ import threading
 
 from . import _capi as C
 from ._torch import torch
-from .errors import FiattnError, FiattnNotImplementedError, WorkspaceTooSmallError
+from .errors import (FiattnError, FiattnNotImplementedError, WorkspaceTooSmallError,
+                     error_for_status)
 
 # Statistics the tests read: plans created since import.
 stats = {"plans_created": 0, "plans_destroyed": 0}
 
 class _State(threading.local):
     plan_only = False  # a class default: reading it never raises (getattr's slow path)
+    device_planning = False
 
 
 _state = _State()
@@ -30,6 +32,61 @@ _state = _State()
 
 def _plan_only():
     return _state.plan_only
+
+
+# The tile table rows with the data-parallel partition (docs/DESIGN.md section 10), used for
+# plans made on the device: the planning kernel then runs with a whole CTA.
+_PARALLEL_VARIANT = {C.FI_KIND_MLA_DECODE: 2, C.FI_KIND_GQA_DECODE: 1}
+
+
+def _device_planning():
+    return _state.device_planning
+
+
+@contextlib.contextmanager
+def device_planning(enabled=True):
+    """Inside this context the decode functional APIs (xqa_batch_decode_with_kv_cache,
+    trtllm_batch_decode_with_kv_cache_mla) plan on the GPU when their block_tables and
+    seq_lens are CUDA tensors: fi_plan_update_device reads the lengths on the device, so a
+    call copies nothing to the host and never synchronises, and a call captured by
+    torch.cuda.graph captures the planning kernel too: every replay plans for the lengths
+    then in seq_lens (no fiattn.plan_only() step before replays).
+
+    The plans use the kind's data-parallel partition row (caps variant: MLA 2, GQA 1; about
+    1-14% more on the largest CTA than the default walk on trace batches, docs/DESIGN.md).
+    A length or page index the device planner refuses is not raised by the call: the step
+    runs nothing (out and lse keep what they held) and device_plan_status(workspace_buffer)
+    raises the status (a stream synchronisation: call it off the hot path).
+
+    enabled: False turns device planning off inside the context (nested use)."""
+    prev = _state.device_planning
+    _state.device_planning = bool(enabled)
+    try:
+        yield
+    finally:
+        _state.device_planning = prev
+
+
+def device_plan_status(workspace_buffer):
+    """Raise the FiattnError subclass of the status the device planner wrote for the last
+    step planned on the GPU with this workspace_buffer (fi_plan_device_error), or return None
+    when that step was planned (or no step was planned on the device).  Synchronises the
+    current stream (a device-to-host copy of the status word)."""
+    e = cached_entry(workspace_buffer)
+    if e is None or e.host or not getattr(e, "device_planned", False):
+        return None
+    d = C.fi_error_detail()
+    st = C.lib().fi_plan_device_error(e.plan, ctypes.byref(d),
+                                      stream_handle(workspace_buffer.device))
+    if st:
+        C.check(st, "fi_plan_device_error", e.plan)
+    if d.status:
+        name = C.status_name(d.status)
+        t = C._detail_text(d)
+        raise error_for_status(d.status, name,
+                               f"fiattn: the device planner refused the step: {name}"
+                               + (f" ({t})" if t else ""), d)
+    return None
 
 
 @contextlib.contextmanager
@@ -63,6 +120,7 @@ class PlanEntry:
         self.host = host
         self.plan = ctypes.c_void_p()
         self.planned = False
+        self.device_planned = False  # a step was planned by fi_plan_update_device
         self.bufs = {}
         self.memo = {}  # call signature -> FastCall (functional APIs' repeat calls)
         self.captured_rows = None  # smallest out row count captured in a CUDA graph
@@ -295,7 +353,7 @@ def plan(entry, batch, device, stream=None):
 
 
 def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, family,
-           dtypes_text, out_rows, fixed_sizes=False, record=None):
+           dtypes_text, out_rows, fixed_sizes=False, record=None, make_device_batch=None):
     """Plan (unless capturing) and run one call.
 
     make_batch(entry) -> (fi_batch, total_q_tokens, keepalive): the batch from host copies
@@ -307,6 +365,10 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
     capturing = (not host) and cuda().capturing()
     if not host:
         kind_supported_on_gpu(caps)
+    if (make_device_batch is not None and not host and _state.device_planning
+            and caps.kind in _PARALLEL_VARIANT and not _plan_only()):
+        return launch_device_planned(workspace, caps, batch_size, q_tokens, device,
+                                     make_device_batch, args, family, dtypes_text, capturing)
     entry = get_entry(workspace, caps, batch_size, q_tokens, host, capturing, fixed_sizes)
     if capturing:
         if not entry.planned:
@@ -325,6 +387,27 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
     if not capturing and _plan_only():
         return False
     execute(entry, args, device, family, dtypes_text)
+    return True
+
+
+def launch_device_planned(workspace, caps, batch_size, q_tokens, device, make_device_batch,
+                          args, family, dtypes_text, capturing):
+    """fi_plan_update_device then fi_run on the current stream (captured as they are).
+    make_device_batch() -> (fi_device_batch, keepalive)."""
+    c = C.fi_caps.from_buffer_copy(caps)
+    c.variant = _PARALLEL_VARIANT[caps.kind]
+    entry = get_entry(workspace, c, batch_size, q_tokens, False, capturing)
+    db, keep = make_device_batch()
+    stream = stream_handle(device)
+    lib = C.lib()
+    st = lib.fi_plan_update_device(entry.plan, ctypes.byref(db), int(args.enable_pdl != 0),
+                                   stream)
+    if st:
+        C.check(st, "fi_plan_update_device", entry.plan)
+    entry.planned = True
+    entry.device_planned = True
+    execute(entry, args, device, family, dtypes_text, stream)
+    del keep
     return True
 
 

@@ -128,7 +128,8 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
     ``with fiattn.plan_only():`` with the new lengths (same tensors).
     """
     key = None
-    if sinks is None and type(bmm1_scale) in _NUM and type(bmm2_scale) in _NUM:
+    if (sinks is None and type(bmm1_scale) in _NUM and type(bmm2_scale) in _NUM
+            and not E._device_planning()):
         sig = E.tensor_sig
         try:
             key = ("mla", sig(query), sig(kv_cache), sig(block_tables), sig(seq_lens),
@@ -243,8 +244,24 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
                                  (args.out, 4, 0)),
                 (query, cache, block_tables, seq_lens, out), 2, 3, B * qlen,
                 out_rows, out_alloc, _FAMILY, dts, device))
+    def make_device_batch():
+        db = C.fi_device_batch()
+        d = db.batch
+        d.form = C.FI_FORM_BLOCK_TABLES
+        d.batch_size = B
+        d.block_tables = block_tables.data_ptr()
+        d.max_pages_per_seq = block_tables.shape[1]
+        d.seq_lens = seq_lens.data_ptr()
+        d.q_len_per_request = qlen
+        d.causal = 1
+        d.window_left = -1
+        db.max_q_tokens = B * qlen
+        return db, (block_tables, seq_lens)
+
+    on_device = (device.type == "cuda" and block_tables.is_cuda and seq_lens.is_cuda
+                 and seq_lens.is_contiguous())
     E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY, dts, out_rows,
-             record=record)
+             record=record, make_device_batch=make_device_batch if on_device else None)
     del keep
 
 
