@@ -44,7 +44,10 @@ __device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64()
 
 namespace {
 
-constexpr int kThreads = 512;
+#ifndef FI_DEVPLAN_THREADS /* -D...: experiments with other CTA sizes */
+#define FI_DEVPLAN_THREADS 512
+#endif
+constexpr int kThreads = FI_DEVPLAN_THREADS;
 
 __device__ void set_status(fi_device_status *s, const fi_error_detail &e) {
     s->status = (int32_t)e.status;
