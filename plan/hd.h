@@ -51,27 +51,18 @@
 #endif
 
 /* Count of trailing zero bits of x != 0, on either side. */
-#ifdef __CUDACC__
-__host__ __device__ __forceinline__ int fi_ctz64(unsigned long long x) {
+FI_HOST_DEVICE int fi_ctz64(unsigned long long x) {
 #ifdef __CUDA_ARCH__
     return __ffsll((long long)x) - 1;
 #else
     return __builtin_ctzll(x);
 #endif
 }
-#else
-static inline int fi_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
-#endif
 
 /* memcpy / memset of `bytes` (a multiple of 4, 4-byte aligned pointers) on either side: the
  * libc calls on the host; 32-bit word loops on the device, where memcpy / memset of
  * generic pointers compile to byte loops (one thread: ~7 cycles a byte, measured). */
-#ifdef __CUDACC__
-__host__ __device__ __forceinline__
-#else
-static inline
-#endif
-void fi_copy_bytes(void *dst, const void *src, size_t bytes) {
+FI_HOST_DEVICE void fi_copy_bytes(void *dst, const void *src, size_t bytes) {
 #ifdef __CUDA_ARCH__
     for (size_t i = 0; i < bytes / 4; i++)
         ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
@@ -79,12 +70,7 @@ void fi_copy_bytes(void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 #endif
 }
-#ifdef __CUDACC__
-__host__ __device__ __forceinline__
-#else
-static inline
-#endif
-void fi_zero_bytes(void *dst, size_t bytes) {
+FI_HOST_DEVICE void fi_zero_bytes(void *dst, size_t bytes) {
 #ifdef __CUDA_ARCH__
     for (size_t i = 0; i < bytes / 4; i++)
         ((uint32_t *)dst)[i] = 0;
@@ -94,14 +80,22 @@ void fi_zero_bytes(void *dst, size_t bytes) {
 }
 
 /* Move n int32 from src down to dst (dst <= src, ranges may overlap), on either side. */
-#ifdef __CUDACC__
-__host__ __device__ __forceinline__
-#else
-static inline
-#endif
-void fi_move_down_i32(int32_t *dst, const int32_t *src, int64_t n) {
+FI_HOST_DEVICE void fi_move_down_i32(int32_t *dst, const int32_t *src, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         dst[i] = src[i];
+}
+
+/* The last index i of a[0 .. n) (non-decreasing, a[0] <= x, n >= 1) with a[i] <= x. */
+FI_HOST_DEVICE int32_t fi_last_le(const int64_t *a, int32_t n, int64_t x) {
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) / 2;
+        if (a[mid] <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 #endif /* FIATTN_PLAN_HD_H */

@@ -29,14 +29,7 @@
 FI_PD_STATIC FI_PD_OUTLINE void boundary_at(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
                               const int64_t *prefix, int32_t T, int64_t x, int32_t *bt,
                               int32_t *bkv, int32_t *interior) {
-    int32_t lo = 0, hi = T - 1; /* the last tile with prefix[t] <= x */
-    while (lo < hi) {
-        const int32_t mid = (lo + hi + 1) / 2;
-        if (prefix[mid] <= x)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    const int32_t lo = fi_last_le(prefix, T, x); /* the tile holding x */
     const fi_tile *t = &tiles[lo];
     const int64_t kv0 = t->kv_begin, kv1 = t->kv_end;
     const int64_t fixed = t->cost - (kv1 - kv0); /* alpha * rows + beta */

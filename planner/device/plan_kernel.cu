@@ -107,14 +107,7 @@ __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, i
     __syncthreads();
     const int64_t total = fi_pp_scan(offset, B);
     for (int64_t i = threadIdx.x; i < total; i += kThreads) {
-        int32_t lo = 0, hi = B - 1; /* the request whose entries hold i */
-        while (lo < hi) {
-            const int32_t mid = (lo + hi + 1) / 2;
-            if (offset[mid] <= i)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
+        const int32_t lo = fi_last_le(offset, B, i); /* the request whose entries hold i */
         const int64_t row = rows[lo], used = useds[lo], k = i - offset[lo];
         const int32_t page = table[row + (k < used ? k : P + (k - used))];
         if ((uint32_t)page >= limit)

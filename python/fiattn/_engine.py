@@ -390,6 +390,30 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
     return True
 
 
+def block_table_device_batch(device, block_tables, seq_lens, B, qlen, window_left, q_rows):
+    """make_device_batch for launch(): a block-table batch over the caller's CUDA
+    block_tables / seq_lens (read by the planning kernel), or None when either is not a
+    CUDA tensor (or seq_lens is not contiguous): then the host plans."""
+    if not (device.type == "cuda" and block_tables.is_cuda and seq_lens.is_cuda
+            and seq_lens.is_contiguous()):
+        return None
+
+    def make():
+        db = C.fi_device_batch()
+        d = db.batch
+        d.form = C.FI_FORM_BLOCK_TABLES
+        d.batch_size = B
+        d.block_tables = block_tables.data_ptr()
+        d.max_pages_per_seq = block_tables.shape[1]
+        d.seq_lens = seq_lens.data_ptr()
+        d.q_len_per_request = qlen
+        d.causal = 1
+        d.window_left = window_left
+        db.max_q_tokens = q_rows
+        return db, (block_tables, seq_lens)
+    return make
+
+
 def launch_device_planned(workspace, caps, batch_size, q_tokens, device, make_device_batch,
                           args, family, dtypes_text, capturing):
     """fi_plan_update_device then fi_run on the current stream (captured as they are).

@@ -301,24 +301,9 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
             E.remember(entry, key, E.FastCall(
                 entry, args, b, tuple(ptrs), ts, at(block_tables), at(seq_lens_arg), rows,
                 min(rows, out.shape[0]), out_alloc, _FAMILY, dts, device, fields))
-    def make_device_batch():
-        db = C.fi_device_batch()
-        d = db.batch
-        d.form = C.FI_FORM_BLOCK_TABLES
-        d.batch_size = B
-        d.block_tables = block_tables.data_ptr()
-        d.max_pages_per_seq = block_tables.shape[1]
-        d.seq_lens = seq_lens.data_ptr()
-        d.q_len_per_request = qlen
-        d.causal = 1
-        d.window_left = window_left
-        db.max_q_tokens = rows
-        return db, (block_tables, seq_lens)
-
-    on_device = (device.type == "cuda" and block_tables.is_cuda and seq_lens.is_cuda
-                 and seq_lens.is_contiguous())
     E.launch(workspace_buffer, caps, B, rows, device, make_batch, args, _FAMILY,
              dts, min(rows, out.shape[0]), record=record,
-             make_device_batch=make_device_batch if on_device else None)
+             make_device_batch=E.block_table_device_batch(
+                 device, block_tables, seq_lens, B, qlen, window_left, rows))
     del keep
     return out

@@ -244,24 +244,9 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
                                  (args.out, 4, 0)),
                 (query, cache, block_tables, seq_lens, out), 2, 3, B * qlen,
                 out_rows, out_alloc, _FAMILY, dts, device))
-    def make_device_batch():
-        db = C.fi_device_batch()
-        d = db.batch
-        d.form = C.FI_FORM_BLOCK_TABLES
-        d.batch_size = B
-        d.block_tables = block_tables.data_ptr()
-        d.max_pages_per_seq = block_tables.shape[1]
-        d.seq_lens = seq_lens.data_ptr()
-        d.q_len_per_request = qlen
-        d.causal = 1
-        d.window_left = -1
-        db.max_q_tokens = B * qlen
-        return db, (block_tables, seq_lens)
-
-    on_device = (device.type == "cuda" and block_tables.is_cuda and seq_lens.is_cuda
-                 and seq_lens.is_contiguous())
     E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY, dts, out_rows,
-             record=record, make_device_batch=make_device_batch if on_device else None)
+             record=record, make_device_batch=E.block_table_device_batch(
+                 device, block_tables, seq_lens, B, qlen, -1, B * qlen))
     del keep
 
 
