@@ -292,7 +292,7 @@ static int dp_same_outputs(dp_case *d, const char *when, char *msg, size_t cap) 
 static int dp_check(dp_case *d, char *msg, size_t cap) {
     cudaStream_t s = d->v.stream;
     fi_status st = fi_plan_update_device(d->dplan, &d->db, 0, s);
-    fi_error_detail e;
+    fi_error_detail e = {FI_OK, -1, -1, -1, 0};
     if (st == FI_OK) st = fi_plan_device_error(d->dplan, &e, s);
     if (st != FI_OK || e.status != FI_OK) {
         gc_msg(msg, cap, "device plan: %s / status word %s (request %d)", fi_status_name(st),

@@ -110,7 +110,7 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
     if (n > max_tiles) { /* the first request that does not fit, as the sequential build */
         int64_t first = batch_size;
         FI_PP_FOR(b, batch_size)
-        if (offset[b] + request_tile_count(&g, requests[b].q_len) > max_tiles && b < first)
+        if (b < first && offset[b] + request_tile_count(&g, requests[b].q_len) > max_tiles)
             first = b;
         return over_tiles(err, (int32_t)fi_pp_min(first), max_tiles);
     }

@@ -303,7 +303,7 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
     if (bt->form == FI_FORM_INDPTR) {
         int64_t first = B;
         FI_PP_FOR(b, B)
-        if (bt->kv_indptr[b + 1] < bt->kv_indptr[b] && b < first)
+        if (b < first && bt->kv_indptr[b + 1] < bt->kv_indptr[b])
             first = b;
         first = fi_pp_min(first);
         if (first < B) {
