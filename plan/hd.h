@@ -33,13 +33,14 @@
 #define FI_PD
 #define FI_PD_STATIC static
 #endif
-/* FI_PD_OUTLINE: a helper called from several places kept as one copy in the device planner
- * (it runs as one CTA, often with a cold L2: the instructions it executes, not the ones it
- * has, cost DRAM round trips); nothing on the host. */
+/* FI_PD_OUTLINE: a per-request helper called from several places: one copy in the device
+ * planner (it runs as one CTA, often with a cold L2: the instructions it executes, not the
+ * ones it has, cost DRAM round trips), inlined into the host planner's loops (a call per
+ * request showed as +7-9% instructions a plan update under callgrind). */
 #ifdef FI_PLANNER_DEVICE_TU
 #define FI_PD_OUTLINE __noinline__
 #else
-#define FI_PD_OUTLINE
+#define FI_PD_OUTLINE inline __attribute__((always_inline))
 #endif
 
 /* FI_PD_STAMP(k): in the device planner built with -DFI_PROFILE (make PROFILE=1), the

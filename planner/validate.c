@@ -167,10 +167,10 @@ FI_PD_STATIC fi_status check_arrays(const fi_batch *bt, fi_error_detail *err) {
     return st;
 }
 
-/* Request b's rules in fiattn.h's order, q_incl = the q tokens of requests 0 .. b (the
+/* Request b's rules in fiattn.h's order, q_before = the q tokens of requests 0 .. b - 1 (the
  * running-total rule).  On success *f holds its fields and *used its pages. */
 FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi_batch *bt, const table_geo *t,
-                                     int32_t b, int64_t q_incl, const int64_t *page_verdict,
+                                     int32_t b, int64_t q_before, const int64_t *page_verdict,
                                      fi_request_fields *f, int64_t *used,
                                      fi_error_detail *err) {
     *f = fi_request_read(bt, b, t->row_stride);
@@ -205,6 +205,7 @@ FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi
                     caps->kind == FI_KIND_CONTEXT ? -1 : 8);
     if (bt->causal && kv_len > 0 && q_len > kv_len)
         return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, q_len, kv_len);
+    const int64_t q_incl = q_before + q_len;
     if (q_incl > caps->max_q_tokens)
         return fail(err, FI_ERR_Q_TOKENS_OVER_CAPS, b, q_incl, caps->max_q_tokens);
     *used = t->page_shift >= 0 ? (kv_len + t->page_size - 1) >> t->page_shift
@@ -275,10 +276,10 @@ FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
     for (int32_t b = 0; b < bt->batch_size; b++) {
         fi_request_fields f;
         int64_t used = 0;
-        total_q += fi_request_read(bt, b, t.row_stride).q_len;
         st = request_rules(caps, bt, &t, b, total_q, page_verdict, &f, &used, err);
         if (st != FI_OK)
             return st;
+        total_q += f.q_len;
         fi_page_table_geom_add(&g, f.row, used);
         if (requests)
             request_write(&requests[b], &f);
@@ -324,8 +325,7 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
         fi_request_fields f;
         int64_t used = 0;
         fi_error_detail e;
-        const int64_t q_incl = q_scan[b] + fi_request_read(bt, b, t.row_stride).q_len;
-        if (request_rules(caps, bt, &t, b, q_incl, page_verdict, &f, &used, &e) != FI_OK) {
+        if (request_rules(caps, bt, &t, b, q_scan[b], page_verdict, &f, &used, &e) != FI_OK) {
             if (b < first)
                 first = b;
         } else {
@@ -337,8 +337,7 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
         const int32_t b = (int32_t)first;
         fi_request_fields f;
         int64_t used = 0;
-        const int64_t q_incl = q_scan[b] + fi_request_read(bt, b, t.row_stride).q_len;
-        return request_rules(caps, bt, &t, b, q_incl, page_verdict, &f, &used, err);
+        return request_rules(caps, bt, &t, b, q_scan[b], page_verdict, &f, &used, err);
     }
     if (geom) { /* host only (the device planner passes NULL) */
         fi_page_table_geom g = fi_page_table_geom_begin(bt);

@@ -42,7 +42,9 @@ __device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64()
 #include "planner/ppart.c"
 #include "planner/build.c"
 
-namespace {
+/* A named namespace (not an anonymous one): the kernels' mangled names stay the same from
+ * build to build, for scripts/accepted-spills.txt. */
+namespace fi_devplan {
 
 #ifndef FI_DEVPLAN_THREADS /* -D...: experiments with other CTA sizes */
 #define FI_DEVPLAN_THREADS 512
@@ -225,7 +227,11 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
     block_copy16(p.workspace, base, (fi_layout_used_bytes(&l, items) + 15) / 16 * 16);
 }
 
-}  // namespace
+}  // namespace fi_devplan
+
+using fi_devplan::kThreads;
+using fi_devplan::plan_kernel;
+using fi_devplan::round64;
 
 extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl,
                                      void *stream) {
