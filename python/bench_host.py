@@ -13,6 +13,7 @@ single tensor.  Rows:
   fiattn / FlashInfer MLA wrapper plan (CPU index arrays) and run; FlashInfer fa2 and fa3
   fiattn trtllm_batch_decode_with_kv_cache_mla (plan + run; CPU seq_lens, then CUDA)
   fiattn / FlashInfer xqa_batch_decode_with_kv_cache (fiattn: CPU seq_lens, then CUDA)
+  (both functional APIs also with CUDA seq_lens under fiattn.device_planning())
 Host us: each call timed alone with the GPU drained before it (torch.cuda.synchronize()
 outside the timed region), median of --calls.  Draining matters: back-to-back plan + run
 calls queue GPU work faster than it drains, and fiattn's double-buffered plan staging (or
@@ -109,13 +110,14 @@ class TimedLib:
     call, summed in .acc): the C time inside a fiattn call, against the floor measured
     alone (cache and driver state differ between the two)."""
 
-    HOT = ("fi_run", "fi_ref_run", "fi_plan_update")
+    HOT = ("fi_run", "fi_ref_run", "fi_plan_update", "fi_plan_update_device")
 
     def __init__(self, real):
         self._real = real
         self.acc = 0.0
         for n in self.HOT:
-            setattr(self, n, self._timed(getattr(real, n)))
+            if hasattr(real, n):  # (a test's stand-in library may lack some)
+                setattr(self, n, self._timed(getattr(real, n)))
 
     def _timed(self, f):
         def timed(*args):
@@ -270,6 +272,13 @@ def fiattn_functional(torch, C, E, lib, stream, ws, call_host_lens, call_dev_len
     rows.append(dict(api="fiattn", call=f"{name}, CUDA seq_lens", host=h, over=h - c_both,
                      note="one more D2H copy",
                      inside=python_inside_us(torch, C, call_dev_lens, calls)))
+    import fiattn
+    with fiattn.device_planning():  # planned on the GPU: no copy, no sync
+        call_dev_lens()  # records the call (its own plan: the parallel partition row)
+        h = host_us(torch, call_dev_lens, calls)
+        rows.append(dict(api="fiattn", call=f"{name}, CUDA seq_lens, device_planning()",
+                         host=h, over=h - c_both, note="fi_plan_update_device + fi_run",
+                         inside=python_inside_us(torch, C, call_dev_lens, calls)))
 
 
 def flashinfer_rows(torch, x, dev, calls, rows, notes):
@@ -367,7 +376,7 @@ def gpu_main(a, torch):
 class NoopLib:
     """libfiattn with its per-call entry points replaced by no-ops."""
 
-    HOT = ("fi_run", "fi_ref_run", "fi_plan_update")
+    HOT = ("fi_run", "fi_ref_run", "fi_plan_update", "fi_plan_update_device")
 
     def __init__(self, real):
         self._real = real

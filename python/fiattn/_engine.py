@@ -368,7 +368,8 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
     if (make_device_batch is not None and not host and _state.device_planning
             and caps.kind in _PARALLEL_VARIANT and not _plan_only()):
         return launch_device_planned(workspace, caps, batch_size, q_tokens, device,
-                                     make_device_batch, args, family, dtypes_text, capturing)
+                                     make_device_batch, args, family, dtypes_text, capturing,
+                                     record)
     entry = get_entry(workspace, caps, batch_size, q_tokens, host, capturing, fixed_sizes)
     if capturing:
         if not entry.planned:
@@ -415,9 +416,10 @@ def block_table_device_batch(device, block_tables, seq_lens, B, qlen, window_lef
 
 
 def launch_device_planned(workspace, caps, batch_size, q_tokens, device, make_device_batch,
-                          args, family, dtypes_text, capturing):
+                          args, family, dtypes_text, capturing, record=None):
     """fi_plan_update_device then fi_run on the current stream (captured as they are).
-    make_device_batch() -> (fi_device_batch, keepalive)."""
+    make_device_batch() -> (fi_device_batch, keepalive); record(entry, device_batch), when
+    given, memoises the call for fast_call."""
     c = C.fi_caps.from_buffer_copy(caps)
     c.variant = _PARALLEL_VARIANT[caps.kind]
     entry = get_entry(workspace, c, batch_size, q_tokens, False, capturing)
@@ -431,6 +433,8 @@ def launch_device_planned(workspace, caps, batch_size, q_tokens, device, make_de
     entry.planned = True
     entry.device_planned = True
     execute(entry, args, device, family, dtypes_text, stream)
+    if record is not None:
+        record(entry, db)
     del keep
     return True
 
@@ -498,16 +502,20 @@ class FastCall:
 
     __slots__ = ("args", "batch", "args_ref", "batch_ref", "ptrs", "fields", "bt", "sl",
                  "bt_host", "sl_mode", "host_table", "total", "out_rows", "out_alloc",
-                 "family", "dtypes", "device", "cuda", "index", "env")
+                 "family", "dtypes", "device", "cuda", "index", "env", "dev", "dev_ref")
 
     def __init__(self, entry, args, batch, ptrs, ts, bt, sl, total, out_rows, out_alloc,
-                 family, dtypes, device, fields=()):
+                 family, dtypes, device, fields=(), dev=None):
         """ts: the call's tensors in the order repeats pass them (out last); bt / sl: the
         indices of block_tables / seq_lens in ts.  ptrs: (fi_tensor, tensor index, byte
         offset) refreshed from the call's tensors; fields: (fi_attn_args pointer field name,
         tensor index) likewise (sinks, scale tensors)."""
         self.args, self.batch, self.ptrs, self.fields = args, batch, ptrs, fields
         self.args_ref, self.batch_ref = ctypes.byref(args), ctypes.byref(batch)
+        # dev: the fi_device_batch of a call planned on the GPU (device_planning()); its
+        # block_tables / seq_lens pointers are refreshed per call
+        self.dev = dev
+        self.dev_ref = None if dev is None else ctypes.byref(dev)
         self.bt, self.sl = bt, sl
         self.total, self.out_rows, self.out_alloc = total, out_rows, out_alloc
         self.family, self.dtypes, self.device = family, dtypes, device
@@ -562,7 +570,19 @@ def fast_call(entry, f, ts):
         setattr(f.args, name, ts[i].data_ptr())
     lib = C.lib()
     stream = None
-    if f.cuda and cu.capturing():
+    if f.dev is not None and _state.plan_only:
+        return out  # a graph planned on the GPU re-plans itself: nothing to prepare
+    if f.dev is not None:  # planned on the GPU, captured or not (device_planning())
+        d = f.dev.batch
+        d.block_tables = ts[f.bt].data_ptr()
+        d.seq_lens = ts[f.sl].data_ptr()
+        stream = cu.stream(f.index)
+        st = lib.fi_plan_update_device(entry.plan, f.dev_ref, int(f.args.enable_pdl != 0),
+                                       stream)
+        if st:
+            C.check(st, "fi_plan_update_device", entry.plan)
+        entry.device_planned = True
+    elif f.cuda and cu.capturing():
         if not entry.planned:
             raise FiattnError("fiattn: the workspace's plan was never updated; call once "
                               "outside the capture (or under fiattn.plan_only()) first")

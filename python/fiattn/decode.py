@@ -159,13 +159,14 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
     qlen = 1 if q_len_per_req is None else q_len_per_req
     key = None
     if type(bmm1_scale) in _NUM and type(bmm2_scale) in _NUM and (
-            o_scale is None or type(o_scale) in _NUM) and not E._device_planning():
+            o_scale is None or type(o_scale) in _NUM):
         sig = E.tensor_sig
         try:
             key = ("gqa", sig(query), _sig_arg(kv_cache, sig), sig(block_tables),
                    sig(seq_lens), None if out is None else sig(out),
                    _sig_arg(sinks, sig), _sig_arg(kv_cache_sf, sig), None if mask is None
-                   else sig(mask), window_left, kv_layout, enable_pdl, qlen)
+                   else sig(mask), window_left, kv_layout, enable_pdl, qlen,
+                   E._device_planning())
             entry, fast = E.lookup(workspace_buffer, key)
         except (AttributeError, TypeError):
             key = fast = None
@@ -280,8 +281,8 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     dts = (query.dtype, kpart[0].dtype if not nvfp4 else "nvfp4", out.dtype)
     record = None
     if key is not None:
-        def record(entry):
-            if not built:  # never planned here (captured call): keep the slow path
+        def record(entry, dev=None):
+            if not built and dev is None:  # never planned here (captured call): slow path
                 return
             # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
             # seq_lens, sinks (0 or 1), kv_cache_sf (0, 1 or 2), out
@@ -300,7 +301,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
                 fields = (("sinks", at(_flat(sinks)[0])),)
             E.remember(entry, key, E.FastCall(
                 entry, args, b, tuple(ptrs), ts, at(block_tables), at(seq_lens_arg), rows,
-                min(rows, out.shape[0]), out_alloc, _FAMILY, dts, device, fields))
+                min(rows, out.shape[0]), out_alloc, _FAMILY, dts, device, fields, dev))
     E.launch(workspace_buffer, caps, B, rows, device, make_batch, args, _FAMILY,
              dts, min(rows, out.shape[0]), record=record,
              make_device_batch=E.block_table_device_batch(

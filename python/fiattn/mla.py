@@ -128,14 +128,13 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
     ``with fiattn.plan_only():`` with the new lengths (same tensors).
     """
     key = None
-    if (sinks is None and type(bmm1_scale) in _NUM and type(bmm2_scale) in _NUM
-            and not E._device_planning()):
+    if sinks is None and type(bmm1_scale) in _NUM and type(bmm2_scale) in _NUM:
         sig = E.tensor_sig
         try:
             key = ("mla", sig(query), sig(kv_cache), sig(block_tables), sig(seq_lens),
                    None if out is None else sig(out), qk_nope_head_dim, kv_lora_rank,
                    qk_rope_head_dim, sparse_mla_top_k, backend, bmm1_scale, bmm2_scale,
-                   enable_pdl)
+                   enable_pdl, E._device_planning())
             entry, fast = E.lookup(workspace_buffer, key)
         except (AttributeError, TypeError):
             key = fast = None
@@ -234,8 +233,8 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
     dts = (query.dtype, cache.dtype, out.dtype)
     record = None
     if key is not None:
-        def record(entry):
-            if not built:  # never planned here (captured call): keep the slow path
+        def record(entry, dev=None):
+            if not built and dev is None:  # never planned here (captured call): slow path
                 return
             rope = 512 * query.element_size()
             E.remember(entry, key, E.FastCall(
@@ -243,7 +242,7 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
                                  (args.k_rope, 1, rope), (args.page_table, 2, 0),
                                  (args.out, 4, 0)),
                 (query, cache, block_tables, seq_lens, out), 2, 3, B * qlen,
-                out_rows, out_alloc, _FAMILY, dts, device))
+                out_rows, out_alloc, _FAMILY, dts, device, dev=dev))
     E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY, dts, out_rows,
              record=record, make_device_batch=E.block_table_device_batch(
                  device, block_tables, seq_lens, B, qlen, -1, B * qlen))
