@@ -210,7 +210,13 @@ typedef struct fi_plan fi_plan;
  *   caller, must outlive the plan.  NULL with bytes 0 creates a host-only plan (no CUDA
  *   calls at all: for the CPU reference executor, tests and fiplan).
  * Device plans: allocate two pinned staging buffers, an event, and zero the semaphore
- *   region once (synchronously): the only sync fiattn ever does.  Host memory: two copies
+ *   region once (synchronously): the only sync fiattn ever does.
+ * Several GPUs: a device plan belongs to the GPU that holds `workspace`
+ *   (cudaPointerGetAttributes); fi_plan_create, fi_plan_update, fi_plan_update_device,
+ *   fi_run and fi_plan_destroy make that GPU current for the call and give the caller's
+ *   current device back, so plans of different GPUs can be used from one thread in any order
+ *   or from several threads (one plan per thread at a time).  `stream` must belong to the
+ *   plan's GPU.  Host memory: two copies
  *   of the plan region and the planner's scratch, both bounded by the FI_LIMIT_* caps
  *   limits; caps over a limit are refused before anything is allocated.
  * @return FI_OK and *plan; FI_ERR_WORKSPACE_TOO_SMALL (fi_workspace_size() gives the bytes),

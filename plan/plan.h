@@ -29,6 +29,8 @@ struct fi_plan {
     fi_layout layout;
     fi_allocator alloc;
     void *workspace;           /* device workspace (NULL: host-only plan) */
+    int device;                /* the GPU of the workspace, made current by every device
+                                  entry point (plan/device_guard.h); -1: host plan */
     int owns_workspace;        /* 1: created by fi_plan_create_owned, cudaFree at destroy */
     unsigned char *staging[2]; /* [plan_bytes] each; pinned (device plan) or host memory */
     void *staging_event[2];    /* cudaEvent_t per staging buffer, NULL for host plans */

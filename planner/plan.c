@@ -13,6 +13,7 @@
 
 #include "planner/caps_internal.h"
 #include "plan/host_alloc.h"
+#include "plan/device_guard.h"
 #include "plan/plan.h"
 #include "planner/scratch.h"
 
@@ -71,10 +72,9 @@ static fi_status create_device_parts(fi_plan *p) {
     return e == cudaSuccess ? FI_OK : cuda_status(e);
 }
 
-fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_bytes,
-                         const fi_allocator *allocator, fi_plan **plan) {
-    if (!caps || !plan)
-        return FI_ERR_NULL_ARGUMENT;
+/* fi_plan_create with the workspace's device current (device: -1 for host plans). */
+static fi_status create_here(const fi_caps *caps, void *workspace, size_t workspace_bytes,
+                             const fi_allocator *allocator, int device, fi_plan **plan) {
     fi_caps c;
     fi_layout l;
     fi_status st = fi_caps_resolve_layout(caps, &c, &l);
@@ -101,6 +101,7 @@ fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_
     p->layout = l;
     p->alloc = a;
     p->workspace = workspace;
+    p->device = device;
     p->err = (fi_error_detail){FI_OK, -1, -1, -1, 0};
     p->scratch = fi_planner_scratch_create(&l, &a);
     if (!p->scratch) {
@@ -128,6 +129,24 @@ fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_
     return FI_OK;
 }
 
+fi_status fi_plan_create(const fi_caps *caps, void *workspace, size_t workspace_bytes,
+                         const fi_allocator *allocator, fi_plan **plan) {
+    if (!caps || !plan)
+        return FI_ERR_NULL_ARGUMENT;
+    if (workspace == NULL && workspace_bytes == 0) /* host-only: no CUDA call at all */
+        return create_here(caps, NULL, 0, allocator, -1, plan);
+    int device = workspace ? fi_pointer_device(workspace) : -1, prev;
+    if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        device = -1;
+    }
+    if (fi_device_enter(device, &prev) != cudaSuccess)
+        return FI_ERR_NO_DEVICE;
+    const fi_status st = create_here(caps, workspace, workspace_bytes, allocator, device, plan);
+    fi_device_leave(prev);
+    return st;
+}
+
 fi_status fi_plan_create_owned(const fi_caps *caps, const fi_allocator *allocator,
                                fi_plan **plan) {
     if (!caps || !plan)
@@ -150,8 +169,12 @@ fi_status fi_plan_create_owned(const fi_caps *caps, const fi_allocator *allocato
 }
 
 void fi_plan_destroy(fi_plan *plan) {
-    if (plan)
-        release(plan);
+    if (!plan)
+        return;
+    int prev = -1;
+    (void)fi_device_enter(plan->device, &prev); /* events and pinned memory of its device */
+    release(plan);
+    fi_device_leave(prev);
 }
 
 fi_error_detail fi_plan_error(const fi_plan *plan) {

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "plan/plan.h"
+#include "plan/device_guard.h"
 #include "planner/build.h"
 
 static fi_status set_err(fi_plan *p, fi_status st, int32_t cuda_error) {
@@ -26,7 +27,7 @@ static void plan_current(fi_plan *p, int next, const fi_page_table_geom *geom) {
     p->device_page_table = NULL;
 }
 
-fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
+static fi_status update_here(fi_plan *plan, const fi_batch *batch, void *stream) {
     if (!plan)
         return FI_ERR_NULL_ARGUMENT;
     if (!batch)
@@ -83,4 +84,18 @@ fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
     plan_current(plan, next, &geom);
     plan->err = (fi_error_detail){FI_OK, -1, -1, -1, 0};
     return FI_OK;
+}
+
+/* The entry point: the plan's device current for the call (plan/device_guard.h). */
+fi_status fi_plan_update(fi_plan *plan, const fi_batch *batch, void *stream) {
+    if (!plan)
+        return FI_ERR_NULL_ARGUMENT;
+    if (!plan->workspace)
+        return update_here(plan, batch, stream); /* host plan: no CUDA call */
+    int prev;
+    if (fi_device_enter(plan->device, &prev) != cudaSuccess)
+        return FI_ERR_CUDA;
+    const fi_status st = update_here(plan, batch, stream);
+    fi_device_leave(prev);
+    return st;
 }

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "plan/plan.h"
+#include "plan/device_guard.h"
 #include "planner/device/plan_kernel.h"
 #include "planner/validate.h"
 
@@ -28,7 +29,7 @@ static fi_page_table_geom declared_geom(const fi_device_batch *d) {
     return g;
 }
 
-fi_status fi_plan_update_device(fi_plan *plan, const fi_device_batch *dbatch, int enable_pdl,
+static fi_status update_device_here(fi_plan *plan, const fi_device_batch *dbatch, int enable_pdl,
                                 void *stream) {
     if (!plan)
         return FI_ERR_NULL_ARGUMENT;
@@ -86,4 +87,17 @@ fi_status fi_plan_device_error(const fi_plan *plan, fi_error_detail *detail, voi
         return FI_ERR_CUDA;
     *detail = (fi_error_detail){(fi_status)s.status, s.needed, s.limit, s.request, 0};
     return FI_OK;
+}
+
+/* The entry point: the plan's device current for the call (plan/device_guard.h). */
+fi_status fi_plan_update_device(fi_plan *plan, const fi_device_batch *dbatch, int enable_pdl,
+                                void *stream) {
+    if (!plan)
+        return FI_ERR_NULL_ARGUMENT;
+    int prev;
+    if (fi_device_enter(plan->device, &prev) != cudaSuccess)
+        return FI_ERR_CUDA;
+    const fi_status st = update_device_here(plan, dbatch, enable_pdl, stream);
+    fi_device_leave(prev);
+    return st;
 }

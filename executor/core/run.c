@@ -18,6 +18,7 @@
 #include "fiattn_run.h"
 #include "plan/variant.h"
 #include "plan/plan.h"
+#include "plan/device_guard.h"
 
 /* Device address of a workspace region (pointer arithmetic only, never dereferenced). */
 static void *ws_at(void *workspace, size_t offset) {
@@ -82,7 +83,7 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     return FI_OK;
 }
 
-fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
+static fi_status run_here(const fi_plan *plan, const fi_attn_args *args, void *stream) {
     if (!plan || !args)
         return FI_ERR_NULL_ARGUMENT;
     if (!plan->workspace)
@@ -107,4 +108,16 @@ fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
     if (e == (int)cudaErrorCooperativeLaunchTooLarge)
         return FI_ERR_GRID_NOT_RESIDENT;
     return e == 0 ? FI_OK : FI_ERR_CUDA;
+}
+
+/* The entry point: the plan's device current for the call (plan/device_guard.h). */
+fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
+    if (!plan || !args)
+        return FI_ERR_NULL_ARGUMENT;
+    int prev;
+    if (fi_device_enter(plan->device, &prev) != cudaSuccess)
+        return FI_ERR_CUDA;
+    const fi_status st = run_here(plan, args, stream);
+    fi_device_leave(prev);
+    return st;
 }

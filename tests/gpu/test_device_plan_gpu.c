@@ -34,36 +34,14 @@
 #include "gpu/gqa_gpu_case.h"
 #include "gpu/mla_gpu_case.h"
 #include "gpu/gpu_test_common.h"
+#include "gpu/mla_gt_family.h"
 
 #define MSG 1024
-#define MLA_TOL 1e-2
+#define MLA_TOL MLA_GT_TOL
 
 /* ---- the two families as the shared harness sees them ----------------------------------- */
 
-static fi_attn_args mla_args(const void *c) { return mla_case_args((const mla_case *)c, 1); }
-static int mla_upload(void *c, char *msg, size_t cap) {
-    return mla_case_upload((mla_case *)c, msg, cap);
-}
-static int mla_reference(void *c, char *msg, size_t cap) {
-    return mla_case_reference((mla_case *)c, msg, cap);
-}
-static int mla_compare(void *c, double *wo, double *wl, char *msg, size_t cap) {
-    const mla_case *m = (const mla_case *)c;
-    return mla_case_compare(m, 0, m->B, MLA_TOL, wo, wl, msg, cap);
-}
-static void mla_name(const void *c, char *buf, size_t cap) {
-    mla_case_name((const mla_case *)c, buf, cap);
-}
-static void mla_free(void *c) { mla_case_free((mla_case *)c); }
-static void mla_new_step_inputs(void *c, tt_rng *rng) {
-    mla_case *m = (mla_case *)c;
-    mla_fill_random(m->h_q, m->n_q, m->o.dtype, rng);
-    m->bmm1_scale = 0.05f + 0.1f * (tt_rng_float(rng) + 1.0f) * 0.5f;
-}
-/* In gt_family's order: args, upload, reference, compare, name, free, new_step_inputs,
- * unsupported. */
-static const gt_family MLA_FAMILY = {mla_args, mla_upload, mla_reference, mla_compare,
-                                     mla_name, mla_free, mla_new_step_inputs, NULL};
+/* MLA: tests/gpu/mla_gt_family.h (MLA_GT_FAMILY). */
 
 static fi_attn_args gqa_args(const void *c) { return gqa_case_args((const gqa_case *)c); }
 static int gqa_upload(void *c, char *msg, size_t cap) {
@@ -133,7 +111,7 @@ typedef struct loop_family {
     int (*check_request)(void *c, int32_t b, double *wo, double *wl, char *msg, size_t cap);
 } loop_family;
 
-static const loop_family DL_MLA = {"mla h16 page 32", &MLA_FAMILY, mla_check_request};
+static const loop_family DL_MLA = {"mla h16 page 32", &MLA_GT_FAMILY, mla_check_request};
 static const loop_family DL_GQA = {"gqa 8/2 d128 page 16 q_len 2", &GQA_FAMILY,
                                      gqa_check_request};
 
@@ -794,7 +772,7 @@ static void graph_loop_mla(int32_t variant) {
     if (mla_case_init(&c, &o, q, kv, DL_MAX_B, &rng, msg, sizeof msg)) fail_msg("init: %s", msg);
     loop_ctx L;
     memset(&L, 0, sizeof L);
-    L.g = gt_case_make(&c, &MLA_FAMILY, c.plan, c.stream, &c.fb, c.B, c.P, c.num_pages,
+    L.g = gt_case_make(&c, &MLA_GT_FAMILY, c.plan, c.stream, &c.fb, c.B, c.P, c.num_pages,
                        mla_case_outputs(&c));
     L.lf = &DL_MLA;
     L.B_max = DL_MAX_B;
@@ -955,7 +933,7 @@ static void bad_open(bad_ctx *x, const mla_opts *o, const int32_t *q, const int3
     memset(x, 0, sizeof *x);
     x->B_max = 4;
     if (mla_case_init(&x->c, o, q, kv, x->B_max, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
-    x->g = gt_case_make(&x->c, &MLA_FAMILY, x->c.plan, x->c.stream, &x->c.fb, x->c.B, x->c.P,
+    x->g = gt_case_make(&x->c, &MLA_GT_FAMILY, x->c.plan, x->c.stream, &x->c.fb, x->c.B, x->c.P,
                         x->c.num_pages, mla_case_outputs(&x->c));
     x->caps = *fi_plan_caps(x->c.plan);
     gc_dev_batch_init(&x->dev, x->c.d_pt);
@@ -1297,7 +1275,7 @@ static void host_open(host_ctx *x, tt_rng *rng) {
     o.max_q_tokens = 8;
     const int32_t q[4] = {1, 1, 1, 1}, kv[4] = {100, 17, 300, 0};
     if (mla_case_init(&x->c, &o, q, kv, 4, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
-    x->g = gt_case_make(&x->c, &MLA_FAMILY, x->c.plan, x->c.stream, &x->c.fb, x->c.B, x->c.P,
+    x->g = gt_case_make(&x->c, &MLA_GT_FAMILY, x->c.plan, x->c.stream, &x->c.fb, x->c.B, x->c.P,
                         x->c.num_pages, mla_case_outputs(&x->c));
     x->caps = *fi_plan_caps(x->c.plan);
     gc_dev_batch_init(&x->dev, x->c.d_pt);
