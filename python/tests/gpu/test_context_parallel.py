@@ -1,0 +1,24 @@
+"""examples/cp_decode.py on two GPUs: context-parallel MLA decode (each GPU a slice of every
+request's KV, all-gather over NCCL, fiattn.merge_states) equal to the one-GPU output within
+1e-2.  Skipped with fewer than two CUDA devices."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="fewer than two GPUs")
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "cp_decode.py")
+
+
+@pytest.mark.parametrize("heads,kv_len", [(16, 4096), (128, 8192)])
+def test_context_parallel_mla_matches_one_gpu(heads, kv_len):
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    r = subprocess.run([sys.executable, EXAMPLE, "--gpus", "2", "--batch", "3", "--kv-len",
+                        str(kv_len), "--heads", str(heads), "--iters", "2",
+                        "--port", str(29600 + heads)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "relative error" in r.stdout
