@@ -29,10 +29,9 @@ static fi_page_table_geom declared_geom(const fi_device_batch *d) {
     return g;
 }
 
-static fi_status update_device_here(fi_plan *plan, const fi_device_batch *dbatch, int enable_pdl,
-                                void *stream) {
-    if (!plan)
-        return FI_ERR_NULL_ARGUMENT;
+/* (plan non-NULL: the entry point checks it.) */
+static fi_status update_device_here(fi_plan *plan, const fi_device_batch *dbatch,
+                                    int enable_pdl, void *stream) {
     if (!dbatch)
         return set_err(plan, FI_ERR_NULL_ARGUMENT, -1, -1, 0);
     if (!plan->workspace)

@@ -26,9 +26,9 @@
 #include "planner/parallel.h"
 
 /* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior). */
-FI_PD_STATIC FI_PD_OUTLINE void boundary_at(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
-                              const int64_t *prefix, int32_t T, int64_t x, int32_t *bt,
-                              int32_t *bkv, int32_t *interior) {
+FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile *tiles,
+                                            const int64_t *prefix, int32_t T, int64_t x,
+                                            int32_t *bt, int32_t *bkv, int32_t *interior) {
     const int32_t lo = fi_last_le(prefix, T, x); /* the tile holding x */
     const fi_tile *t = &tiles[lo];
     const int64_t kv0 = t->kv_begin, kv1 = t->kv_end;
@@ -39,7 +39,6 @@ FI_PD_STATIC FI_PD_OUTLINE void boundary_at(const fi_variant *v, fi_split_grain 
         pos = kv0;
     else if (kv1 - pos < sg.floor)
         pos = kv1;
-    (void)v;
     if (pos >= kv1 && kv1 > kv0) { /* the end of tile lo is the start of the next */
         *bt = lo + 1;
         *bkv = lo + 1 < T ? tiles[lo + 1].kv_begin : 0;
@@ -99,7 +98,7 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
             pp->bkv[c] = 0;
             pp->interior[c] = 0;
         } else {
-            boundary_at(v, sg, tiles, prefix, T, x, &pp->btile[c], &pp->bkv[c],
+            boundary_at(sg, tiles, prefix, T, x, &pp->btile[c], &pp->bkv[c],
                         &pp->interior[c]);
         }
     }

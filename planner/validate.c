@@ -154,6 +154,12 @@ FI_PD_STATIC table_geo table_geo_of(const fi_caps *caps, const fi_batch *bt) {
     return t;
 }
 
+/* Pages a request of kv_len >= 0 keys uses: ceil(kv_len / page_size). */
+FI_PD_STATIC inline int64_t table_pages_used(const table_geo *t, int64_t kv_len) {
+    return t->page_shift >= 0 ? (kv_len + t->page_size - 1) >> t->page_shift
+                              : (kv_len + t->page_size - 1) / t->page_size;
+}
+
 /* kv_indices holds kv_indptr[B] entries: the whole kv_indptr must be monotone before any
  * request's pages are read, or an entry past kv_indptr[B] followed by a decrease would make
  * request b read beyond the caller's array (fuzzer: crash-kv-indptr-decreases).  Then the
@@ -169,10 +175,11 @@ FI_PD_STATIC fi_status check_arrays(const fi_batch *bt, fi_error_detail *err) {
 
 /* Request b's rules in fiattn.h's order, q_before = the q tokens of requests 0 .. b - 1 (the
  * running-total rule).  On success *f holds its fields and *used its pages. */
-FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi_batch *bt, const table_geo *t,
-                                     int32_t b, int64_t q_before, const int64_t *page_verdict,
-                                     fi_request_fields *f, int64_t *used,
-                                     fi_error_detail *err) {
+FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi_batch *bt,
+                                                   const table_geo *t, int32_t b,
+                                                   int64_t q_before, const int64_t *page_verdict,
+                                                   fi_request_fields *f, int64_t *used,
+                                                   fi_error_detail *err) {
     *f = fi_request_read(bt, b, t->row_stride);
     const int64_t q_len = f->q_len, kv_len = f->kv_len, row = f->row;
     switch (bt->form) {
@@ -208,8 +215,7 @@ FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi
     const int64_t q_incl = q_before + q_len;
     if (q_incl > caps->max_q_tokens)
         return fail(err, FI_ERR_Q_TOKENS_OVER_CAPS, b, q_incl, caps->max_q_tokens);
-    *used = t->page_shift >= 0 ? (kv_len + t->page_size - 1) >> t->page_shift
-                               : (kv_len + t->page_size - 1) / t->page_size;
+    *used = table_pages_used(t, kv_len);
     if (*used > f->avail) /* INDPTR: avail >= 0, kv_indptr checked before */
         return fail(err, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, *used, f->avail);
     /* Offsets fit int32 by the rules above: row + row_stride <= B * row_stride (the
@@ -343,11 +349,7 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
         fi_page_table_geom g = fi_page_table_geom_begin(bt);
         for (int32_t b = 0; b < B; b++)
             fi_page_table_geom_add(&g, requests[b].page_row_offset,
-                                   t.page_shift >= 0
-                                       ? ((int64_t)requests[b].kv_len + t.page_size - 1) >>
-                                             t.page_shift
-                                       : ((int64_t)requests[b].kv_len + t.page_size - 1) /
-                                             t.page_size);
+                                   table_pages_used(&t, requests[b].kv_len));
         *geom = g;
     }
     *total_q_tokens = (int32_t)total_q;

@@ -69,19 +69,14 @@ __device__ fi_error_detail detail(fi_status st, int32_t request, int64_t needed,
     return e;
 }
 
-/* Where request b's used page entries are, or none to scan: a request whose other rules
- * fail is not scanned (fi_batch_check_pages reports the earlier rule first), and only rows
- * inside the declared arrays are read.  *used: entries a row (K; the V row follows at +P). */
-__device__ int64_t scan_row(const fi_device_plan_params &p, const fi_batch &bt, int32_t b,
-                            int64_t *used) {
-    const int64_t P = bt.form == FI_FORM_INDPTR ? 0 : bt.max_pages_per_seq;
-    const int64_t row_stride = P * (bt.form != FI_FORM_INDPTR && bt.kv_split_pages ? 2 : 1);
-    const fi_request_fields f = fi_request_read(&bt, b, row_stride);
-    const int64_t page_size = p.caps.page_size;
-    const int shift = fi_page_shift(p.caps.page_size); /* caps allow powers of two only */
-    *used = f.kv_len >= 0 ? (shift >= 0 ? (f.kv_len + page_size - 1) >> shift
-                                        : (f.kv_len + page_size - 1) / page_size)
-                          : 0;
+/* Where request b's used page entries are (its row; *used entries a row, the V row at +P),
+ * or none to scan (*used 0): a request whose other rules fail is not scanned
+ * (fi_batch_check_pages reports the earlier rule first), and only rows inside the declared
+ * arrays are read. */
+__device__ int64_t scan_row(const fi_device_plan_params &p, const fi_batch &bt,
+                            const table_geo &t, int32_t b, int64_t *used) {
+    const fi_request_fields f = fi_request_read(&bt, b, t.row_stride);
+    *used = f.kv_len >= 0 ? table_pages_used(&t, f.kv_len) : 0;
     const int in_table = bt.form != FI_FORM_INDPTR || f.row + *used <= p.kv_indices_len;
     if (!(*used > 0 && *used <= f.avail && f.row >= 0 && in_table))
         *used = 0;
@@ -95,15 +90,14 @@ __device__ int64_t scan_row(const fi_device_plan_params &p, const fi_batch &bt, 
 __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, int64_t *verdict,
                            int64_t *offset, int64_t *rows, int64_t *useds) {
     const int32_t B = bt.batch_size;
-    const int split = bt.form != FI_FORM_INDPTR && bt.kv_split_pages;
-    const int64_t P = bt.form == FI_FORM_INDPTR ? 0 : bt.max_pages_per_seq;
-    const int32_t *table = bt.form == FI_FORM_INDPTR ? bt.kv_indices : bt.block_tables;
+    const table_geo t = table_geo_of(&p.caps, &bt);
+    const int64_t rows_per_request = t.row_stride > t.P ? 2 : 1; /* [B, 2, P]: K and V */
     const uint32_t limit = (uint32_t)p.caps.num_pages;
     for (int32_t b = threadIdx.x; b < B; b += kThreads) {
         int64_t used;
-        rows[b] = scan_row(p, bt, b, &used);
+        rows[b] = scan_row(p, bt, t, b, &used);
         useds[b] = used;
-        offset[b] = used * (split ? 2 : 1);
+        offset[b] = used * rows_per_request;
         verdict[b] = INT64_MAX; /* no bad position yet */
     }
     __syncthreads();
@@ -111,14 +105,15 @@ __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, i
     for (int64_t i = threadIdx.x; i < total; i += kThreads) {
         const int32_t lo = fi_last_le(offset, B, i); /* the request whose entries hold i */
         const int64_t row = rows[lo], used = useds[lo], k = i - offset[lo];
-        const int32_t page = table[row + (k < used ? k : P + (k - used))];
+        const int32_t page = t.table[row + (k < used ? k : t.P + (k - used))];
         if ((uint32_t)page >= limit)
             atomicMin((unsigned long long *)&verdict[lo], (unsigned long long)k);
     }
     __syncthreads();
     for (int32_t b = threadIdx.x; b < B; b += kThreads) {
         const int64_t k = verdict[b], row = rows[b], used = useds[b];
-        verdict[b] = k == INT64_MAX ? FI_PAGES_OK : table[row + (k < used ? k : P + (k - used))];
+        verdict[b] =
+            k == INT64_MAX ? FI_PAGES_OK : t.table[row + (k < used ? k : t.P + (k - used))];
     }
 }
 
