@@ -167,8 +167,13 @@ PYTHON ?= python3
 pytest: $(LIB_SO)
 	cd python && FIATTN_LIBRARY=$(CURDIR)/$(BUILD)/libfiattn.so $(PYTHON) -m pytest -q --ignore=tests/gpu tests
 
+# The MLA suite runs three times: the default rows (the mma.sync body below 32 heads, the
+# wgmma body from 32 on), then every case on each body (FI_MLA_TEST_VARIANT 4: mma.sync,
+# 3: wgmma; tests/gpu/mla_gpu_case.h).
 gpu-test: $(GPU_TESTS)
 	@fail=0; for t in $(GPU_TESTS); do echo "== $$t"; $$t || fail=1; done; \
+	  for v in 4 3; do echo "== $(BUILD)/tests/gpu/test_mla_gpu, FI_MLA_TEST_VARIANT=$$v"; \
+	    FI_MLA_TEST_VARIANT=$$v $(BUILD)/tests/gpu/test_mla_gpu || fail=1; done; \
 	  echo "== python/tests/gpu"; $(MAKE) --no-print-directory gpu-pytest || fail=1; exit $$fail
 
 # Python GPU tests (fp64 references, CUDA graphs, FlashInfer side by side when importable);

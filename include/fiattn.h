@@ -163,7 +163,9 @@ typedef struct fi_caps {
     fi_dtype q_dtype, kv_dtype, o_dtype;
     int32_t num_ctas;       /* persistent grid size; 0 = ask the current CUDA device */
     int32_t variant;        /* executor variant of the kind (tile shape and kernel; 0 = the
-                               kind's default); rows: docs/DESIGN.md, the tile table */
+                               kind's default, which for FI_KIND_MLA_DECODE is the wgmma
+                               body (variant 3) from 32 heads on and the mma.sync body
+                               below); rows: docs/DESIGN.md, the tile table */
 } fi_caps;
 
 /* Check caps against the supported sets above: kind; a tile table row for (kind, variant);
@@ -391,7 +393,8 @@ typedef struct fi_device_batch {
  * fi_plan_get_view returns FI_ERR_PLAN_ON_DEVICE and fi_plan_balance 0, and the next
  * fi_plan_update makes it a host plan again.
  * Speed: the caps' tile table row decides.  Rows with the data-parallel partition
- * (caps.variant 2 for FI_KIND_MLA_DECODE, 1 for FI_KIND_GQA_DECODE; planner/ppart.c) plan
+ * (caps.variant 2 for FI_KIND_MLA_DECODE, 5 from 32 heads on (the wgmma body), 1 for
+ * FI_KIND_GQA_DECODE; planner/ppart.c) plan
  * with the whole CTA in tens of microseconds; the default rows run the capped walk and
  * packing on one thread (milliseconds: correct, for tests and tools).
  * Allocates nothing.  Algorithm: as fi_plan_update for the default rows; flash-decoding's

@@ -42,6 +42,8 @@ typedef struct fi_variant {
     int32_t pack_thin_tiles_per_cta; /* packing: tiles of <= 16 rows a CTA (0: never pack) */
     int32_t pack_max_tiles_per_cta;  /* packing: other tiles a CTA (0: never) */
     int32_t partition;          /* fi_partition_kind: how the planner cuts the batch */
+    int32_t default_min_heads;  /* > 0: this row serves caps.variant 0 when num_qo_heads >=
+                                   it (the largest such threshold wins); 0: never */
     const struct fi_family *family;  /* GPU executor of the row; NULL: CPU reference only */
 } fi_variant;
 
@@ -61,9 +63,14 @@ FI_HOST_DEVICE int64_t fi_variant_piece_charge(const fi_variant *v) {
  * Pure; the table is static and lives as long as the program. */
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
 
-/* The row for caps->kind / caps->variant (caps non-NULL), or NULL. */
+/* The row that serves (kind, variant) at num_qo_heads: variant 0 is the kind's default,
+ * the row whose default_min_heads is the largest one <= num_qo_heads, else the row with
+ * variant 0; any other variant, its own row.  NULL when there is none. */
+const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads);
+
+/* The row for caps->kind / caps->variant / caps->num_qo_heads (caps non-NULL), or NULL. */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
-    return fi_variant_find(caps->kind, caps->variant);
+    return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads);
 }
 
 #endif /* FIATTN_PLAN_VARIANT_H */

@@ -25,13 +25,34 @@ FI_PD_STATIC int64_t request_tile_count(const tile_geo *g, int32_t q_len) {
     return (int64_t)g->h_kv * ((q_len + g->q_step - 1) / g->q_step) * g->n_hb;
 }
 
-/* Write request b's tiles at out[0 ..) (request_tile_count of them); returns their cost. */
+/* Write request b's tiles (request_tile_count of them); returns their cost.  hstride 0:
+ * request-major, at out[0 ..) in (KV head, q tile, head chunk) order; else head-chunk-
+ * major: the tile of (KV head, q tile) i and head chunk c at out[i + c * hstride]. */
 FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, const tile_geo *g, int32_t b,
                                    const fi_request_info *r, int32_t causal,
-                                   int32_t window_left, fi_tile *out) {
+                                   int32_t window_left, fi_tile *out, int64_t hstride) {
     const int32_t q_len = r->q_len, kv_len = r->kv_len;
     int32_t n = 0;
     int64_t total = 0;
+    if (hstride > 0) {
+        int64_t i = 0; /* (KV head, q tile) pairs so far */
+        for (int32_t kvh = 0; kvh < g->h_kv; kvh++) {
+            const int32_t h0 = kvh * g->group, h1 = h0 + g->group;
+            for (int32_t q0 = 0; q0 < q_len; q0 += g->q_step, i++) {
+                const int32_t q1 = q0 + g->q_step < q_len ? q0 + g->q_step : q_len;
+                int32_t lo, hi;
+                fi_tile_kv_range(causal, window_left, q_len, kv_len, q0, q1, &lo, &hi);
+                for (int32_t hb = h0, c = 0; hb < h1; hb += g->h_step, c++) {
+                    const int32_t he = hb + g->h_step < h1 ? hb + g->h_step : h1;
+                    const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)(q1 - q0) * (he - hb));
+                    const fi_tile t = {b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
+                    out[i + c * hstride] = t;
+                    total += cost;
+                }
+            }
+        }
+        return total;
+    }
     /* Decode (one q block a request, as every GQA / MLA decode batch): the KV range and the
      * cost depend on the request only, so they are computed once for its h_kv x head-block
      * tiles (GQA decode at 1024 requests: 8192 tiles); same tiles, same order. */
@@ -85,11 +106,27 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
     const fi_variant row = *v;
     const tile_geo g = tile_geo_of(&row, caps);
     int64_t n = 0, total = 0;
+    if (g.n_hb > 1) { /* head-chunk-major (tiles.h): count first, then place */
+        for (int32_t b = 0; b < batch_size; b++) {
+            n += request_tile_count(&g, requests[b].q_len);
+            if (n > max_tiles)
+                return over_tiles(err, b, max_tiles);
+        }
+        const int64_t hstride = n / g.n_hb;
+        int64_t at = 0;
+        for (int32_t b = 0; b < batch_size; b++) {
+            total += request_tiles(&row, &g, b, &requests[b], causal, window_left, tiles + at, hstride);
+            at += request_tile_count(&g, requests[b].q_len) / g.n_hb;
+        }
+        *num_tiles = (int32_t)n;
+        *total_cost = total;
+        return FI_OK;
+    }
     for (int32_t b = 0; b < batch_size; b++) {
         const int64_t k = request_tile_count(&g, requests[b].q_len);
         if (n + k > max_tiles)
             return over_tiles(err, b, max_tiles);
-        total += request_tiles(&row, &g, b, &requests[b], causal, window_left, tiles + n);
+        total += request_tiles(&row, &g, b, &requests[b], causal, window_left, tiles + n, 0);
         n += k;
     }
     *num_tiles = (int32_t)n;
@@ -115,8 +152,14 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
         return over_tiles(err, (int32_t)fi_pp_min(first), max_tiles);
     }
     int64_t total = 0;
-    FI_PP_FOR(b, batch_size)
-    total += request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b]);
+    if (g.n_hb > 1) { /* head-chunk-major: a request's chunk-0 tiles at offset / n_hb */
+        FI_PP_FOR(b, batch_size)
+        total += request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b] / g.n_hb,
+                               n / g.n_hb);
+    } else {
+        FI_PP_FOR(b, batch_size)
+        total += request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b], 0);
+    }
     *num_tiles = (int32_t)n;
     *total_cost = fi_pp_sum(total);
     return FI_OK;

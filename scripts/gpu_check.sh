@@ -4,7 +4,7 @@
 # small split tests, the benches.  Logs go to $OUT (or ./gpu_out) and are packed into one
 # archive at the end (the device tool brings back at most 8 files): logs.tgz, bench_mla.log
 # and summary.txt, printed last.
-#   source .device/setup.sh && scripts/gpu_check.sh [quick|ncu|stamps]
+#   source .device/setup.sh && [SKIP_GPU_TEST=1] scripts/gpu_check.sh [quick|ncu|stamps]
 #     quick   build and gpu-test only (no sanitizer, no benches)
 #     ncu     also Nsight Compute on one launch each of bench_mla's h16_q1 and h128_q1
 #     stamps  also the profiling build (make profile, -DFI_PROFILE, build-prof/): per-CTA
@@ -31,22 +31,28 @@ if command -v cuobjdump > /dev/null && [ -x "$TEST" ]; then
 fi
 
 # 2. the GPU tests (fresh seed, printed; FI_TEST_SEED replays); budget ~3 minutes on an H100
+# (SKIP_GPU_TEST=1: already run in an earlier call; the device allows 10 minutes a call)
+if [ -z "${SKIP_GPU_TEST:-}" ]; then
 start=$SECONDS
-timeout 300 make NO_JEMALLOC=1 gpu-test > "$OUT/gpu_test.log" 2>&1
+timeout 420 make NO_JEMALLOC=1 gpu-test > "$OUT/gpu_test.log" 2>&1
 rc=$?
 sum "make gpu-test rc=$rc in $((SECONDS - start)) s: $(grep -cE '^\[       OK \]' "$OUT/gpu_test.log") OK, $(grep -cE '^\[  (FAILED|ERROR)' "$OUT/gpu_test.log") failed/error lines; $(grep -m1 'seed' "$OUT/gpu_test.log")"
 grep -E "FAILED|ERROR|Error|error" "$OUT/gpu_test.log" | head -20
+fi
 
 # 3. compute-sanitizer on the small split tests: sanitize_small_case (heads 16, q_len 2,
 # 8 CTAs) and the split test (heads 16 / q_len 1 splits too: the KP = 2 path, producer warps
 # 4..7, which q_len 2 does not reach; and the cooperative merge of a batch-1 request)
 if [ "$MODE" != quick ] && [ -x "$TEST" ]; then
+  # each on both MLA bodies (FI_MLA_TEST_VARIANT 4: mma.sync, 3: wgmma)
   for pair in small:sanitize_small_case split:mla_split_merge_matches_reference_few_and_many_ctas; do
     name=${pair%%:*} filter=${pair#*:}
+    for v in 4 3; do
     for tool in memcheck racecheck; do
-      FI_GPU_TEST_FILTER=$filter timeout 200 \
-        compute-sanitizer --tool $tool --error-exitcode 9 "$TEST" > "$OUT/san_${name}_$tool.log" 2>&1
-      sum "$tool $filter rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${name}_$tool.log" | tail -1)"
+      FI_MLA_TEST_VARIANT=$v FI_GPU_TEST_FILTER=$filter timeout 200 \
+        compute-sanitizer --tool $tool --error-exitcode 9 "$TEST" > "$OUT/san_${name}_v${v}_$tool.log" 2>&1
+      sum "$tool $filter variant $v rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${name}_v${v}_$tool.log" | tail -1)"
+    done
     done
   done
 fi

@@ -23,6 +23,7 @@
 #include "common/batchgen.h"
 #include "common/plan_check.h"
 #include "fiattn.h"
+#include "plan/variant.h"
 #include "planner/partition.h"
 
 static uint64_t g_seed;
@@ -157,6 +158,85 @@ static void plan_with_one_cta_never_splits(void **state) {
     }
 }
 
+/* MLA heads 128 on 64-row tiles: the two head chunks of a request go to CTAs c and
+ * c + num_ctas / 2 (tiles.h, head-chunk-major order), so they run side by side and the
+ * second reads the KV from L2.  Uniform batch (every request the same cost), default row
+ * (variant 0 at 128 heads: the wgmma row) and the mma.sync row by number; random kv_len. */
+static void mla_head_chunks_of_a_request_run_side_by_side(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 11};
+    enum { B = 64, P = 64, PS = 64, CTAS = 32 };
+    static int32_t bt[B * P], lens[B];
+    for (int i = 0; i < B * P; i++)
+        bt[i] = i;
+    const int32_t kv = (int32_t)tt_rng_int(&rng, 1000, P * PS);
+    for (int b = 0; b < B; b++)
+        lens[b] = kv;
+    for (int variant = 0; variant <= 4; variant += 4) {
+        fi_caps c;
+        memset(&c, 0, sizeof c);
+        c.kind = FI_KIND_MLA_DECODE;
+        c.max_batch = B;
+        c.max_q_tokens = B;
+        c.num_pages = B * P;
+        c.page_size = PS;
+        c.num_qo_heads = 128;
+        c.num_kv_heads = 1;
+        c.head_dim_qk = 576;
+        c.head_dim_vo = 512;
+        c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
+        c.num_ctas = CTAS;
+        c.variant = variant;
+        fi_batch bb;
+        memset(&bb, 0, sizeof bb);
+        bb.form = FI_FORM_BLOCK_TABLES;
+        bb.batch_size = B;
+        bb.block_tables = bt;
+        bb.max_pages_per_seq = P;
+        bb.seq_lens = lens;
+        bb.q_len_per_request = 1;
+        bb.window_left = -1;
+        fi_plan *p = NULL;
+        assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+        assert_int_equal(fi_plan_update(p, &bb, NULL), FI_OK);
+        fi_plan_view v;
+        assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+        assert_int_equal(v.header->tile_rows, 64);
+        for (int cta = 0; cta < CTAS / 2; cta++) {
+            const int a0 = v.work_indptr[cta], a1 = v.work_indptr[cta + 1];
+            const int b0 = v.work_indptr[cta + CTAS / 2], b1 = v.work_indptr[cta + CTAS / 2 + 1];
+            assert_int_equal(a1 - a0, b1 - b0);
+            for (int i = 0; i < a1 - a0; i++) {
+                const fi_work_item *x = &v.items[a0 + i], *y = &v.items[b0 + i];
+                assert_int_equal(x->request, y->request);
+                assert_int_equal(x->kv_begin, y->kv_begin);
+                assert_int_equal(x->kv_end, y->kv_end);
+                assert_int_equal(x->head_begin, 0);
+                assert_int_equal(y->head_begin, 64);
+            }
+        }
+        fi_plan_destroy(p);
+    }
+}
+
+/* caps.variant 0 picks the kind's default row by heads (plan/variant.h fi_variant_select):
+ * MLA decode, the mma.sync row below 32 heads and the wgmma row from 32 on; a number picks
+ * its row whatever the heads; GQA has one default. */
+static void default_variant_follows_heads(void **state) {
+    (void)state;
+    const int32_t heads[] = {1, 16, 31, 32, 64, 128};
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        const fi_variant *v = fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i]);
+        assert_non_null(v);
+        assert_string_equal(v->name, heads[i] >= 32 ? "mla_decode_wgmma" : "mla_decode");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i])->name, "mla_decode_mma");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 2, heads[i])->name,
+                            "mla_decode_parallel_plan");
+        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i])->name, "gqa_decode");
+    }
+    assert_null(fi_variant_select(FI_KIND_MLA_DECODE, 99, 128));
+}
+
 int main(void) {
     g_seed = tt_test_seed();
     printf("FI_TEST_SEED=%llu\n", (unsigned long long)g_seed);
@@ -169,6 +249,8 @@ int main(void) {
         cmocka_unit_test(plan_covers_every_kv_token_once_global_walk),
         cmocka_unit_test(plan_covers_every_kv_token_once_parallel_partition),
         cmocka_unit_test(plan_with_one_cta_never_splits),
+        cmocka_unit_test(mla_head_chunks_of_a_request_run_side_by_side),
+        cmocka_unit_test(default_variant_follows_heads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

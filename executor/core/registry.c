@@ -11,6 +11,7 @@
 
 /* The GPU families (each defined in its folder's *_host.c). */
 extern const fi_family fi_family_mla;
+extern const fi_family fi_family_mla_wg;
 extern const fi_family fi_family_gqa;
 
 /* Cost-model constants shared by the rows calibrated together (plan/cost_model.h). */
@@ -34,6 +35,24 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 2, .name = "mla_decode_parallel_plan",
      .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla},
+    /* The wgmma tile body (executor/mla/mla_wg_tile.cuh): 64-row tiles on two consumer
+     * warpgroups, 32-token KV blocks.  The default from 32 heads on (H200, trace snapshot
+     * of 128 requests: heads 32 78.0 vs 105.8 us, heads 64 101.1 vs 146.6, heads 128 B128
+     * x 4096 336 vs 892; heads 16 stays on mma.sync: 171 vs 152 us at B128 x 4096). */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 3, .name = "mla_decode_wgmma", .tile_rows = 64,
+     .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 32,
+     .family = &fi_family_mla_wg},
+    /* The mma.sync body of row 0 by its own number, whatever the heads (row 0 itself is
+     * what variant 0 means below 32 heads). */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 4, .name = "mla_decode_mma", .tile_rows = 64,
+     .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
+    /* The wgmma body with the data-parallel partition: the device planner's row from 32
+     * heads on (as mla_decode_parallel_plan above). */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 5, .name = "mla_decode_wgmma_parallel_plan",
+     .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
+     .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wg},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_gqa},
@@ -51,4 +70,16 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant) {
         if (k_variants[i].kind == kind && k_variants[i].variant == variant)
             return &k_variants[i];
     return NULL;
+}
+
+const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads) {
+    const fi_variant *best = NULL;
+    if (variant == 0)
+        for (size_t i = 0; i < sizeof k_variants / sizeof k_variants[0]; ++i) {
+            const fi_variant *v = &k_variants[i];
+            if (v->kind == kind && v->default_min_heads > 0 && num_qo_heads >= v->default_min_heads &&
+                (!best || v->default_min_heads > best->default_min_heads))
+                best = v;
+        }
+    return best ? best : fi_variant_find(kind, variant);
 }

@@ -72,6 +72,7 @@ template <typename T, typename KV, int D> struct GqaFamily {
     using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads>;
     static constexpr int kThreads = figqa::kThreads;
     static constexpr int kProducerWarps = figqa::kProducerWarps;
+    static constexpr int kConsumerRegs = 0;
     static constexpr size_t kSmemBytes = figqa::kSmemBytes;
     using State = Cursor;
 

@@ -12,8 +12,10 @@
 #include "executor/mla/mla_params.h"
 #include "plan/plan.h"
 
-static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
-                             const fi_exec_common *common, void *params) {
+/* Checks and parameter block shared by both tile bodies; max_rows / kv_block: the shape
+ * the body runs (a registry row of another shape gets FI_ERR_UNSUPPORTED_VARIANT). */
+static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_exec_common *common,
+                          void *params, int32_t max_rows, int32_t kv_block) {
     const fi_caps *caps = &plan->caps;
     const int64_t rows = plan->run_q_tokens, H = caps->num_qo_heads;
     const fi_dtype dt = caps->q_dtype;
@@ -22,7 +24,7 @@ static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
         return FI_ERR_UNSUPPORTED_HEAD_DIM;
     if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) || caps->kv_dtype != dt || caps->o_dtype != dt)
         return FI_ERR_UNSUPPORTED_DTYPE;
-    if (plan->variant->tile_rows > FI_MLA_MAX_TILE_ROWS || plan->variant->kv_block != FI_MLA_KV_BLOCK)
+    if (plan->variant->tile_rows > max_rows || plan->variant->kv_block != kv_block)
         return FI_ERR_UNSUPPORTED_VARIANT; /* a registry row this tile body cannot run */
     const fi_tensor *in[4] = {&a->q, &a->q_rope, &a->k, &a->k_rope};
     for (int i = 0; i < 4; ++i)
@@ -55,9 +57,27 @@ static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
     return FI_OK;
 }
 
+static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
+                             const fi_exec_common *common, void *params) {
+    return mla_fill(plan, a, common, params, FI_MLA_MAX_TILE_ROWS, FI_MLA_KV_BLOCK);
+}
+
+static fi_status mla_wg_prepare(const fi_plan *plan, const fi_attn_args *a,
+                                const fi_exec_common *common, void *params) {
+    return mla_fill(plan, a, common, params, FI_MLA_WG_TILE_ROWS, FI_MLA_WG_KV_BLOCK);
+}
+
 const fi_family fi_family_mla = {
     .name = "mla_decode_sm90",
     .params_bytes = sizeof(fi_mla_params),
     .prepare = mla_prepare,
     .launch = fi_mla_launch,
+};
+
+/* The wgmma tile body (mla_wg_tile.cuh): the same tensors and checks. */
+const fi_family fi_family_mla_wg = {
+    .name = "mla_decode_wgmma_sm90",
+    .params_bytes = sizeof(fi_mla_params),
+    .prepare = mla_wg_prepare,
+    .launch = fi_mla_wg_launch,
 };

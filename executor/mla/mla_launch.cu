@@ -1,4 +1,5 @@
-/* executor/mla/mla_launch.cu - C ABI of the MLA family: run-time dtype -> instantiation. */
+/* executor/mla/mla_launch.cu - C ABI of the MLA family's two tile bodies: run-time dtype ->
+ * instantiation. */
 #include "executor/mla/mla_launch.h"
 
 extern "C" int fi_mla_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
@@ -9,6 +10,19 @@ extern "C" int fi_mla_launch(const void *params, fi_dtype dtype, int enable_pdl,
         return (int)fi_mla_launch_bf16(p, enable_pdl, s);
     case FI_DTYPE_F16:
         return (int)fi_mla_launch_f16(p, enable_pdl, s);
+    default:
+        return (int)cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int fi_mla_wg_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
+    const fi_mla_params &p = *static_cast<const fi_mla_params *>(params);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    switch (dtype) {
+    case FI_DTYPE_BF16:
+        return (int)fi_mla_wg_launch_bf16(p, enable_pdl, s);
+    case FI_DTYPE_F16:
+        return (int)fi_mla_wg_launch_f16(p, enable_pdl, s);
     default:
         return (int)cudaErrorInvalidValue;
     }

@@ -15,6 +15,10 @@
  * must match: tiles of at most 64 rows, KV blocks of 32 tokens. */
 #define FI_MLA_MAX_TILE_ROWS 64
 #define FI_MLA_KV_BLOCK 32
+/* The wgmma tile body (executor/mla/mla_wg_tile.cuh): tiles of 64 rows' height (fewer rows
+ * are zero-filled), KV blocks of 32 tokens. */
+#define FI_MLA_WG_TILE_ROWS 64
+#define FI_MLA_WG_KV_BLOCK 32
 
 typedef struct fi_mla_block {
     const void *q_nope;          /* [q_tokens, H_q, 512] */

@@ -539,6 +539,7 @@ template <typename T> struct MlaFamily {
     using Merge = SplitMerge<kDv, kRows, T, kThreads>;
     static constexpr int kThreads = fimla::kThreads;
     static constexpr int kProducerWarps = 0; /* every warp loads and computes */
+    static constexpr int kConsumerRegs = 0;
     static constexpr size_t kSmemBytes = fimla::kSmemBytes;
     struct State {}; /* items share nothing: each re-initialises its ring */
     static __device__ __forceinline__ State setup(unsigned char *) { return State{}; }

@@ -32,7 +32,10 @@ __device__ __forceinline__ bool merge_is_solo(const fi_merge_group &grp) {
            kSoloMergeRows;
 }
 
-template <int W, int Rows, typename O, int Threads> struct SplitMerge {
+/* kSolo false: every group is merged cooperatively in merge_phase, none inside the item
+ * loop (a wgmma tile body: ptxas serialises every wgmma of a kernel whose item loop holds
+ * the solo merge's call, and spills around it). */
+template <int W, int Rows, typename O, int Threads, bool kSolo = true> struct SplitMerge {
     static_assert(W % 4 == 0 && W / 4 <= Threads && Threads % (W / 4) == 0, "merge width");
     static_assert(Rows >= 16 && Rows <= 128, "merge rows");
     static constexpr int kF4 = W / 4;              /* float4 columns of an output row */
@@ -43,6 +46,9 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
      * group, merge_is_solo); sRow [2][Rows]. */
     static constexpr size_t kGroupSmemBytes = (size_t)kSoloMergeRows * 4;
     static constexpr size_t kSliceFixedBytes = (size_t)kQ * Threads * 16 + 2 * Rows * 4;
+    static __device__ __forceinline__ bool solo(const fi_merge_group &grp) {
+        return kSolo && merge_is_solo(grp);
+    }
 
     /* Row statistics over the splits, rows rr < R: sRow[rr] = max_s lse(s, rr) and
      * sRow[Rows + rr] = sum_s exp(lse(s, rr) - max); a warp a row, lanes stride the
@@ -317,7 +323,7 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
             if (slot < 0)
                 continue;
             const fi_merge_group grp = c.groups[g];
-            if (merge_is_solo(grp))
+            if (solo(grp))
                 continue;
             const int n = grp.num_splits;
             if (threadIdx.x == 0)
@@ -345,16 +351,18 @@ template <int W, int Rows, typename O, int Threads> struct SplitMerge {
         if (threadIdx.x == 0) {
             const fi_merge_group grp = c.groups[it.merge_group];
             const uint32_t n = (uint32_t)grp.num_splits;
-            const bool solo = merge_is_solo(grp);
-            const uint32_t old = sem_inc(c.semaphores + it.merge_group, solo ? n - 1 : 2 * n - 1);
-            sFlag[0] = solo && old == n - 1; /* bound n-1 wraps to 0: no reset either */
-            sFlag[1] = !solo;
+            const bool one = solo(grp);
+            const uint32_t old = sem_inc(c.semaphores + it.merge_group, one ? n - 1 : 2 * n - 1);
+            sFlag[0] = one && old == n - 1; /* bound n-1 wraps to 0: no reset either */
+            sFlag[1] = !one;
         }
         cta_sync<Threads>();
         const bool coop = sFlag[1] != 0;
         FI_STAMP(2);
-        if (sFlag[0])
-            merge_group(c, ctx, it.merge_group, sW, sRow);
+        if constexpr (kSolo) {
+            if (sFlag[0])
+                merge_group(c, ctx, it.merge_group, sW, sRow);
+        }
         return coop;
     }
 };

@@ -8,6 +8,8 @@
  *   using Merge = fi::SplitMerge<W, Rows, O, kThreads>;   its split merge
  *   static constexpr int kThreads;     the threads that run items (and the merge)
  *   static constexpr int kProducerWarps;  0, or warps after the kThreads that only load
+ *   static constexpr int kConsumerRegs;   0, or the registers a thread the kThreads take
+ *                                      (setmaxnreg.inc) once the producers gave theirs back
  *   static constexpr size_t kSmemBytes;
  *   struct State;                      what a CTA's item runs carry from one to the next
  *   static __device__ State setup(unsigned char *smem);   every thread, before the roles
@@ -42,6 +44,14 @@ namespace fi {
 
 template <class F> constexpr int block_threads() { return F::kThreads + 32 * F::kProducerWarps; }
 
+/* Families that run wgmma (kConsumerRegs > 0) see the CTA's role split, item range and
+ * merge flag through __shfl_sync, as values ptxas knows to be warp-uniform (setmaxnreg
+ * and wgmma on paths it cannot prove uniform cost serialisation); the others see the
+ * plain values (the GQA bodies spill more with the extra shuffles). */
+template <class F> __device__ __forceinline__ int cta_uniform(int v) {
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
 template <class F>
 __global__ void __launch_bounds__(block_threads<F>(), 1)
     persistent_kernel(const __grid_constant__ typename F::Params p) {
@@ -54,12 +64,21 @@ __global__ void __launch_bounds__(block_threads<F>(), 1)
     const RunCtx ctx = run_ctx(p.c);
     const fi_cta_start cs = p.c.cta_starts[blockIdx.x];
     if constexpr (F::kProducerWarps > 0) {
-        if (threadIdx.x >= F::kThreads) {
+        bool producer = threadIdx.x >= F::kThreads;
+        if constexpr (F::kConsumerRegs > 0)
+            producer = cta_uniform<F>(producer);
+        if (producer) {
             F::produce(p, cs, smem);
             return; /* an exited thread counts as having triggered the dependents */
         }
+        if constexpr (F::kConsumerRegs > 0)
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(F::kConsumerRegs));
     }
-    const int i0 = cs.item_begin, i1 = cs.item_end;
+    int i0 = cs.item_begin, i1 = cs.item_end;
+    if constexpr (F::kConsumerRegs > 0) {
+        i0 = cta_uniform<F>(i0);
+        i1 = cta_uniform<F>(i1);
+    }
     FI_STAMP(1);
     fi_work_item it = cs.first;
     fi_request_info rq = cs.request;
@@ -75,6 +94,8 @@ __global__ void __launch_bounds__(block_threads<F>(), 1)
         it = nit;
         rq = nrq;
     }
+    if constexpr (F::kConsumerRegs > 0)
+        any_coop = cta_uniform<F>(any_coop);
     if (any_coop) /* uniform over the CTA */
         F::Merge::merge_phase(p.c, ctx, i0, i1, smem, F::kSmemBytes);
     FI_STAMP(3);

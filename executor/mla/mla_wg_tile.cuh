@@ -1,0 +1,498 @@
+/*
+ * executor/mla/mla_wg_tile.cuh - the MLA decode family's wgmma variant (sm_90a), for tiles
+ * of 64 rows (heads x q_len >= 64: heads 64 and 128, heads 32 with MTP): one work item of
+ * up to 64 rows over a KV range, S = Q K^T and O += P V on the warpgroup tensor-core path.
+ * The persistent loop, the split merge and the launch are the shared ones (executor/cuda/).
+ *
+ * What it computes: as mla_tile.cuh (fiattn_run.h): s_j = bmm1_scale * (q_nope . ckv_j +
+ * q_pe . kpe_j), out = bmm2_scale * softmax(s) . ckv, mask rule of plan/mask.h, sinks in
+ * the denominator, natural-log LSE; a row without keys: zeros and lse -inf (or the sink).
+ *
+ * How (one CTA = 2 consumer warpgroups + 1 producer warpgroup, one CTA per SM):
+ *  - Shared memory holds Q (64 rows x 576) and a ring of 4 KV blocks of 32 tokens x 576,
+ *    as panels of 64 elements a row in the 128-byte swizzle wgmma reads
+ *    (executor/cuda/common/wgmma.cuh): 9 panels each, 8 of ckv (K and V) and 1 of kpe.
+ *    Ring and Q run across items: the producer loads the next item while the consumers
+ *    finish this one.  (Blocks of 64 tokens leave room for 2 only: H200, heads 128 B128 x
+ *    4096, 622 us, with the tensor pipe 26% busy waiting on refills.)
+ *  - Producer warpgroup: every copy, as 16-byte cp.async (8 lanes a 128-byte row piece; a
+ *    token's page from the page table, so any page size), each thread's completion arriving
+ *    on the block's "full" mbarrier; tokens outside [kv_begin, kv_end) and Q rows past the tile
+ *    are zero-filled (P = 0 must not meet NaN bit patterns).
+ *  - Consumers: warpgroup w owns the output columns [256 w, 256 w + 256) (64 x 256 fp32 in
+ *    registers) and the scores of blocks b with b % 2 == w (the schedule of FlashMLA's
+ *    2025 kernel: the two warpgroups alternate blocks, so one's softmax runs beside the
+ *    other's matmuls).  The owner of block b computes S_b = Q K_b^T (36 wgmma m64n32k16),
+ *    the running max m_b = max(m_{b-1}, rowmax S_b), P_b = exp2(S_b - m_b) into the block's
+ *    kpe panel (dead once S_b is done; 64 x 32 in the 64-byte swizzle), and publishes m_b
+ *    and rowsum(P_b); both warpgroups then rescale their O half by exp2(m_{b-1} - m_b) and
+ *    add P_b V_b (2 wgmma m64n256k16, V read transposed from the ckv panels).  Both keep the same m and l, so the epilogue
+ *    needs no exchange.  A block is released to the producer when both warpgroups'
+ *    P_b V_b are done (8 warp arrivals on its "empty" mbarrier).
+ *  - Synchronisation: mbarriers between producer and consumers (full / empty per block,
+ *    qfull / qempty for Q); named barriers 2 + (b % 2) from block b's owner to the other
+ *    warpgroup (bar.arrive / bar.sync, 256 threads); 4 + w inside warpgroup w (all its S_b
+ *    done before P_b overwrites kpe; all of P_b written before P_b V_b reads it).
+ *    Generic writes (cp.async, P) are fenced to the async proxy before wgmma reads them.
+ *  - Online softmax in the exp2 domain, fp32; a row whose keys are all masked so far keeps
+ *    m = -inf, l = 0, O = 0; NaN in q or a seen key makes the row's l, O and lse NaN.
+ * Sources: FlashAttention-3 (Shah et al. 2024) producer / consumer warpgroups and wgmma;
+ * FlashMLA's 2025 decode kernel write-up (alternating blocks between two warpgroups that
+ * split the 512-wide output); FlashAttention-2 online softmax; flash-decoding split-KV.
+ */
+#pragma once
+
+#include "executor/cuda/common/dtype.cuh"
+#include "executor/cuda/common/profile.cuh"
+#include "executor/cuda/common/ptx.cuh"
+#include "executor/cuda/common/wgmma.cuh"
+#include "executor/cuda/merge/split_merge.cuh"
+#include "executor/mla/mla_params.h"
+#include "plan/mask.h"
+
+namespace fimlawg {
+using namespace fi;
+
+constexpr int kThreads = 256;       /* two consumer warpgroups */
+constexpr int kProducerWarps = 4;   /* one producer warpgroup (registers are granted per
+                                       warpgroup: a lone producer warp costs as much) */
+constexpr int kProducerThreads = kProducerWarps * 32;
+constexpr int kProducerRegs = 40;   /* setmaxnreg: 128 x 40 + 256 x 232 <= 65536 (both spill-free) */
+constexpr int kConsumerRegs = 232;
+constexpr int kRows = FI_MLA_WG_TILE_ROWS;
+constexpr int kBlockN = FI_MLA_WG_KV_BLOCK;
+constexpr int kDqk = 576, kDv = 512;
+constexpr int kPanels = kDqk / 64;  /* 9: 8 ckv + 1 kpe */
+constexpr uint32_t kQPanel = (uint32_t)kRows * 128;     /* 8192: [64 rows][64] */
+constexpr uint32_t kQBytes = kPanels * kQPanel;         /* 73728 */
+constexpr uint32_t kKPanel = (uint32_t)kBlockN * 128;   /* [kBlockN tokens][64] */
+constexpr uint32_t kBlockBytes = kPanels * kKPanel;     /* a ring block */
+constexpr int kStages = kBlockN == 64 ? 2 : 4;          /* what fits beside Q */
+static_assert(kRows == 64 && (kBlockN == 32 || kBlockN == 64), "Q panels 64 x 64, KV 32 or 64 rows");
+static_assert((uint32_t)kRows * kBlockN * 2 == kKPanel, "P_b fits the block's kpe panel");
+/* P_b [64 rows][kBlockN] in the kpe panel: rows of 128 B (128-byte swizzle) or 64 B (64-byte). */
+constexpr uint32_t kPSwz = kBlockN == 64 ? 1 : 2, kPSbo = kBlockN == 64 ? 1024 : 512;
+__device__ __forceinline__ uint32_t p_off(int r, int c) { return kBlockN == 64 ? sw128(r, c) : sw64(r, c); }
+constexpr int kTokPerWarp = kBlockN / 4; /* producer warp pw copies tokens pw * this .. */
+
+/* Shared memory: Q | ring blocks 0-3 | barriers | m, rowsum exchange | merge. */
+constexpr uint32_t kOffQ = 0;
+constexpr uint32_t kOffRing = kQBytes;
+constexpr uint32_t kOffBar = kOffRing + kStages * kBlockBytes;  /* full[4], empty[4], qfull, qempty */
+constexpr uint32_t kOffM = kOffBar + 128;                       /* [2][64] fp32 block maxima */
+constexpr uint32_t kOffRS = kOffM + 2 * kRows * 4;              /* [2][64] fp32 block row sums */
+constexpr uint32_t kOffFlag = kOffRS + 2 * kRows * 4;           /* merge flags */
+constexpr uint32_t kOffW = kOffFlag + 16;                       /* merge weights */
+constexpr uint32_t kOffRow = kOffW + kSoloMergeRows * 4;        /* merge row stats */
+constexpr size_t kSmemBytes = kOffRow + 2 * kRows * 4;
+static_assert(kSmemBytes <= 232448, "smem");
+
+__device__ __forceinline__ uint32_t bar_full(uint32_t s0, int st) { return s0 + kOffBar + 8 * st; }
+__device__ __forceinline__ uint32_t bar_empty(uint32_t s0, int st) { return s0 + kOffBar + 32 + 8 * st; }
+__device__ __forceinline__ uint32_t bar_qfull(uint32_t s0) { return s0 + kOffBar + 64; }
+__device__ __forceinline__ uint32_t bar_qempty(uint32_t s0) { return s0 + kOffBar + 72; }
+
+/* Ring position of the next block (stage, its phase parity) and Q's phase parity; the
+ * producer and every consumer thread advance their own copy in the same order. */
+struct Cursor {
+    int st;
+    uint32_t ph, qph;
+    __device__ __forceinline__ void next() {
+        st = (st + 1) & (kStages - 1);
+        ph ^= st == 0 ? 1u : 0u;
+    }
+};
+
+__device__ __forceinline__ int blocks_of(const fi_work_item &it) {
+    return it.kv_end > it.kv_begin ? (it.kv_end - it.kv_begin + kBlockN - 1) / kBlockN : 0;
+}
+
+/* ---- producer ------------------------------------------------------------------------ */
+
+/* Q rows of item it into the Q panels: row r = (q - q_begin) * nh + h - head_begin. */
+template <typename T>
+__device__ __forceinline__ void produce_q(const fi_mla_params &p, const fi_work_item &it,
+                                          const fi_request_info &rq, uint32_t s0, int pt) {
+    const int nh = it.head_end - it.head_begin;
+    const int M = (it.q_end - it.q_begin) * nh;
+    for (int idx = pt; idx < kRows * (kDqk / 8); idx += kProducerThreads) {
+        const int r = idx / (kDqk / 8), c = idx - r * (kDqk / 8);
+        const uint32_t dst = s0 + kOffQ + (c >> 3) * kQPanel + sw128(r, (c & 7) * 8);
+        const T *src = (const T *)p.m.q_nope;
+        if (r < M) {
+            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+            const int h = it.head_begin + r % nh;
+            src = c < kDv / 8 ? (const T *)p.m.q_nope + tok * p.m.q_nope_stride_tok + h * p.m.q_nope_stride_head + c * 8
+                              : (const T *)p.m.q_pe + tok * p.m.q_pe_stride_tok + h * p.m.q_pe_stride_head + (c - kDv / 8) * 8;
+        }
+        cp_async16(dst, src, r < M ? 16 : 0);
+    }
+}
+
+/* Page index of token kTokPerWarp pw + lane of block b for lanes < kTokPerWarp (else, or
+ * past the range, 0). */
+__device__ __forceinline__ int32_t block_page(const fi_mla_params &p, const fi_work_item &it,
+                                              const fi_request_info &rq, int b, int pt) {
+    const int lane = pt & 31, t = it.kv_begin + b * kBlockN + kTokPerWarp * (pt >> 5) + lane;
+    return lane < kTokPerWarp && t < it.kv_end
+               ? p.c.page_table[(int64_t)rq.page_row_offset + (t >> p.c.page_shift)] : 0;
+}
+
+/* Block b of item it into ring stage st: producer warp pw copies its kTokPerWarp tokens,
+ * lane 8 j + q piece q of every 128-byte row piece (panel) of tokens j, j + 4, ... of them.
+ * pg: block_page of this thread. */
+template <typename T>
+__device__ __forceinline__ void produce_block(const fi_mla_params &p, const fi_work_item &it,
+                                              const fi_request_info &rq, uint32_t s0, int st,
+                                              int b, int pt, int32_t pg) {
+    const int lane = pt & 31, pw = pt >> 5;
+    const int t0 = it.kv_begin + b * kBlockN + kTokPerWarp * pw; /* this warp's first token */
+    const int j = lane >> 3, q = lane & 7;
+    const uint32_t base = s0 + kOffRing + st * kBlockBytes;
+#pragma unroll
+    for (int pass = 0; pass < kTokPerWarp / 4; ++pass) {
+        const int tok = pass * 4 + j, t = t0 + tok; /* tok: of this warp's */
+        const int64_t page = __shfl_sync(0xffffffffu, pg, tok);
+        const bool in = t < it.kv_end;
+        const int64_t slot = t & (p.c.page_size - 1);
+        const T *ckv = (const T *)p.m.ckv + page * p.m.ckv_stride_page + slot * p.m.ckv_stride_tok + q * 8;
+        const T *kpe = (const T *)p.m.kpe + page * p.m.kpe_stride_page + slot * p.m.kpe_stride_tok + q * 8;
+        const uint32_t dst = base + sw128(kTokPerWarp * pw + tok, q * 8);
+#pragma unroll
+        for (int i = 0; i < kPanels; ++i)
+            cp_async16(dst + i * kKPanel, in ? (i < 8 ? ckv + i * 64 : kpe) : (const T *)p.m.ckv,
+                       in ? 16 : 0);
+    }
+}
+
+/* ---- consumers ----------------------------------------------------------------------- */
+
+/* A consumer thread's place: warpgroup w, warp wi in it, rows r0 = 16 wi + g and r0 + 8,
+ * score / output columns 8 j + 2 q4 (+1). */
+struct Lane {
+    int w, wi, lane, g, q4, r0;
+};
+__device__ __forceinline__ Lane lane_of(int tid) {
+    Lane l;
+    l.w = warpgroup_idx();
+    l.wi = (tid >> 5) & 3;
+    l.lane = tid & 31;
+    l.g = l.lane >> 2;
+    l.q4 = l.lane & 3;
+    l.r0 = l.wi * 16 + l.g;
+    return l;
+}
+
+/* S = Q K^T over the 576 dims of ring stage st (36 wgmma m64n32k16, one commit group). */
+template <typename T>
+__device__ __forceinline__ void issue_scores(float *S, uint32_t s0, int st) {
+    const WgDesc dq = wg_desc_base(s0 + kOffQ, 16, 1024);
+    const WgDesc dk = wg_desc_base(s0 + kOffRing + st * kBlockBytes, 16, 1024);
+    /* Defined here, on a path ptxas sees as uniform: registers last written in divergent
+     * code (the epilogue, the merge) would make it serialise every wgmma (C7520). */
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i)
+        S[i] = 0.f;
+    wg_pin<kBlockN / 2>(S); /* the zeros written before the fence, not sunk past it (C7515) */
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < kDqk / 16; ++k)
+        Wgmma<kBlockN, T>::template ss<0>(S, dq.at((k >> 2) * kQPanel + (k & 3) * 32),
+                                          dk.at((k >> 2) * kKPanel + (k & 3) * 32), k > 0);
+    wg_commit();
+}
+
+/* O_w += P V_w: P in stage st's kpe panel (K-major, 64-byte swizzle), V = its ckv panels
+ * 4w .. 4w + 3 (MN-major, panels 4 KB apart); 2 k16 steps, one commit group. */
+template <typename T>
+__device__ __forceinline__ void issue_pv(float *O, uint32_t s0, int st, int w) {
+    const uint32_t kb = s0 + kOffRing + st * kBlockBytes;
+    const WgDesc dp = wg_desc_base(kb + 8 * kKPanel, 16, kPSbo, kPSwz);
+    const WgDesc dv = wg_desc_base(kb + 4 * w * kKPanel, kKPanel, 1024);
+    wg_pin<128>(O); /* the rescale written before the fence (C7515) */
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k)
+        Wgmma<256, T>::template ss<1>(O, dp.at(k * 32), dv.at(k * 2048), 1);
+    wg_commit();
+}
+
+/* The owner's softmax of block b (tokens t0 ..): mask and scale S, the new running max m
+ * (in / out), P = exp2(S - m) into the kpe panel of stage st, and m, rowsum(P) into the
+ * exchange slot b % 2 for the other warpgroup.  Returns alpha = exp2(m_old - m_new). */
+template <typename T>
+__device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
+                                              const int *lo, const int *hi, float *m, float *alpha,
+                                              float *rs, unsigned char *smem, int st, int slot) {
+    float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = e >> 1, t = t0 + 8 * j + 2 * ln.q4 + (e & 1);
+            float v = S[4 * j + e] * ctx.scale_log2;
+            if (t < lo[i] || t > hi[i])
+                v = -CUDART_INF_F;
+            S[4 * j + e] = v;
+            mloc[i] = fmaxf(mloc[i], v);
+        }
+    float mu[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
+        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
+        const float mn = fmaxf(m[i], mloc[i]);
+        mu[i] = mn == -CUDART_INF_F ? 0.f : mn;
+        alpha[i] = exp2f(m[i] - mu[i]);
+        m[i] = mn;
+        rs[i] = 0.f;
+    }
+    unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+        const float p0 = exp2f(S[4 * j + 0] - mu[0]), p1 = exp2f(S[4 * j + 1] - mu[0]);
+        const float p2 = exp2f(S[4 * j + 2] - mu[1]), p3 = exp2f(S[4 * j + 3] - mu[1]);
+        rs[0] += p0 + p1;
+        rs[1] += p2 + p3;
+        const int c = 8 * j + 2 * ln.q4;
+        *reinterpret_cast<uint32_t *>(pp + p_off(ln.r0, c)) = Dt<T>::pack(p0, p1);
+        *reinterpret_cast<uint32_t *>(pp + p_off(ln.r0 + 8, c)) = Dt<T>::pack(p2, p3);
+    }
+    float *sM = reinterpret_cast<float *>(smem + kOffM) + slot * kRows;
+    float *sRS = reinterpret_cast<float *>(smem + kOffRS) + slot * kRows;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+        if (ln.q4 == 0) {
+            sM[ln.r0 + 8 * i] = m[i];
+            sRS[ln.r0 + 8 * i] = rs[i];
+        }
+    }
+}
+
+/* Key bounds [lo, hi] (inclusive) of the thread's rows within the item's KV range. */
+__device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item &it,
+                                           const fi_request_info &rq, int nh, int M,
+                                           const Lane &ln, int *lo, int *hi) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = ln.r0 + 8 * i;
+        lo[i] = 0;
+        hi[i] = -1;
+        if (r < M) {
+            int32_t l, h;
+            fi_row_kv_range(ctx.causal, ctx.window_left, rq.q_len, rq.kv_len, it.q_begin + r / nh, &l, &h);
+            lo[i] = max(l, it.kv_begin);
+            hi[i] = min(h, it.kv_end) - 1;
+        }
+    }
+}
+
+/* Store the thread's rows of its 256 columns: unsplit, out = bmm2 * O / l * exp(lse_keys
+ * - lse) with lse = logaddexp(lse_keys, sink); split, the fp32 partial O / l and lse_keys
+ * (no sink, no bmm2) into the item's slot (warpgroup 0 writes the lse). */
+template <typename T>
+__device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx &ctx,
+                                           const fi_work_item &it, const fi_request_info &rq,
+                                           int nh, int M, const Lane &ln, const float *O,
+                                           const float *m, const float *l) {
+    const fi_exec_common &c = p.c;
+    const int col = ln.w * 256 + 2 * ln.q4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = ln.r0 + 8 * i;
+        if (r >= M)
+            continue;
+        /* l == 0 (not l > 0): a NaN sum keeps the row's lse NaN */
+        const float lse_keys = l[i] == 0.f ? -CUDART_INF_F : (m[i] + log2f(l[i])) * kLn2;
+        if (it.out_slot >= 0) {
+            const float inv = l[i] == 0.f ? 0.f : 1.f / l[i];
+            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kDv + col;
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+                __stcg(reinterpret_cast<float2 *>(dst + 8 * j),
+                       make_float2(O[4 * j + 2 * i] * inv, O[4 * j + 2 * i + 1] * inv));
+            if (ln.w == 0 && ln.q4 == 0)
+                __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
+        } else {
+            const int h = it.head_begin + r % nh;
+            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+            const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
+            const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse);
+            T *dst = (T *)c.out + tok * c.out_stride_tok + h * c.out_stride_head + col;
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+                *reinterpret_cast<uint32_t *>(dst + 8 * j) = Dt<T>::pack(O[4 * j + 2 * i] * f, O[4 * j + 2 * i + 1] * f);
+            if (c.lse && ln.w == 0 && ln.q4 == 0)
+                c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
+        }
+    }
+}
+
+template <typename T> struct MlaWgFamily {
+    using Params = fi_mla_params;
+    using Merge = SplitMerge<kDv, kRows, T, kThreads, false>; /* all merges after the items */
+    static constexpr int kThreads = fimlawg::kThreads;
+    static constexpr int kProducerWarps = fimlawg::kProducerWarps;
+    static constexpr int kConsumerRegs = fimlawg::kConsumerRegs;
+    static constexpr size_t kSmemBytes = fimlawg::kSmemBytes;
+    using State = Cursor;
+
+    static __device__ __forceinline__ State setup(unsigned char *smem) {
+        const uint32_t s0 = smem_u32(smem);
+        if (threadIdx.x == 0) {
+            for (int st = 0; st < kStages; ++st) {
+                mbar_init(bar_full(s0, st), kProducerThreads); /* cp.async arrivals */
+                mbar_init(bar_empty(s0, st), 8);     /* the consumer warps */
+            }
+            mbar_init(bar_qfull(s0), kProducerThreads);
+            mbar_init(bar_qempty(s0), 8);
+            mbar_init_fence();
+        }
+        return Cursor{0, 0u, 0u};
+    }
+
+    /* The producer warpgroup: Q and every KV block of every item of the CTA, in item order. */
+    static __device__ void produce(const fi_mla_params &p, const fi_cta_start &cs, unsigned char *smem) {
+        setmaxnreg_dec<kProducerRegs>();
+        const uint32_t s0 = smem_u32(smem);
+        const int pt = (int)threadIdx.x - kThreads;
+        Cursor cur{0, 0u, 0u};
+        fi_work_item it = cs.first;
+        fi_request_info rq = cs.request;
+        for (int i = cs.item_begin; i < cs.item_end; ++i) {
+            fi_work_item nit = it;
+            fi_request_info nrq = rq;
+            if (i + 1 < cs.item_end) {
+                nit = p.c.items[i + 1];
+                nrq = p.c.requests[nit.request];
+            }
+            mbar_wait(bar_qempty(s0), cur.qph ^ 1u);
+            produce_q<T>(p, it, rq, s0, pt);
+            cp_async_mbar_arrive(bar_qfull(s0));
+            cur.qph ^= 1u;
+            const int nblk = blocks_of(it);
+            int32_t pg = nblk > 0 ? block_page(p, it, rq, 0, pt) : 0;
+            for (int b = 0; b < nblk; ++b) {
+                /* the next block's pages travel while this one waits for its slot */
+                const int32_t pn = b + 1 < nblk ? block_page(p, it, rq, b + 1, pt) : 0;
+                mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
+                produce_block<T>(p, it, rq, s0, cur.st, b, pt, pg);
+                pg = pn;
+                cp_async_mbar_arrive(bar_full(s0, cur.st));
+                cur.next();
+            }
+            it = nit;
+            rq = nrq;
+        }
+    }
+
+    /* One item on both consumer warpgroups (schedule: the header comment). */
+    static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
+                                    const fi_request_info &rq, unsigned char *smem, bool first,
+                                    State &cur) {
+        (void)first;
+        const uint32_t s0 = smem_u32(smem);
+        const Lane ln = lane_of(threadIdx.x);
+        const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
+        const int nblk = uniform(blocks_of(it));
+        int lo[2], hi[2];
+        row_bounds(ctx, it, rq, nh, M, ln, lo, hi);
+        float O[128], S[kBlockN / 2];
+#pragma unroll
+        for (int i = 0; i < 128; ++i)
+            O[i] = 0.f;
+        wg_pin<128>(O); /* zeroed here, not sunk into the first scores' wgmma stage (C7515) */
+        float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};
+        const Cursor c0 = cur; /* block b: stage (c0.st + b) % 4, parity flipped per lap */
+        auto stage_of = [&](int b) { return (c0.st + b) & (kStages - 1); };
+        auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / kStages) & 1); };
+        mbar_wait(bar_qfull(s0), cur.qph);
+        bool q_held = true;
+        if (ln.w < nblk) { /* the first own block's scores */
+            mbar_wait(bar_full(s0, stage_of(ln.w)), parity_of(ln.w));
+            fence_proxy_async();
+            issue_scores<T>(S, s0, stage_of(ln.w));
+        }
+        /* Commit groups in flight on entering block b: own b, [S_b, P_{b-1} V_{b-1}]; the
+         * other's b, [P_{b-1} V_{b-1}, S_{b+1}].  Every wait retires all of them: ptxas
+         * serialises every wgmma of the kernel when a register read follows a partial wait
+         * it cannot prove covers it (C7514). */
+        for (int b = 0; b < nblk; ++b) {
+            const int st = stage_of(b);
+            float alpha[2];
+            if ((b & 1) == ln.w) {
+                wg_wait<0>(); /* S_b, P_{b-1} V_{b-1} */
+                wg_pin<kBlockN / 2>(S);
+                wg_pin<128>(O);
+                if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
+                    mbar_arrive(bar_qempty(s0));
+                q_held = b + 2 < nblk ? q_held : false;
+                nbar_sync(4 + ln.w, 128); /* every warp's S_b done: kpe may become P_b */
+                float rs[2];
+                softmax_block<T>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, smem, st, b & 1);
+                fence_proxy_async();
+                nbar_sync(4 + ln.w, 128);  /* P_b whole before this warpgroup reads it */
+                nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    l[i] = l[i] * alpha[i] + rs[i];
+            } else {
+                nbar_sync(2 + (b & 1), 256); /* the owner published P_b, m_b, rowsum */
+                fence_proxy_async();
+                const float *sM = reinterpret_cast<const float *>(smem + kOffM) + (b & 1) * kRows;
+                const float *sRS = reinterpret_cast<const float *>(smem + kOffRS) + (b & 1) * kRows;
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const float mn = sM[ln.r0 + 8 * i];
+                    const float mu = mn == -CUDART_INF_F ? 0.f : mn;
+                    alpha[i] = exp2f(m[i] - mu);
+                    m[i] = mn;
+                    l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
+                }
+                wg_wait<0>(); /* P_{b-1} V_{b-1} (and S_{b+1}) */
+            }
+            wg_pin<128>(O);
+            if (b > 0 && ln.lane == 0) /* this warp is done with block b - 1 */
+                mbar_arrive(bar_empty(s0, stage_of(b - 1)));
+            /* Rescale only when some row's max moved (warp vote): once a row's max settles,
+             * the 128 multiplies a thread a block are skipped. */
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+                for (int j = 0; j < 32; ++j) {
+                    O[4 * j + 0] *= alpha[0];
+                    O[4 * j + 1] *= alpha[0];
+                    O[4 * j + 2] *= alpha[1];
+                    O[4 * j + 3] *= alpha[1];
+                }
+            }
+            issue_pv<T>(O, s0, st, ln.w);
+            /* The next own block's scores, queued now: 4 stages, right after P_b V_b (block
+             * b + 2's stage is b - 2's); 2 stages, after the other's P_b V_b (b + 1's stage
+             * is b - 1's, released just above; block 1's were issued before the loop). */
+            const int nb = kStages >= 4 ? b + 2 : b + 1;
+            if (((b & 1) == ln.w) == (kStages >= 4) && nb < nblk && nb != ln.w) {
+                mbar_wait(bar_full(s0, stage_of(nb)), parity_of(nb));
+                fence_proxy_async();
+                issue_scores<T>(S, s0, stage_of(nb));
+            }
+        }
+        wg_wait<0>();
+        wg_pin<128>(O);
+        if (nblk > 0 && ln.lane == 0)
+            mbar_arrive(bar_empty(s0, stage_of(nblk - 1)));
+        if (q_held && ln.lane == 0)
+            mbar_arrive(bar_qempty(s0));
+        for (int b = 0; b < nblk; ++b)
+            cur.next();
+        cur.qph ^= 1u;
+        store_rows<T>(p, ctx, it, rq, nh, M, ln, O, m, l);
+        if (it.out_slot < 0)
+            return false;
+        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + kOffFlag),
+                             reinterpret_cast<float *>(smem + kOffW), reinterpret_cast<float *>(smem + kOffRow));
+    }
+};
+
+}  // namespace fimlawg
