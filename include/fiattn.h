@@ -51,7 +51,8 @@ typedef enum fi_status {
     FI_ERR_UNSUPPORTED_HEADS = 7,      /* head count / group size outside the kind's range */
     FI_ERR_BATCH_OVER_CAPS = 8,        /* batch_size > caps.max_batch */
     FI_ERR_Q_TOKENS_OVER_CAPS = 9,     /* sum of q_len > caps.max_q_tokens */
-    FI_ERR_Q_LEN_UNSUPPORTED = 10,     /* q_len outside the kind's range (decode: 1..8) */
+    FI_ERR_Q_LEN_UNSUPPORTED = 10,     /* q_len outside the kind's range (decode: 1..8; MLA
+                                          decode in the INDPTR form: >= 1) */
     FI_ERR_NEGATIVE_LENGTH = 11,       /* a q_len or kv_len < 0 */
     FI_ERR_INDPTR_NOT_MONOTONE = 12,   /* an indptr / cum_seq_lens array decreases or !starts at 0 */
     FI_ERR_INCONSISTENT_LENGTHS = 13,  /* e.g. seq_lens != cum_seq_lens_kv diff, q_len > kv_len */
@@ -145,7 +146,8 @@ typedef enum fi_dtype {
 /* Capacity of a plan: fixes the workspace layout, the persistent grid and every bound.
  * Supported (checked by fi_workspace_size / fi_plan_create):
  *   MLA_DECODE: H_kv 1, H_q in {16,32,64,128}, head_dim_qk 576, head_dim_vo 512,
- *               page_size in {1,16,32,64,128}, q_len 1..8 per request.
+ *               page_size in {1,16,32,64,128}, q_len 1..8 per request (INDPTR
+ *               form: any q_len >= 1, the wrapper's incremental prefill).
  *   GQA_DECODE: H_q % H_kv == 0, group 1..16, head_dim 64/128/256 (qk == vo),
  *               page_size in {1,16,32,64,128}, q_len 1..8.
  *   CONTEXT:    H_q % H_kv == 0, group 1..16, head_dim 64/128/256, any page_size above.
@@ -307,7 +309,7 @@ typedef struct fi_batch {
  *     CUM_SEQ_LENS with seq_lens: seq_lens[b] < 0             FI_ERR_NEGATIVE_LENGTH
  *       seq_lens[b] != the cum_seq_lens_kv difference         FI_ERR_INCONSISTENT_LENGTHS
  *     kv_len / seq_lens[b] < 0                                FI_ERR_NEGATIVE_LENGTH
- *     q_len outside the kind's range (decode kinds 1..8, context >= 0)
+ *     q_len outside the kind's range (decode kinds 1..8, MLA INDPTR >= 1, context >= 0)
  *                                                             FI_ERR_Q_LEN_UNSUPPORTED
  *     causal with 0 < kv_len < q_len                          FI_ERR_INCONSISTENT_LENGTHS
  *       (kv_len 0 is always valid: an empty request, its rows get zeros and lse -inf)

@@ -86,9 +86,14 @@ FI_PD fi_status fi_batch_check_scalars(const fi_caps *caps, const fi_batch *b,
     return FI_OK;
 }
 
-FI_PD_STATIC int q_len_ok(const fi_caps *caps, int64_t q_len) {
+/* Context: any q_len >= 0.  MLA decode in the INDPTR form (BatchMLAPagedAttentionWrapper,
+ * also incremental prefill of absorbed-weight MLA): any q_len >= 1, bounded by the caps'
+ * max_q_tokens.  Otherwise (decode, MTP): 1..8. */
+FI_PD_STATIC int q_len_ok(const fi_caps *caps, fi_batch_form form, int64_t q_len) {
     if (caps->kind == FI_KIND_CONTEXT)
         return q_len >= 0;
+    if (caps->kind == FI_KIND_MLA_DECODE && form == FI_FORM_INDPTR)
+        return q_len >= 1;
     return q_len >= 1 && q_len <= 8;
 }
 
@@ -207,7 +212,7 @@ FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi
     }
     if (kv_len < 0)
         return fail(err, FI_ERR_NEGATIVE_LENGTH, b, kv_len, 0);
-    if (!q_len_ok(caps, q_len))
+    if (!q_len_ok(caps, bt->form, q_len))
         return fail(err, FI_ERR_Q_LEN_UNSUPPORTED, b, q_len,
                     caps->kind == FI_KIND_CONTEXT ? -1 : 8);
     if (bt->causal && kv_len > 0 && q_len > kv_len)

@@ -219,6 +219,53 @@ static void mla_head_chunks_of_a_request_run_side_by_side(void **state) {
     }
 }
 
+/* MLA decode in the INDPTR form takes query blocks of any length (the wrapper's
+ * incremental prefill): 17, 128 and 1024 causal rows beside decode requests, heads 16 and
+ * 128, both MLA bodies' rows and the data-parallel one, random CTAs; every (row, visible
+ * key) once.  The BLOCK_TABLES form and GQA decode still stop at 8 rows. */
+static void mla_indptr_long_query_blocks_are_covered(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 13};
+    const int32_t q[6] = {17, 1, 128, 3, 1024, 1};
+    char msg[512];
+    for (int it = 0; it < 12; it++) {
+        fi_caps c;
+        batchgen_caps(&rng, FI_KIND_MLA_DECODE, &c);
+        c.num_qo_heads = it & 1 ? 128 : 16;
+        c.variant = (int32_t[]){0, 4, 2, 5}[(it >> 1) & 3];
+        c.num_ctas = tt_rng_int(&rng, 1, 160);
+        int32_t kv[6];
+        for (int b = 0; b < 6; b++)
+            kv[b] = q[b] + tt_rng_int(&rng, 0, 3000);
+        batchgen_batch g;
+        assert_int_equal(batchgen_from_lens(&rng, &c, FI_FORM_INDPTR, q, kv, 6, 0, 1, 1,
+                                            it % 3 == 0 ? 700 : -1, &g), 0);
+        fi_plan *p = NULL;
+        assert_int_equal(fi_plan_create(&g.caps, NULL, 0, NULL, &p), FI_OK);
+        assert_int_equal(fi_plan_update(p, &g.batch, NULL), FI_OK);
+        const tt_plan_expect want = batchgen_expect(&g);
+        if (tt_plan_check(p, &g.batch, &want, msg, sizeof msg) != 0)
+            fail_msg("seed %llu iter %d: %s (%s)", (unsigned long long)g_seed, it, msg,
+                     batchgen_describe(&g));
+        fi_plan_destroy(p);
+        batchgen_free(&g);
+    }
+    /* the other kinds' decode limit stays: 9 rows refused in GQA INDPTR and MLA BLOCK_TABLES */
+    for (int k = 0; k < 2; k++) {
+        fi_caps c;
+        batchgen_caps(&rng, k ? FI_KIND_MLA_DECODE : FI_KIND_GQA_DECODE, &c);
+        const int32_t q9[2] = {9, 9}, kv9[2] = {100, 200};
+        batchgen_batch g;
+        assert_int_equal(batchgen_from_lens(&rng, &c, k ? FI_FORM_BLOCK_TABLES : FI_FORM_INDPTR,
+                                            q9, kv9, 2, 0, 1, 1, -1, &g), 0);
+        fi_plan *p = NULL;
+        assert_int_equal(fi_plan_create(&g.caps, NULL, 0, NULL, &p), FI_OK);
+        assert_int_equal(fi_plan_update(p, &g.batch, NULL), FI_ERR_Q_LEN_UNSUPPORTED);
+        fi_plan_destroy(p);
+        batchgen_free(&g);
+    }
+}
+
 /* caps.variant 0 picks the kind's default row by heads (plan/variant.h fi_variant_select):
  * MLA decode, the mma.sync row below 32 heads and the wgmma row from 32 on; a number picks
  * its row whatever the heads; GQA has one default. */
@@ -251,6 +298,7 @@ int main(void) {
         cmocka_unit_test(plan_with_one_cta_never_splits),
         cmocka_unit_test(mla_head_chunks_of_a_request_run_side_by_side),
         cmocka_unit_test(default_variant_follows_heads),
+        cmocka_unit_test(mla_indptr_long_query_blocks_are_covered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

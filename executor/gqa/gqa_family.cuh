@@ -96,20 +96,10 @@ template <typename T, typename KV, int D> struct GqaFamily {
         Cursor cur{0, 0u, 0, 0u};
         const int pt = (int)threadIdx.x - kThreads;
         const int split = p.c.header->kv_split_pages, ppr = p.c.header->pages_per_row;
-        fi_work_item it = cs.first;
-        fi_request_info rq = cs.request;
-        for (int i = cs.item_begin; i < cs.item_end; ++i) {
-            fi_work_item nit = it;
-            fi_request_info nrq = rq;
-            if (i + 1 < cs.item_end) {
-                nit = p.c.items[i + 1];
-                nrq = p.c.requests[nit.request];
-            }
+        for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
             produce_q<T, G, D>(p, it, rq, smem, pt, cur);
             produce_kv<K, G, D>(p, it, rq, split, ppr, smem, pt, cur);
-            it = nit;
-            rq = nrq;
-        }
+        });
     }
 
     /* The 16-row consumers (gqa_rows16.cuh): a slot on one warp in steps of up to 32 tokens

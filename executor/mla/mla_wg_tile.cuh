@@ -359,15 +359,7 @@ template <typename T> struct MlaWgFamily {
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
         Cursor cur{0, 0u, 0u};
-        fi_work_item it = cs.first;
-        fi_request_info rq = cs.request;
-        for (int i = cs.item_begin; i < cs.item_end; ++i) {
-            fi_work_item nit = it;
-            fi_request_info nrq = rq;
-            if (i + 1 < cs.item_end) {
-                nit = p.c.items[i + 1];
-                nrq = p.c.requests[nit.request];
-            }
+        for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
             mbar_wait(bar_qempty(s0), cur.qph ^ 1u);
             produce_q<T>(p, it, rq, s0, pt);
             cp_async_mbar_arrive(bar_qfull(s0));
@@ -383,9 +375,7 @@ template <typename T> struct MlaWgFamily {
                 cp_async_mbar_arrive(bar_full(s0, cur.st));
                 cur.next();
             }
-            it = nit;
-            rq = nrq;
-        }
+        });
     }
 
     /* One item on both consumer warpgroups (schedule: the header comment). */

@@ -273,8 +273,9 @@ class BatchMLAPagedAttentionWrapper:
     """MLA paged attention with a plan object: plan once per step, run once per layer.
 
     Mirrors flashinfer.mla.BatchMLAPagedAttentionWrapper (indptr batch form: qo_indptr,
-    kv_indptr, kv_indices, kv_len_arr).  Decode and incremental prefill with q_len 1..8 per
-    request on the GPU (bf16 / fp16), fp32 / fp16 / bf16 on the CPU (CPU workspace tensor).
+    kv_indptr, kv_indices, kv_len_arr).  Decode and incremental (chunked) prefill with any
+    q_len >= 1 per request, causal with the query block aligned to the end of the KV range,
+    on the GPU (bf16 / fp16), fp32 / fp16 / bf16 on the CPU (CPU workspace tensor).
 
     LSE: ``run(..., return_lse=True)`` returns the log-sum-exp in base 2 as FlashInfer's
     wrapper does (fiattn computes natural log and multiplies by log2(e));

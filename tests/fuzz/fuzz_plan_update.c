@@ -373,7 +373,8 @@ static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
     for (int32_t i = 0; i < e->batch_size; i++) {
         const int32_t q = e->q_len[i], kv = e->kv_len[i];
         if (kv < 0 || q < 0) return "negative length";
-        if (c->kind != FI_KIND_CONTEXT && (q < 1 || q > 8)) return "decode q_len";
+        const int long_q = c->kind == FI_KIND_MLA_DECODE && indptr; /* the MLA wrapper */
+        if (c->kind != FI_KIND_CONTEXT && (q < 1 || (q > 8 && !long_q))) return "decode q_len";
         if (b->causal && kv > 0 && q > kv) return "causal q_len > kv_len";
         if (b->form == FI_FORM_CUM_SEQ_LENS && b->seq_lens && b->seq_lens[i] != kv)
             return "seq_lens != cum_seq_lens_kv";

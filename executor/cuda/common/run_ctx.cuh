@@ -32,6 +32,25 @@ __device__ __forceinline__ RunCtx run_ctx(const fi_exec_common &c) {
     return ctx;
 }
 
+/* Visit a CTA's items in order, each with its request row, the next pair loaded while the
+ * current one is visited (a producer's walk; the persistent loop does the same). */
+template <class Fn>
+__device__ __forceinline__ void for_each_item(const fi_exec_common &c, const fi_cta_start &cs, Fn &&fn) {
+    fi_work_item it = cs.first;
+    fi_request_info rq = cs.request;
+    for (int i = cs.item_begin; i < cs.item_end; ++i) {
+        fi_work_item nit = it;
+        fi_request_info nrq = rq;
+        if (i + 1 < cs.item_end) {
+            nit = c.items[i + 1];
+            nrq = c.requests[nit.request];
+        }
+        fn(it, rq);
+        it = nit;
+        rq = nrq;
+    }
+}
+
 /* log(exp(a) + exp(b)) without overflow; -inf + -inf = -inf (never NaN). */
 __device__ __forceinline__ float logaddexp(float a, float b) {
     const float m = fmaxf(a, b);

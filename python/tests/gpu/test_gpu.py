@@ -122,10 +122,12 @@ def test_xqa_mla_fp8_not_implemented(ws):
     assert (out == 3.0).all()
 
 
-@pytest.mark.parametrize("causal,ql", [(False, 1), (True, 3)])
+@pytest.mark.parametrize("causal,ql", [(False, 1), (True, 3), (True, 40)])
 def test_mla_wrapper(ws, causal, ql):
+    """Decode, MTP and (ql 40) incremental prefill: query blocks longer than the decode
+    kinds' 8 rows, causal and aligned to the end of the KV range, against the reference."""
     g = torch.Generator().manual_seed(21 + ql)
-    B, H, ps = 12, 128, 1
+    B, H, ps = (12 if ql <= 8 else 4), 128, 1
     lens = _lens(B, 900, g, ql)
     num_pages = int(lens.sum()) + 10
     perm = torch.randperm(num_pages, generator=g).to(torch.int32)
