@@ -214,7 +214,10 @@ FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi
         return fail(err, FI_ERR_NEGATIVE_LENGTH, b, kv_len, 0);
     if (!q_len_ok(caps, bt->form, q_len))
         return fail(err, FI_ERR_Q_LEN_UNSUPPORTED, b, q_len,
-                    caps->kind == FI_KIND_CONTEXT ? -1 : 8);
+                    caps->kind == FI_KIND_CONTEXT ||
+                            (caps->kind == FI_KIND_MLA_DECODE && bt->form == FI_FORM_INDPTR)
+                        ? -1 /* no upper limit: the lower one (1) was broken */
+                        : 8);
     if (bt->causal && kv_len > 0 && q_len > kv_len)
         return fail(err, FI_ERR_INCONSISTENT_LENGTHS, b, q_len, kv_len);
     const int64_t q_incl = q_before + q_len;

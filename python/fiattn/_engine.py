@@ -39,6 +39,14 @@ def _plan_only():
 _PARALLEL_VARIANT = {C.FI_KIND_MLA_DECODE: 2, C.FI_KIND_GQA_DECODE: 1}
 
 
+def _parallel_variant(caps):
+    """The data-parallel partition row of the caps: GQA 1; MLA 5 from 32 heads on (the wgmma
+    body, as the default row there), else 2 (the mma.sync body)."""
+    if caps.kind == C.FI_KIND_MLA_DECODE and caps.num_qo_heads >= 32:
+        return 5
+    return _PARALLEL_VARIANT[caps.kind]
+
+
 def _device_planning():
     return _state.device_planning
 
@@ -52,7 +60,8 @@ def device_planning(enabled=True):
     torch.cuda.graph captures the planning kernel too: every replay plans for the lengths
     then in seq_lens (no fiattn.plan_only() step before replays).
 
-    The plans use the kind's data-parallel partition row (caps variant: MLA 2, GQA 1; about
+    The plans use the kind's data-parallel partition row (caps variant: MLA 2, or 5 from 32
+    heads on, the wgmma body; GQA 1; about
     1-14% more on the largest CTA than the default walk on trace batches, docs/DESIGN.md).
     A length or page index the device planner refuses is not raised by the call: the step
     runs nothing (out and lse keep what they held) and device_plan_status(workspace_buffer)
@@ -421,7 +430,7 @@ def launch_device_planned(workspace, caps, batch_size, q_tokens, device, make_de
     make_device_batch() -> (fi_device_batch, keepalive); record(entry, device_batch), when
     given, memoises the call for fast_call."""
     c = C.fi_caps.from_buffer_copy(caps)
-    c.variant = _PARALLEL_VARIANT[caps.kind]
+    c.variant = _parallel_variant(caps)
     entry = get_entry(workspace, c, batch_size, q_tokens, False, capturing)
     db, keep = make_device_batch()
     stream = stream_handle(device)

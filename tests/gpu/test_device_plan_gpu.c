@@ -140,6 +140,8 @@ static const bytes_cfg BYTES_CFGS[] = {
     /* the data-parallel partition rows (planner/ppart.c): the whole CTA plans */
     {"mla h16 page 64, 132 ctas, parallel", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256, 132, 2},
     {"mla h128 page 32, 132 ctas, parallel", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64, 132, 2},
+    {"mla h128 page 32, 132 ctas, parallel, wgmma row", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64,
+     132, 5},
     {"mla h16 page 16, 1 cta, parallel", FI_KIND_MLA_DECODE, 16, 1, 576, 16, 32, 1, 2},
     {"gqa 32/8 d128 page 16, 132 ctas, parallel", FI_KIND_GQA_DECODE, 32, 8, 128, 16, 1024, 132,
      1},
@@ -754,7 +756,7 @@ static void graph_loop_mla(int32_t variant) {
     mla_opts o;
     memset(&o, 0, sizeof o);
     o.dtype = FI_DTYPE_BF16;
-    o.heads = 16;
+    o.heads = variant == 5 ? 64 : 16; /* row 5: the wgmma body */
     o.variant = variant;
     o.page_size = ps;
     o.form = FI_FORM_BLOCK_TABLES;
@@ -838,6 +840,7 @@ static void device_plan_graph_loop_gqa_10000_steps(void **state) {
 static void device_plan_graph_loop_mla_parallel_10000_steps(void **state) {
     (void)state;
     graph_loop_mla(2);
+    graph_loop_mla(5); /* the wgmma body's parallel row, heads 64 */
 }
 static void device_plan_graph_loop_gqa_parallel_10000_steps(void **state) {
     (void)state;
@@ -1144,9 +1147,10 @@ static void bad_indptr(tt_rng *rng, int32_t variant) {
     x.w.pt[x.w.kvp[3]] = -1;
     bad_step_host_rule(&x, B, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, "kv_indices entry -1");
     bad_good_step(&x, "kv_indices -1");
-    for (int32_t b = 2; b <= B; b++) x.w.qo[b] += 8; /* request 1: q_len 10 */
-    bad_step_host_rule(&x, B, FI_ERR_Q_LEN_UNSUPPORTED, "q_len 10 (qo_indptr)");
-    bad_good_step(&x, "q_len 10");
+    /* request 1: q_len 0 (the MLA INDPTR form takes any q_len >= 1: the wrapper's prefill) */
+    for (int32_t b = 2; b <= B; b++) x.w.qo[b] -= 2;
+    bad_step_host_rule(&x, B, FI_ERR_Q_LEN_UNSUPPORTED, "q_len 0 (qo_indptr)");
+    bad_good_step(&x, "q_len 0");
     x.w.lens[0] = -1;
     bad_step_host_rule(&x, B, FI_ERR_NEGATIVE_LENGTH, "kv_len -1");
     bad_good_step(&x, "negative kv_len");

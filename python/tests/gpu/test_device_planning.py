@@ -88,17 +88,19 @@ def test_gqa_device_planned_matches_reference_without_sync(ws, monkeypatch):
     assert rel_err(out.cpu(), ref) < TOL and torch.equal(out, out2)
 
 
-def test_mla_device_planned_matches_reference(ws):
-    g = torch.Generator().manual_seed(102)
-    q, kv, bt, lens = _mla_case(g)
-    out = torch.full((6, 1, 16, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+@pytest.mark.parametrize("H", [16, 64])
+def test_mla_device_planned_matches_reference(ws, H):
+    """Heads 16: the mma.sync body's parallel row (variant 2); 64: the wgmma body's (5)."""
+    g = torch.Generator().manual_seed(102 + H)
+    q, kv, bt, lens = _mla_case(g, H=H)
+    out = torch.full((6, 1, H, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
     with fiattn.device_planning():
         fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(q, kv, ws, 128, 512, 64, bt, lens, 0,
                                                           out=out, bmm1_scale=0.05)
     torch.cuda.synchronize()
     assert fiattn.device_plan_status(ws) is None
     ref = _mla_ref(q, kv, bt, lens, 0.05)
-    assert rel_err(out.cpu().reshape(6, 16, 512), ref) < TOL
+    assert rel_err(out.cpu().reshape(6, H, 512), ref) < TOL
 
 
 def test_graph_follows_lengths_without_plan_only(ws):
