@@ -208,7 +208,7 @@ static void mla_indptr_causal_prefill_matches_reference(void **state) {
  * and downloaded. */
 static void check_rows_sampled(const mla_case *c, tt_rng *rng) {
     const int64_t H = c->o.heads;
-    int32_t rb[512], ri[512];
+    int32_t rb[512] = {0}, ri[512] = {0};
     int S = 0;
     for (int32_t b = 0; b < c->B; b++) {
         const int32_t ql = c->fb.q_lens[b];
