@@ -34,6 +34,7 @@
 
 #include "planner/model.h"
 #include "planner/pack.h"
+#include "planner/tiles.h"
 
 #ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_force_global = 0;
@@ -90,29 +91,12 @@ FI_PD_STATIC fi_status emit(walk *w, const fi_tile *t, int32_t kv0, int32_t kv1,
         if (w->ni >= w->l->max_items)
             return over_caps(w, (int64_t)w->ni + 1, w->l->max_items);
         fi_work_item *it = &w->items[w->ni];
-        it->request = t->request;
-        it->head_begin = t->head_begin;
-        it->head_end = t->head_end;
-        it->q_begin = t->q_begin;
-        it->q_end = t->q_end;
-        it->kv_begin = kv0;
-        it->kv_end = kv1;
-        it->out_slot = -1;
-        it->merge_group = -1;
+        *it = fi_tile_item(t, kv0, kv1, -1, -1);
         if (split) {
             if (*g < 0) {
                 if (w->ng >= w->l->max_groups)
                     return over_caps(w, (int64_t)w->ng + 1, w->l->max_groups);
-                fi_merge_group *mg = &w->groups[w->ng];
-                mg->request = t->request;
-                mg->head_begin = t->head_begin;
-                mg->head_end = t->head_end;
-                mg->q_begin = t->q_begin;
-                mg->q_end = t->q_end;
-                mg->first_slot = w->ns;
-                mg->num_splits = 0;
-                mg->first_item = w->ni;
-                mg->reserved = 0;
+                w->groups[w->ng] = fi_tile_group(t, w->ns, 0, w->ni);
                 *g = w->ng++;
             }
             if (w->ns >= w->l->max_slots)

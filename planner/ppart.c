@@ -24,6 +24,7 @@
 #include "planner/partition.h"
 
 #include "planner/parallel.h"
+#include "planner/tiles.h"
 
 /* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior). */
 FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile *tiles,
@@ -143,33 +144,13 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
             if (!last && pp->cut_scan[c + 1] == pp->cut_scan[c])
                 continue; /* not a cut of this tile */
             const int32_t end = last ? tl->kv_end : pp->bkv[c];
-            fi_work_item it;
-            it.request = tl->request;
-            it.head_begin = tl->head_begin;
-            it.head_end = tl->head_end;
-            it.q_begin = tl->q_begin;
-            it.q_end = tl->q_end;
-            it.kv_begin = start;
-            it.kv_end = end;
-            it.out_slot = grouped ? (int32_t)pp->slot_off[t] + j : -1;
-            it.merge_group = grouped ? g : -1;
-            items[first + j] = it;
+            items[first + j] = fi_tile_item(tl, start, end, grouped ? (int32_t)pp->slot_off[t] + j : -1,
+                                            grouped ? g : -1);
             start = end;
             j++;
         }
-        if (grouped) {
-            fi_merge_group gr;
-            gr.request = tl->request;
-            gr.head_begin = tl->head_begin;
-            gr.head_end = tl->head_end;
-            gr.q_begin = tl->q_begin;
-            gr.q_end = tl->q_end;
-            gr.first_slot = (int32_t)pp->slot_off[t];
-            gr.num_splits = j;
-            gr.first_item = first;
-            gr.reserved = 0;
-            groups[g] = gr;
-        }
+        if (grouped)
+            groups[g] = fi_tile_group(tl, (int32_t)pp->slot_off[t], j, first);
     }
     /* Where each CTA's items start: the piece its boundary begins. */
     FI_PP_FOR(c, n + 1) {

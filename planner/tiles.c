@@ -32,32 +32,12 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, const ti
                                    const fi_request_info *r, int32_t causal,
                                    int32_t window_left, fi_tile *out, int64_t hstride) {
     const int32_t q_len = r->q_len, kv_len = r->kv_len;
-    int32_t n = 0;
     int64_t total = 0;
-    if (hstride > 0) {
-        int64_t i = 0; /* (KV head, q tile) pairs so far */
-        for (int32_t kvh = 0; kvh < g->h_kv; kvh++) {
-            const int32_t h0 = kvh * g->group, h1 = h0 + g->group;
-            for (int32_t q0 = 0; q0 < q_len; q0 += g->q_step, i++) {
-                const int32_t q1 = q0 + g->q_step < q_len ? q0 + g->q_step : q_len;
-                int32_t lo, hi;
-                fi_tile_kv_range(causal, window_left, q_len, kv_len, q0, q1, &lo, &hi);
-                for (int32_t hb = h0, c = 0; hb < h1; hb += g->h_step, c++) {
-                    const int32_t he = hb + g->h_step < h1 ? hb + g->h_step : h1;
-                    const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)(q1 - q0) * (he - hb));
-                    const fi_tile t = {b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
-                    out[i + c * hstride] = t;
-                    total += cost;
-                }
-            }
-        }
-        return total;
-    }
     /* Decode (one q block a request, as every GQA / MLA decode batch): the KV range and the
      * cost depend on the request only, so they are computed once for its h_kv x head-block
      * tiles (GQA decode at 1024 requests: 8192 tiles); same tiles, same order. */
-    if (q_len >= 1 && q_len <= g->q_step && g->group % g->h_step == 0) {
-        int32_t lo, hi;
+    if (hstride == 0 && q_len >= 1 && q_len <= g->q_step && g->group % g->h_step == 0) {
+        int32_t lo, hi, n = 0;
         fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
         const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)q_len * g->h_step);
         /* One tile copied and its heads set: fewer stores than a compound literal a tile. */
@@ -69,18 +49,18 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, const ti
         }
         return cost * n;
     }
+    int64_t i = 0; /* (KV head, q tile) pairs so far */
     for (int32_t kvh = 0; kvh < g->h_kv; kvh++) {
         const int32_t h0 = kvh * g->group, h1 = h0 + g->group;
-        for (int32_t q0 = 0; q0 < q_len; q0 += g->q_step) {
+        for (int32_t q0 = 0; q0 < q_len; q0 += g->q_step, i++) {
             const int32_t q1 = q0 + g->q_step < q_len ? q0 + g->q_step : q_len;
             int32_t lo, hi;
             fi_tile_kv_range(causal, window_left, q_len, kv_len, q0, q1, &lo, &hi);
-            for (int32_t hb = h0; hb < h1; hb += g->h_step) {
+            for (int32_t hb = h0, c = 0; hb < h1; hb += g->h_step, c++) {
                 const int32_t he = hb + g->h_step < h1 ? hb + g->h_step : h1;
-                const int64_t rows = (int64_t)(q1 - q0) * (he - hb);
-                const int64_t cost = fi_variant_item_cost(row, hi - lo, rows);
+                const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)(q1 - q0) * (he - hb));
                 const fi_tile t = {b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
-                out[n++] = t;
+                out[hstride > 0 ? i + c * hstride : i * g->n_hb + c] = t;
                 total += cost;
             }
         }

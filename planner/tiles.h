@@ -22,6 +22,23 @@
 #include "plan/variant.h"
 #include "planner/scratch.h"
 
+/* The work item of tile t over its keys [kv_begin, kv_end): out_slot / merge_group -1 for
+ * an unsplit tile, else the piece's partial slot and merge group. */
+FI_HOST_DEVICE fi_work_item fi_tile_item(const fi_tile *t, int32_t kv_begin, int32_t kv_end,
+                                         int32_t out_slot, int32_t merge_group) {
+    const fi_work_item it = {t->request, t->head_begin, t->head_end, t->q_begin, t->q_end,
+                             kv_begin, kv_end, out_slot, merge_group};
+    return it;
+}
+
+/* The merge group of tile t's pieces: their slots first_slot .., first_item the first. */
+FI_HOST_DEVICE fi_merge_group fi_tile_group(const fi_tile *t, int32_t first_slot,
+                                            int32_t num_splits, int32_t first_item) {
+    const fi_merge_group g = {t->request, t->head_begin, t->head_end, t->q_begin, t->q_end,
+                              first_slot, num_splits, first_item, 0};
+    return g;
+}
+
 /* Write the batch's tiles to tiles[0 .. *num_tiles) (capacity max_tiles) and the sum of
  * their costs to *total_cost.  v: the caps' tile table row.  requests: [batch_size] from
  * fi_batch_validate.

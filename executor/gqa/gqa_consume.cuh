@@ -62,26 +62,6 @@ __device__ __forceinline__ uint32_t hmul2u(uint32_t x, __half2 s) {
     return *reinterpret_cast<const uint32_t *>(&r);
 }
 
-/* Key bounds [lo, hi] (inclusive) of this lane's rows r0 and r0 + dr (16-row path: rg * 16
- * + g and + 8; gqa_swap.cuh: 2 q4 and + 1), clipped to the item's KV range (plan/mask.h);
- * rows past M see nothing. */
-__device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item &it,
-                                           const fi_request_info &rq, int M, int nh, int r0, int dr,
-                                           int *lo, int *hi) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int r = r0 + dr * i;
-        lo[i] = 0;
-        hi[i] = -1;
-        if (r < M) {
-            int32_t l, h;
-            fi_row_kv_range(ctx.causal, ctx.window_left, rq.q_len, rq.kv_len, it.q_begin + r / nh, &l, &h);
-            lo[i] = max(l, it.kv_begin);
-            hi[i] = min(h, it.kv_end) - 1;
-        }
-    }
-}
-
 /* Row r of the team's warps w0 .. w0 + W - 1 (sM / sL: a warp's 16 row maxima and sums,
  * warp-major): the team max (*mt), the sum rescaled to it (*lt), and the returned factor
  * exp2(m_own - team max) that brings this warp's O to the team max (both consumer paths'

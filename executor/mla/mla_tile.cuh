@@ -214,27 +214,6 @@ __device__ __forceinline__ void load_q(const fi_mla_params &p, T *sQ, const fi_w
     }
 }
 
-/* Key bounds [lo, hi] (inclusive) of this thread's two rows rg*16 + g and + 8 within the
- * item's KV range: the mask rule of plan/mask.h clipped to [kv_begin, kv_end). */
-template <typename T>
-__device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item &it,
-                                           const fi_request_info &rq, const Item<T> &x,
-                                           const Lane &ln, int *lo, int *hi) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int r = ln.rg * 16 + ln.g + 8 * i;
-        lo[i] = 0;
-        hi[i] = -1;
-        if (r < x.M) {
-            int32_t l, h;
-            fi_row_kv_range(ctx.causal, ctx.window_left, rq.q_len, rq.kv_len,
-                            it.q_begin + r / x.nh, &l, &h);
-            lo[i] = max(l, x.kv_begin);
-            hi[i] = min(h, x.kv_end) - 1;
-        }
-    }
-}
-
 /* Prologue: the first blocks' page indices first (page -> KV is the item's critical
  * chain; Q's copies are issued while they travel), the ring's barriers (re-initialised per
  * item: no copy is pending between items), Q, the first AHEAD blocks, and the page indices
@@ -572,7 +551,7 @@ template <typename T> struct MlaFamily {
         const Item<T> x = item_map<T>(it, smem);
         const Lane ln = lane_of(threadIdx.x, x.KP, x.M);
         int lo[2], hi[2];
-        row_bounds<T>(ctx, it, rq, x, ln, lo, hi);
+        row_bounds(ctx, it, rq, x.M, x.nh, ln.rg * 16 + ln.g, 8, lo, hi);
         int32_t pg[2];
         prologue<T>(p, it, rq, x, ln, pg, first);
         Acc a;

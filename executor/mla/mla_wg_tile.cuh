@@ -271,24 +271,6 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
     }
 }
 
-/* Key bounds [lo, hi] (inclusive) of the thread's rows within the item's KV range. */
-__device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item &it,
-                                           const fi_request_info &rq, int nh, int M,
-                                           const Lane &ln, int *lo, int *hi) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int r = ln.r0 + 8 * i;
-        lo[i] = 0;
-        hi[i] = -1;
-        if (r < M) {
-            int32_t l, h;
-            fi_row_kv_range(ctx.causal, ctx.window_left, rq.q_len, rq.kv_len, it.q_begin + r / nh, &l, &h);
-            lo[i] = max(l, it.kv_begin);
-            hi[i] = min(h, it.kv_end) - 1;
-        }
-    }
-}
-
 /* Store the thread's rows of its 256 columns: unsplit, out = bmm2 * O / l * exp(lse_keys
  * - lse) with lse = logaddexp(lse_keys, sink); split, the fp32 partial O / l and lse_keys
  * (no sink, no bmm2) into the item's slot (warpgroup 0 writes the lse). */
@@ -388,7 +370,7 @@ template <typename T> struct MlaWgFamily {
         const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
         const int nblk = uniform(blocks_of(it));
         int lo[2], hi[2];
-        row_bounds(ctx, it, rq, nh, M, ln, lo, hi);
+        row_bounds(ctx, it, rq, M, nh, ln.r0, 8, lo, hi);
         float O[128], S[kBlockN / 2];
 #pragma unroll
         for (int i = 0; i < 128; ++i)

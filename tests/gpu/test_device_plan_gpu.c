@@ -1044,19 +1044,25 @@ static void bad_good_step(bad_ctx *x, const char *after) {
         BAD_FAIL(x, "good step after %s: %s", after, msg);
 }
 
-/* Block tables, q_len 2 causal: rows of 16 pages (the longest request: 250 keys). */
-static void bad_block_tables(tt_rng *rng, int32_t variant) {
+/* The bad-step cases' MLA options: heads 16, page 16, causal, lse, B_max 8. */
+static mla_opts bad_opts(int32_t variant, fi_batch_form form, int32_t max_q_tokens) {
     mla_opts o;
     memset(&o, 0, sizeof o);
     o.dtype = FI_DTYPE_BF16;
     o.heads = 16;
     o.variant = variant;
     o.page_size = 16;
-    o.form = FI_FORM_BLOCK_TABLES;
+    o.form = form;
     o.causal = 1;
     o.return_lse = 1;
     o.max_batch = 8;
-    o.max_q_tokens = 16;
+    o.max_q_tokens = max_q_tokens;
+    return o;
+}
+
+/* Block tables, q_len 2 causal: rows of 16 pages (the longest request: 250 keys). */
+static void bad_block_tables(tt_rng *rng, int32_t variant) {
+    const mla_opts o = bad_opts(variant, FI_FORM_BLOCK_TABLES, 16);
     const int32_t q[4] = {2, 2, 2, 2}, kv[4] = {100, 37, 250, 64};
     static bad_ctx x;
     bad_open(&x, &o, q, kv, rng);
@@ -1117,17 +1123,7 @@ static void bad_block_tables(tt_rng *rng, int32_t variant) {
 
 /* The wrapper's form: qo_indptr / kv_indptr / kv_indices / kv_len, q_len 1..3 causal. */
 static void bad_indptr(tt_rng *rng, int32_t variant) {
-    mla_opts o;
-    memset(&o, 0, sizeof o);
-    o.dtype = FI_DTYPE_BF16;
-    o.heads = 16;
-    o.variant = variant;
-    o.page_size = 16;
-    o.form = FI_FORM_INDPTR;
-    o.causal = 1;
-    o.return_lse = 1;
-    o.max_batch = 8;
-    o.max_q_tokens = 24;
+    const mla_opts o = bad_opts(variant, FI_FORM_INDPTR, 24);
     const int32_t q[4] = {1, 2, 1, 3}, kv[4] = {90, 40, 200, 33};
     static bad_ctx x;
     bad_open(&x, &o, q, kv, rng);

@@ -8,6 +8,7 @@
 #include <math_constants.h>
 
 #include "executor/core/exec_params.h"
+#include "plan/mask.h"
 
 namespace fi {
 
@@ -48,6 +49,26 @@ __device__ __forceinline__ void for_each_item(const fi_exec_common &c, const fi_
         fn(it, rq);
         it = nit;
         rq = nrq;
+    }
+}
+
+/* Key bounds [lo, hi] (inclusive) of a thread's two rows r0 and r0 + dr of item it (M
+ * rows, nh heads a query row, q-major), clipped to the item's KV range: the mask rule of
+ * plan/mask.h; rows past M see nothing. */
+__device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item &it,
+                                           const fi_request_info &rq, int M, int nh, int r0, int dr,
+                                           int *lo, int *hi) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = r0 + dr * i;
+        lo[i] = 0;
+        hi[i] = -1;
+        if (r < M) {
+            int32_t l, h;
+            fi_row_kv_range(ctx.causal, ctx.window_left, rq.q_len, rq.kv_len, it.q_begin + r / nh, &l, &h);
+            lo[i] = max(l, it.kv_begin);
+            hi[i] = min(h, it.kv_end) - 1;
+        }
     }
 }
 
