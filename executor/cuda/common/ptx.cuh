@@ -1,7 +1,8 @@
 /*
  * executor/cuda/common/ptx.cuh - PTX wrappers every kernel family shares (sm_90): shared
  * addresses, ldmatrix, cp.async, mbarrier, bulk (TMA-engine) copies, proxy fences, the
- * self-resetting group counter, acquire loads and griddepcontrol (PDL).  No family
+ * self-resetting group counter, acquire loads, griddepcontrol (PDL), warp-uniform values and
+ * setmaxnreg.  No family
  * constants here.  Source: the PTX ISA 8.x (sm_90), chapters on the named instructions.
  */
 #pragma once
@@ -9,6 +10,19 @@
 #include <stdint.h>
 
 namespace fi {
+
+/* v (the same in every lane) as a value ptxas knows to be warp-uniform: setmaxnreg and
+ * wgmma on paths it cannot prove uniform cost serialisation (wgmma families). */
+__device__ __forceinline__ int uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
+
+/* Move this warpgroup's register budget to N a thread (every warp of the warpgroup):
+ * producers give registers back, consumers take them (the CTA's total stays fixed). */
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 /* threadIdx.x as a new value the compiler cannot merge with earlier reads (asm volatile):
  * lets an epilogue re-derive thread coordinates without stretching their live ranges. */

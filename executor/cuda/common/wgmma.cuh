@@ -1,8 +1,8 @@
 /*
  * executor/cuda/common/wgmma.cuh - Hopper warpgroup matrix multiply (wgmma.mma_async) for
  * kernel families: shared-memory matrix descriptors, the m64nNk16 instructions a family
- * uses (A and B from shared memory, fp32 accumulate), the async-group fences, named
- * barriers between warpgroups, and setmaxnreg.  Source: the PTX ISA 8.x, "Asynchronous
+ * uses (A and B from shared memory, fp32 accumulate), the async-group fences and named
+ * barriers between warpgroups.  Source: the PTX ISA 8.x, "Asynchronous
  * Warpgroup Level Matrix Multiply-Accumulate Instructions" (sm_90a).
  *
  * Shared-memory operand layouts used here (128-byte swizzle, bf16 / fp16; sw64 below for
@@ -20,6 +20,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "executor/cuda/common/ptx.cuh"
 
 namespace fi {
 
@@ -79,21 +81,9 @@ __device__ __forceinline__ void nbar_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
-/* Move this warpgroup's register budget to N a thread (every warp of the warpgroup):
- * producers give registers back, consumers take them (the CTA's total stays fixed). */
-template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-
 /* threadIdx.x / 128 as a value the compiler knows to be warp-uniform (ptxas serialises
  * wgmma on paths it cannot prove uniform). */
-__device__ __forceinline__ int warpgroup_idx() {
-    return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
-}
-__device__ __forceinline__ int uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
+__device__ __forceinline__ int warpgroup_idx() { return uniform((int)(threadIdx.x >> 7)); }
 
 /* D (fp32, m64 x N, the accumulator layout: warp w of the warpgroup rows 16 w + lane / 4
  * and + 8, columns 8 j + 2 (lane % 4) + {0, 1} in d[4 j ..]) (+)= A B, both from shared

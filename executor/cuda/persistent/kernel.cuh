@@ -45,12 +45,8 @@ namespace fi {
 template <class F> constexpr int block_threads() { return F::kThreads + 32 * F::kProducerWarps; }
 
 /* Families that run wgmma (kConsumerRegs > 0) see the CTA's role split, item range and
- * merge flag through __shfl_sync, as values ptxas knows to be warp-uniform (setmaxnreg
- * and wgmma on paths it cannot prove uniform cost serialisation); the others see the
- * plain values (the GQA bodies spill more with the extra shuffles). */
-template <class F> __device__ __forceinline__ int cta_uniform(int v) {
-    return __shfl_sync(0xffffffffu, v, 0);
-}
+ * merge flag through fi::uniform, as values ptxas knows to be warp-uniform; the others see
+ * the plain values (the GQA bodies spill more with the extra shuffles). */
 
 template <class F>
 __global__ void __launch_bounds__(block_threads<F>(), 1)
@@ -66,18 +62,18 @@ __global__ void __launch_bounds__(block_threads<F>(), 1)
     if constexpr (F::kProducerWarps > 0) {
         bool producer = threadIdx.x >= F::kThreads;
         if constexpr (F::kConsumerRegs > 0)
-            producer = cta_uniform<F>(producer);
+            producer = uniform(producer);
         if (producer) {
             F::produce(p, cs, smem);
             return; /* an exited thread counts as having triggered the dependents */
         }
         if constexpr (F::kConsumerRegs > 0)
-            asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(F::kConsumerRegs));
+            setmaxnreg_inc<F::kConsumerRegs>();
     }
     int i0 = cs.item_begin, i1 = cs.item_end;
     if constexpr (F::kConsumerRegs > 0) {
-        i0 = cta_uniform<F>(i0);
-        i1 = cta_uniform<F>(i1);
+        i0 = uniform(i0);
+        i1 = uniform(i1);
     }
     FI_STAMP(1);
     fi_work_item it = cs.first;
@@ -95,7 +91,7 @@ __global__ void __launch_bounds__(block_threads<F>(), 1)
         rq = nrq;
     }
     if constexpr (F::kConsumerRegs > 0)
-        any_coop = cta_uniform<F>(any_coop);
+        any_coop = uniform(any_coop);
     if (any_coop) /* uniform over the CTA */
         F::Merge::merge_phase(p.c, ctx, i0, i1, smem, F::kSmemBytes);
     FI_STAMP(3);
