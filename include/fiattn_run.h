@@ -110,13 +110,17 @@ typedef struct fi_attn_args {
  * bytes [>= num_pages, page_size, H_kv, D / 16] views, dequantised in the kernel into fp16
  * matmuls (Hopper has no fp4 tensor cores); k_sf / v_sf absent: FI_ERR_NULL_ARGUMENT, not
  * E4M3: FI_ERR_UNSUPPORTED_DTYPE, wrong shape: FI_ERR_SHAPE_MISMATCH; k_sf / v_sf given
- * for another KV dtype: FI_ERR_INVALID_ARGUMENT).  FI_KIND_CONTEXT returns FI_ERR_UNSUPPORTED_KIND (use
- * fi_ref_run on the CPU).
+ * for another KV dtype: FI_ERR_INVALID_ARGUMENT); FI_KIND_CONTEXT (prefill, chunked prefill and
+ * mixed prefill + decode batches: head_dim 64 / 128 / 256, q bf16 / fp16, KV the q dtype
+ * (fp8 / NVFP4 KV: FI_ERR_UNSUPPORTED_DTYPE), out the q dtype or fp8 e4m3, the GQA
+ * family's k / v views and page tables; wgmma tiles of 128 rows, executor/context/).
  * Algorithms: FlashAttention-2 online softmax and warp tiling (Dao 2023), flash-decoding
  * split-KV with an LSE-weighted merge (Dao et al. 2023), FlashMLA-style persistent decode;
  * GQA: the producer / consumer mbarrier pipeline of FlashAttention-3 (Shah et al. 2024)
  * with cp.async loads and mma.sync, tokens as the mma's M side for tiles of <= 8 rows
- * (executor/gqa/gqa_family.cuh, gqa_rows16.cuh, gqa_swap.cuh).
+ * (executor/gqa/gqa_family.cuh, gqa_rows16.cuh, gqa_swap.cuh); context: FlashAttention-3's
+ * warpgroup pipeline (wgmma, P in registers, softmax overlapped with the previous block's
+ * P V; executor/context/ctx_tile.cuh).
  * Arguments are read during the call; device tensors stay the caller's and must stay
  * valid until the launched work completes on `stream`.
  * stream: cudaStream_t.  Graph-capturable: fixed grid, reads the plan from the workspace.

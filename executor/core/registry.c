@@ -13,6 +13,7 @@
 extern const fi_family fi_family_mla;
 extern const fi_family fi_family_mla_wg;
 extern const fi_family fi_family_gqa;
+extern const fi_family fi_family_context;
 
 /* Cost-model constants shared by the rows calibrated together (plan/cost_model.h). */
 #define FI_DECODE_COSTS                                                                    \
@@ -62,7 +63,7 @@ static const fi_variant k_variants[] = {
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_gqa},
     {.kind = FI_KIND_CONTEXT, .variant = 0, .name = "context", .tile_rows = 128,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
-     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = NULL},
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_context},
 };
 
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant) {

@@ -109,18 +109,6 @@ __device__ __forceinline__ void tree_add(unsigned char *smem, const Lane &ln, fl
     }
 }
 
-/* Outputs at element offset off (T, or fp8 e4m3 when c.o_fp8, scaled by c.o_scale): two
- * consecutive, or four. */
-template <typename T>
-__device__ __forceinline__ void store_out2(const fi_exec_common &c, int64_t off, float x, float y) {
-    if (c.o_fp8) {
-        const __nv_fp8x2_e4m3 q(make_float2(x * c.o_scale, y * c.o_scale));
-        *reinterpret_cast<__nv_fp8x2_e4m3 *>(static_cast<__nv_fp8_e4m3 *>(c.out) + off) = q;
-    } else {
-        *reinterpret_cast<uint32_t *>(static_cast<T *>(c.out) + off) = Dt<T>::pack(x, y);
-    }
-}
-
 /* Convert the item's Q rows from bf16 to fp16 in place (fp8 KV runs fp16 matmuls). */
 template <typename T, int D>
 __device__ __forceinline__ void q_to_f16(T *sQ, int M) {

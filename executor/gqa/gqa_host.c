@@ -10,6 +10,7 @@
 
 #include "executor/core/args.h"
 #include "executor/core/family.h"
+#include "executor/gqa/gqa_host.h"
 #include "executor/gqa/gqa_launch.h"
 #include "executor/gqa/gqa_params.h"
 #include "plan/plan.h"
@@ -71,12 +72,10 @@ static fi_gqa_paged gqa_paged(const fi_tensor *t) {
     return v;
 }
 
-static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
+fi_status fi_gqa_fill_params(const fi_plan *plan, const fi_attn_args *a,
                              const fi_exec_common *common, void *params) {
     const fi_caps *caps = &plan->caps;
     fi_status st;
-    if ((st = gqa_check_caps(caps, plan->variant)) != FI_OK)
-        return st;
     const int nvfp4 = caps->kv_dtype == FI_DTYPE_E2M1;
     /* Block scales belong to NVFP4 KV only; NVFP4 needs both. */
     if (!nvfp4 && (a->k_sf.data || a->v_sf.data))
@@ -108,6 +107,12 @@ static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
     }
     memcpy(params, &p, sizeof p);
     return FI_OK;
+}
+
+static fi_status gqa_prepare(const fi_plan *plan, const fi_attn_args *a,
+                             const fi_exec_common *common, void *params) {
+    const fi_status st = gqa_check_caps(&plan->caps, plan->variant);
+    return st != FI_OK ? st : fi_gqa_fill_params(plan, a, common, params);
 }
 
 const fi_family fi_family_gqa = {

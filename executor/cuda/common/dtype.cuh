@@ -86,4 +86,16 @@ __device__ __forceinline__ void store_out4_dyn(const C &c, int64_t off, float4 v
         OutStore<T>::store4(static_cast<T *>(c.out) + off, v, 1.f);
 }
 
+/* Two consecutive outputs at element offset off of c.out (a common block with o_fp8 /
+ * o_scale): T, or fp8 e4m3 scaled by c.o_scale when c.o_fp8 (uniform over the grid). */
+template <typename T, typename C>
+__device__ __forceinline__ void store_out2(const C &c, int64_t off, float x, float y) {
+    if (c.o_fp8) {
+        const __nv_fp8x2_e4m3 q(make_float2(x * c.o_scale, y * c.o_scale));
+        *reinterpret_cast<__nv_fp8x2_e4m3 *>(static_cast<__nv_fp8_e4m3 *>(c.out) + off) = q;
+    } else {
+        *reinterpret_cast<uint32_t *>(static_cast<T *>(c.out) + off) = Dt<T>::pack(x, y);
+    }
+}
+
 }  // namespace fi

@@ -1,0 +1,475 @@
+/*
+ * executor/context/ctx_tile.cuh - the context (prefill) attention family on Hopper's
+ * warpgroup tensor cores (sm_90a): one work item = a tile of up to 128 rows (query tokens x
+ * the query heads of one KV head, q-major) over a KV range of a paged cache, S = Q K^T and
+ * O += P V by wgmma.  The persistent loop, the split merge and the launch are the shared
+ * ones (executor/cuda/).  Serves trtllm_batch_context_with_kv_cache and mixed batches
+ * (decode requests are context requests of q_len 1; they share the launch).
+ *
+ * What it computes (fiattn_run.h): s_j = bmm1_scale * (q . k_j) over the row's keys (the
+ * causal / window_left rule of plan/mask.h, the query block aligned to the end of the
+ * request's KV range), out = bmm2_scale * softmax(s) . v with sinks in the denominator,
+ * natural-log LSE; a row without keys: zeros and lse -inf (or the sink).
+ *
+ * How (one CTA = 2 consumer warpgroups + 1 producer warpgroup, one CTA per SM):
+ *  - Shared memory: Q (128 rows x D) and a ring of kStages KV blocks (kBlockN tokens of K
+ *    and of V), all as panels of [rows][64 elements] in the 128-byte swizzle wgmma reads
+ *    (executor/cuda/common/wgmma.cuh).  D 64 / 128: blocks of 128 tokens (4 / 2 stages);
+ *    D 256: 64 tokens, 2 stages (192 KB with Q).
+ *  - Producer warpgroup: every copy, as 16-byte cp.async through the page table (a
+ *    token's page looked up per token: any page size, NHD / HND / pair strides, [B, 2, P]
+ *    tables), K then V of a block each completing on its own "full" mbarrier, so the
+ *    scores start before V lands; tokens past the item's range and Q rows past the tile
+ *    are zero-filled (P = 0 must not meet NaN bit patterns).  It runs ahead across items.
+ *  - Consumers: warpgroup w owns tile rows [64 w, 64 w + 64) with all D output columns in
+ *    registers; both read every KV block, which is loaded once for the 128 rows.  In a
+ *    warpgroup, block b's scores S_b = Q K_b^T (wgmma from shared memory) are issued, then
+ *    the previous block's O += P_{b-1} V_{b-1} with P from registers (the S accumulator
+ *    converted in place: FlashAttention-3's register-resident P), and the softmax of S_b
+ *    runs while P_{b-1} V_{b-1} is on the tensor cores (FA3's intra-warpgroup overlap).
+ *  - Online softmax in the exp2 domain, fp32, per-thread partial row sums reduced over the
+ *    quad at the end; the mask is applied only to blocks that cross a row's key bounds
+ *    (warp vote); O is rescaled only when some row's max moved (warp vote).
+ *  - Releases: a block goes back to the producer after both warpgroups' P V of it (8 warp
+ *    arrivals on its "empty" mbarrier); Q after the item's last scores.
+ * Sources: FlashAttention-3 (Shah et al. 2024: producer / consumer warpgroups, wgmma, P in
+ * registers, intra-warpgroup softmax / matmul overlap); FlashAttention-2 online softmax
+ * (Dao 2023); flash-decoding split-KV with an LSE merge (Dao et al. 2023).
+ */
+#pragma once
+
+#include "executor/cuda/common/dtype.cuh"
+#include "executor/cuda/common/profile.cuh"
+#include "executor/cuda/common/ptx.cuh"
+#include "executor/cuda/common/run_ctx.cuh"
+#include "executor/cuda/common/wgmma.cuh"
+#include "executor/cuda/merge/split_merge.cuh"
+#include "executor/context/ctx_launch.h"
+#include "executor/gqa/gqa_params.h"
+#include "plan/mask.h"
+
+namespace fictx {
+using namespace fi;
+
+constexpr int kThreads = 256;      /* two consumer warpgroups */
+constexpr int kProducerWarps = 4;  /* one producer warpgroup */
+constexpr int kProducerThreads = kProducerWarps * 32;
+constexpr int kProducerRegs = 56;  /* setmaxnreg: 128 x 56 + 256 x 224 <= 65536 */
+constexpr int kConsumerRegs = 224;
+constexpr int kRows = FI_CTX_TILE_ROWS;
+
+/* Shapes of head_dim D (QK and VO): shared-memory layout and offsets. */
+template <int D> struct Geo {
+    static constexpr int kBlockN = D <= 128 ? 128 : 64;  /* KV tokens a block */
+    static constexpr int kStages = D == 64 ? 4 : 2;
+    static constexpr int kPanels = D / 64;
+    static constexpr uint32_t kQPanel = (uint32_t)kRows * 128;  /* [128 rows][64] */
+    static constexpr uint32_t kKPanel = (uint32_t)kBlockN * 128; /* [kBlockN tokens][64] */
+    static constexpr uint32_t kKBytes = kPanels * kKPanel;       /* K (or V) of a block */
+    static constexpr uint32_t kStageBytes = 2 * kKBytes;         /* K then V */
+    static constexpr uint32_t kOffQ = 0;
+    static constexpr uint32_t kOffRing = kPanels * kQPanel;
+    static constexpr uint32_t kOffBar = kOffRing + kStages * kStageBytes; /* fullK, fullV,
+                                                                    empty [kStages]; qfull, qempty */
+    static constexpr uint32_t kOffFlag = kOffBar + 128;          /* merge flags */
+    static constexpr uint32_t kOffW = kOffFlag + 16;             /* merge weights */
+    static constexpr uint32_t kOffRow = kOffW + kSoloMergeRows * 4; /* merge row stats */
+    static constexpr size_t kSmemBytes = kOffRow + 2 * kRows * 4;
+    static constexpr int kTokPerWarp = kBlockN / kProducerWarps; /* a producer warp's tokens */
+    static constexpr int kChunks = D / 8;                        /* 16-byte chunks a row */
+    static constexpr int kTokPerPass = 32 / kChunks;             /* rows a warp copies at once */
+    static_assert(D == 64 || D == 128 || D == 256, "head_dim");
+    static_assert(kTokPerWarp <= 32 && kTokPerWarp % kTokPerPass == 0, "producer split");
+    static_assert(kSmemBytes <= 232448, "smem");
+    static __device__ __forceinline__ uint32_t full_k(uint32_t s0, int st) { return s0 + kOffBar + 8 * st; }
+    static __device__ __forceinline__ uint32_t full_v(uint32_t s0, int st) { return s0 + kOffBar + 32 + 8 * st; }
+    static __device__ __forceinline__ uint32_t empty(uint32_t s0, int st) { return s0 + kOffBar + 64 + 8 * st; }
+    static __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 96; }
+    static __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kOffBar + 104; }
+    static __device__ __forceinline__ uint32_t stage(uint32_t s0, int st) { return s0 + kOffRing + st * kStageBytes; }
+};
+
+/* Ring position of the next block (stage, its phase parity) and Q's phase parity; the
+ * producer and every consumer thread advance their own copy in the same order. */
+template <int kStages> struct Cursor {
+    int st;
+    uint32_t ph, qph;
+    __device__ __forceinline__ void next() {
+        st = st + 1 == kStages ? 0 : st + 1;
+        ph ^= st == 0 ? 1u : 0u;
+    }
+};
+
+template <int N> __device__ __forceinline__ int blocks_of(const fi_work_item &it) {
+    return it.kv_end > it.kv_begin ? (it.kv_end - it.kv_begin + N - 1) / N : 0;
+}
+
+/* Keep packed P registers alive (unmoved) until here: a wgmma reading them from registers
+ * may still be in flight before the wait this follows. */
+template <int N> __device__ __forceinline__ void pin_u32(uint32_t *r) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+        asm volatile("" : "+r"(r[i])::"memory");
+}
+
+/* ---- producer ------------------------------------------------------------------------ */
+
+/* Q rows of item it (row r = (q - q_begin) * nh + h - head_begin) into the Q panels; rows
+ * past the tile zero-filled. */
+template <typename T, int D>
+__device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_item &it,
+                                          const fi_request_info &rq, uint32_t s0, int pt) {
+    using G = Geo<D>;
+    const int nh = it.head_end - it.head_begin;
+    const int M = (it.q_end - it.q_begin) * nh;
+    for (int idx = pt; idx < kRows * G::kChunks; idx += kProducerThreads) {
+        const int r = idx / G::kChunks, c = idx - r * G::kChunks;
+        const uint32_t dst = s0 + G::kOffQ + (c >> 3) * G::kQPanel + sw128(r, (c & 7) * 8);
+        const T *src = static_cast<const T *>(p.g.q);
+        if (r < M) {
+            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+            const int h = it.head_begin + r % nh;
+            src += tok * p.g.q_stride_tok + h * p.g.q_stride_head + c * 8;
+        }
+        cp_async16(dst, src, r < M ? 16 : 0);
+    }
+}
+
+/* Page of token kTokPerWarp pw + lane of block b (lanes < kTokPerWarp and in range; else
+ * 0), from page-table row `row` (K's, or V's of a [B, 2, P] table). */
+template <int D>
+__device__ __forceinline__ int32_t block_page(const fi_gqa_params &p, const fi_work_item &it,
+                                              int64_t row, int b, int pt) {
+    using G = Geo<D>;
+    const int lane = pt & 31;
+    const int t = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * (pt >> 5) + lane;
+    return lane < G::kTokPerWarp && t < it.kv_end ? p.c.page_table[row + (t >> p.c.page_shift)] : 0;
+}
+
+/* K or V (view kv, this KV head's base `base`) rows of block b into the block's panels at
+ * dst0: warp pw copies its kTokPerWarp tokens, kTokPerPass tokens x kChunks 16-byte
+ * chunks a pass; pg: this lane's block_page. */
+template <typename T, int D>
+__device__ __forceinline__ void produce_rows(const fi_gqa_params &p, const fi_gqa_paged &kv,
+                                             const T *base, const fi_work_item &it, uint32_t dst0,
+                                             int b, int pt, int32_t pg) {
+    using G = Geo<D>;
+    const int lane = pt & 31, pw = pt >> 5;
+    const int j = lane / G::kChunks, c = lane % G::kChunks;
+    const int t0 = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * pw;
+    const uint32_t dst = dst0 + (c >> 3) * G::kKPanel;
+#pragma unroll 4
+    for (int pass = 0; pass < G::kTokPerWarp / G::kTokPerPass; ++pass) {
+        const int tok = pass * G::kTokPerPass + j, t = t0 + tok;
+        const int64_t page = __shfl_sync(0xffffffffu, pg, tok);
+        const bool in = t < it.kv_end;
+        const T *src = base + page * kv.stride_page + (int64_t)(t & (p.c.page_size - 1)) * kv.stride_tok + c * 8;
+        cp_async16(dst + sw128(G::kTokPerWarp * pw + tok, (c & 7) * 8), in ? src : base, in ? 16 : 0);
+    }
+}
+
+/* ---- consumers ----------------------------------------------------------------------- */
+
+/* A consumer thread's place: warpgroup w, warp wi in it, tile rows r0 = 64 w + 16 wi + g
+ * and r0 + 8, score / output columns 8 j + 2 q4 (+1). */
+struct Lane {
+    int w, lane, g, q4, r0;
+};
+__device__ __forceinline__ Lane lane_of(int tid) {
+    Lane l;
+    l.w = warpgroup_idx();
+    l.lane = tid & 31;
+    l.g = l.lane >> 2;
+    l.q4 = l.lane & 3;
+    l.r0 = 64 * l.w + 16 * ((tid >> 5) & 3) + l.g;
+    return l;
+}
+
+/* S = Q_w K^T of ring stage st (D / 16 wgmma m64 x kBlockN x k16, one commit group). */
+template <typename T, int D>
+__device__ __forceinline__ void issue_scores(float *S, uint32_t s0, int st, int w) {
+    using G = Geo<D>;
+    const WgDesc dq = wg_desc_base(s0 + G::kOffQ + w * 64 * 128, 16, 1024);
+    const WgDesc dk = wg_desc_base(G::stage(s0, st), 16, 1024);
+    /* Defined on a path ptxas sees as uniform, pinned before the fence (C7520 / C7515:
+     * executor/mla/mla_wg_tile.cuh). */
+#pragma unroll
+    for (int i = 0; i < G::kBlockN / 2; ++i)
+        S[i] = 0.f;
+    wg_pin<G::kBlockN / 2>(S);
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+        Wgmma<G::kBlockN, T>::template ss<0>(S, dq.at((k >> 2) * G::kQPanel + (k & 3) * 32),
+                                             dk.at((k >> 2) * G::kKPanel + (k & 3) * 32), k > 0);
+    wg_commit();
+}
+
+/* O += P V of ring stage st: P [64 rows][kBlockN] from registers (kBlockN / 16 k-steps of
+ * 4 packed pairs), V MN-major from the block's V panels (64-wide D panels kKPanel apart,
+ * a k16 step 16 token rows = 2048 B); one commit group. */
+template <typename T, int D>
+__device__ __forceinline__ void issue_pv(float *O, const uint32_t *P, uint32_t s0, int st) {
+    using G = Geo<D>;
+    const WgDesc dv = wg_desc_base(G::stage(s0, st) + G::kKBytes, G::kKPanel, 1024);
+    wg_pin<D / 2>(O); /* rescaled before the fence (C7515) */
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < G::kBlockN / 16; ++k)
+        Wgmma<D, T>::template rs<1>(O, P + 4 * k, dv.at(k * 2048), 1);
+    wg_commit();
+}
+
+/* Softmax of one block (tokens t0 ..) of the thread's two rows: scale, mask (only when the
+ * block crosses a row's bounds lo / hi: warp vote), the new running max m (in / out), S
+ * replaced by P = exp2(S - m) in fp32, rs = this thread's part of rowsum(P), alpha =
+ * exp2(m_old - m_new). */
+template <int N>
+__device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
+                                              const int *lo, const int *hi, float *m, float *alpha,
+                                              float *rs) {
+    const bool cross = t0 < lo[0] || t0 + N - 1 > hi[0] || t0 < lo[1] || t0 + N - 1 > hi[1];
+    const bool mask = __any_sync(0xffffffffu, cross);
+    float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = e >> 1;
+            float v = S[4 * j + e] * ctx.scale_log2;
+            if (mask) {
+                const int t = t0 + 8 * j + 2 * ln.q4 + (e & 1);
+                v = t < lo[i] || t > hi[i] ? -CUDART_INF_F : v;
+            }
+            S[4 * j + e] = v;
+            mloc[i] = fmaxf(mloc[i], v);
+        }
+    float mu[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
+        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
+        const float mn = fmaxf(m[i], mloc[i]);
+        mu[i] = mn == -CUDART_INF_F ? 0.f : mn;
+        alpha[i] = exp2f(m[i] - mu[i]);
+        m[i] = mn;
+        rs[i] = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float pv = exp2f(S[4 * j + e] - mu[e >> 1]);
+            S[4 * j + e] = pv;
+            rs[e >> 1] += pv;
+        }
+}
+
+/* P (packed 16-bit pairs, the wgmma A-fragment order) from the fp32 P in S. */
+template <typename T, int N>
+__device__ __forceinline__ void pack_p(uint32_t *P, const float *S) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i)
+        P[i] = Dt<T>::pack(S[2 * i], S[2 * i + 1]);
+}
+
+/* Store the thread's two rows (all D columns): unsplit, out = bmm2 * O / l * exp(lse_keys
+ * - lse) with lse = logaddexp(lse_keys, sink) (T, or fp8 e4m3 x o_scale); split, the fp32
+ * partial O / l and lse_keys (no sink, no bmm2) into the item's slot.  l: full row sums. */
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx &ctx,
+                                           const fi_work_item &it, const fi_request_info &rq,
+                                           int nh, int M, const Lane &ln, const float *O,
+                                           const float *m, const float *l) {
+    const fi_exec_common &c = p.c;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = ln.r0 + 8 * i;
+        if (r >= M)
+            continue;
+        /* l == 0 (not l > 0): a NaN sum keeps the row's lse NaN */
+        const float lse_keys = l[i] == 0.f ? -CUDART_INF_F : (m[i] + log2f(l[i])) * kLn2;
+        if (it.out_slot >= 0) {
+            const float inv = l[i] == 0.f ? 0.f : 1.f / l[i];
+            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * D + 2 * ln.q4;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                __stcg(reinterpret_cast<float2 *>(dst + 8 * j),
+                       make_float2(O[4 * j + 2 * i] * inv, O[4 * j + 2 * i + 1] * inv));
+            if (ln.q4 == 0)
+                __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
+        } else {
+            const int h = it.head_begin + r % nh;
+            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+            const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
+            const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse);
+            const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head + 2 * ln.q4;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                store_out2<T>(c, off + 8 * j, O[4 * j + 2 * i] * f, O[4 * j + 2 * i + 1] * f);
+            if (c.lse && ln.q4 == 0)
+                c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
+        }
+    }
+}
+
+template <typename T, int D> struct CtxFamily {
+    using G = Geo<D>;
+    static constexpr int N = G::kBlockN;
+    using Params = fi_gqa_params;
+    using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads, false>; /* all merges after the items */
+    static constexpr int kThreads = fictx::kThreads;
+    static constexpr int kProducerWarps = fictx::kProducerWarps;
+    static constexpr int kConsumerRegs = fictx::kConsumerRegs;
+    static constexpr size_t kSmemBytes = G::kSmemBytes;
+    using State = Cursor<G::kStages>;
+
+    static __device__ __forceinline__ State setup(unsigned char *smem) {
+        const uint32_t s0 = smem_u32(smem);
+        if (threadIdx.x == 0) {
+            for (int st = 0; st < G::kStages; ++st) {
+                mbar_init(G::full_k(s0, st), kProducerThreads); /* cp.async arrivals */
+                mbar_init(G::full_v(s0, st), kProducerThreads);
+                mbar_init(G::empty(s0, st), 8);                 /* the consumer warps */
+            }
+            mbar_init(G::qfull(s0), kProducerThreads);
+            mbar_init(G::qempty(s0), 8);
+            mbar_init_fence();
+        }
+        return State{0, 0u, 0u};
+    }
+
+    /* The producer warpgroup: Q, then K and V of every block, of every item of the CTA. */
+    static __device__ void produce(const fi_gqa_params &p, const fi_cta_start &cs, unsigned char *smem) {
+        setmaxnreg_dec<kProducerRegs>();
+        const uint32_t s0 = smem_u32(smem);
+        const int pt = (int)threadIdx.x - kThreads;
+        const int split = p.c.header->kv_split_pages, ppr = p.c.header->pages_per_row;
+        State cur{0, 0u, 0u};
+        for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
+            mbar_wait(G::qempty(s0), cur.qph ^ 1u);
+            produce_q<T, D>(p, it, rq, s0, pt);
+            cp_async_mbar_arrive(G::qfull(s0));
+            cur.qph ^= 1u;
+            const int kvh = it.head_begin / p.g.group;
+            const T *kb = static_cast<const T *>(p.g.k.data) + (int64_t)kvh * p.g.k.stride_head;
+            const T *vb = static_cast<const T *>(p.g.v.data) + (int64_t)kvh * p.g.v.stride_head;
+            const int64_t krow = rq.page_row_offset, vrow = krow + (split ? ppr : 0);
+            const int nblk = blocks_of<N>(it);
+            for (int b = 0; b < nblk; ++b) {
+                const int32_t pk = block_page<D>(p, it, krow, b, pt);
+                const int32_t pv = split ? block_page<D>(p, it, vrow, b, pt) : pk;
+                mbar_wait(G::empty(s0, cur.st), cur.ph ^ 1u);
+                const uint32_t dst = G::stage(s0, cur.st);
+                produce_rows<T, D>(p, p.g.k, kb, it, dst, b, pt, pk);
+                cp_async_mbar_arrive(G::full_k(s0, cur.st));
+                produce_rows<T, D>(p, p.g.v, vb, it, dst + G::kKBytes, b, pt, pv);
+                cp_async_mbar_arrive(G::full_v(s0, cur.st));
+                cur.next();
+            }
+        });
+    }
+
+    /* One item on both consumer warpgroups (schedule: the header comment). */
+    static __device__ bool run_item(const fi_gqa_params &p, const RunCtx &ctx, const fi_work_item &it,
+                                    const fi_request_info &rq, unsigned char *smem, bool first,
+                                    State &cur) {
+        (void)first;
+        const uint32_t s0 = smem_u32(smem);
+        const Lane ln = lane_of(threadIdx.x);
+        const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
+        const int nblk = uniform(blocks_of<N>(it));
+        int lo[2], hi[2];
+        row_bounds(ctx, it, rq, M, nh, ln.r0, 8, lo, hi);
+        float O[D / 2], S[N / 2];
+        uint32_t P[N / 4];
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i)
+            O[i] = 0.f;
+        wg_pin<D / 2>(O);
+        float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};
+        const State c0 = cur;
+        auto stage_of = [&](int b) { return (c0.st + b) % G::kStages; };
+        auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / G::kStages) & 1); };
+        mbar_wait(G::qfull(s0), cur.qph);
+        bool q_held = true;
+        if (nblk > 0) { /* block 0: scores and softmax, nothing to overlap yet */
+            mbar_wait(G::full_k(s0, stage_of(0)), parity_of(0));
+            fence_proxy_async();
+            issue_scores<T, D>(S, s0, stage_of(0), ln.w);
+            wg_wait<0>();
+            wg_pin<N / 2>(S);
+            if (nblk == 1 && ln.lane == 0)
+                mbar_arrive(G::qempty(s0));
+            q_held = nblk > 1;
+            float alpha[2];
+            softmax_block<N>(ctx, ln, S, it.kv_begin, lo, hi, m, alpha, l);
+            pack_p<T, N>(P, S);
+        }
+        for (int b = 1; b < nblk; ++b) {
+            const int stb = stage_of(b), stp = stage_of(b - 1);
+            mbar_wait(G::full_k(s0, stb), parity_of(b));
+            fence_proxy_async();
+            issue_scores<T, D>(S, s0, stb, ln.w);           /* group 1: S_b */
+            mbar_wait(G::full_v(s0, stp), parity_of(b - 1));
+            fence_proxy_async();
+            issue_pv<T, D>(O, P, s0, stp);                  /* group 2: P_{b-1} V_{b-1} */
+            wg_wait<1>();                                   /* S_b done */
+            wg_pin<N / 2>(S);
+            if (b == nblk - 1) { /* the item's last scores: Q is free */
+                if (ln.lane == 0)
+                    mbar_arrive(G::qempty(s0));
+                q_held = false;
+            }
+            float alpha[2], rs[2];
+            softmax_block<N>(ctx, ln, S, it.kv_begin + b * N, lo, hi, m, alpha, rs);
+            wg_wait<0>();                                   /* P_{b-1} V_{b-1} done */
+            wg_pin<D / 2>(O);
+            pin_u32<N / 4>(P);
+            if (ln.lane == 0)
+                mbar_arrive(G::empty(s0, stp));
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+                for (int j = 0; j < D / 8; ++j) {
+                    O[4 * j + 0] *= alpha[0];
+                    O[4 * j + 1] *= alpha[0];
+                    O[4 * j + 2] *= alpha[1];
+                    O[4 * j + 3] *= alpha[1];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                l[i] = l[i] * alpha[i] + rs[i];
+            pack_p<T, N>(P, S);
+        }
+        if (nblk > 0) { /* the last block's P V */
+            const int stl = stage_of(nblk - 1);
+            mbar_wait(G::full_v(s0, stl), parity_of(nblk - 1));
+            fence_proxy_async();
+            issue_pv<T, D>(O, P, s0, stl);
+            wg_wait<0>();
+            wg_pin<D / 2>(O);
+            pin_u32<N / 4>(P);
+            if (ln.lane == 0)
+                mbar_arrive(G::empty(s0, stl));
+        }
+        if (q_held && ln.lane == 0)
+            mbar_arrive(G::qempty(s0));
+        for (int b = 0; b < nblk; ++b)
+            cur.next();
+        cur.qph ^= 1u;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) { /* the quad's partial sums: the row's l */
+            l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+            l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        }
+        store_rows<T, D>(p, ctx, it, rq, nh, M, ln, O, m, l);
+        if (it.out_slot < 0)
+            return false;
+        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + G::kOffFlag),
+                             reinterpret_cast<float *>(smem + G::kOffW),
+                             reinterpret_cast<float *>(smem + G::kOffRow));
+    }
+};
+
+}  // namespace fictx
