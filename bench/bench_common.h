@@ -201,7 +201,9 @@ static inline int bench_check_requests(int32_t B, const int32_t *kv_lens,
 
 /* What a family hands the harness: the case's plan and stream, the device buffers that
  * get a copy per input set (inputs copied, outputs only allocated; bytes 0: absent), and
- * fi_run's arguments on one set's buffers (buf[j] in place of base[j]). */
+ * fi_run's arguments on one set's buffers (buf[j] in place of base[j]); or, when one replay
+ * is more than one fi_run (bench_context's two-launch mixed batch), the launches
+ * themselves. */
 typedef struct bench_inputs {
     fi_plan *plan;
     cudaStream_t stream;
@@ -211,7 +213,19 @@ typedef struct bench_inputs {
     int copy[BENCH_MAX_BUFS];     /* 1: an input, copied into every set */
     fi_attn_args (*args)(const void *ctx, void *const *buf);
     const void *ctx;
+    /* optional (NULL: fi_run of plan with args): one replay's launches on one set's
+     * buffers, on stream; chained: every launch with PDL (the chain mode) */
+    fi_status (*launch)(const void *ctx, void *const *buf, int chained, cudaStream_t stream);
 } bench_inputs;
+
+/* One replay's work on one set's buffers: the family's launches, else fi_run of the plan
+ * with its arguments (chained: enable_pdl 1, else as the arguments say). */
+static inline fi_status bench_inputs_run(const bench_inputs *in, void *const *buf, int chained) {
+    if (in->launch) return in->launch(in->ctx, buf, chained, in->stream);
+    fi_attn_args a = in->args(in->ctx, buf);
+    if (chained) a.enable_pdl = 1;
+    return fi_run(in->plan, &a, in->stream);
+}
 
 /* The harness's view of a case: its plan, stream and run-argument callback; the buffers
  * follow through bench_inputs_buf. */
@@ -278,9 +292,8 @@ static inline int bench_sets_build(const bench_inputs *in, int want, bench_sets 
         } else if (bench_set_alloc(in, s, i, msg, cap)) {
             return -1;
         }
-        fi_attn_args a = in->args(in->ctx, s->buf[i]);
         BENCH_CK(cudaStreamBeginCapture(in->stream, cudaStreamCaptureModeGlobal));
-        fi_status st = fi_run(in->plan, &a, in->stream);
+        fi_status st = bench_inputs_run(in, s->buf[i], 0);
         BENCH_CK(cudaStreamEndCapture(in->stream, &s->graph[i]));
         if (st != FI_OK) {
             gc_msg(msg, cap, "fi_run under capture: %s", fi_status_name(st));
@@ -299,11 +312,7 @@ static inline int bench_chain_build(const bench_inputs *in, const bench_sets *s,
                                     size_t cap) {
     fi_status st = FI_OK;
     BENCH_CK(cudaStreamBeginCapture(in->stream, cudaStreamCaptureModeGlobal));
-    for (int k = 0; k < n_runs && st == FI_OK; k++) {
-        fi_attn_args a = in->args(in->ctx, s->buf[k % s->n]);
-        a.enable_pdl = 1;
-        st = fi_run(in->plan, &a, in->stream);
-    }
+    for (int k = 0; k < n_runs && st == FI_OK; k++) st = bench_inputs_run(in, s->buf[k % s->n], 1);
     BENCH_CK(cudaStreamEndCapture(in->stream, graph));
     if (st != FI_OK) {
         gc_msg(msg, cap, "fi_run under capture (chain): %s", fi_status_name(st));

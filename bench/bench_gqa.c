@@ -44,8 +44,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "bench_common.h"
-#include "gpu/gqa_gpu_case.h"
+#include "bench_gqa_case.h"
 
 #define MSG 768
 
@@ -90,33 +89,6 @@ static int check_case(gqa_case *c, char *msg, size_t cap) {
     const int64_t n = (int64_t)c->tokens * c->o.heads_q * c->o.head_dim;
     if (bench_all_finite(n, out_value, c, msg, cap)) return -1;
     return bench_check_requests(c->B, c->fb.kv_lens, check_request, c, msg, cap);
-}
-
-/* The buffers an input set copies, in this order (also the order they are allocated in). */
-enum { BUF_Q, BUF_KV, BUF_SF, BUF_OUT };
-
-/* The case's run arguments on one input set's buffers. */
-static fi_attn_args set_args(const void *ctx, void *const *buf) {
-    const gqa_case *c = (const gqa_case *)ctx;
-    fi_attn_args a = gqa_case_args(c);
-    a.q.data = buf[BUF_Q];
-    a.k.data = (uint8_t *)buf[BUF_KV] + c->kv.k_off * c->kv_es;
-    a.v.data = (uint8_t *)buf[BUF_KV] + c->kv.v_off * c->kv_es;
-    if (c->sf_w) {
-        a.k_sf.data = (uint8_t *)buf[BUF_SF] + c->sf.k_off;
-        a.v_sf.data = (uint8_t *)buf[BUF_SF] + c->sf.v_off;
-    }
-    a.out.data = buf[BUF_OUT];
-    return a;
-}
-
-static bench_inputs case_inputs(gqa_case *c) {
-    bench_inputs in = bench_inputs_make(c->plan, c->stream, set_args, c);
-    bench_inputs_buf(&in, BUF_Q, c->d_q, (size_t)c->n_q * 2, 1);
-    bench_inputs_buf(&in, BUF_KV, c->d_kv, c->kv_bytes, 1);
-    bench_inputs_buf(&in, BUF_SF, c->d_sf, c->sf_bytes, 1); /* NVFP4 scales, else 0 bytes */
-    bench_inputs_buf(&in, BUF_OUT, c->d_out, c->out_bytes, 0);
-    return in;
 }
 
 /* kv lengths of a case: uniform, or the trace decode snapshot (step --trace-step, row 0). */
@@ -212,7 +184,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
         printf("# %s: %s, not timed: %s\n", bc->name,
                unsup ? "NOT SUPPORTED BY THE GPU FAMILY YET" : "CHECK FAILED", msg);
     } else {
-        const bench_inputs in = case_inputs(&c);
+        const bench_inputs in = gqa_bench_inputs(&c);
         bench_times t;
         rc = bench_time_modes(&in, &g->b, flush, flush_bytes, NULL, &t, msg, cap);
         const row_ctx r = {bc, bytes, g};

@@ -7,7 +7,8 @@ block aligned to the end of the KV range), heads 128, bf16, page_size 64, absorb
 fiattn.BatchMLAPagedAttentionWrapper (the default row: the wgmma body at 128 heads) and, in
 the same run when importable, FlashInfer's BatchMLAPagedAttentionWrapper (backend "fa3") on
 the same inputs: outputs compared (relative 2-norm over the whole output), each timed as
-CUDA-graph replays back to back (median of --reps) and with L2 flushed before each replay.
+CUDA-graph replays back to back (median of --reps) and with L2 flushed before each replay
+(bench_common.py: ten untimed replays first, each timed replay alone between two events).
 TFLOP/s count causal FLOPs once: 2 * H * (576 + 512) * sum over rows of the keys it sees.
 The bf16 matmul rate of the same run: torch.matmul 8192^3 bf16, median of 20.
 Usage: PYTHONPATH=python FIATTN_LIBRARY=build/libfiattn.so python3 bench/mla_prefill.py
@@ -15,8 +16,11 @@ Usage: PYTHONPATH=python FIATTN_LIBRARY=build/libfiattn.so python3 bench/mla_pre
 Prints "| case | ..." rows for BENCHMARKS.md and exits 0 without torch / a GPU ("skip").
 """
 import argparse
-import statistics
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import flush_buffer, matmul_tflops, time_graph, torch_with_cuda  # noqa: E402
 
 
 def main():
@@ -26,12 +30,8 @@ def main():
     ap.add_argument("--heads", type=int, default=128)
     ap.add_argument("--reps", type=int, default=30)
     a = ap.parse_args()
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            raise ImportError("no CUDA device")
-    except ImportError as e:
-        print(f"skip: {e}")
+    torch = torch_with_cuda()
+    if torch is None:
         return 0
     import fiattn
 
@@ -51,40 +51,13 @@ def main():
     scale = 1.0 / (192 ** 0.5)
     flops = 2.0 * H * (576 + 512) * sum(C + i + 1 for i in range(Q))
     case = f"mla_prefill_h{H}_q{Q}_kv{C}"
-    flush = torch.empty(4 * 60 * 2 ** 20, dtype=torch.uint8, device=dev)
+    flush = flush_buffer(torch, dev)
 
     def timed(fn):
         """b2b and flushed medians (us) of fn captured in a CUDA graph."""
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        res = []
-        for do_flush in (False, True):
-            ts = []
-            for _ in range(a.reps):
-                if do_flush:
-                    flush.zero_()
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                graph.replay()
-                e.record()
-                e.synchronize()
-                ts.append(s.elapsed_time(e) * 1e3)
-            res.append(statistics.median(ts))
-        return res
+        return time_graph(torch, fn, a.reps, flush)
 
-    x = torch.randn(8192, 8192, device=dev, dtype=dt)
-    mm = []
-    for _ in range(20):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        torch.matmul(x, x)
-        e.record()
-        e.synchronize()
-        mm.append(s.elapsed_time(e) * 1e-3)
-    ceiling = 2.0 * 8192 ** 3 / statistics.median(mm) / 1e12
+    ceiling = matmul_tflops(torch, dev)
     print(f"# {torch.cuda.get_device_name()}: bf16 torch.matmul 8192^3 {ceiling:.1f} TFLOP/s")
 
     ws = torch.empty(512 * 2 ** 20, dtype=torch.uint8, device=dev)

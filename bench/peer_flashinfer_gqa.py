@@ -31,12 +31,11 @@ import os
 import sys
 import time
 
-if os.environ.get("OUT"):
-    _cache = os.path.join(os.environ["OUT"], "flashinfer-cache")
-    os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", _cache)
-    os.environ.setdefault("FLASHINFER_JIT_DIR", os.path.join(_cache, "jit"))
-    os.environ.setdefault("FLASHINFER_CUBIN_DIR", os.path.join(_cache, "cubins"))
-    os.makedirs(os.environ["FLASHINFER_JIT_DIR"], exist_ok=True)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import (flashinfer_cache_under_out, flush_buffer, median_replays,  # noqa: E402
+                          trace_decode)
+
+flashinfer_cache_under_out()
 
 # name, batch, H_q, H_kv, D, kv_len (-1: trace snapshot), page_size, kv dtype
 CASES = [
@@ -49,40 +48,6 @@ CASES = [
     ("gqa_64x8_d128_b64_kv8192", 64, 64, 8, 128, 8192, 64, "bf16"),
 ]
 MAX_SETS = 4
-TRACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
-                     "azure_conv_2048.csv")
-
-
-def trace_decode(n, step, first=0, mtp=1):
-    """kv lengths of the decode snapshot, as viz/trace.c fitrace_decode."""
-    ctx, gen = [], []
-    with open(TRACE) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("TIMESTAMP"):
-                continue
-            _, c, g = line.split(",")
-            ctx.append(int(c))
-            gen.append(int(g))
-    rows = len(ctx)
-    nxt = [first]
-
-    def admit():
-        while True:
-            row = nxt[0] % rows
-            nxt[0] += 1
-            if gen[row] > 0:
-                return row
-
-    src = [admit() for _ in range(n)]
-    t = [0] * n
-    for _ in range(1, step + 1):
-        for k in range(n):
-            t[k] += 1
-            if t[k] >= gen[src[k]]:
-                src[k] = admit()
-                t[k] = 0
-    return [ctx[src[k]] + min(t[k], gen[src[k]]) + (mtp - 1) for k in range(n)]
 
 
 def main():
@@ -111,10 +76,9 @@ def main():
         return 0
     dev = torch.device("cuda")
     prop = torch.cuda.get_device_properties(dev)
-    l2 = getattr(prop, "L2_cache_size", 50 << 20)
     print(f"# peer flashinfer {getattr(flashinfer, '__version__', '?')} on {prop.name}, "
           f"import {time.time() - t0:.1f} s, JIT dir {os.environ.get('FLASHINFER_JIT_DIR', 'default')}")
-    flush = torch.empty(4 * l2, dtype=torch.uint8, device=dev)
+    flush = flush_buffer(torch, dev)
     gen = torch.Generator(device="cpu")
     gen.manual_seed(int(os.environ.get("FI_TEST_SEED", "1234")) & 0x7FFFFFFF)
     workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)  # zero before first use
@@ -134,23 +98,6 @@ def main():
             print(f"skip peer {name}: out of memory ({e})")
             torch.cuda.empty_cache()
     return failed
-
-
-def median_replays(torch, graphs, reps, flush):
-    stream = torch.cuda.current_stream()
-    for w in range(10):
-        graphs[w % len(graphs)].replay()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for i in range(reps):
-        if flush is not None:
-            flush.fill_(i & 0xFF)
-        ev[i][0].record(stream)
-        graphs[i % len(graphs)].replay()
-        ev[i][1].record(stream)
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) * 1e-3 for a, b in ev)
-    return t[reps // 2]
 
 
 def run_case(torch, flashinfer, dev, name, B, hq, hkv, D, kv_lens, ps, kvdt, reps, nsets,

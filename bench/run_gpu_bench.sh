@@ -1,27 +1,30 @@
 #!/bin/sh
-# bench/run_gpu_bench.sh - measure the ceilings, then the MLA and GQA decode benchmarks and
-# the device planner's, in one run on one GPU, and print one table per bench (markdown, ready
-# for BENCHMARKS.md) with date, GPU and commit.
+# bench/run_gpu_bench.sh - measure the ceilings, then the MLA and GQA decode benchmarks, the
+# context (prefill) benchmark and the device planner's, in one run on one GPU, and print one
+# table per bench (markdown, ready for BENCHMARKS.md) with date, GPU and commit.
 #
-#   sh bench/run_gpu_bench.sh [--gqa | --mla | --devplan] [bench options...]   (from the
-#   repository root)
+#   sh bench/run_gpu_bench.sh [--gqa | --mla | --context | --devplan] [bench options...]
+#   (from the repository root)
 #
-# --gqa: only bench_gqa; --mla: only bench_mla; --devplan: only bench_device_plan; none: all
-# three (the options then go to each: --reps, --sets, --chain, --case, --ctas, --trace-step
-# are understood by each).
+# --gqa: only bench_gqa; --mla: only bench_mla; --context: only bench_context (run with
+# --check: sampled rows against the fp64 reference first); --devplan: only
+# bench_device_plan; none: all four (the options then go to each: --reps, --sets, --chain,
+# --case, --ctas, --trace-step are understood by each).
 # Env: BUILD (default build), NO_BUILD=1 to skip `make bench`, READ_GIB (ceilings buffer,
 # default 2).  Raw outputs are kept in $BUILD/bench/ceilings.out, bench_mla.out, bench_gqa.out,
-# bench_device_plan.out.
+# bench_context.out, bench_device_plan.out.
 # Exit status: 1 if a bench failed (a case failed its correctness check), else 0.
 set -eu
 
 RUN_MLA=1
 RUN_GQA=1
+RUN_CTX=1
 RUN_DEV=1
 case "${1:-}" in
-    --gqa) RUN_MLA=0; RUN_DEV=0; shift ;;
-    --mla) RUN_GQA=0; RUN_DEV=0; shift ;;
-    --devplan) RUN_MLA=0; RUN_GQA=0; shift ;;
+    --gqa) RUN_MLA=0; RUN_CTX=0; RUN_DEV=0; shift ;;
+    --mla) RUN_GQA=0; RUN_CTX=0; RUN_DEV=0; shift ;;
+    --context) RUN_MLA=0; RUN_GQA=0; RUN_DEV=0; shift ;;
+    --devplan) RUN_MLA=0; RUN_GQA=0; RUN_CTX=0; shift ;;
 esac
 
 BUILD=${BUILD:-build}
@@ -94,6 +97,32 @@ if [ "$gqa_rc" != 0 ]; then
     echo
     echo "bench_gqa exited $gqa_rc; stderr:"
     cat "$OUTDIR/bench_gqa.err"
+    rc=1
+fi
+fi
+
+if [ "$RUN_CTX" = 1 ]; then
+ctx_rc=0
+FI_CEIL_BF16_TFLOPS=$MMA_TFLOPS "$OUTDIR/bench_context" --tflops "$MMA_TFLOPS" --check "$@" \
+    > "$OUTDIR/bench_context.out" 2> "$OUTDIR/bench_context.err" || ctx_rc=$?
+
+echo
+echo "## Context attention (prefill, fiattn) - $(date -u '+%Y-%m-%d %H:%M UTC'), $GPU, commit $COMMIT"
+echo
+echo "Ceiling measured in this run (bench/ceilings): bf16 cuBLAS 8192^3 $MMA_TFLOPS TFLOP/s."
+echo "bf16 q, KV and out, head_dim 128, page_size 64, KV as one HND tensor [pages, 2, H_kv, page_size, D],"
+echo "causal (query block at the end of the KV range), CUDA-graph replays (median), b2b / flush / chain"
+echo "as for MLA. TFLOP/s = 4 x D x sum over (token, head) rows of the keys each row sees / time"
+echo "(causal FLOPs counted once); the mixed batch once as one context plan and once as a context"
+echo "plan + a GQA decode plan in one graph (_2launch)."
+echo
+grep -v '^#' "$OUTDIR/bench_context.out" || true
+echo
+grep '^#' "$OUTDIR/bench_context.out" | sed 's/^# /- /' || true
+if [ "$ctx_rc" != 0 ]; then
+    echo
+    echo "bench_context exited $ctx_rc; stderr:"
+    cat "$OUTDIR/bench_context.err"
     rc=1
 fi
 fi

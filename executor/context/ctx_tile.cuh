@@ -54,14 +54,13 @@ using namespace fi;
 constexpr int kThreads = 256;      /* two consumer warpgroups */
 constexpr int kProducerWarps = 4;  /* one producer warpgroup */
 constexpr int kProducerThreads = kProducerWarps * 32;
-constexpr int kProducerRegs = 56;  /* setmaxnreg: 128 x 56 + 256 x 224 <= 65536 */
-constexpr int kConsumerRegs = 224;
 constexpr int kRows = FI_CTX_TILE_ROWS;
 
 /* Shapes of head_dim D (QK and VO): shared-memory layout and offsets. */
 template <int D> struct Geo {
     static constexpr int kBlockN = D <= 128 ? 128 : 64;  /* KV tokens a block */
-    static constexpr int kStages = D == 64 ? 4 : 2;
+    /* D 128: 3 stages fill the 227 KB (Q 32 KB + 3 x 64 KB + barriers and merge). */
+    static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;
     static constexpr int kPanels = D / 64;
     static constexpr uint32_t kQPanel = (uint32_t)kRows * 128;  /* [128 rows][64] */
     static constexpr uint32_t kKPanel = (uint32_t)kBlockN * 128; /* [kBlockN tokens][64] */
@@ -70,22 +69,28 @@ template <int D> struct Geo {
     static constexpr uint32_t kOffQ = 0;
     static constexpr uint32_t kOffRing = kPanels * kQPanel;
     static constexpr uint32_t kOffBar = kOffRing + kStages * kStageBytes; /* fullK, fullV,
-                                                                    empty [kStages]; qfull, qempty */
-    static constexpr uint32_t kOffFlag = kOffBar + 128;          /* merge flags */
+                                                  emptyK, emptyV [4 each]; qfull, qempty */
+    static constexpr uint32_t kOffFlag = kOffBar + 144;          /* merge flags */
     static constexpr uint32_t kOffW = kOffFlag + 16;             /* merge weights */
     static constexpr uint32_t kOffRow = kOffW + kSoloMergeRows * 4; /* merge row stats */
     static constexpr size_t kSmemBytes = kOffRow + 2 * kRows * 4;
+    /* setmaxnreg (128 producer + 256 consumer threads x these <= 65536): the consumers hold
+     * O (D / 2 fp32), S and P; the producer 56 (40 spills). */
+    static constexpr int kProducerRegs = 56;
+    static constexpr int kConsumerRegs = 224;
+    static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
     static constexpr int kTokPerWarp = kBlockN / kProducerWarps; /* a producer warp's tokens */
     static constexpr int kChunks = D / 8;                        /* 16-byte chunks a row */
     static constexpr int kTokPerPass = 32 / kChunks;             /* rows a warp copies at once */
     static_assert(D == 64 || D == 128 || D == 256, "head_dim");
     static_assert(kTokPerWarp <= 32 && kTokPerWarp % kTokPerPass == 0, "producer split");
-    static_assert(kSmemBytes <= 232448, "smem");
+    static_assert(kSmemBytes <= 232448 && kStages <= 4, "smem");
     static __device__ __forceinline__ uint32_t full_k(uint32_t s0, int st) { return s0 + kOffBar + 8 * st; }
     static __device__ __forceinline__ uint32_t full_v(uint32_t s0, int st) { return s0 + kOffBar + 32 + 8 * st; }
-    static __device__ __forceinline__ uint32_t empty(uint32_t s0, int st) { return s0 + kOffBar + 64 + 8 * st; }
-    static __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 96; }
-    static __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kOffBar + 104; }
+    static __device__ __forceinline__ uint32_t empty_k(uint32_t s0, int st) { return s0 + kOffBar + 64 + 8 * st; }
+    static __device__ __forceinline__ uint32_t empty_v(uint32_t s0, int st) { return s0 + kOffBar + 96 + 8 * st; }
+    static __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 128; }
+    static __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kOffBar + 136; }
     static __device__ __forceinline__ uint32_t stage(uint32_t s0, int st) { return s0 + kOffRing + st * kStageBytes; }
 };
 
@@ -220,14 +225,17 @@ __device__ __forceinline__ void issue_pv(float *O, const uint32_t *P, uint32_t s
     wg_commit();
 }
 
-/* Softmax of one block (tokens t0 ..) of the thread's two rows: scale, mask (only when the
- * block crosses a row's bounds lo / hi: warp vote), the new running max m (in / out), S
- * replaced by P = exp2(S - m) in fp32, rs = this thread's part of rowsum(P), alpha =
- * exp2(m_old - m_new). */
-template <int N>
+/* Softmax of one block (tokens t0 ..) of the thread's two rows: mask (only when the block
+ * crosses a row's bounds lo / hi: warp vote), the new running max m (in / out, scaled
+ * log2 units), S replaced by P = exp2(bmm1 log2e S - m) in fp32, rs = this thread's part
+ * of rowsum(P), alpha = exp2(m_old - m_new).  kPos (bmm1_scale > 0, uniform): the max is
+ * taken on raw scores and each P costs one FFMA and one exp2, as in FlashAttention-3;
+ * otherwise the scores are scaled first (a negative or zero scale). */
+template <int N, bool kPos>
 __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
                                               const int *lo, const int *hi, float *m, float *alpha,
                                               float *rs) {
+    const float sl = ctx.scale_log2;
     const bool cross = t0 < lo[0] || t0 + N - 1 > hi[0] || t0 < lo[1] || t0 + N - 1 > hi[1];
     const bool mask = __any_sync(0xffffffffu, cross);
     float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
@@ -236,7 +244,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = e >> 1;
-            float v = S[4 * j + e] * ctx.scale_log2;
+            float v = kPos ? S[4 * j + e] : S[4 * j + e] * sl;
             if (mask) {
                 const int t = t0 + 8 * j + 2 * ln.q4 + (e & 1);
                 v = t < lo[i] || t > hi[i] ? -CUDART_INF_F : v;
@@ -249,7 +257,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
     for (int i = 0; i < 2; ++i) {
         mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
         mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
-        const float mn = fmaxf(m[i], mloc[i]);
+        const float mn = fmaxf(m[i], kPos ? mloc[i] * sl : mloc[i]);
         mu[i] = mn == -CUDART_INF_F ? 0.f : mn;
         alpha[i] = exp2f(m[i] - mu[i]);
         m[i] = mn;
@@ -259,7 +267,8 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
     for (int j = 0; j < N / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float pv = exp2f(S[4 * j + e] - mu[e >> 1]);
+            const float x = S[4 * j + e];
+            const float pv = exp2f(kPos ? fmaf(x, sl, -mu[e >> 1]) : x - mu[e >> 1]);
             S[4 * j + e] = pv;
             rs[e >> 1] += pv;
         }
@@ -320,7 +329,7 @@ template <typename T, int D> struct CtxFamily {
     using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads, false>; /* all merges after the items */
     static constexpr int kThreads = fictx::kThreads;
     static constexpr int kProducerWarps = fictx::kProducerWarps;
-    static constexpr int kConsumerRegs = fictx::kConsumerRegs;
+    static constexpr int kConsumerRegs = G::kConsumerRegs;
     static constexpr size_t kSmemBytes = G::kSmemBytes;
     using State = Cursor<G::kStages>;
 
@@ -330,7 +339,8 @@ template <typename T, int D> struct CtxFamily {
             for (int st = 0; st < G::kStages; ++st) {
                 mbar_init(G::full_k(s0, st), kProducerThreads); /* cp.async arrivals */
                 mbar_init(G::full_v(s0, st), kProducerThreads);
-                mbar_init(G::empty(s0, st), 8);                 /* the consumer warps */
+                mbar_init(G::empty_k(s0, st), 8);               /* the consumer warps */
+                mbar_init(G::empty_v(s0, st), 8);
             }
             mbar_init(G::qfull(s0), kProducerThreads);
             mbar_init(G::qempty(s0), 8);
@@ -341,7 +351,7 @@ template <typename T, int D> struct CtxFamily {
 
     /* The producer warpgroup: Q, then K and V of every block, of every item of the CTA. */
     static __device__ void produce(const fi_gqa_params &p, const fi_cta_start &cs, unsigned char *smem) {
-        setmaxnreg_dec<kProducerRegs>();
+        setmaxnreg_dec<G::kProducerRegs>();
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
         const int split = p.c.header->kv_split_pages, ppr = p.c.header->pages_per_row;
@@ -359,10 +369,11 @@ template <typename T, int D> struct CtxFamily {
             for (int b = 0; b < nblk; ++b) {
                 const int32_t pk = block_page<D>(p, it, krow, b, pt);
                 const int32_t pv = split ? block_page<D>(p, it, vrow, b, pt) : pk;
-                mbar_wait(G::empty(s0, cur.st), cur.ph ^ 1u);
                 const uint32_t dst = G::stage(s0, cur.st);
+                mbar_wait(G::empty_k(s0, cur.st), cur.ph ^ 1u);
                 produce_rows<T, D>(p, p.g.k, kb, it, dst, b, pt, pk);
                 cp_async_mbar_arrive(G::full_k(s0, cur.st));
+                mbar_wait(G::empty_v(s0, cur.st), cur.ph ^ 1u);
                 produce_rows<T, D>(p, p.g.v, vb, it, dst + G::kKBytes, b, pt, pv);
                 cp_async_mbar_arrive(G::full_v(s0, cur.st));
                 cur.next();
@@ -374,9 +385,25 @@ template <typename T, int D> struct CtxFamily {
     static __device__ bool run_item(const fi_gqa_params &p, const RunCtx &ctx, const fi_work_item &it,
                                     const fi_request_info &rq, unsigned char *smem, bool first,
                                     State &cur) {
-        (void)first;
-        const uint32_t s0 = smem_u32(smem);
         const Lane ln = lane_of(threadIdx.x);
+        if (first && ln.w == 1) /* warpgroup 0 takes the first turn */
+            nbar_arrive(kTurnBar, 256);
+        return ctx.scale_log2 > 0.f ? item<true>(p, ctx, it, rq, smem, ln, cur)
+                                    : item<false>(p, ctx, it, rq, smem, ln, cur);
+    }
+
+    /* Turns (FlashAttention-3's ping-pong): the warpgroups issue their matmuls in
+     * alternation, so one's softmax runs while the other's matmuls have the tensor cores.
+     * Warpgroup w waits on barrier kTurnBar + w, and hands over on the other's. */
+    static constexpr int kTurnBar = 2;
+    static __device__ __forceinline__ void turn_begin(const Lane &ln) { nbar_sync(kTurnBar + ln.w, 256); }
+    static __device__ __forceinline__ void turn_end(const Lane &ln) { nbar_arrive(kTurnBar + (ln.w ^ 1), 256); }
+
+    template <bool kPos>
+    static __device__ __forceinline__ bool item(const fi_gqa_params &p, const RunCtx &ctx,
+                                                const fi_work_item &it, const fi_request_info &rq,
+                                                unsigned char *smem, const Lane &ln, State &cur) {
+        const uint32_t s0 = smem_u32(smem);
         const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
         const int nblk = uniform(blocks_of<N>(it));
         int lo[2], hi[2];
@@ -392,42 +419,49 @@ template <typename T, int D> struct CtxFamily {
         auto stage_of = [&](int b) { return (c0.st + b) % G::kStages; };
         auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / G::kStages) & 1); };
         mbar_wait(G::qfull(s0), cur.qph);
-        bool q_held = true;
         if (nblk > 0) { /* block 0: scores and softmax, nothing to overlap yet */
-            mbar_wait(G::full_k(s0, stage_of(0)), parity_of(0));
+            const int st0 = stage_of(0);
+            mbar_wait(G::full_k(s0, st0), parity_of(0));
             fence_proxy_async();
-            issue_scores<T, D>(S, s0, stage_of(0), ln.w);
+            turn_begin(ln);
+            issue_scores<T, D>(S, s0, st0, ln.w);
+            turn_end(ln);
             wg_wait<0>();
             wg_pin<N / 2>(S);
-            if (nblk == 1 && ln.lane == 0)
-                mbar_arrive(G::qempty(s0));
-            q_held = nblk > 1;
+            if (ln.lane == 0) {
+                mbar_arrive(G::empty_k(s0, st0));
+                if (nblk == 1)
+                    mbar_arrive(G::qempty(s0));
+            }
             float alpha[2];
-            softmax_block<N>(ctx, ln, S, it.kv_begin, lo, hi, m, alpha, l);
+            softmax_block<N, kPos>(ctx, ln, S, it.kv_begin, lo, hi, m, alpha, l);
             pack_p<T, N>(P, S);
+        } else if (ln.lane == 0) {
+            mbar_arrive(G::qempty(s0));
         }
         for (int b = 1; b < nblk; ++b) {
             const int stb = stage_of(b), stp = stage_of(b - 1);
             mbar_wait(G::full_k(s0, stb), parity_of(b));
-            fence_proxy_async();
-            issue_scores<T, D>(S, s0, stb, ln.w);           /* group 1: S_b */
             mbar_wait(G::full_v(s0, stp), parity_of(b - 1));
             fence_proxy_async();
+            turn_begin(ln);
+            issue_scores<T, D>(S, s0, stb, ln.w);           /* group 1: S_b */
             issue_pv<T, D>(O, P, s0, stp);                  /* group 2: P_{b-1} V_{b-1} */
+            turn_end(ln);
             wg_wait<1>();                                   /* S_b done */
             wg_pin<N / 2>(S);
-            if (b == nblk - 1) { /* the item's last scores: Q is free */
-                if (ln.lane == 0)
+            if (ln.lane == 0) {
+                mbar_arrive(G::empty_k(s0, stb));
+                if (b == nblk - 1) /* the item's last scores: Q is free */
                     mbar_arrive(G::qempty(s0));
-                q_held = false;
             }
             float alpha[2], rs[2];
-            softmax_block<N>(ctx, ln, S, it.kv_begin + b * N, lo, hi, m, alpha, rs);
+            softmax_block<N, kPos>(ctx, ln, S, it.kv_begin + b * N, lo, hi, m, alpha, rs);
             wg_wait<0>();                                   /* P_{b-1} V_{b-1} done */
             wg_pin<D / 2>(O);
             pin_u32<N / 4>(P);
             if (ln.lane == 0)
-                mbar_arrive(G::empty(s0, stp));
+                mbar_arrive(G::empty_v(s0, stp));
             if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
                 for (int j = 0; j < D / 8; ++j) {
@@ -446,15 +480,15 @@ template <typename T, int D> struct CtxFamily {
             const int stl = stage_of(nblk - 1);
             mbar_wait(G::full_v(s0, stl), parity_of(nblk - 1));
             fence_proxy_async();
+            turn_begin(ln);
             issue_pv<T, D>(O, P, s0, stl);
+            turn_end(ln);
             wg_wait<0>();
             wg_pin<D / 2>(O);
             pin_u32<N / 4>(P);
             if (ln.lane == 0)
-                mbar_arrive(G::empty(s0, stl));
+                mbar_arrive(G::empty_v(s0, stl));
         }
-        if (q_held && ln.lane == 0)
-            mbar_arrive(G::qempty(s0));
         for (int b = 0; b < nblk; ++b)
             cur.next();
         cur.qph ^= 1u;

@@ -1,4 +1,5 @@
 """Argument handling shared by the public modules (internal)."""
+import ctypes
 import math
 import os
 
@@ -131,3 +132,41 @@ def dtypes_text(q, kv, o):
 
 def fill_tensor(ft, x, shape, stride, offset=0):
     ft.set(x.data_ptr() + offset * x.element_size(), fi_dtype(x.dtype), shape, stride)
+
+
+# ---- the functional APIs' repeat calls (E.FastCall keys and refreshes) ------------------
+NUM = (float, int)  # scale types the fast paths take (tensor scales go the checked way)
+
+
+def sig_arg(x, sig):
+    """Signature of an argument that is a tensor, a tuple / list of tensors, or None."""
+    if x is None:
+        return None
+    if isinstance(x, (tuple, list)):
+        # from a list, not a generator: a tuple of unknown length is made large and then
+        # shrunk, which grows the interpreter's small-tuple free list at every call
+        return tuple([sig(e) for e in x])
+    return sig(x)
+
+
+def flat(x):
+    """The tensors of a tensor / tuple / list / None argument, in order."""
+    if x is None:
+        return ()
+    if isinstance(x, (tuple, list)):
+        return tuple(x)
+    return (x,)
+
+
+def finite_scalar(v, name):
+    """A finite float from a number (the fast paths' check of bmm1 / bmm2 / o_scale)."""
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"fiattn: {name} must be finite, got {f}")
+    return f
+
+
+def last_i32(x):
+    """x[-1] of a contiguous host int32 / uint32 tensor with at least one element, read
+    directly (int32 bits)."""
+    return ctypes.c_int32.from_address(x.data_ptr() + 4 * (x.numel() - 1)).value

@@ -15,6 +15,7 @@ import os
 import threading
 
 from . import _capi as C
+from ._common import last_i32
 from ._torch import torch
 from .errors import (FiattnError, FiattnNotImplementedError, WorkspaceTooSmallError,
                      error_for_status)
@@ -502,23 +503,49 @@ def tensor_sig(x):
     return (x.dtype, x.device, x.shape, x.stride())
 
 
-# FastCall.sl_mode: how the planner gets the host seq_lens
+# FastCall.sl_mode (and the modes of FastCall.lens): how the planner gets a host length array
 SL_HOST, SL_HOST_COPY, SL_DEVICE = "host", "host copy", "device"
 
 
+def _sl_mode(x):
+    return SL_DEVICE if x.is_cuda else SL_HOST if x.is_contiguous() else SL_HOST_COPY
+
+
+def _host_lengths(entry, mode, slot, x):
+    """The host int32 view the planner reads of length array x (see SL_*): a device array is
+    copied into the entry's pinned buffer `slot` (asynchronous: entry.sync() before use)."""
+    if mode is SL_DEVICE:
+        return entry.host_i32(slot, x)
+    if mode is SL_HOST_COPY:
+        return x.contiguous()
+    return x
+
+
+def q_rows_error(total, rows):
+    """The error of a batch whose query tokens (cum_seq_lens_q[-1]) exceed query's rows."""
+    return ValueError(f"fiattn: cum_seq_lens_q[-1] = {total} exceeds query's {rows} rows")
+
+
 class FastCall:
-    """A recorded block-table functional call (fi_attn_args and fi_batch reused)."""
+    """A recorded functional call over block tables (fi_attn_args and fi_batch reused):
+    the block-table form (decode) and the cumulative-lengths form (context)."""
 
     __slots__ = ("args", "batch", "args_ref", "batch_ref", "ptrs", "fields", "bt", "sl",
                  "bt_host", "sl_mode", "host_table", "total", "out_rows", "out_alloc",
-                 "family", "dtypes", "device", "cuda", "index", "env", "dev", "dev_ref")
+                 "family", "dtypes", "device", "cuda", "index", "env", "dev", "dev_ref",
+                 "lens", "total_from", "hold")
 
     def __init__(self, entry, args, batch, ptrs, ts, bt, sl, total, out_rows, out_alloc,
-                 family, dtypes, device, fields=(), dev=None):
+                 family, dtypes, device, fields=(), dev=None, lens=(), total_from=None):
         """ts: the call's tensors in the order repeats pass them (out last); bt / sl: the
         indices of block_tables / seq_lens in ts.  ptrs: (fi_tensor, tensor index, byte
         offset) refreshed from the call's tensors; fields: (fi_attn_args pointer field name,
-        tensor index) likewise (sinks, scale tensors)."""
+        tensor index) likewise (sinks, scale tensors).
+        lens: further host-read int32 arrays, (fi_batch field name, tensor index, pinned
+        buffer slot) each (the context form's cum_seq_lens_q / cum_seq_lens_kv).
+        total: the batch's query tokens when fixed by the shapes (decode); with total_from
+        (an index into lens) it is read from that array's last element at every call and
+        must not exceed `total`, then the query's row count (ValueError)."""
         self.args, self.batch, self.ptrs, self.fields = args, batch, ptrs, fields
         self.args_ref, self.batch_ref = ctypes.byref(args), ctypes.byref(batch)
         # dev: the fi_device_batch of a call planned on the GPU (device_planning()); its
@@ -539,9 +566,10 @@ class FastCall:
         if not self.bt_host:
             self.host_table = entry.host_page_table(ts[bt])
             batch.block_tables = self.host_table.data_ptr()
-        x = ts[sl]
-        self.sl_mode = (SL_DEVICE if x.is_cuda else SL_HOST if x.is_contiguous()
-                        else SL_HOST_COPY)
+        self.sl_mode = _sl_mode(ts[sl])
+        self.lens = tuple((name, i, _sl_mode(ts[i]), slot) for name, i, slot in lens)
+        self.total_from = total_from
+        self.hold = [None] * len(self.lens)
 
 
 def remember(entry, key, fast):
@@ -602,19 +630,29 @@ def fast_call(entry, f, ts):
         b = f.batch
         if f.bt_host:  # int32 / uint32 (same bits), contiguous: checked when recorded
             b.block_tables = ts[f.bt].data_ptr()
-        sl = ts[f.sl]
-        if f.sl_mode is SL_DEVICE:
-            sl = entry.host_i32("seq_lens", sl)
-            entry.sync()
-        elif f.sl_mode is SL_HOST_COPY:
-            sl = sl.contiguous()
+        sl = _host_lengths(entry, f.sl_mode, "seq_lens", ts[f.sl])
         b.seq_lens = sl.data_ptr()
+        total = f.total
+        hold = f.hold  # the lens' host views, alive until planned (no list made per call)
+        k = 0
+        for name, i, mode, slot in f.lens:
+            h = _host_lengths(entry, mode, slot, ts[i])
+            setattr(b, name, h.data_ptr())
+            hold[k] = h
+            k += 1
+        entry.sync()
+        if f.total_from is not None:
+            total = last_i32(hold[f.total_from])
+            if total > f.total:
+                raise q_rows_error(total, f.total)
         po = _state.plan_only
-        if po and entry.captured_rows is not None and f.total > entry.captured_rows:
-            raise captured_rows_error(f.total, entry.captured_rows)
+        if po and entry.captured_rows is not None and total > entry.captured_rows:
+            raise captured_rows_error(total, entry.captured_rows)
         if f.cuda:
             stream = cu.stream(f.index)
         st = lib.fi_plan_update(entry.plan, f.batch_ref, stream)
+        for k in range(len(hold)):
+            hold[k] = None
         if st:
             C.check(st, "fi_plan_update", entry.plan)
         entry.planned = True

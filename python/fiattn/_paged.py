@@ -1,6 +1,8 @@
-"""GQA / context paged KV caches -> fi_tensor views (internal)."""
+"""GQA / context paged KV caches -> fi_tensor views, and the record of a paged call's
+repeats (internal)."""
 from . import _capi as C
-from ._common import fill_tensor
+from . import _engine as E
+from ._common import fill_tensor, flat
 from ._torch import check_tensor, torch
 
 
@@ -56,6 +58,32 @@ def fill_kv(args, kpart, vpart):
     vx, vsh, vst, voff = vpart
     fill_tensor(args.k, kx, ksh, kst, koff)
     fill_tensor(args.v, vx, vsh, vst, voff)
+
+
+def record_paged_call(entry, key, args, batch, ts, kpart, vpart, block_tables, seq_lens,
+                      sinks, total, out_rows, out_alloc, family, dts, device, sf_parts=(),
+                      dev=None, lens=(), total_from=None):
+    """Memoise a checked paged-KV functional call (GQA decode, context) on its plan entry
+    under `key`, for E.fast_call.
+
+    ts: the call's tensors in the order its repeats pass them: query first, out last, and
+    between them every other tensor the descriptors point into (kv_cache's, block_tables,
+    seq_lens, sinks, ...), found here by identity.  kpart / vpart: unpack_kv's views;
+    sf_parts: fill_sf's (NVFP4), or ().  lens: (fi_batch field name, tensor, pinned slot)
+    of further length arrays the host planner reads (the context form's cum_seq_lens_q /
+    _kv); total / total_from: as E.FastCall.  The other arguments: as E.FastCall."""
+    def at(x):
+        return next(i for i, y in enumerate(ts) if y is x)
+    ptrs = [(args.q, 0, 0), (args.k, at(kpart[0]), kpart[3] * kpart[0].element_size()),
+            (args.v, at(vpart[0]), vpart[3] * vpart[0].element_size()),
+            (args.page_table, at(block_tables), 0), (args.out, len(ts) - 1, 0)]
+    for ft, (x, _, _, off) in zip((args.k_sf, args.v_sf), sf_parts):
+        ptrs.append((ft, at(x), off * x.element_size()))
+    fields = (("sinks", at(flat(sinks)[0])),) if sinks is not None else ()
+    E.remember(entry, key, E.FastCall(
+        entry, args, batch, tuple(ptrs), ts, at(block_tables), at(seq_lens), total, out_rows,
+        out_alloc, family, dts, device, fields, dev,
+        tuple((name, at(x), slot) for name, x, slot in lens), total_from))
 
 
 # ---- NVFP4 (e2m1 values + e4m3 block scales) ----------------------------------------------

@@ -17,14 +17,13 @@ head_dim / 2, low nibble = the even element), one e4m3 block scale per 16 elemen
 level (global) scale of NVFP4 is not an argument: as in the reference, fold K's into
 bmm1_scale and V's into bmm2_scale.
 """
-import math
 import os
 
 from . import _capi as C
 from . import _engine as E
-from ._common import (check_block_tables, check_lengths, dtypes_text, fill_tensor, num_ctas_for,
-                      require_device, set_pdl, set_scale, set_sinks)
-from ._paged import fill_kv, fill_sf, nvfp4_dtypes, unpack_kv
+from ._common import (NUM, check_block_tables, check_lengths, finite_scalar, fill_tensor, flat,
+                      num_ctas_for, require_device, set_pdl, set_scale, set_sinks, sig_arg)
+from ._paged import fill_kv, fill_sf, nvfp4_dtypes, record_paged_call, unpack_kv
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
 
 __all__ = ["xqa_batch_decode_with_kv_cache"]
@@ -65,35 +64,6 @@ def check_causal_mask(mask, q_len):
     if not bool((dense == causal).all()):
         raise NotImplementedError("fiattn: only the causal speculative-decoding mask is "
                                   "implemented (row r attends draft tokens 0..r)")
-
-
-def _sig_arg(x, sig):
-    """Signature of an argument that is a tensor, a tuple / list of tensors, or None."""
-    if x is None:
-        return None
-    if isinstance(x, (tuple, list)):
-        return tuple(sig(e) for e in x)
-    return sig(x)
-
-
-def _flat(x):
-    """The tensors of a tensor / tuple / list / None argument, in order."""
-    if x is None:
-        return ()
-    if isinstance(x, (tuple, list)):
-        return tuple(x)
-    return (x,)
-
-
-_NUM = (float, int)
-
-
-def _scalar(v, name):
-    """A finite float from a number (the fast path's check of bmm1 / bmm2 / o_scale)."""
-    f = float(v)
-    if not math.isfinite(f):
-        raise ValueError(f"fiattn: {name} must be finite, got {f}")
-    return f
 
 
 def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tables, seq_lens,
@@ -158,13 +128,13 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
     """
     qlen = 1 if q_len_per_req is None else q_len_per_req
     key = None
-    if type(bmm1_scale) in _NUM and type(bmm2_scale) in _NUM and (
-            o_scale is None or type(o_scale) in _NUM):
+    if type(bmm1_scale) in NUM and type(bmm2_scale) in NUM and (
+            o_scale is None or type(o_scale) in NUM):
         sig = E.tensor_sig
         try:
-            key = ("gqa", sig(query), _sig_arg(kv_cache, sig), sig(block_tables),
+            key = ("gqa", sig(query), sig_arg(kv_cache, sig), sig(block_tables),
                    sig(seq_lens), None if out is None else sig(out),
-                   _sig_arg(sinks, sig), _sig_arg(kv_cache_sf, sig), None if mask is None
+                   sig_arg(sinks, sig), sig_arg(kv_cache_sf, sig), None if mask is None
                    else sig(mask), window_left, kv_layout, enable_pdl, qlen,
                    E._device_planning())
             entry, fast = E.lookup(workspace_buffer, key)
@@ -175,11 +145,11 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
                     fast.cuda and E.cuda().capturing()):
                 check_causal_mask(mask, qlen)
             a = fast.args
-            a.bmm1_scale = _scalar(bmm1_scale, "bmm1_scale")
-            a.bmm2_scale = _scalar(bmm2_scale, "bmm2_scale")
+            a.bmm1_scale = finite_scalar(bmm1_scale, "bmm1_scale")
+            a.bmm2_scale = finite_scalar(bmm2_scale, "bmm2_scale")
             a.o_scale = 1.0 if o_scale is None else float(o_scale)  # fi_run checks it
-            ts = ((query,) + _flat(kv_cache) + (block_tables, seq_lens) + _flat(sinks)
-                  + _flat(kv_cache_sf) + (out,))
+            ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens) + flat(sinks)
+                  + flat(kv_cache_sf) + (out,))
             return E.fast_call(entry, fast, ts)
     return _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
                     bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req,
@@ -286,22 +256,11 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
                 return
             # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
             # seq_lens, sinks (0 or 1), kv_cache_sf (0, 1 or 2), out
-            ts = ((query,) + _flat(kv_cache) + (block_tables, seq_lens_arg) + _flat(sinks)
-                  + _flat(kv_cache_sf) + (out,))
-
-            def at(x):
-                return next(i for i, y in enumerate(ts) if y is x)
-            ptrs = [(args.q, 0, 0), (args.k, at(kpart[0]), kpart[3] * kpart[0].element_size()),
-                    (args.v, at(vpart[0]), vpart[3] * vpart[0].element_size()),
-                    (args.page_table, at(block_tables), 0), (args.out, len(ts) - 1, 0)]
-            for ft, (x, _, _, off) in zip((args.k_sf, args.v_sf), sf_parts):
-                ptrs.append((ft, at(x), off * x.element_size()))
-            fields = ()
-            if sinks is not None:
-                fields = (("sinks", at(_flat(sinks)[0])),)
-            E.remember(entry, key, E.FastCall(
-                entry, args, b, tuple(ptrs), ts, at(block_tables), at(seq_lens_arg), rows,
-                min(rows, out.shape[0]), out_alloc, _FAMILY, dts, device, fields, dev))
+            ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens_arg) + flat(sinks)
+                  + flat(kv_cache_sf) + (out,))
+            record_paged_call(entry, key, args, b, ts, kpart, vpart, block_tables,
+                              seq_lens_arg, sinks, rows, min(rows, out.shape[0]), out_alloc,
+                              _FAMILY, dts, device, sf_parts, dev)
     E.launch(workspace_buffer, caps, B, rows, device, make_batch, args, _FAMILY,
              dts, min(rows, out.shape[0]), record=record,
              make_device_batch=E.block_table_device_batch(

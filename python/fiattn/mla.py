@@ -23,7 +23,8 @@ import os
 from . import _capi as C
 from . import _engine as E
 from ._common import (LOG2E, check_block_tables, check_lengths, dtypes_text, fill_tensor,
-                      num_ctas_for, require_device, set_pdl, set_scale, set_sinks, token_view)
+                      last_i32, num_ctas_for, require_device, set_pdl, set_scale, set_sinks,
+                      token_view)
 from .errors import FiattnError
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
 
@@ -65,11 +66,6 @@ def _host_i32(x):
     if x.dtype is not t.int32:
         x = x.to(t.int32)
     return x if x.is_contiguous() else x.contiguous()
-
-
-def _last_i32(x):
-    """x[-1] of a contiguous host int32 tensor with at least one element, read directly."""
-    return ctypes.c_int32.from_address(x.data_ptr() + 4 * (x.numel() - 1)).value
 
 
 def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_nope_head_dim,
@@ -393,11 +389,11 @@ class BatchMLAPagedAttentionWrapper:
         # Host copies of the index arrays (the planner reads them).
         t_qo, t_kvp, t_kl, t_idx = (_host_i32(x) for x in (qo_indptr, kv_indptr, kv_len_arr,
                                                            kv_indices))
-        nnz = _last_i32(t_kvp)
+        nnz = last_i32(t_kvp)
         if nnz > t_idx.numel():
             raise ValueError(f"fiattn: kv_indices has {t_idx.numel()} elements, kv_indptr[-1] "
                              f"is {nnz}")
-        q_tokens = _last_i32(t_qo)
+        q_tokens = last_i32(t_qo)
         e = self._entry
         if (e is not None and self._known_pages > 0 and e.caps.num_pages == self._known_pages
                 and E.cached_entry(self._ws) is e):
@@ -532,8 +528,8 @@ class BatchMLAPagedAttentionWrapper:
         if rec.direct != (True,) * 4:
             arrays = [x if direct else _host_i32(x) for x, direct in zip(arrays, rec.direct)]
         t_qo, t_kvp, t_kl, t_idx = arrays
-        nnz = _last_i32(t_kvp)
-        q_tokens = _last_i32(t_qo)
+        nnz = last_i32(t_kvp)
+        q_tokens = last_i32(t_qo)
         scale = float(sm_scale)
         if (nnz > rec.n_indices or q_tokens > e.caps.max_q_tokens
                 or (e.captured_rows is not None and q_tokens > e.captured_rows)):

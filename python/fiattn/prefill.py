@@ -1,24 +1,41 @@
 """Context (prefill) attention: fiattn's drop-in for
 ``flashinfer.prefill.trtllm_batch_context_with_kv_cache``.
 
-Computed per query row and head (causal, query block aligned to the end of each request's
-KV range; fiattn_run.h)::
+Computed per query row i of request b and query head h (KV head h // (H_q / H_kv)), the
+request's q_len query rows aligned to the end of its kv_len keys (the last q_len tokens of
+the KV range are the new ones; the rest is a cached prefix; fiattn_run.h)::
 
-    s_j = bmm1_scale * (q . k_j),  out = bmm2_scale * softmax-weighted sum of v_j (+ sink)
+    p   = kv_len - q_len + i                      the row's position in the KV sequence
+    j   in [max(0, p - window_left), p]           its keys (window_left -1: [0, p])
+    s_j = bmm1_scale * (q . k_j)
+    out = bmm2_scale * sum_j exp(s_j) v_j / (sum_j exp(s_j) + exp(sink_h))
 
-The planner and the CPU reference run it today; the GPU context family is not written yet,
-so CUDA tensors raise FiattnNotImplementedError naming it (never a wrong result).
+Mixed prefill + decode is the same call: a request with q_len 1 is a decode step (its one
+row sees all kv_len keys), so prompt chunks and decodes go in one batch, planned as one
+work list and run in one launch.  Requests with q_len 0 (nothing to compute) and kv_len 0
+(rows get zeros) are accepted too.
+
+Algorithm: fiattn's host planner cuts every request into query tiles x KV chunks and
+balances them over a persistent grid (split-k pieces merged in the same launch, in split
+order: deterministic); the GPU context family runs the plan (fi_run, FI_KIND_CONTEXT);
+CPU tensors run the same plan on the C reference executor (fi_ref_run).
 """
+import os
+
 from . import _capi as C
 from . import _engine as E
-from ._common import (check_block_tables, check_lengths, dtypes_text, fill_tensor, num_ctas_for,
-                      require_device, set_pdl, set_scale, set_sinks)
-from ._paged import fill_kv, unpack_kv
+from ._common import (NUM, check_block_tables, check_lengths, fill_tensor, finite_scalar, flat,
+                      last_i32, num_ctas_for, require_device, set_pdl, set_scale, set_sinks,
+                      sig_arg)
+from ._paged import fill_kv, nvfp4_dtypes, record_paged_call, unpack_kv
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
+from .errors import FiattnNotImplementedError
 
 __all__ = ["trtllm_batch_context_with_kv_cache"]
 
 _FAMILY = "context (prefill)"
+# pinned host buffers (PlanEntry.host_i32 slots) of the arrays the host planner reads
+_LENS = (("cum_seq_lens_q", "cum_q"), ("cum_seq_lens_kv", "cum_kv"))
 
 
 def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_tables,
@@ -29,60 +46,178 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
                                        enable_pdl=None, sinks=None, kv_block_scales=None,
                                        skip_softmax_threshold_scale_factor=None,
                                        uses_shared_paged_kv_idx=True):
-    """Causal context attention over a paged KV cache (cumulative-lengths form).
+    """Causal context attention over a paged KV cache (cumulative-lengths form): prefill,
+    chunked prefill over a cached prefix, and mixed prefill + decode batches.
+
+    A batch of B requests; request b has q_len = cum_seq_lens_q[b + 1] - cum_seq_lens_q[b]
+    query rows (query rows cum_seq_lens_q[b] ...) and kv_len = cum_seq_lens_kv[b + 1] -
+    cum_seq_lens_kv[b] keys in its pages, the new tokens' K / V already written there;
+    q_len <= kv_len unless kv_len is 0.  Mixed batch: decoding requests are requests with
+    q_len 1 (and kv_len = their context + 1); put them beside prompt chunks in one call.
 
     Args:
-        query: [num_tokens, num_qo_heads, head_dim] (num_tokens >= cum_seq_lens_q[-1]);
-            fp32 / fp16 / bf16 on the CPU; head_dim 64 / 128 / 256.
-        kv_cache: as xqa_batch_decode_with_kv_cache (single [pages, 1 or 2, ...] tensor or a
-            (K, V) tuple), default layout HND; query's dtype.
-        workspace_buffer: plan + partials, >= fiattn.workspace_size(...) bytes (GPU); any
-            tensor on the CPU path (used as the plan cache key).
-        block_tables: int32 [batch_size, max_pages] (uses_shared_paged_kv_idx=True) or
-            [batch_size, 2, max_pages] (False: K pages in [:, 0], V pages in [:, 1]); a
-            device tensor is read by the kernel only (page indices not checked on the
-            host), a CPU one is checked by the planner.
-        seq_lens: uint32 / int32 [batch_size] KV lengths; must equal the cum_seq_lens_kv
-            differences.
+        query: [num_tokens, num_qo_heads, head_dim], num_tokens >= cum_seq_lens_q[-1]
+            (rows past it are not read, and not written in out).  GPU: bf16 / fp16,
+            head_dim 64 / 128 / 256, num_qo_heads = group x num_kv_heads with group 1..16;
+            CPU: fp32 / fp16 / bf16 (fp8 e4m3 / e5m2 dequantised exactly).  Last dim
+            contiguous; token and head strides free.
+        kv_cache: one tensor [num_pages, 1 or 2, H_kv, page_size, head_dim] (HND) or
+            [num_pages, 1 or 2, page_size, H_kv, head_dim] (NHD) (1: K and V are the same
+            tensor), or a tuple (k_cache, v_cache) of [num_pages, H_kv, page_size,
+            head_dim] (HND) / [num_pages, page_size, H_kv, head_dim] (NHD); read in place
+            through its strides (page and head strides free, head_dim contiguous).  dtype:
+            query's on the GPU (fp8 KV and NVFP4 (uint8) KV: NotImplementedError); fp32 /
+            fp16 / bf16 / fp8 on the CPU.  page_size 16 / 32 / 64 / 128 (the CPU also 1).
+        workspace_buffer: CUDA buffer (any dtype) for the plan and split partials, >=
+            fiattn.workspace_size("context", ...) bytes (about 18 MiB at 32 heads, d128,
+            16k query tokens, 132 CTAs; WorkspaceTooSmallError otherwise), 256-byte aligned,
+            need not be zeroed; its plan is cached, keep using the same buffer.  CPU: any
+            tensor (the plan cache's key).
+        block_tables: int32 [batch_size, max_pages_per_seq] (uses_shared_paged_kv_idx=True)
+            or [batch_size, 2, max_pages_per_seq] (False: K pages in [:, 0], V pages in
+            [:, 1]), contiguous.  On the query's device: read by the kernel only (no copy,
+            no sync; page indices not checked on the host, an index >= num_pages is the
+            caller's error as in FlashInfer); a CPU table is checked by the planner.
+        seq_lens: int32 / uint32 [batch_size] kv_len per request (tokens, the new ones
+            included); must equal the cum_seq_lens_kv differences (FiattnValueError
+            FI_ERR_INCONSISTENT_LENGTHS).  Any device: read on the host.
         max_q_len, max_kv_len: accepted for compatibility; not needed.
-        bmm1_scale, bmm2_scale: float or one-element float32 tensor (run-time).
-        batch_size: number of requests (must match block_tables).
-        cum_seq_lens_q, cum_seq_lens_kv: int32 / uint32 [batch_size + 1] prefix sums of the
-            query and KV lengths, read on the host.
-        window_left: -1 or the left window (positions p - window_left .. p).
-        out: optional [num_tokens, num_qo_heads, head_dim], written in place.
-        out_dtype: None (query's dtype), a torch float dtype or its name; "nvfp4":
-            NotImplementedError.  o_sf_scale / o_sf_vec_size: NVFP4 output only
-            (NotImplementedError when given).
-        kv_layout: "HND" (default) or "NHD".  enable_pdl: None = on for CUDA.
-        sinks: optional float32 [num_qo_heads] (or a one-element list).
-        kv_block_scales: NVFP4 KV: NotImplementedError.
-        skip_softmax_threshold_scale_factor: accepted and ignored: fiattn computes the exact
-            softmax (the limit of a threshold of 0).
+        bmm1_scale: float or one-element float32 tensor on the query's device (read at run
+            time, may change between graph replays): the logit scale in natural units
+            (softmax scale and any q / k dequantisation).
+        bmm2_scale: float or one-element float32 tensor: multiplies the output (an fp8
+            output's 1 / o_scale goes here, as in the reference).
+        batch_size: int, number of requests (block_tables' first dim).
+        cum_seq_lens_q, cum_seq_lens_kv: int32 / uint32 [batch_size + 1] prefix sums of
+            q_len and kv_len (first entry 0, non-decreasing).  Read on the host: CPU
+            tensors cost nothing, CUDA tensors one device-to-host copy and a stream
+            synchronisation per call (pass CPU copies to avoid it).
+        window_left: -1, or keys p - window_left .. p for the row at position p.
+        out: optional [num_tokens, num_qo_heads, head_dim], written in place (rows up to
+            cum_seq_lens_q[-1]); dtype out_dtype when given; the query's dtype or fp8 e4m3
+            on the GPU, fp32 / fp16 / bf16 on the CPU.  Allocated when None.
+        out_dtype: None (out's dtype, else query's; bf16 for an fp8 query), a torch dtype
+            or its name ("bfloat16", "float8_e4m3fn", ...); "nvfp4": NotImplementedError.
+            ValueError when it disagrees with out's dtype.
+        o_sf_scale, o_sf_vec_size: NVFP4 output only: NotImplementedError when given.
+        kv_layout: "HND" (default) or "NHD".
+        enable_pdl: programmatic dependent launch; None = on for CUDA.
+        sinks: optional float32 [num_qo_heads] (or a one-element list of it) on the query's
+            device: per-head logits added to the softmax denominator only.
+        kv_block_scales: NVFP4 KV only: NotImplementedError when given.
+        skip_softmax_threshold_scale_factor: accepted; fiattn computes the exact softmax
+            (the limit of a zero threshold: no tile is skipped).
         uses_shared_paged_kv_idx: see block_tables.
 
-    Returns: out.
-    Raises: TypeError / ValueError before any C call; FiattnValueError for a rejected
-        batch; FiattnNotImplementedError (GPU context family, NVFP4); FiattnError.
+    Returns: out, [num_tokens, num_qo_heads, head_dim].
+
+    Raises: TypeError / ValueError before any C call (dtype, device, shape, a last dim not
+        contiguous, out_dtype vs out, cum_seq_lens_q[-1] > num_tokens);
+        FiattnValueError for a batch the planner refuses (fi_status name + request:
+        lengths not matching, q_len > kv_len, more pages than the table row holds, ...);
+        WorkspaceTooSmallError; NotImplementedError (FiattnNotImplementedError where the C
+        library says so) for NVFP4 output or KV, fp8 KV on the GPU, a dtype combination
+        the executor lacks; FiattnError for runtime failures.  Nothing is written on error.
+
+    CUDA graphs: plan outside the capture, capture the call, then before each replay write
+    the step's lengths into the same cum_seq_lens_q / cum_seq_lens_kv / seq_lens tensors
+    and call again under ``with fiattn.plan_only():`` (re-plans, launches nothing); the
+    captured kernel reads the new plan.  Capture with a query / out as large as the
+    largest step (a later plan with more query tokens raises).  fiattn.device_planning()
+    does not apply here: context batches are planned on the host.
+
+    Repeat calls: a call with the same tensor layouts and options as an earlier successful
+    one on the same workspace_buffer reuses the descriptors recorded then (data addresses,
+    scalar scales and the lengths refreshed; the lengths still checked by the planner); it
+    allocates nothing unless out is None.
     """
+    key = None
+    if (type(bmm1_scale) in NUM and type(bmm2_scale) in NUM and kv_block_scales is None
+            and o_sf_scale is None and o_sf_vec_size is None):
+        sig = E.tensor_sig
+        try:
+            key = ("context", sig(query), sig_arg(kv_cache, sig), sig(block_tables),
+                   sig(seq_lens), sig(cum_seq_lens_q), sig(cum_seq_lens_kv),
+                   None if out is None else sig(out), sig_arg(sinks, sig), out_dtype,
+                   batch_size, window_left, kv_layout, enable_pdl, uses_shared_paged_kv_idx)
+            entry, fast = E.lookup(workspace_buffer, key)
+        except (AttributeError, TypeError):
+            key = fast = None
+        if fast is not None and (fast.cuda or fast.env == os.environ.get("FIATTN_CPU_CTAS")):
+            a = fast.args
+            a.bmm1_scale = finite_scalar(bmm1_scale, "bmm1_scale")
+            a.bmm2_scale = finite_scalar(bmm2_scale, "bmm2_scale")
+            ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens, cum_seq_lens_q,
+                                               cum_seq_lens_kv) + flat(sinks) + (out,))
+            return E.fast_call(entry, fast, ts)
+    return _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
+                    bmm2_scale, batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out,
+                    out_dtype, o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks,
+                    kv_block_scales, uses_shared_paged_kv_idx, key)
+
+
+def _not_nvfp4(out, out_dtype, o_sf_scale, o_sf_vec_size, kv_block_scales):
+    """FiattnNotImplementedError for the NVFP4 forms of the reference: output (out_dtype
+    "nvfp4", an FP4Tensor out: .data + .scale, o_sf_scale / o_sf_vec_size) and KV
+    (kv_block_scales)."""
+    t = torch()
+    if kv_block_scales is not None:
+        raise FiattnNotImplementedError(
+            "fiattn: NVFP4 KV cache (kv_block_scales) is not implemented for context attention")
+    fp4_out = out is not None and not isinstance(out, t.Tensor) and hasattr(out, "scale")
+    if (isinstance(out_dtype, str) and out_dtype == "nvfp4") or fp4_out or (
+            o_sf_scale is not None or o_sf_vec_size is not None):
+        raise FiattnNotImplementedError(
+            "fiattn: NVFP4 output (out_dtype 'nvfp4', an FP4Tensor out, o_sf_scale / "
+            "o_sf_vec_size) is not implemented for context attention")
+
+
+def _out_dtype(query, out, out_dtype):
+    """The output dtype by the reference's rule: out_dtype, else out's, else query's (bf16
+    for an fp8 query).  TypeError for an unknown name; ValueError when out_dtype and out's
+    dtype disagree."""
+    t = torch()
+    if isinstance(out_dtype, str):
+        dt = getattr(t, out_dtype.replace("torch.", ""), None)
+        if not isinstance(dt, t.dtype):
+            raise TypeError(f"fiattn: unknown out_dtype {out_dtype!r}")
+        out_dtype = dt
+    elif out_dtype is not None and not isinstance(out_dtype, t.dtype):
+        raise TypeError(f"fiattn: out_dtype must be a torch dtype or its name, got "
+                        f"{type(out_dtype).__name__}")
+    if out is not None and isinstance(out, t.Tensor):
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise ValueError(f"fiattn: out has dtype {out.dtype} but out_dtype is {out_dtype}")
+        return out.dtype
+    if out_dtype is not None:
+        return out_dtype
+    return query.dtype if query.dtype in float_dtypes() else t.bfloat16
+
+
+def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale, bmm2_scale,
+             batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out, out_dtype,
+             o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks, kv_block_scales,
+             uses_shared_paged_kv_idx, key):
+    """The checked call; records a FastCall under `key` (when not None) on success."""
     t = torch()
     check_tensor(query, "query", float_dtypes() + fp8_dtypes(), None, 3)
     device = query.device
     require_device(device)
-    if kv_block_scales is not None:
-        raise NotImplementedError("fiattn: NVFP4 KV cache (kv_block_scales) is not implemented yet")
-    if isinstance(out_dtype, str):
-        if out_dtype == "nvfp4":
-            raise NotImplementedError("fiattn: NVFP4 output is not implemented yet")
-        out_dtype = getattr(t, out_dtype, None)
-        if out_dtype is None:
-            raise TypeError("fiattn: unknown out_dtype name")
-    if o_sf_scale is not None or o_sf_vec_size is not None:
-        raise NotImplementedError("fiattn: NVFP4 output (o_sf_scale / o_sf_vec_size) is not "
-                                  "implemented yet")
+    _not_nvfp4(out, out_dtype, o_sf_scale, o_sf_vec_size, kv_block_scales)
+    o_dt = _out_dtype(query, out, out_dtype)
     rows, H, D = query.shape
     B = int(batch_size)
-    kpart, vpart = unpack_kv(kv_cache, kv_layout, device, float_dtypes() + fp8_dtypes())
+    kpart, vpart = unpack_kv(kv_cache, kv_layout, device,
+                             float_dtypes() + fp8_dtypes() + nvfp4_dtypes())
+    kv_dt = kpart[0].dtype
+    if kv_dt in nvfp4_dtypes():
+        raise FiattnNotImplementedError(
+            f"fiattn: NVFP4 KV cache ({kv_dt}: two e2m1 values a byte) is not implemented for "
+            f"context attention")
+    if device.type == "cuda" and kv_dt in fp8_dtypes():
+        raise FiattnNotImplementedError(
+            f"fiattn: context attention with an fp8 KV cache ({kv_dt}) is not implemented on "
+            f"the GPU yet (CPU tensors run it on the reference executor)")
     num_pages, page_size, Hkv, Dk = kpart[1]
     if Dk != D or vpart[1][3] != D:
         raise ValueError(f"fiattn: head_dim of query ({D}) and caches ({Dk}, {vpart[1][3]}) differ")
@@ -92,16 +227,16 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
     check_block_tables(block_tables, "block_tables", device, B, 3 if split else 2)
     if split and block_tables.shape[1] != 2:
         raise ValueError("fiattn: a 3-D block_tables must be [batch_size, 2, max_pages]")
-    seq_lens = check_lengths(seq_lens, "seq_lens", B)
+    sl = check_lengths(seq_lens, "seq_lens", B)
     cq = check_lengths(cum_seq_lens_q, "cum_seq_lens_q", B + 1)
     ck = check_lengths(cum_seq_lens_kv, "cum_seq_lens_kv", B + 1)
     if not isinstance(window_left, int) or window_left < -1:
         raise ValueError(f"fiattn: window_left must be an int >= -1, got {window_left}")
-    o_dt = out_dtype if out_dtype is not None else (
-        query.dtype if query.dtype in float_dtypes() else t.bfloat16)
+    out_alloc = None
     if out is None:
         if o_dt not in float_dtypes() + fp8_dtypes():
             raise TypeError(f"fiattn: out_dtype {o_dt} is not supported")
+        out_alloc = ((rows, H, D), o_dt)
         out = t.empty((rows, H, D), dtype=o_dt, device=device)
     else:
         check_tensor(out, "out", float_dtypes() + fp8_dtypes(), device, 3)
@@ -116,39 +251,63 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
     keep = (set_scale(args, "bmm1_scale", bmm1_scale, device, "bmm1_scale"),
             set_scale(args, "bmm2_scale", bmm2_scale, device, "bmm2_scale"),
             set_sinks(args, sinks, H, device))
+    args.o_scale = 1.0  # the reference folds an fp8 output's scale into bmm2_scale
     set_pdl(args, enable_pdl, device)
     caps = C.fi_caps()
     caps.kind = C.FI_KIND_CONTEXT
     caps.num_pages, caps.page_size = num_pages, page_size
     caps.num_qo_heads, caps.num_kv_heads = H, Hkv
     caps.head_dim_qk = caps.head_dim_vo = D
-    caps.q_dtype, caps.kv_dtype, caps.o_dtype = (fi_dtype(query.dtype), fi_dtype(kpart[0].dtype),
-                                                 fi_dtype(out.dtype))
+    caps.q_dtype, caps.kv_dtype, caps.o_dtype = fi_dtype(query.dtype), fi_dtype(kv_dt), fi_dtype(
+        out.dtype)
     caps.num_ctas = num_ctas_for(device)
 
+    b = C.fi_batch()
+    built = []
+
     def make_batch(entry):
+        built.append(1)
         bt = entry.host_page_table(block_tables)
-        sl = entry.host_i32("seq_lens", seq_lens)
-        hq = entry.host_i32("cum_q", cq)
-        hk = entry.host_i32("cum_kv", ck)
+        hl = entry.host_i32("seq_lens", sl)
+        hq, hk = (entry.host_i32(slot, x) for (_, slot), x in zip(_LENS, (cq, ck)))
         entry.sync()
-        b = C.fi_batch()
         b.form = C.FI_FORM_CUM_SEQ_LENS
         b.batch_size = B
-        b.block_tables = bt.data_ptr()
+        # an empty batch's empty arrays have no address: any valid one (nothing is read)
+        b.block_tables = bt.data_ptr() or hq.data_ptr()
         b.max_pages_per_seq = block_tables.shape[-1]
         b.kv_split_pages = 1 if split else 0
-        b.seq_lens = sl.data_ptr()
+        b.seq_lens = hl.data_ptr() or hq.data_ptr()
         b.cum_seq_lens_q = hq.data_ptr()
         b.cum_seq_lens_kv = hk.data_ptr()
         b.causal = 1
         b.window_left = window_left
-        total = int(hq[-1]) if B > 0 else 0
+        total = last_i32(hq)
         if total > rows:
-            raise ValueError(f"fiattn: cum_seq_lens_q[-1] = {total} exceeds query's {rows} rows")
-        return b, total, (bt, sl, hq, hk)
+            raise E.q_rows_error(total, rows)
+        return b, total, (bt, hl, hq, hk)
 
-    E.launch(workspace_buffer, caps, B, max(rows, 1), device, make_batch, args, _FAMILY,
-             dtypes_text(query.dtype, kpart[0].dtype, out.dtype), rows)
+    dts = (query.dtype, kv_dt, out.dtype)
+    if rows == 0:  # nothing to compute (an empty tensor has no address): the batch checked
+        if not (device.type == "cuda" and E.cuda().capturing()):
+            with E.plan_only():
+                E.launch(workspace_buffer, caps, B, 1, device, make_batch, args, _FAMILY, dts, 0)
+        return out
+    record = None
+    if key is not None and B > 0:  # (an empty batch always takes this path)
+        def record(entry, dev=None):
+            if not built:  # never planned here (a captured call): the slow path stays
+                return
+            # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
+            # seq_lens, cum_seq_lens_q, cum_seq_lens_kv, sinks (0 or 1), out
+            ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens, cum_seq_lens_q,
+                                               cum_seq_lens_kv) + flat(sinks) + (out,))
+            lens = tuple((field, x, slot) for (field, slot), x in
+                         zip(_LENS, (cum_seq_lens_q, cum_seq_lens_kv)))
+            record_paged_call(entry, key, args, b, ts, kpart, vpart, block_tables, seq_lens,
+                              sinks, rows, rows, out_alloc, _FAMILY, dts, device, lens=lens,
+                              total_from=0)
+    E.launch(workspace_buffer, caps, B, max(rows, 1), device, make_batch, args, _FAMILY, dts,
+             rows, record=record)
     del keep
     return out

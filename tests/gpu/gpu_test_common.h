@@ -487,6 +487,97 @@ static inline void gt_expect_status(const gt_case *g, const fi_attn_args *a, fi_
     }
 }
 
+/* fi_run on good with one member changed by `edit` (on a_) must return want; the message
+ * names the change (printf format and arguments).  In gt_expect_paged_tensor_statuses. */
+#define GT_EXPECT_EDIT(g, good, edit, want, ...)                                            \
+    do {                                                                                    \
+        fi_attn_args a_ = *(good);                                                          \
+        char what_[160];                                                                    \
+        edit;                                                                               \
+        snprintf(what_, sizeof what_, __VA_ARGS__);                                         \
+        gt_expect_status((g), &a_, (want), what_);                                          \
+    } while (0)
+
+/* The refusals of the families whose q / out are [tokens, H_q, D] and whose k / v are paged
+ * [pages, page_size, H_kv, D] views (GQA decode and context, one set of tensor checks:
+ * executor/gqa/gqa_host.h), on a plan whose KV is not NVFP4: each member of good (the
+ * case's own arguments, which run) broken alone gets its status, before any launch.  Wrong
+ * sizes are taken off the plan's caps (half / twice the heads and head_dim, twice the page
+ * size, a page and a row short).  The caller checks afterwards that nothing was written. */
+static inline void gt_expect_paged_tensor_statuses(const gt_case *g, const fi_attn_args *good) {
+    const fi_caps *caps = fi_plan_caps(g->plan);
+    const long long Hq = caps->num_qo_heads, Hkv = caps->num_kv_heads, D = caps->head_dim_qk,
+                    ps = caps->page_size, pages = caps->num_pages;
+    fi_plan_view v;
+    assert_int_equal(fi_plan_get_view(g->plan, &v), FI_OK);
+    const long long rows = v.header->total_q_tokens;
+    const long long few_q = Hq > 1 ? Hq / 2 : 2, few_kv = Hkv > 1 ? Hkv / 2 : 2;
+    const long long few_out = Hq >= 4 ? Hq / 4 : Hq + 1;
+    const fi_dtype other_q = caps->q_dtype == FI_DTYPE_F16 ? FI_DTYPE_BF16 : FI_DTYPE_F16;
+    const fi_dtype other_kv = caps->kv_dtype == FI_DTYPE_F16 ? FI_DTYPE_BF16 : FI_DTYPE_F16;
+    const fi_dtype fp8_kv = caps->kv_dtype == FI_DTYPE_E4M3 ? FI_DTYPE_BF16 : FI_DTYPE_E4M3;
+
+    gt_expect_status(g, NULL, FI_ERR_NULL_ARGUMENT, "args NULL");
+    GT_EXPECT_EDIT(g, good, a_.q.data = NULL, FI_ERR_NULL_ARGUMENT, "q.data NULL");
+    GT_EXPECT_EDIT(g, good, a_.k.data = NULL, FI_ERR_NULL_ARGUMENT, "k.data NULL");
+    GT_EXPECT_EDIT(g, good, (memset(&a_.v, 0, sizeof a_.v)), FI_ERR_NULL_ARGUMENT, "v missing");
+    GT_EXPECT_EDIT(g, good, a_.out.data = NULL, FI_ERR_NULL_ARGUMENT, "out.data NULL");
+    /* wrong layout: last stride not 1, a page / token stride not a multiple of 16 bytes */
+    GT_EXPECT_EDIT(g, good, a_.k.stride[3] = 2, FI_ERR_BAD_STRIDE, "k last stride 2");
+    GT_EXPECT_EDIT(g, good, a_.v.stride[3] = 2, FI_ERR_BAD_STRIDE, "v last stride 2");
+    GT_EXPECT_EDIT(g, good, a_.q.stride[2] = 2, FI_ERR_BAD_STRIDE, "q last stride 2");
+    GT_EXPECT_EDIT(g, good, a_.out.stride[2] = 2, FI_ERR_BAD_STRIDE, "out last stride 2");
+    GT_EXPECT_EDIT(g, good, a_.k.stride[0] += 4, FI_ERR_BAD_STRIDE, "k page stride + 4 elements");
+    GT_EXPECT_EDIT(g, good, a_.v.stride[1] = D + 4, FI_ERR_BAD_STRIDE, "v token stride %lld",
+                   D + 4);
+    /* wrong head count / head_dim / page_size / page count / rows */
+    GT_EXPECT_EDIT(g, good, a_.k.shape[2] = few_kv, FI_ERR_SHAPE_MISMATCH,
+                   "k %lld heads under H_kv %lld", few_kv, Hkv);
+    GT_EXPECT_EDIT(g, good, a_.v.shape[2] = 2 * Hkv, FI_ERR_SHAPE_MISMATCH,
+                   "v %lld heads under H_kv %lld", 2 * Hkv, Hkv);
+    GT_EXPECT_EDIT(g, good, a_.q.shape[1] = few_q, FI_ERR_SHAPE_MISMATCH,
+                   "q %lld heads under H_q %lld", few_q, Hq);
+    GT_EXPECT_EDIT(g, good, a_.out.shape[1] = few_out, FI_ERR_SHAPE_MISMATCH,
+                   "out %lld heads under H_q %lld", few_out, Hq);
+    GT_EXPECT_EDIT(g, good, a_.k.shape[3] = D / 2, FI_ERR_SHAPE_MISMATCH,
+                   "k head_dim %lld under D %lld", D / 2, D);
+    GT_EXPECT_EDIT(g, good, a_.v.shape[3] = 2 * D, FI_ERR_SHAPE_MISMATCH,
+                   "v head_dim %lld under D %lld", 2 * D, D);
+    GT_EXPECT_EDIT(g, good, a_.q.shape[2] = D / 2, FI_ERR_SHAPE_MISMATCH, "q head_dim %lld", D / 2);
+    GT_EXPECT_EDIT(g, good, a_.out.shape[2] = 2 * D, FI_ERR_SHAPE_MISMATCH, "out head_dim %lld",
+                   2 * D);
+    GT_EXPECT_EDIT(g, good, a_.k.shape[1] = 2 * ps, FI_ERR_SHAPE_MISMATCH,
+                   "k page_size %lld under %lld", 2 * ps, ps);
+    GT_EXPECT_EDIT(g, good, a_.v.shape[0] = pages - 1, FI_ERR_SHAPE_MISMATCH,
+                   "v %lld pages under caps.num_pages %lld", pages - 1, pages);
+    GT_EXPECT_EDIT(g, good, a_.k.ndim = 3, FI_ERR_SHAPE_MISMATCH, "k 3-D");
+    GT_EXPECT_EDIT(g, good, a_.q.shape[0] = rows - 1, FI_ERR_SHAPE_MISMATCH,
+                   "q %lld rows under the plan's %lld tokens", rows - 1, rows);
+    /* wrong dtype */
+    GT_EXPECT_EDIT(g, good, a_.q.dtype = other_q, FI_ERR_UNSUPPORTED_DTYPE, "q not the caps' type");
+    GT_EXPECT_EDIT(g, good, a_.k.dtype = other_kv, FI_ERR_UNSUPPORTED_DTYPE, "k not the KV type");
+    GT_EXPECT_EDIT(g, good, a_.v.dtype = fp8_kv, FI_ERR_UNSUPPORTED_DTYPE,
+                   "v fp8 e4m3 (or bf16) under other KV caps");
+    GT_EXPECT_EDIT(g, good, a_.out.dtype = FI_DTYPE_F32, FI_ERR_UNSUPPORTED_DTYPE, "out f32");
+    GT_EXPECT_EDIT(g, good, a_.lse.dtype = FI_DTYPE_F16, FI_ERR_UNSUPPORTED_DTYPE, "lse f16");
+    GT_EXPECT_EDIT(g, good, a_.page_table.dtype = FI_DTYPE_F32, FI_ERR_UNSUPPORTED_DTYPE,
+                   "page_table f32");
+    /* NVFP4 block scales given for a cache that is not NVFP4 (an argument that must be
+     * absent: FI_ERR_INVALID_ARGUMENT) */
+    GT_EXPECT_EDIT(g, good, (a_.k_sf = good->k, a_.k_sf.dtype = FI_DTYPE_E4M3),
+                   FI_ERR_INVALID_ARGUMENT, "k_sf given for a cache that is not NVFP4");
+    GT_EXPECT_EDIT(g, good, (a_.v_sf = good->v, a_.v_sf.dtype = FI_DTYPE_E4M3),
+                   FI_ERR_INVALID_ARGUMENT, "v_sf given for a cache that is not NVFP4");
+    /* misaligned bases, bad scalars */
+    GT_EXPECT_EDIT(g, good, a_.k.data = (uint8_t *)good->k.data + 2, FI_ERR_MISALIGNED_POINTER,
+                   "k + 2 bytes");
+    GT_EXPECT_EDIT(g, good, a_.q.data = (uint8_t *)good->q.data + 8, FI_ERR_MISALIGNED_POINTER,
+                   "q + 8 bytes");
+    GT_EXPECT_EDIT(g, good, a_.sinks = (const float *)((uintptr_t)good->sinks + 2),
+                   FI_ERR_MISALIGNED_POINTER, "sinks + 2 bytes");
+    GT_EXPECT_EDIT(g, good, a_.o_scale = -1.0f, FI_ERR_INVALID_ARGUMENT, "o_scale -1");
+}
+
 /* Out and lse still all 0xff after the refusals (stream synchronised first). */
 static inline void gt_expect_untouched(const gt_case *g) {
     char msg[768];

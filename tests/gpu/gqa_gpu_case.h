@@ -39,6 +39,11 @@
  * of the fp32 path, while a wrong scale, a missed key block or a wrong row is off by far
  * more); rows whose reference is exactly zero (no key) must be exactly zero; lse
  * |gpu - ref| <= 1e-2 absolute, -inf exactly where the reference is -inf.
+ *
+ * The same case serves context attention (FI_KIND_CONTEXT, tests/gpu/context_gpu_case.h):
+ * gqa_opts.kind, .form (CUM_SEQ_LENS / INDPTR / BLOCK_TABLES), .kv_split_pages (block_tables
+ * [B, 2, P]) and .non_causal, built by gqa_case_init_lens from per-request q_len (q_offset
+ * their prefix sums).  All of them zero is the decode case above, unchanged.
  */
 #ifndef FI_TESTS_GPU_GQA_GPU_CASE_H
 #define FI_TESTS_GPU_GQA_GPU_CASE_H
@@ -89,6 +94,12 @@ typedef struct gqa_opts {
     int32_t extra_pages;   /* caps.num_pages = pages used + this */
     int32_t contig_pages;  /* 1: page ids in request order; 0: a seeded shuffle */
     int32_t variant;       /* caps.variant (0: the kind's default) */
+    /* context attention (zero for GQA decode): */
+    fi_kind kind;          /* 0: FI_KIND_GQA_DECODE; FI_KIND_CONTEXT */
+    fi_batch_form form;    /* 0: FI_FORM_BLOCK_TABLES; FI_FORM_CUM_SEQ_LENS, FI_FORM_INDPTR */
+    int32_t kv_split_pages; /* 1: block_tables [B, 2, P], K and V page ids differ */
+    int32_t non_causal;    /* context: 1 = every row sees all kv_len keys (decode: causal =
+                              q_len > 1 whatever this says) */
 } gqa_opts;
 
 /* Where K and V rows live in the device buffer, in elements of the KV tensors. */
@@ -164,9 +175,9 @@ static inline gqa_kv_geom gqa_geom(gqa_layout layout, gqa_kv_form form, int64_t 
 static inline fi_caps gqa_caps(const gqa_opts *o, int32_t B, int32_t tokens, int32_t pages) {
     fi_caps c;
     memset(&c, 0, sizeof c);
-    c.kind = FI_KIND_GQA_DECODE;
+    c.kind = o->kind ? o->kind : FI_KIND_GQA_DECODE;
     c.max_batch = o->max_batch > 0 ? o->max_batch : B;
-    c.max_q_tokens = o->max_q_tokens > 0 ? o->max_q_tokens : tokens;
+    c.max_q_tokens = o->max_q_tokens > 0 ? o->max_q_tokens : tokens > 0 ? tokens : 1;
     c.num_pages = pages;
     c.page_size = o->page_size;
     c.num_qo_heads = o->heads_q;
@@ -189,23 +200,41 @@ static inline fi_tensor gqa_cache_view(void *base, int64_t off, fi_dtype dt, con
     return fi_tensor_make((uint8_t *)base + off * es, dt, 4, shape, stride);
 }
 
-/* fi_run's arguments for the case's device buffers. */
-static inline fi_attn_args gqa_case_args(const gqa_case *c) {
+/* The page table as fi_run reads it, at d_pt: block_tables [B, P], or [B, 2, P] with
+ * kv_split_pages (row stride 2 P, V row at + P); kv_indices [nnz] in the INDPTR form. */
+static inline fi_tensor gqa_page_table_view(const gqa_case *c, int32_t *d_pt) {
+    const int64_t B = c->B, P = c->P;
+    if (c->fb.batch.form == FI_FORM_INDPTR) {
+        const int64_t n = c->fb.page_table_len, one = 1;
+        return fi_tensor_make(d_pt, FI_DTYPE_I32, 1, &n, &one);
+    }
+    if (c->fb.batch.kv_split_pages) {
+        int64_t ts[3] = {B, 2, P}, tst[3] = {2 * P, P, 1};
+        return fi_tensor_make(d_pt, FI_DTYPE_I32, 3, ts, tst);
+    }
+    int64_t ts[2] = {B, P}, tst[2] = {P, 1};
+    return fi_tensor_make(d_pt, FI_DTYPE_I32, 2, ts, tst);
+}
+
+/* fi_run's arguments for the case on device buffers q, kv, sf (NVFP4 scales, else unused)
+ * and out laid out as the case's own (a benchmark's copies of them); page table, lse,
+ * sinks and scales the case's. */
+static inline fi_attn_args gqa_case_args_at(const gqa_case *c, void *q, void *kv, void *sf,
+                                            void *out) {
     const int64_t Hq = c->o.heads_q, Hkv = c->o.heads_kv, D = c->o.head_dim,
                   ps = c->o.page_size, T = c->tokens, NP = c->num_pages;
     fi_attn_args a;
     memset(&a, 0, sizeof a);
     int64_t qs[3] = {T, Hq, D}, qst[3] = {Hq * D, D, 1};
-    a.q = fi_tensor_make(c->d_q, c->o.dtype, 3, qs, qst);
-    a.k = gqa_cache_view(c->d_kv, c->kv.k_off, c->o.kv_dtype, &c->kv, NP, ps, Hkv, c->W, c->kv_es);
-    a.v = gqa_cache_view(c->d_kv, c->kv.v_off, c->o.kv_dtype, &c->kv, NP, ps, Hkv, c->W, c->kv_es);
+    a.q = fi_tensor_make(q, c->o.dtype, 3, qs, qst);
+    a.k = gqa_cache_view(kv, c->kv.k_off, c->o.kv_dtype, &c->kv, NP, ps, Hkv, c->W, c->kv_es);
+    a.v = gqa_cache_view(kv, c->kv.v_off, c->o.kv_dtype, &c->kv, NP, ps, Hkv, c->W, c->kv_es);
     if (c->sf_w) {
-        a.k_sf = gqa_cache_view(c->d_sf, c->sf.k_off, FI_DTYPE_E4M3, &c->sf, NP, ps, Hkv, c->sf_w, 1);
-        a.v_sf = gqa_cache_view(c->d_sf, c->sf.v_off, FI_DTYPE_E4M3, &c->sf, NP, ps, Hkv, c->sf_w, 1);
+        a.k_sf = gqa_cache_view(sf, c->sf.k_off, FI_DTYPE_E4M3, &c->sf, NP, ps, Hkv, c->sf_w, 1);
+        a.v_sf = gqa_cache_view(sf, c->sf.v_off, FI_DTYPE_E4M3, &c->sf, NP, ps, Hkv, c->sf_w, 1);
     }
-    int64_t ts[2] = {c->B, c->P}, tst[2] = {c->P, 1};
-    a.page_table = fi_tensor_make(c->d_pt, FI_DTYPE_I32, 2, ts, tst);
-    a.out = fi_tensor_make(c->d_out, c->o.o_dtype, 3, qs, qst);
+    a.page_table = gqa_page_table_view(c, c->d_pt);
+    a.out = fi_tensor_make(out, c->o.o_dtype, 3, qs, qst);
     int64_t ls[2] = {T, Hq}, lst[2] = {Hq, 1};
     if (c->o.return_lse) a.lse = fi_tensor_make(c->d_lse, FI_DTYPE_F32, 2, ls, lst);
     a.sinks = c->o.sinks ? c->d_sinks : NULL;
@@ -218,6 +247,11 @@ static inline fi_attn_args gqa_case_args(const gqa_case *c) {
     a.bmm2_scale = c->o.scale_ptr ? -1000.0f : c->bmm2_scale;
     a.o_scale = c->o.o_dtype == FI_DTYPE_E4M3 ? c->o.o_scale : 0.0f;
     return a;
+}
+
+/* fi_run's arguments for the case's own device buffers. */
+static inline fi_attn_args gqa_case_args(const gqa_case *c) {
+    return gqa_case_args_at(c, c->d_q, c->d_kv, c->d_sf, c->d_out);
 }
 
 static inline void gqa_case_free(gqa_case *c) {
@@ -329,32 +363,31 @@ static inline void gqa_fill_kv(gqa_case *c, tt_rng *rng) {
     }
 }
 
-/* Build a case of n requests, each q_len = o->q_len rows, kv_len[n] keys: random inputs,
- * device buffers in o's layout, a planned device plan.  0 on success, else -1 and a
- * message naming the call that failed and its status (the case is then freed). */
-static inline int gqa_case_init(gqa_case *c, const gqa_opts *o, const int32_t *kv_len,
-                                int32_t n, tt_rng *rng, char *msg, size_t cap) {
+/* Build a case of n requests of q_len[n] rows and kv_len[n] keys (context attention: any
+ * q_len >= 0; decode: one q_len 1..8 for all, see gqa_case_init): the batch in o's form
+ * (q_offset[b] = the sum of q_len before b), random inputs, device buffers in o's layout, a
+ * planned device plan.  0 on success, else -1 and a message naming the call that failed
+ * and its status (the case is then freed). */
+static inline int gqa_case_init_lens(gqa_case *c, const gqa_opts *o, const int32_t *q_len,
+                                     const int32_t *kv_len, int32_t n, tt_rng *rng, char *msg,
+                                     size_t cap) {
     memset(c, 0, sizeof *c);
     c->o = *o;
     if (!c->o.kv_dtype) c->o.kv_dtype = o->dtype;
     if (!c->o.o_dtype) c->o.o_dtype = o->dtype;
-    const int32_t ql = o->q_len > 0 ? o->q_len : 1;
-    c->o.q_len = ql;
-    int32_t *q_len = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
-    if (!q_len) {
-        gc_msg(msg, cap, "host allocation failed");
-        return -1;
-    }
-    for (int32_t b = 0; b < n; b++) q_len[b] = ql;
+    int32_t max_q = 0;
+    for (int32_t b = 0; b < n; b++)
+        if (q_len[b] > max_q) max_q = q_len[b];
+    c->o.q_len = max_q;
     fibatch_opts bo = fibatch_default_opts();
-    bo.form = FI_FORM_BLOCK_TABLES;
+    bo.form = o->form ? o->form : FI_FORM_BLOCK_TABLES;
+    bo.kv_split_pages = o->kv_split_pages;
     bo.page_size = o->page_size;
     bo.shuffle = !o->contig_pages;
     bo.seed = tt_rng_next(rng);
-    bo.causal = ql > 1;
+    bo.causal = o->kind == FI_KIND_CONTEXT ? !o->non_causal : max_q > 1;
     bo.window_left = o->windowed ? o->window_left : -1;
     fibatch_status bs = fibatch_build(&bo, q_len, kv_len, n, NULL, &c->fb);
-    free(q_len);
     if (bs != FIBATCH_OK) {
         gc_msg(msg, cap, "fibatch_build: %s", fibatch_status_name(bs));
         return -1;
@@ -382,7 +415,7 @@ static inline int gqa_case_init(gqa_case *c, const gqa_opts *o, const int32_t *k
         c->h_vsf = (uint8_t *)malloc((size_t)(c->n_rows * c->sf_w));
         if (!c->h_ksf || !c->h_vsf) goto fail_mem;
     }
-    for (int32_t b = 0; b < n; b++) c->q_offset[b] = b * ql;
+    for (int32_t b = 0, t = 0; b < n; t += q_len[b], b++) c->q_offset[b] = t;
     gc_fill_random(c->h_q, c->n_q, o->dtype, rng);
     gqa_fill_kv(c, rng);
     /* scores ~ bmm1 x N(0, D / 9) for bf16 KV: std 0.4 .. 1.6 (bmm1 scaled by sqrt(576 / D),
@@ -441,6 +474,23 @@ fail:
     return -1;
 }
 
+/* Build a decode case: n requests of o->q_len rows each (1..8; 0 is read as 1; causal when
+ * > 1) and kv_len[n] keys, as gqa_case_init_lens. */
+static inline int gqa_case_init(gqa_case *c, const gqa_opts *o, const int32_t *kv_len,
+                                int32_t n, tt_rng *rng, char *msg, size_t cap) {
+    const int32_t ql = o->q_len > 0 ? o->q_len : 1;
+    int32_t *q_len = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!q_len) {
+        memset(c, 0, sizeof *c);
+        gc_msg(msg, cap, "host allocation failed");
+        return -1;
+    }
+    for (int32_t b = 0; b < n; b++) q_len[b] = ql;
+    const int rc = gqa_case_init_lens(c, o, q_len, kv_len, n, rng, msg, cap);
+    free(q_len);
+    return rc;
+}
+
 /* The case's outputs as the shared run / download helpers see them. */
 static inline gc_outputs gqa_case_outputs(const gqa_case *c) {
     gc_outputs o = {c->d_out, c->d_lse, c->h_out, c->h_lse, c->out_bytes, c->lse_bytes};
@@ -483,7 +533,8 @@ static inline float gqa_kv_value(const gqa_case *c, int which, int64_t r, int64_
 }
 
 /* The fp64 truth of requests [b0, b1) into ref_out / ref_lse at their token rows: each
- * request alone, its pages gathered (in page-table order) into a compact fp32 cache. */
+ * request alone, its pages gathered (in page-table order) into a compact fp32 cache.
+ * Decode cases (2-D block_tables); context cases: ctx_case_reference (context_gpu_case.h). */
 static inline int gqa_case_reference_range(gqa_case *c, int32_t b0, int32_t b1, char *msg,
                                            size_t cap) {
     const int64_t Hq = c->o.heads_q, Hkv = c->o.heads_kv, D = c->o.head_dim,
@@ -594,6 +645,83 @@ static inline int gqa_case_check(gqa_case *c, double *worst_out, double *worst_l
                                  size_t cap) {
     if (gqa_case_download(c, msg, cap)) return -1;
     return gqa_case_compare(c, 0, c->B, gqa_case_tol(c), worst_out, worst_lse, msg, cap);
+}
+
+/* The option rotations of the every-shape sweeps (GQA decode, context): case idx of the
+ * sweep, page size ps, gets layout NHD / HND, one tensor / (K, V) pair, sinks, lse, scale
+ * pointers and page padding from mixed bits of idx (so they meet in many combinations),
+ * CTAs (the device's count, or 2..25: tiles split into merged pieces, CTAs run several
+ * items), window_left (none, or 0, 37, a page + 1, 250) and page order (shuffled, or in
+ * request order). */
+static inline void gqa_sweep_opts(gqa_opts *o, int idx, int32_t ps) {
+    o->layout = (idx ^ (idx >> 2)) & 1 ? GQA_HND : GQA_NHD;
+    o->kv_form = ((idx >> 1) ^ (idx >> 3)) & 1 ? GQA_KV_PAIR : GQA_KV_SINGLE;
+    o->sinks = ((idx >> 1) ^ (idx >> 2)) & 1;
+    o->return_lse = (((idx >> 3) ^ idx) & 1) == 0;
+    o->scale_ptr = ((idx >> 4) ^ (idx >> 1)) & 1;
+    o->page_pad = idx % 7 == 3 ? 64 : 0;
+    o->num_ctas = idx % 3 == 0 ? 0 : 2 + (idx * 7) % 24;
+    if (idx % 4 == 1) {
+        const int32_t wins[4] = {0, 37, ps + 1, 250};
+        o->windowed = 1;
+        o->window_left = wins[(idx / 4) % 4];
+    }
+    o->contig_pages = idx % 5 == 2;
+}
+
+/* One split-k case of the GQA / context tests' tables: H_q / H_kv, head_dim, page_size, q_len
+ * rows a request, B requests of kv_len in [lo, hi], caps.num_ctas, sinks, window_left (-1:
+ * none), the pieces the plan's largest merge group must have (0: need not split). */
+typedef struct gqa_split_variant {
+    int32_t hq, hkv, d, ps, ql, B, lo, hi, ctas, sinks, win, min;
+} gqa_split_variant;
+
+/* o (its heads, head_dim and page_size already v's) with v's options; entry i of a table
+ * alternates bf16 / fp16 (i & 1) and NHD / HND (i & 2). */
+static inline void gqa_split_opts(gqa_opts *o, const gqa_split_variant *v, size_t i) {
+    o->q_len = v->ql;
+    o->num_ctas = v->ctas;
+    o->sinks = v->sinks;
+    o->windowed = v->win >= 0;
+    o->window_left = v->win;
+    o->dtype = i & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
+    o->layout = i & 2 ? GQA_HND : GQA_NHD;
+}
+
+/* Run the case in each KV form the executors take, repacked from the same canonical cache:
+ * NHD / HND one tensor, NHD / HND (K, V) pair, HND pair with 128 padding elements a page.
+ * The first form's outputs are checked against the truth by check_truth(ctx) (the case's
+ * fp64 reference and comparison), every other form's must be bitwise identical to them.
+ * 0, or -1 and the first failure in msg (the case is left in the last form run). */
+static inline int gqa_case_forms_identical(gqa_case *c,
+                                           int (*check_truth)(void *ctx, char *msg, size_t cap),
+                                           void *ctx, char *msg, size_t cap) {
+    static const struct { gqa_layout l; gqa_kv_form f; int32_t pad; } forms[5] = {
+        {GQA_NHD, GQA_KV_SINGLE, 0}, {GQA_HND, GQA_KV_SINGLE, 0}, {GQA_NHD, GQA_KV_PAIR, 0},
+        {GQA_HND, GQA_KV_PAIR, 0},   {GQA_HND, GQA_KV_PAIR, 128}};
+    void *o0 = malloc(c->out_bytes);
+    float *l0 = (float *)malloc(c->lse_bytes);
+    int bad = !o0 || !l0;
+    if (bad) gc_msg(msg, cap, "host allocation failed");
+    for (int f = 0; f < 5 && !bad; f++) {
+        c->o.page_pad = forms[f].pad;
+        bad = gqa_case_set_layout(c, forms[f].l, forms[f].f, msg, cap) ||
+              gqa_case_run(c, msg, cap) || gqa_case_download(c, msg, cap);
+        if (bad) break;
+        if (f == 0) {
+            memcpy(o0, c->h_out, c->out_bytes);
+            memcpy(l0, c->h_lse, c->lse_bytes);
+            bad = check_truth(ctx, msg, cap) != 0;
+        } else if (memcmp(o0, c->h_out, c->out_bytes) || memcmp(l0, c->h_lse, c->lse_bytes)) {
+            gc_msg(msg, cap, "%s %s pad %d: not bitwise identical to NHD single",
+                   forms[f].l == GQA_NHD ? "NHD" : "HND",
+                   forms[f].f == GQA_KV_SINGLE ? "single tensor" : "(K, V) pair", forms[f].pad);
+            bad = 1;
+        }
+    }
+    free(o0);
+    free(l0);
+    return bad ? -1 : 0;
 }
 
 /* One line naming the case, for logs and failure messages. */

@@ -157,19 +157,7 @@ static void gqa_matches_reference_every_shape(void **state) {
                 gqa_opts o = default_opts(GROUPS[ig] * hkv, hkv, DIMS[id], PAGES[ip]);
                 o.dtype = (id + ig + ip) & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
                 o.q_len = 1 + (idx * 3) % 8;
-                o.layout = (idx ^ (idx >> 2)) & 1 ? GQA_HND : GQA_NHD;
-                o.kv_form = ((idx >> 1) ^ (idx >> 3)) & 1 ? GQA_KV_PAIR : GQA_KV_SINGLE;
-                o.sinks = ((idx >> 1) ^ (idx >> 2)) & 1;
-                o.return_lse = (((idx >> 3) ^ idx) & 1) == 0;
-                o.scale_ptr = ((idx >> 4) ^ (idx >> 1)) & 1;
-                o.page_pad = idx % 7 == 3 ? 64 : 0;
-                o.num_ctas = idx % 3 == 0 ? 0 : 2 + (idx * 7) % 24;
-                if (idx % 4 == 1) {
-                    const int32_t wins[4] = {0, 37, PAGES[ip] + 1, 250};
-                    o.windowed = 1;
-                    o.window_left = wins[(idx / 4) % 4];
-                }
-                o.contig_pages = idx % 5 == 2;
+                gqa_sweep_opts(&o, idx, PAGES[ip]);
                 const int32_t B = o.heads_q * o.q_len >= 256 ? tt_rng_int(&rng, 2, 3)
                                                              : tt_rng_int(&rng, 3, 6);
                 int32_t kv[8];
@@ -220,6 +208,13 @@ static void gqa_spec_decoding_causal_window_sinks_match_reference(void **state) 
 
 /* ---- layouts: NHD / HND, single tensor / (K, V) pair, padded pages: bitwise identical ----- */
 
+/* The first KV form's outputs against the fp64 truth (gqa_case_forms_identical). */
+static int check_truth(void *c, char *msg, size_t cap) {
+    gqa_case *g = (gqa_case *)c;
+    return gqa_case_reference(g, msg, cap) ||
+           gqa_case_compare(g, 0, g->B, GQA_TOL, NULL, NULL, msg, cap);
+}
+
 static void gqa_layouts_and_kv_forms_are_bitwise_identical(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -241,34 +236,8 @@ static void gqa_layouts_and_kv_forms_are_bitwise_identical(void **state) {
         init_or_fail(&c, &o, kv, 4, &rng);
         char msg[MSG], name[MSG];
         gqa_case_name(&c, name, sizeof name);
-        void *o0 = malloc(c.out_bytes);
-        float *l0 = malloc(c.lse_bytes);
-        int bad = !o0 || !l0;
-        if (bad) gc_msg(msg, sizeof msg, "host allocation failed");
-        /* the first form against the truth, then every other form against the first */
-        const struct { gqa_layout l; gqa_kv_form f; int32_t pad; } forms[5] = {
-            {GQA_NHD, GQA_KV_SINGLE, 0}, {GQA_HND, GQA_KV_SINGLE, 0}, {GQA_NHD, GQA_KV_PAIR, 0},
-            {GQA_HND, GQA_KV_PAIR, 0},   {GQA_HND, GQA_KV_PAIR, 128}};
-        for (int f = 0; f < 5 && !bad; f++) {
-            c.o.page_pad = forms[f].pad;
-            bad = gqa_case_set_layout(&c, forms[f].l, forms[f].f, msg, sizeof msg) ||
-                  gqa_case_run(&c, msg, sizeof msg) || gqa_case_download(&c, msg, sizeof msg);
-            if (bad) break;
-            if (f == 0) {
-                memcpy(o0, c.h_out, c.out_bytes);
-                memcpy(l0, c.h_lse, c.lse_bytes);
-                bad = gqa_case_reference(&c, msg, sizeof msg) ||
-                      gqa_case_compare(&c, 0, c.B, GQA_TOL, NULL, NULL, msg, sizeof msg);
-            } else if (memcmp(o0, c.h_out, c.out_bytes) || memcmp(l0, c.h_lse, c.lse_bytes)) {
-                gc_msg(msg, sizeof msg, "%s %s pad %d: not bitwise identical to NHD single",
-                       forms[f].l == GQA_NHD ? "NHD" : "HND",
-                       forms[f].f == GQA_KV_SINGLE ? "single tensor" : "(K, V) pair", forms[f].pad);
-                bad = 1;
-            }
-        }
+        const int bad = gqa_case_forms_identical(&c, check_truth, &c, msg, sizeof msg);
         print_message("  %s: 5 forms%s\n", name, bad ? " FAILED" : " identical");
-        free(o0);
-        free(l0);
         gqa_case_free(&c);
         if (bad) fail_msg("%s%s: %s", unsupported(msg) ? "NOT SUPPORTED YET: " : "", name, msg);
     }
@@ -292,8 +261,7 @@ static void gqa_split_merge_matches_reference_few_and_many_ctas(void **state) {
     (void)state;
     REQUIRE_GPU();
     tt_rng rng = gt_test_rng(4);
-    typedef struct { int32_t hq, hkv, d, ps, ql, B, lo, hi, ctas, sinks, win, min; } sv;
-    static const sv V[] = {
+    static const gqa_split_variant V[] = {
         /* few CTAs: a handful of tiles cut into pieces */
         {32, 8, 128, 64, 1, 3, 3000, 5000, 8, 1, -1, 2},
         {64, 8, 128, 16, 2, 1, 2000, 4000, 16, 0, -1, 2},
@@ -306,13 +274,7 @@ static void gqa_split_merge_matches_reference_few_and_many_ctas(void **state) {
     };
     for (size_t i = 0; i < sizeof V / sizeof V[0]; i++) {
         gqa_opts o = default_opts(V[i].hq, V[i].hkv, V[i].d, V[i].ps);
-        o.q_len = V[i].ql;
-        o.num_ctas = V[i].ctas;
-        o.sinks = V[i].sinks;
-        o.windowed = V[i].win >= 0;
-        o.window_left = V[i].win;
-        o.dtype = i & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
-        o.layout = i & 2 ? GQA_HND : GQA_NHD;
+        gqa_split_opts(&o, &V[i], i);
         gqa_case c;
         split_case(&c, &o, V[i].B, V[i].lo, V[i].hi, V[i].min, &rng);
         check_case(&c, 2);
@@ -446,88 +408,12 @@ static void gqa_bad_tensors_return_their_status_and_write_nothing(void **state) 
     assert_int_equal(gqa_case_poison(&c, msg, sizeof msg), 0);
     assert_int_equal(cudaStreamSynchronize(c.stream), cudaSuccess);
     const fi_attn_args good = gqa_case_args(&c);
-    fi_attn_args a;
-
-    expect_status(&c, NULL, FI_ERR_NULL_ARGUMENT, "args NULL");
-    a = good; a.q.data = NULL;
-    expect_status(&c, &a, FI_ERR_NULL_ARGUMENT, "q.data NULL");
-    a = good; a.k.data = NULL;
-    expect_status(&c, &a, FI_ERR_NULL_ARGUMENT, "k.data NULL");
-    a = good; memset(&a.v, 0, sizeof a.v);
-    expect_status(&c, &a, FI_ERR_NULL_ARGUMENT, "v missing");
-    a = good; a.out.data = NULL;
-    expect_status(&c, &a, FI_ERR_NULL_ARGUMENT, "out.data NULL");
-    /* wrong layout: last stride not 1, a page / token stride not a multiple of 16 bytes */
-    a = good; a.k.stride[3] = 2;
-    expect_status(&c, &a, FI_ERR_BAD_STRIDE, "k last stride 2");
-    a = good; a.v.stride[3] = 2;
-    expect_status(&c, &a, FI_ERR_BAD_STRIDE, "v last stride 2");
-    a = good; a.q.stride[2] = 2;
-    expect_status(&c, &a, FI_ERR_BAD_STRIDE, "q last stride 2");
-    a = good; a.out.stride[2] = 2;
-    expect_status(&c, &a, FI_ERR_BAD_STRIDE, "out last stride 2");
-    a = good; a.k.stride[0] += 4;
-    expect_status(&c, &a, FI_ERR_BAD_STRIDE, "k page stride + 8 bytes");
-    a = good; a.v.stride[1] = 132;
-    expect_status(&c, &a, FI_ERR_BAD_STRIDE, "v token stride 264 bytes");
-    /* wrong head count / head dim / page size / page count */
-    a = good; a.k.shape[2] = 4;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "k 4 heads under H_kv 8");
-    a = good; a.v.shape[2] = 16;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "v 16 heads under H_kv 8");
-    a = good; a.q.shape[1] = 16;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "q 16 heads under H_q 32");
-    a = good; a.out.shape[1] = 8;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "out 8 heads under H_q 32");
-    a = good; a.k.shape[3] = 64;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "k head dim 64 under D 128");
-    a = good; a.v.shape[3] = 256;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "v head dim 256 under D 128");
-    a = good; a.q.shape[2] = 64;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "q head dim 64");
-    a = good; a.out.shape[2] = 256;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "out head dim 256");
-    a = good; a.k.shape[1] = 32;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "k page_size 32 under 16");
-    a = good; a.v.shape[0] = c.num_pages - 1;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "v fewer pages than caps.num_pages");
-    a = good; a.k.ndim = 3;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "k 3-D");
-    a = good; a.q.shape[0] = c.tokens - 1;
-    expect_status(&c, &a, FI_ERR_SHAPE_MISMATCH, "q fewer rows than the plan's tokens");
-    /* wrong dtype */
-    a = good; a.q.dtype = FI_DTYPE_F16;
-    expect_status(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "q f16 under bf16 caps");
-    a = good; a.k.dtype = FI_DTYPE_F16;
-    expect_status(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "k f16 under bf16 caps");
-    a = good; a.v.dtype = FI_DTYPE_E4M3;
-    expect_status(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "v e4m3 under bf16 KV caps");
-    a = good; a.out.dtype = FI_DTYPE_F32;
-    expect_status(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "out f32 under bf16 caps");
-    a = good; a.lse.dtype = FI_DTYPE_F16;
-    expect_status(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "lse f16");
-    a = good; a.page_table.dtype = FI_DTYPE_F32;
-    expect_status(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "page_table f32");
-    /* NVFP4 scale tensors given for a bf16 cache (the status the family picks for an
-     * argument that must be absent: FI_ERR_INVALID_ARGUMENT) */
-    a = good; a.k_sf = good.k; a.k_sf.dtype = FI_DTYPE_E4M3;
-    expect_status(&c, &a, FI_ERR_INVALID_ARGUMENT, "k_sf given for a bf16 cache");
-    a = good; a.v_sf = good.v; a.v_sf.dtype = FI_DTYPE_E4M3;
-    expect_status(&c, &a, FI_ERR_INVALID_ARGUMENT, "v_sf given for a bf16 cache");
-    /* misaligned bases, bad scalars */
-    a = good; a.k.data = (uint8_t *)good.k.data + 2;
-    expect_status(&c, &a, FI_ERR_MISALIGNED_POINTER, "k + 2 bytes");
-    a = good; a.q.data = (uint8_t *)good.q.data + 8;
-    expect_status(&c, &a, FI_ERR_MISALIGNED_POINTER, "q + 8 bytes");
-    a = good; a.sinks = (const float *)((uintptr_t)good.sinks + 2);
-    expect_status(&c, &a, FI_ERR_MISALIGNED_POINTER, "sinks + 2 bytes");
-    a = good; a.o_scale = -1.0f;
-    expect_status(&c, &a, FI_ERR_INVALID_ARGUMENT, "o_scale -1");
+    const gt_case g = gt(&c);
+    gt_expect_paged_tensor_statuses(&g, &good);
     expect_untouched(&c);
 
     /* not planned: a device plan before its first update, and a host-only plan */
     const fi_caps caps = gqa_caps(&c.o, c.B, c.tokens, c.num_pages);
-    const gt_case g = gt(&c);
     gt_expect_unplanned_refused(&g, &caps, &c.fb.batch, &good);
     expect_untouched(&c);
     /* and the plan still runs right */

@@ -220,19 +220,6 @@ def test_gqa_decode_or_not_implemented(ws):
     assert rel_err(out.cpu(), ref) < TOL
 
 
-def test_context_not_implemented_on_gpu(ws):
-    q = torch.zeros(4, 8, 128, dtype=torch.bfloat16, device=DEV)
-    kv = torch.zeros(4, 2, 8, 16, 128, dtype=torch.bfloat16, device=DEV)
-    out = torch.full((4, 8, 128), 5.0, dtype=torch.bfloat16, device=DEV)
-    with pytest.raises(NotImplementedError, match="context"):
-        fiattn.prefill.trtllm_batch_context_with_kv_cache(
-            q, kv, ws, torch.zeros(1, 1, dtype=torch.int32, device=DEV),
-            torch.tensor([4], dtype=torch.int32, device=DEV), 4, 4, 1.0, 1.0, 1,
-            torch.tensor([0, 4], dtype=torch.int32, device=DEV),
-            torch.tensor([0, 4], dtype=torch.int32, device=DEV), out=out)
-    assert (out == 5.0).all()
-
-
 def _capture(call):
     """call() once on a side stream (plans the workspace), then captured in a CUDA graph."""
     s = torch.cuda.Stream()
