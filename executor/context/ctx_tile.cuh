@@ -282,44 +282,15 @@ __device__ __forceinline__ void pack_p(uint32_t *P, const float *S) {
         P[i] = Dt<T>::pack(S[2 * i], S[2 * i + 1]);
 }
 
-/* Store the thread's two rows (all D columns): unsplit, out = bmm2 * O / l * exp(lse_keys
- * - lse) with lse = logaddexp(lse_keys, sink) (T, or fp8 e4m3 x o_scale); split, the fp32
- * partial O / l and lse_keys (no sink, no bmm2) into the item's slot.  l: full row sums. */
+/* Store the thread's two rows, all D columns (store_acc_rows): T, or fp8 e4m3 x o_scale. */
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
                                            int nh, int M, const Lane &ln, const float *O,
                                            const float *m, const float *l) {
     const fi_exec_common &c = p.c;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int r = ln.r0 + 8 * i;
-        if (r >= M)
-            continue;
-        /* l == 0 (not l > 0): a NaN sum keeps the row's lse NaN */
-        const float lse_keys = l[i] == 0.f ? -CUDART_INF_F : (m[i] + log2f(l[i])) * kLn2;
-        if (it.out_slot >= 0) {
-            const float inv = l[i] == 0.f ? 0.f : 1.f / l[i];
-            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * D + 2 * ln.q4;
-#pragma unroll
-            for (int j = 0; j < D / 8; ++j)
-                __stcg(reinterpret_cast<float2 *>(dst + 8 * j),
-                       make_float2(O[4 * j + 2 * i] * inv, O[4 * j + 2 * i + 1] * inv));
-            if (ln.q4 == 0)
-                __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
-        } else {
-            const int h = it.head_begin + r % nh;
-            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
-            const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
-            const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse);
-            const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head + 2 * ln.q4;
-#pragma unroll
-            for (int j = 0; j < D / 8; ++j)
-                store_out2<T>(c, off + 8 * j, O[4 * j + 2 * i] * f, O[4 * j + 2 * i + 1] * f);
-            if (c.lse && ln.q4 == 0)
-                c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
-        }
-    }
+    store_acc_rows<D, D>(c, ctx, it, rq, nh, M, ln.r0, 2 * ln.q4, ln.q4 == 0, O, m, l,
+                         [&](int64_t off, float x, float y) { store_out2<T>(c, off, x, y); });
 }
 
 template <typename T, int D> struct CtxFamily {

@@ -80,4 +80,48 @@ __device__ __forceinline__ float logaddexp(float a, float b) {
     return m + logf(expf(a - m) + expf(b - m));
 }
 
+/* Store a thread's two rows r0 and r0 + 8 of a wgmma accumulator O (columns 8 j + 2 q4
+ * + {0, 1} in O[4 j + 2 i ..], j < kCols / 8) at output column col of item it (M rows, nh
+ * heads a query row, q-major): unsplit, out = bmm2 * O / l * exp(lse_keys - lse) with lse
+ * = logaddexp(lse_keys, sink) through store(element offset, x, y); split, the fp32 partial
+ * O / l and lse_keys (no sink, no bmm2) into the item's slot, rows of kWidth floats.
+ * lse_writer: the one thread of a row that writes its LSE.  m, l: the rows' running max
+ * (log2 units) and full sums.  Shared by the wgmma tile bodies (MLA, context). */
+template <int kCols, int kWidth, class Store>
+__device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const RunCtx &ctx,
+                                               const fi_work_item &it, const fi_request_info &rq,
+                                               int nh, int M, int r0, int col, bool lse_writer,
+                                               const float *O, const float *m, const float *l,
+                                               Store store) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = r0 + 8 * i;
+        if (r >= M)
+            continue;
+        /* l == 0 (not l > 0): a NaN sum keeps the row's lse NaN */
+        const float lse_keys = l[i] == 0.f ? -CUDART_INF_F : (m[i] + log2f(l[i])) * kLn2;
+        if (it.out_slot >= 0) {
+            const float inv = l[i] == 0.f ? 0.f : 1.f / l[i];
+            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kWidth + col;
+#pragma unroll
+            for (int j = 0; j < kCols / 8; ++j)
+                __stcg(reinterpret_cast<float2 *>(dst + 8 * j),
+                       make_float2(O[4 * j + 2 * i] * inv, O[4 * j + 2 * i + 1] * inv));
+            if (lse_writer)
+                __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
+        } else {
+            const int h = it.head_begin + r % nh;
+            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+            const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
+            const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse);
+            const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head + col;
+#pragma unroll
+            for (int j = 0; j < kCols / 8; ++j)
+                store(off + 8 * j, O[4 * j + 2 * i] * f, O[4 * j + 2 * i + 1] * f);
+            if (c.lse && lse_writer)
+                c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
+        }
+    }
+}
+
 }  // namespace fi
