@@ -98,6 +98,12 @@ typedef enum fi_status {
     FI_ERR_PLAN_ON_DEVICE = 44,           /* the current plan was made on the device: its
                                              bytes exist only in the workspace (no host
                                              view, no balance) */
+    FI_ERR_SPARSE_UNSUPPORTED = 45,       /* caps.sparse_top_k > 0 where sparse top-k is not
+                                             defined: a kind other than FI_KIND_MLA_DECODE,
+                                             a form other than FI_FORM_BLOCK_TABLES, a 3-D
+                                             table, window_left != -1, device planning */
+    FI_ERR_SPARSE_TOP_K_MISMATCH = 46,    /* sparse plan: batch.max_pages_per_seq (the row
+                                             length of the top-k table) != caps.sparse_top_k */
 } fi_status;
 
 /* Documented limits of fi_caps (each violation has its own status above).  They keep every
@@ -108,6 +114,7 @@ typedef enum fi_status {
 #define FI_LIMIT_MAX_Q_TOKENS (1 << 20)   /* query tokens per batch */
 #define FI_LIMIT_NUM_PAGES (1 << 30)      /* pages in the KV cache */
 #define FI_LIMIT_NUM_CTAS (1 << 14)       /* persistent CTAs */
+#define FI_LIMIT_SPARSE_TOP_K (1 << 17)   /* caps.sparse_top_k: keys per query token */
 #define FI_LIMIT_PLAN_ITEMS (1 << 20)     /* work items a plan may need: tiles + num_ctas - 1 */
 #define FI_LIMIT_QO_HEADS 32767           /* num_qo_heads (FI_ERR_UNSUPPORTED_HEADS) */
 
@@ -168,6 +175,18 @@ typedef struct fi_caps {
                                kind's default, which for FI_KIND_MLA_DECODE is the wgmma
                                body (variant 3) from 32 heads on and the mma.sync body
                                below); rows: docs/DESIGN.md, the tile table */
+    /* Appended in 0.3 (zero keeps the dense behaviour): */
+    int32_t sparse_top_k;   /* MLA_DECODE, BLOCK_TABLES form only: K > 0 makes the plan
+                               sparse (DeepSeek sparse attention, the reference's
+                               sparse_mla_top_k): batch.block_tables is [B, q_len, K] int32
+                               (batch.max_pages_per_seq = K), entry = the flat KV slot
+                               page * page_size + offset of a key that query token attends to,
+                               -1 (any negative) = no key; query token (b, i) attends to
+                               exactly its listed slots (no causal rule; seq_lens validated
+                               >= 0, not used to select keys).  Planned as B x q_len
+                               requests of q_len 1 and kv_len K (the request table holds
+                               max_q_tokens entries).  0 <= K <= FI_LIMIT_SPARSE_TOP_K
+                               (else FI_ERR_INVALID_CAPS). */
 } fi_caps;
 
 /* Check caps against the supported sets above: kind; a tile table row for (kind, variant);
