@@ -44,6 +44,10 @@ typedef struct fi_variant {
     int32_t partition;          /* fi_partition_kind: how the planner cuts the batch */
     int32_t default_min_heads;  /* > 0: this row serves caps.variant 0 when num_qo_heads >=
                                    it (the largest such threshold wins); 0: never */
+    int32_t default_special;    /* 1: this row serves caps.variant 0 at any head count when
+                                   the KV cache is fp8 e4m3 or the plan is sparse
+                                   (caps.sparse_top_k > 0): the kind's only body with those
+                                   paths */
     const struct fi_family *family;  /* GPU executor of the row; NULL: CPU reference only */
 } fi_variant;
 
@@ -64,13 +68,17 @@ FI_HOST_DEVICE int64_t fi_variant_piece_charge(const fi_variant *v) {
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
 
 /* The row that serves (kind, variant) at num_qo_heads: variant 0 is the kind's default,
- * the row whose default_min_heads is the largest one <= num_qo_heads, else the row with
+ * the row with default_special when `special` (an fp8 cache or a sparse plan), else the
+ * row whose default_min_heads is the largest one <= num_qo_heads, else the row with
  * variant 0; any other variant, its own row.  NULL when there is none. */
-const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads);
+const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
+                                    int32_t special);
 
-/* The row for caps->kind / caps->variant / caps->num_qo_heads (caps non-NULL), or NULL. */
+/* The row for caps->kind / variant / num_qo_heads / kv_dtype / sparse_top_k (caps
+ * non-NULL), or NULL. */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
-    return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads);
+    return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads,
+                             caps->kv_dtype == FI_DTYPE_E4M3 || caps->sparse_top_k > 0);
 }
 
 #endif /* FIATTN_PLAN_VARIANT_H */

@@ -39,11 +39,12 @@ static const fi_variant k_variants[] = {
     /* The wgmma tile body (executor/mla/mla_wg_tile.cuh): 64-row tiles on two consumer
      * warpgroups, 32-token KV blocks.  The default from 32 heads on (H200, trace snapshot
      * of 128 requests: heads 32 78.0 vs 105.8 us, heads 64 101.1 vs 146.6, heads 128 B128
-     * x 4096 336 vs 892; heads 16 stays on mma.sync: 171 vs 152 us at B128 x 4096). */
+     * x 4096 336 vs 892; heads 16 stays on mma.sync: 171 vs 152 us at B128 x 4096).  Also
+     * the default at any head count for an fp8 cache or a sparse plan (its paths only). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 3, .name = "mla_decode_wgmma", .tile_rows = 64,
      .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 32,
-     .family = &fi_family_mla_wg},
+     .default_special = 1, .family = &fi_family_mla_wg},
     /* The mma.sync body of row 0 by its own number, whatever the heads (row 0 itself is
      * what variant 0 means below 32 heads). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 4, .name = "mla_decode_mma", .tile_rows = 64,
@@ -73,12 +74,17 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant) {
     return NULL;
 }
 
-const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads) {
+const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
+                                    int32_t special) {
     const fi_variant *best = NULL;
     if (variant == 0)
         for (size_t i = 0; i < sizeof k_variants / sizeof k_variants[0]; ++i) {
             const fi_variant *v = &k_variants[i];
-            if (v->kind == kind && v->default_min_heads > 0 && num_qo_heads >= v->default_min_heads &&
+            if (v->kind != kind)
+                continue;
+            if (special && v->default_special)
+                return v;
+            if (v->default_min_heads > 0 && num_qo_heads >= v->default_min_heads &&
                 (!best || v->default_min_heads > best->default_min_heads))
                 best = v;
         }

@@ -29,17 +29,6 @@ __device__ __forceinline__ Lane lane_of(int tid, int M) {
     return l;
 }
 
-/* Two fp8 e4m3 values (the low two bytes of x, or bytes b0 / b1) as an fp16 pair (exact). */
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
-    uint32_t r;
-    asm("{\n.reg .b16 lo;\nmov.b32 {lo, _}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(x));
-    return r;
-}
-__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t x) { /* bytes 2, 3 */
-    uint32_t r;
-    asm("{\n.reg .b16 hi;\nmov.b32 {_, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(x));
-    return r;
-}
 __device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: prmt selector */
     uint32_t r;
     asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(r) : "r"(x), "r"(sel));

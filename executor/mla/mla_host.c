@@ -12,31 +12,53 @@
 #include "executor/mla/mla_params.h"
 #include "plan/plan.h"
 
+/* The dtypes a tile body runs: q, KV and out all bf16 or all fp16; the wgmma body
+ * (fp8_kv) also an fp8 e4m3 cache with q fp8 e4m3 / bf16 / fp16 and out bf16 (fp16
+ * matmuls).  Sets p->m.kv_e4m3 / q_kind. */
+static fi_status mla_dtypes(const fi_caps *caps, int fp8_kv, fi_mla_params *p) {
+    const fi_dtype q = caps->q_dtype;
+    if ((q == FI_DTYPE_BF16 || q == FI_DTYPE_F16) && caps->kv_dtype == q && caps->o_dtype == q)
+        return FI_OK;
+    if (!fp8_kv || caps->kv_dtype != FI_DTYPE_E4M3 || caps->o_dtype != FI_DTYPE_BF16)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    p->m.kv_e4m3 = 1;
+    switch (q) {
+    case FI_DTYPE_E4M3: p->m.q_kind = FI_MLA_Q_E4M3; return FI_OK;
+    case FI_DTYPE_BF16: p->m.q_kind = FI_MLA_Q_BF16; return FI_OK;
+    case FI_DTYPE_F16: p->m.q_kind = FI_MLA_Q_F16; return FI_OK;
+    default: return FI_ERR_UNSUPPORTED_DTYPE;
+    }
+}
+
 /* Checks and parameter block shared by both tile bodies; max_rows / kv_block: the shape
- * the body runs (a registry row of another shape gets FI_ERR_UNSUPPORTED_VARIANT). */
+ * the body runs (a registry row of another shape gets FI_ERR_UNSUPPORTED_VARIANT); wgmma:
+ * the wgmma body, the one with fp8 caches and sparse plans. */
 static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_exec_common *common,
-                          void *params, int32_t max_rows, int32_t kv_block) {
+                          void *params, int32_t max_rows, int32_t kv_block, int wgmma) {
     const fi_caps *caps = &plan->caps;
     const int64_t rows = plan->run_q_tokens, H = caps->num_qo_heads;
-    const fi_dtype dt = caps->q_dtype;
     fi_status st;
+    fi_mla_params p;
+    memset(&p, 0, sizeof p);
     if (caps->head_dim_qk != 576 || caps->head_dim_vo != 512 || caps->num_kv_heads != 1)
         return FI_ERR_UNSUPPORTED_HEAD_DIM;
-    if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) || caps->kv_dtype != dt || caps->o_dtype != dt)
-        return FI_ERR_UNSUPPORTED_DTYPE;
+    if ((st = mla_dtypes(caps, wgmma, &p)) != FI_OK)
+        return st;
+    if (caps->sparse_top_k > 0 && !wgmma)
+        return FI_ERR_SPARSE_UNSUPPORTED; /* the mma.sync body has no sparse path */
     if (plan->variant->tile_rows > max_rows || plan->variant->kv_block != kv_block)
         return FI_ERR_UNSUPPORTED_VARIANT; /* a registry row this tile body cannot run */
     const fi_tensor *in[4] = {&a->q, &a->q_rope, &a->k, &a->k_rope};
     for (int i = 0; i < 4; ++i)
-        if (in[i]->data && in[i]->dtype != dt)
+        if (in[i]->data && in[i]->dtype != (i < 2 ? caps->q_dtype : caps->kv_dtype))
             return FI_ERR_UNSUPPORTED_DTYPE;
     if ((st = fi_check_rows(&a->q, rows, H, 512, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
     if ((st = fi_check_rows(&a->q_rope, rows, H, 64, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
-    fi_mla_params p;
-    memset(&p, 0, sizeof p);
     p.c = *common;
+    p.m.sparse = caps->sparse_top_k > 0;
+    p.m.kv_slots = (int64_t)caps->num_pages * caps->page_size;
     if ((st = fi_check_cache(&a->k, caps->num_pages, caps->page_size, 1, 512, 1, FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
     if ((st = fi_check_cache(&a->k_rope, caps->num_pages, caps->page_size, 1, 64, 1, FI_LAYOUT_DEVICE)) != FI_OK)
@@ -59,12 +81,12 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
 
 static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
                              const fi_exec_common *common, void *params) {
-    return mla_fill(plan, a, common, params, FI_MLA_MAX_TILE_ROWS, FI_MLA_KV_BLOCK);
+    return mla_fill(plan, a, common, params, FI_MLA_MAX_TILE_ROWS, FI_MLA_KV_BLOCK, 0);
 }
 
 static fi_status mla_wg_prepare(const fi_plan *plan, const fi_attn_args *a,
                                 const fi_exec_common *common, void *params) {
-    return mla_fill(plan, a, common, params, FI_MLA_WG_TILE_ROWS, FI_MLA_WG_KV_BLOCK);
+    return mla_fill(plan, a, common, params, FI_MLA_WG_TILE_ROWS, FI_MLA_WG_KV_BLOCK, 1);
 }
 
 const fi_family fi_family_mla = {
@@ -74,7 +96,8 @@ const fi_family fi_family_mla = {
     .launch = fi_mla_launch,
 };
 
-/* The wgmma tile body (mla_wg_tile.cuh): the same tensors and checks. */
+/* The wgmma tile body (mla_wg_tile.cuh): the same tensors and checks, plus fp8 caches and
+ * sparse plans. */
 const fi_family fi_family_mla_wg = {
     .name = "mla_decode_wgmma_sm90",
     .params_bytes = sizeof(fi_mla_params),

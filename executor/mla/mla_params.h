@@ -29,7 +29,21 @@ typedef struct fi_mla_block {
     int64_t ckv_stride_page, ckv_stride_tok;
     const void *kpe;             /* [num_pages, page_size, 64] */
     int64_t kpe_stride_page, kpe_stride_tok;
+    /* fp8 e4m3 KV (wgmma body, fp16 matmuls): q's storage type, converted to fp16 as Q
+     * is loaded. */
+    int32_t kv_e4m3;             /* 1: the cache is fp8 e4m3 (the e4m3 instantiation) */
+    int32_t q_kind;              /* FI_MLA_Q_*: 0 for the 16-bit instantiations */
+    /* Sparse top-k plans (fi_caps.sparse_top_k): the page table's entries are flat KV
+     * slots (page * page_size + offset), one per key; a negative entry or one >= kv_slots
+     * is no key (zero-filled, its score -inf). */
+    int32_t sparse;              /* 1: sparse plan; 0: page indices */
+    int64_t kv_slots;            /* num_pages * page_size */
 } fi_mla_block;
+
+/* fi_mla_block.q_kind */
+#define FI_MLA_Q_F16 0
+#define FI_MLA_Q_E4M3 1
+#define FI_MLA_Q_BF16 2
 
 typedef struct fi_mla_params {
     fi_exec_common c;

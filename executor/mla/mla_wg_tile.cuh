@@ -50,6 +50,8 @@
 #include "executor/mla/mla_params.h"
 #include "plan/mask.h"
 
+#include <type_traits>
+
 namespace fimlawg {
 using namespace fi;
 
@@ -57,8 +59,10 @@ constexpr int kThreads = 256;       /* two consumer warpgroups */
 constexpr int kProducerWarps = 4;   /* one producer warpgroup (registers are granted per
                                        warpgroup: a lone producer warp costs as much) */
 constexpr int kProducerThreads = kProducerWarps * 32;
-constexpr int kProducerRegs = 40;   /* setmaxnreg: 128 x 40 + 256 x 232 <= 65536 (both spill-free) */
-constexpr int kConsumerRegs = 232;
+/* setmaxnreg: 128 x 40 + 256 x 232 <= 65536 (both spill-free); an fp8 cache's producer
+ * holds a block's loads in registers while it converts them: 128 x 64 + 256 x 224. */
+template <bool kFp8> constexpr int kProducerRegs = kFp8 ? 64 : 40;
+template <bool kFp8> constexpr int kConsumerRegs = kFp8 ? 224 : 232;
 constexpr int kRows = FI_MLA_WG_TILE_ROWS;
 constexpr int kBlockN = FI_MLA_WG_KV_BLOCK;
 constexpr int kDqk = 576, kDv = 512;
@@ -129,13 +133,37 @@ __device__ __forceinline__ void produce_q(const fi_mla_params &p, const fi_work_
     }
 }
 
-/* Page index of token kTokPerWarp pw + lane of block b for lanes < kTokPerWarp (else, or
- * past the range, 0). */
+/* Page-table entry of token kTokPerWarp pw + lane of block b for lanes < kTokPerWarp
+ * (else, or past the range, 0): its page, or for a sparse plan its flat KV slot. */
 __device__ __forceinline__ int32_t block_page(const fi_mla_params &p, const fi_work_item &it,
                                               const fi_request_info &rq, int b, int pt) {
     const int lane = pt & 31, t = it.kv_begin + b * kBlockN + kTokPerWarp * (pt >> 5) + lane;
     return lane < kTokPerWarp && t < it.kv_end
-               ? p.c.page_table[(int64_t)rq.page_row_offset + (t >> p.c.page_shift)] : 0;
+               ? p.c.page_table[(int64_t)rq.page_row_offset + (p.m.sparse ? t : t >> p.c.page_shift)]
+               : 0;
+}
+
+/* Where key t (page-table entry e) lives: its page and offset, and whether it is a key at
+ * all (inside the item's range; for a sparse plan also a slot in [0, kv_slots)). */
+struct KvAt {
+    int64_t page, slot;
+    bool in;
+};
+__device__ __forceinline__ KvAt kv_at(const fi_mla_params &p, int32_t e, int t, int kv_end) {
+    if (p.m.sparse) {
+        const bool in = t < kv_end && e >= 0 && (int64_t)e < p.m.kv_slots;
+        return KvAt{in ? (int64_t)(e >> p.c.page_shift) : 0, (int64_t)(e & (p.c.page_size - 1)), in};
+    }
+    return KvAt{(int64_t)e, (int64_t)(t & (p.c.page_size - 1)), t < kv_end};
+}
+
+/* Sparse plans: bit j set when key kv0 + j of the item (j < 32 = kBlockN) is a key; the
+ * calling warp's lanes read one entry each (the producer read them just before: L1 / L2). */
+__device__ __forceinline__ uint32_t sparse_keys(const fi_mla_params &p, const fi_work_item &it,
+                                                const fi_request_info &rq, int kv0, int lane) {
+    const int t = kv0 + lane;
+    const int32_t e = t < it.kv_end ? p.c.page_table[(int64_t)rq.page_row_offset + t] : -1;
+    return __ballot_sync(0xffffffffu, e >= 0 && (int64_t)e < p.m.kv_slots);
 }
 
 /* Block b of item it into ring stage st: producer warp pw copies its kTokPerWarp tokens,
@@ -152,16 +180,88 @@ __device__ __forceinline__ void produce_block(const fi_mla_params &p, const fi_w
 #pragma unroll
     for (int pass = 0; pass < kTokPerWarp / 4; ++pass) {
         const int tok = pass * 4 + j, t = t0 + tok; /* tok: of this warp's */
-        const int64_t page = __shfl_sync(0xffffffffu, pg, tok);
-        const bool in = t < it.kv_end;
-        const int64_t slot = t & (p.c.page_size - 1);
-        const T *ckv = (const T *)p.m.ckv + page * p.m.ckv_stride_page + slot * p.m.ckv_stride_tok + q * 8;
-        const T *kpe = (const T *)p.m.kpe + page * p.m.kpe_stride_page + slot * p.m.kpe_stride_tok + q * 8;
+        const KvAt at = kv_at(p, __shfl_sync(0xffffffffu, pg, tok), t, it.kv_end);
+        const T *ckv = (const T *)p.m.ckv + at.page * p.m.ckv_stride_page + at.slot * p.m.ckv_stride_tok + q * 8;
+        const T *kpe = (const T *)p.m.kpe + at.page * p.m.kpe_stride_page + at.slot * p.m.kpe_stride_tok + q * 8;
         const uint32_t dst = base + sw128(kTokPerWarp * pw + tok, q * 8);
 #pragma unroll
         for (int i = 0; i < kPanels; ++i)
-            cp_async16(dst + i * kKPanel, in ? (i < 8 ? ckv + i * 64 : kpe) : (const T *)p.m.ckv,
-                       in ? 16 : 0);
+            cp_async16(dst + i * kKPanel, at.in ? (i < 8 ? ckv + i * 64 : kpe) : (const T *)p.m.ckv,
+                       at.in ? 16 : 0);
+    }
+}
+
+/* The same block from an fp8 e4m3 cache, converted to fp16 on the way (exact), in two
+ * steps so the loads travel while the producer waits for the ring slot.  Warp pw's
+ * kTokPerWarp (8) tokens: lanes 4 j .. 4 j + 3 take token j, lane q = l % 4 its 16-value
+ * chunks q, q + 4, ..., q + 32 (fp8 values 16 q + 64 i: ckv for i < 8, kpe for i = 8), so
+ * a lane needs one row address.  load_block_e4m3 reads them (ld.global.nc) into v;
+ * store_block_e4m3 converts each into two 8-value fp16 pieces of panel i (columns 16 q
+ * ..).  The caller fences and arrives (ordinary stores, not cp.async). */
+constexpr int kE4m3PerLane = kDqk / 64; /* 9 */
+static_assert(kTokPerWarp * 4 == 32, "4 lanes a token");
+__device__ __forceinline__ void load_block_e4m3(const fi_mla_params &p, const fi_work_item &it,
+                                                int b, int pt, int32_t pg, uint4 *v) {
+    const int lane = pt & 31, tok = lane >> 2, q = lane & 3;
+    const int t = it.kv_begin + b * kBlockN + kTokPerWarp * (pt >> 5) + tok;
+    const KvAt at = kv_at(p, __shfl_sync(0xffffffffu, pg, tok), t, it.kv_end);
+    const uint8_t *ckv = (const uint8_t *)p.m.ckv + at.page * p.m.ckv_stride_page + at.slot * p.m.ckv_stride_tok + 16 * q;
+    const uint8_t *kpe = (const uint8_t *)p.m.kpe + at.page * p.m.kpe_stride_page + at.slot * p.m.kpe_stride_tok + 16 * q;
+#pragma unroll
+    for (int i = 0; i < kE4m3PerLane; ++i)
+        v[i] = at.in ? __ldg(reinterpret_cast<const uint4 *>(i < 8 ? ckv + 64 * i : kpe))
+                     : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void store_block_e4m3(uint32_t s0, int st, int pt, const uint4 *v) {
+    const int lane = pt & 31, row = kTokPerWarp * (pt >> 5) + (lane >> 2), col = (lane & 3) * 16;
+    const uint32_t base = s0 + kOffRing + st * kBlockBytes;
+#pragma unroll
+    for (int i = 0; i < kE4m3PerLane; ++i) {
+        st_shared16(base + i * kKPanel + sw128(row, col), e4m3x8_to_f16x8(make_uint2(v[i].x, v[i].y)));
+        st_shared16(base + i * kKPanel + sw128(row, col + 8), e4m3x8_to_f16x8(make_uint2(v[i].z, v[i].w)));
+    }
+}
+
+/* Q rows of item it as fp16 from q of kind p.m.q_kind (fp16, e4m3 or bf16), through
+ * registers (the fp8 family; rows as produce_q).  Loads go kU chunks at a time so their
+ * latencies overlap. */
+__device__ __forceinline__ void produce_q_f16(const fi_mla_params &p, const fi_work_item &it,
+                                              const fi_request_info &rq, uint32_t s0, int pt) {
+    constexpr int kU = 4, kN = kRows * (kDqk / 8);
+    static_assert(kN % (kProducerThreads * kU) == 0, "Q chunks per round");
+    const int nh = it.head_end - it.head_begin;
+    const int M = (it.q_end - it.q_begin) * nh;
+    const int qk = p.m.q_kind, esz = qk == FI_MLA_Q_E4M3 ? 1 : 2;
+#pragma unroll 1
+    for (int i0 = pt; i0 < kN; i0 += kProducerThreads * kU) {
+        uint4 v[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            const int idx = i0 + u * kProducerThreads, r = idx / (kDqk / 8), c = idx - r * (kDqk / 8);
+            v[u] = make_uint4(0, 0, 0, 0);
+            if (r < M) {
+                const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+                const int h = it.head_begin + r % nh;
+                const uint8_t *src = c < kDv / 8
+                    ? (const uint8_t *)p.m.q_nope + (tok * p.m.q_nope_stride_tok + h * p.m.q_nope_stride_head + c * 8) * esz
+                    : (const uint8_t *)p.m.q_pe + (tok * p.m.q_pe_stride_tok + h * p.m.q_pe_stride_head + (c - kDv / 8) * 8) * esz;
+                if (qk == FI_MLA_Q_E4M3) {
+                    const uint2 x = __ldg(reinterpret_cast<const uint2 *>(src));
+                    v[u] = make_uint4(x.x, x.y, 0, 0);
+                } else {
+                    v[u] = __ldg(reinterpret_cast<const uint4 *>(src));
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            const int idx = i0 + u * kProducerThreads, r = idx / (kDqk / 8), c = idx - r * (kDqk / 8);
+            uint4 h = v[u];
+            if (r < M)
+                h = qk == FI_MLA_Q_E4M3 ? e4m3x8_to_f16x8(make_uint2(v[u].x, v[u].y))
+                    : qk == FI_MLA_Q_BF16 ? bf16x8_to_f16x8(v[u]) : v[u];
+            st_shared16(s0 + kOffQ + (c >> 3) * kQPanel + sw128(r, (c & 7) * 8), h);
+        }
     }
 }
 
@@ -222,16 +322,17 @@ __device__ __forceinline__ void issue_pv(float *O, uint32_t s0, int st, int w) {
  * exchange slot b % 2 for the other warpgroup.  Returns alpha = exp2(m_old - m_new). */
 template <typename T>
 __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
-                                              const int *lo, const int *hi, float *m, float *alpha,
-                                              float *rs, unsigned char *smem, int st, int slot) {
+                                              uint32_t keys, const int *lo, const int *hi, float *m,
+                                              float *alpha, float *rs, unsigned char *smem, int st,
+                                              int slot) {
     float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int i = e >> 1, t = t0 + 8 * j + 2 * ln.q4 + (e & 1);
+            const int i = e >> 1, c = 8 * j + 2 * ln.q4 + (e & 1), t = t0 + c;
             float v = S[4 * j + e] * ctx.scale_log2;
-            if (t < lo[i] || t > hi[i])
+            if (t < lo[i] || t > hi[i] || !((keys >> c) & 1u)) /* keys: sparse plans' slots */
                 v = -CUDART_INF_F;
             S[4 * j + e] = v;
             mloc[i] = fmaxf(mloc[i], v);
@@ -271,7 +372,8 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
     }
 }
 
-/* Store the thread's rows of its 256 columns (store_acc_rows; warpgroup 0 writes the lse). */
+/* Store the thread's rows of its 256 columns (store_acc_rows; warpgroup 0 writes the lse);
+ * T: the output element. */
 template <typename T>
 __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
@@ -284,12 +386,17 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
                              });
 }
 
-template <typename T> struct MlaWgFamily {
+/* The family: T the matmul element (bf16 / fp16), KV the cache's (T, or fp8 e4m3 with
+ * T = fp16: converted by the producer; q then any of fp16 / e4m3 / bf16, out bf16). */
+template <typename T, typename KV = T> struct MlaWgFamily {
+    static constexpr bool kFp8 = std::is_same<KV, __nv_fp8_e4m3>::value;
+    static_assert(!kFp8 || std::is_same<T, __half>::value, "an fp8 cache runs fp16 matmuls");
+    using TO = typename std::conditional<kFp8, __nv_bfloat16, T>::type; /* output element */
     using Params = fi_mla_params;
-    using Merge = SplitMerge<kDv, kRows, T, kThreads, false>; /* all merges after the items */
+    using Merge = SplitMerge<kDv, kRows, TO, kThreads, false>; /* all merges after the items */
     static constexpr int kThreads = fimlawg::kThreads;
     static constexpr int kProducerWarps = fimlawg::kProducerWarps;
-    static constexpr int kConsumerRegs = fimlawg::kConsumerRegs;
+    static constexpr int kConsumerRegs = fimlawg::kConsumerRegs<kFp8>;
     static constexpr size_t kSmemBytes = fimlawg::kSmemBytes;
     using State = Cursor;
 
@@ -309,24 +416,39 @@ template <typename T> struct MlaWgFamily {
 
     /* The producer warpgroup: Q and every KV block of every item of the CTA, in item order. */
     static __device__ void produce(const fi_mla_params &p, const fi_cta_start &cs, unsigned char *smem) {
-        setmaxnreg_dec<kProducerRegs>();
+        setmaxnreg_dec<kProducerRegs<kFp8>>();
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
         Cursor cur{0, 0u, 0u};
         for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
             mbar_wait(bar_qempty(s0), cur.qph ^ 1u);
-            produce_q<T>(p, it, rq, s0, pt);
-            cp_async_mbar_arrive(bar_qfull(s0));
+            if constexpr (kFp8) {
+                produce_q_f16(p, it, rq, s0, pt);
+                fence_proxy_async(); /* ordinary stores, read by wgmma */
+                mbar_arrive(bar_qfull(s0));
+            } else {
+                produce_q<T>(p, it, rq, s0, pt);
+                cp_async_mbar_arrive(bar_qfull(s0));
+            }
             cur.qph ^= 1u;
             const int nblk = blocks_of(it);
             int32_t pg = nblk > 0 ? block_page(p, it, rq, 0, pt) : 0;
             for (int b = 0; b < nblk; ++b) {
                 /* the next block's pages travel while this one waits for its slot */
                 const int32_t pn = b + 1 < nblk ? block_page(p, it, rq, b + 1, pt) : 0;
-                mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
-                produce_block<T>(p, it, rq, s0, cur.st, b, pt, pg);
+                if constexpr (kFp8) {
+                    uint4 v[kE4m3PerLane];
+                    load_block_e4m3(p, it, b, pt, pg, v);
+                    mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
+                    store_block_e4m3(s0, cur.st, pt, v);
+                    fence_proxy_async();
+                    mbar_arrive(bar_full(s0, cur.st));
+                } else {
+                    mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
+                    produce_block<T>(p, it, rq, s0, cur.st, b, pt, pg);
+                    cp_async_mbar_arrive(bar_full(s0, cur.st));
+                }
                 pg = pn;
-                cp_async_mbar_arrive(bar_full(s0, cur.st));
                 cur.next();
             }
         });
@@ -367,6 +489,7 @@ template <typename T> struct MlaWgFamily {
             const int st = stage_of(b);
             float alpha[2];
             if ((b & 1) == ln.w) {
+                const uint32_t keys = p.m.sparse ? sparse_keys(p, it, rq, it.kv_begin + b * kBlockN, ln.lane) : ~0u;
                 wg_wait<0>(); /* S_b, P_{b-1} V_{b-1} */
                 wg_pin<kBlockN / 2>(S);
                 wg_pin<128>(O);
@@ -375,7 +498,7 @@ template <typename T> struct MlaWgFamily {
                 q_held = b + 2 < nblk ? q_held : false;
                 nbar_sync(4 + ln.w, 128); /* every warp's S_b done: kpe may become P_b */
                 float rs[2];
-                softmax_block<T>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, smem, st, b & 1);
+                softmax_block<T>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
                 fence_proxy_async();
                 nbar_sync(4 + ln.w, 128);  /* P_b whole before this warpgroup reads it */
                 nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
@@ -431,7 +554,7 @@ template <typename T> struct MlaWgFamily {
         for (int b = 0; b < nblk; ++b)
             cur.next();
         cur.qph ^= 1u;
-        store_rows<T>(p, ctx, it, rq, nh, M, ln, O, m, l);
+        store_rows<TO>(p, ctx, it, rq, nh, M, ln, O, m, l);
         if (it.out_slot < 0)
             return false;
         return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + kOffFlag),

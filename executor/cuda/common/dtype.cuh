@@ -98,4 +98,33 @@ __device__ __forceinline__ void store_out2(const C &c, int64_t off, float x, flo
     }
 }
 
+/* fp8 e4m3 -> fp16 (exact: every e4m3 value is an fp16 value; NaN stays NaN). */
+/* Two e4m3 values (bytes 0, 1 of x) as an fp16 pair. */
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
+    uint32_t r;
+    asm("{\n.reg .b16 lo;\nmov.b32 {lo, _}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t x) { /* bytes 2, 3 */
+    uint32_t r;
+    asm("{\n.reg .b16 hi;\nmov.b32 {_, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(x));
+    return r;
+}
+/* Eight e4m3 values (x.x bytes 0..3, x.y bytes 0..3) as eight fp16 (a 16-byte chunk). */
+__device__ __forceinline__ uint4 e4m3x8_to_f16x8(uint2 x) {
+    return make_uint4(e4m3x2_to_f16x2(x.x), e4m3x2_hi_to_f16x2(x.x), e4m3x2_to_f16x2(x.y),
+                      e4m3x2_hi_to_f16x2(x.y));
+}
+/* Eight bf16 values as eight fp16, rounded to nearest (exact for |x| in [2^-14, 65504]:
+ * fp16 has the more mantissa bits; smaller values become fp16 subnormals, larger inf). */
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t x) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&x));
+    const __half2 h = __float22half2_rn(f);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+__device__ __forceinline__ uint4 bf16x8_to_f16x8(uint4 x) {
+    return make_uint4(bf16x2_to_f16x2(x.x), bf16x2_to_f16x2(x.y), bf16x2_to_f16x2(x.z),
+                      bf16x2_to_f16x2(x.w));
+}
+
 }  // namespace fi

@@ -84,6 +84,12 @@ template <int N> __device__ __forceinline__ void cp_async_small(uint32_t dst, co
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(N),
                  "r"(valid ? N : 0));
 }
+/* 16 bytes to shared memory (a producer's converted chunk). */
+__device__ __forceinline__ void st_shared16(uint32_t dst, uint4 v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
+                 : "memory");
+}
 /* Arrive on mbarrier `bar` once every cp.async this thread issued so far has landed
  * (.noinc: the arrival is one of the barrier's initial count). */
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
