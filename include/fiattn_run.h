@@ -102,7 +102,13 @@ typedef struct fi_attn_args {
 } fi_attn_args;
 
 /* Run the plan's attention on the GPU (persistent executor, in-kernel split-k merge).
- * Kinds on the GPU today (sm_90a): FI_KIND_MLA_DECODE (bf16 / fp16 q, KV and out);
+ * Kinds on the GPU today (sm_90a): FI_KIND_MLA_DECODE (bf16 / fp16 q, KV and out; or an
+ * fp8 e4m3 cache (one byte an element, no scales inside the rows: the quantisation scales
+ * go into bmm1 / bmm2) with q fp8 e4m3 / bf16 / fp16 and out bf16, on the wgmma body with
+ * fp16 matmuls (another out dtype, or the mma.sync rows: FI_ERR_UNSUPPORTED_DTYPE); and
+ * sparse top-k plans (fi_caps.sparse_top_k: page_table [B, q_len, K] or [B * q_len, K]
+ * int32 flat slots, -1 = no key; the mma.sync rows: FI_ERR_SPARSE_UNSUPPORTED);
+ * docs/DESIGN.md section 9b);
  * FI_KIND_GQA_DECODE (head_dim 64 / 128 / 256, q bf16 / fp16, KV the q dtype or fp8 e4m3
  * (its scale folded into bmm1 / bmm2 by the caller; fp16 matmuls), out the q dtype or fp8
  * e4m3 stored as fp8(out / o_scale); k / v any NHD / HND / one-tensor / pair strides;
