@@ -69,6 +69,7 @@ class fi_caps(ctypes.Structure):
         ("o_dtype", ctypes.c_int),
         ("num_ctas", ctypes.c_int32),
         ("variant", ctypes.c_int32),
+        ("sparse_top_k", ctypes.c_int32),
     ]
 
 
