@@ -37,21 +37,11 @@ static tt_rng g_rng;
 
 /* ---- batches ----------------------------------------------------------------------------- */
 
-/* MLA decode caps, fp32 tensors (the CPU references' exact path). */
+/* MLA decode caps (fp32 tensors: the CPU references' exact path), sparse when top_k > 0. */
 static fi_caps sparse_caps(int32_t heads, int32_t page_size, int32_t num_pages, int32_t max_batch,
                            int32_t max_q_tokens, int32_t top_k, int32_t num_ctas) {
-    fi_caps c;
-    memset(&c, 0, sizeof c);
-    c.kind = FI_KIND_MLA_DECODE;
-    c.max_batch = max_batch;
-    c.max_q_tokens = max_q_tokens;
-    c.num_pages = num_pages;
-    c.page_size = page_size;
-    c.num_qo_heads = heads;
-    c.num_kv_heads = 1;
-    c.head_dim_qk = 576;
-    c.head_dim_vo = 512;
-    c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_F32;
+    fi_caps c = tt_test_caps(FI_KIND_MLA_DECODE, heads, 1, 576, page_size, num_pages, max_batch,
+                             max_q_tokens);
     c.num_ctas = num_ctas;
     c.sparse_top_k = top_k;
     return c;
@@ -425,16 +415,12 @@ static void check_sparse_case(const char *label, const fi_caps *caps, const spar
     tt_test_attn ta;
     assert_int_equal(tt_test_attn_make(&ta, caps, &s->batch, opts, &g_rng), 0);
     ta.args.page_table = table_view(s, three_d);
-    fi_tensor ref_out, ref_lse;
-    assert_int_equal(tt_test_attn_alloc_outputs(&ta, &ref_out, &ref_lse), 0);
-    fi_attn_args ref_args = ta.args;
-    ref_args.out = ref_out;
-    ref_args.lse = ref_lse;
+    fi_attn_args ref_args;
+    assert_int_equal(tt_test_attn_args_fork(&ta, &ref_args), 0);
+    const fi_tensor ref_out = ref_args.out, ref_lse = ref_args.lse;
     const int64_t rows = ta.q_tokens;
     tt_tensor_poison(&ta.args.out);
     tt_tensor_poison(&ta.args.lse);
-    tt_tensor_poison(&ref_out);
-    tt_tensor_poison(&ref_lse);
 
     fi_status st = fi_naive_attention(caps, &s->batch, &ta.args);
     if (st != FI_OK) fail_msg("%s: naive %s", label, fi_status_name(st));
@@ -476,8 +462,7 @@ static void check_sparse_case(const char *label, const fi_caps *caps, const spar
         }
     }
     fi_plan_destroy(plan);
-    tt_tensor_free(&ref_out);
-    tt_tensor_free(&ref_lse);
+    tt_test_attn_args_free(&ref_args);
     tt_test_attn_free(&ta);
 }
 
@@ -555,12 +540,9 @@ static void sparse_equals_dense_over_the_same_keys(void **state) {
         fi_tensor o[4], l[4]; /* dense ref, sparse ref, dense naive, sparse naive */
         fi_attn_args a[4];
         for (int k = 0; k < 4; k++) {
-            assert_int_equal(tt_test_attn_alloc_outputs(&ta, &o[k], &l[k]), 0);
-            tt_tensor_poison(&o[k]);
-            tt_tensor_poison(&l[k]);
-            a[k] = ta.args;
-            a[k].out = o[k];
-            a[k].lse = l[k];
+            assert_int_equal(tt_test_attn_args_fork(&ta, &a[k]), 0);
+            o[k] = a[k].out;
+            l[k] = a[k].lse;
             if (k % 2) a[k].page_table = table_view(&s, k == 1);
         }
         fi_plan *pd = NULL, *pz = NULL;
@@ -585,10 +567,7 @@ static void sparse_equals_dense_over_the_same_keys(void **state) {
                      (unsigned long long)g_seed, it, err);
         if (tt_tensor_compare(&l[3], &l[2], rows, &err) != 0 || !(err <= 1e-12))
             fail_msg("seed %llu iter %d: naive lse %.3g", (unsigned long long)g_seed, it, err);
-        for (int k = 0; k < 4; k++) {
-            tt_tensor_free(&o[k]);
-            tt_tensor_free(&l[k]);
-        }
+        for (int k = 0; k < 4; k++) tt_test_attn_args_free(&a[k]);
         fi_plan_destroy(pd);
         fi_plan_destroy(pz);
         tt_test_attn_free(&ta);
