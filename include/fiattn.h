@@ -185,7 +185,8 @@ typedef struct fi_caps {
                                exactly its listed slots (no causal rule; seq_lens validated
                                >= 0, not used to select keys).  Planned as B x q_len
                                requests of q_len 1 and kv_len K (the request table holds
-                               max_q_tokens entries).  0 <= K <= FI_LIMIT_SPARSE_TOP_K
+                               max(max_batch, max_q_tokens) entries); host planning
+                               only (fi_plan_update_device: FI_ERR_SPARSE_UNSUPPORTED).  0 <= K <= FI_LIMIT_SPARSE_TOP_K
                                (else FI_ERR_INVALID_CAPS). */
 } fi_caps;
 
@@ -203,15 +204,19 @@ typedef struct fi_caps {
  * fi_naive_attention call it.
  * @return, for the first rule broken in this order: FI_OK; FI_ERR_NULL_ARGUMENT;
  *   FI_ERR_UNSUPPORTED_KIND; FI_ERR_UNSUPPORTED_VARIANT (no tile table row for kind and
- *   caps.variant); FI_ERR_INVALID_CAPS (a maximum <= 0, num_ctas < 0, H_q % H_kv != 0);
+ *   caps.variant); FI_ERR_INVALID_CAPS (a maximum <= 0, num_ctas < 0, H_q % H_kv != 0,
+ *   sparse_top_k < 0 or > FI_LIMIT_SPARSE_TOP_K);
  *   FI_ERR_MAX_BATCH_OVER_LIMIT; FI_ERR_MAX_Q_TOKENS_OVER_LIMIT; FI_ERR_NUM_PAGES_OVER_LIMIT;
  *   FI_ERR_NUM_CTAS_OVER_LIMIT; FI_ERR_UNSUPPORTED_HEADS; FI_ERR_UNSUPPORTED_HEAD_DIM;
- *   FI_ERR_UNSUPPORTED_PAGE_SIZE; FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_PLAN_OVER_LIMIT. */
+ *   FI_ERR_UNSUPPORTED_PAGE_SIZE; FI_ERR_UNSUPPORTED_DTYPE; FI_ERR_SPARSE_UNSUPPORTED
+ *   (sparse_top_k > 0 for a kind other than FI_KIND_MLA_DECODE); FI_ERR_PLAN_OVER_LIMIT
+ *   (a sparse plan's bound counts max(max_batch, max_q_tokens) requests). */
 fi_status fi_caps_validate(const fi_caps *caps);
 
 /* Bytes of device workspace a plan with these caps needs (256-byte aligned regions: work
- * items, CTA ranges, request table, merge table, counts, fp32 partial O and LSE,
- * semaphores).  Depends only on *caps (num_ctas 0 is resolved against the current device).
+ * items, CTA ranges, request table (max_batch entries; a sparse plan's
+ * max(max_batch, max_q_tokens): one per query token), merge table, counts, fp32 partial O
+ * and LSE, semaphores).  Depends only on *caps (num_ctas 0 is resolved against the current device).
  * Computed with checked arithmetic: never a wrapped, too-small size.
  * @return FI_OK and *bytes, or the caps' validation status, FI_ERR_NO_DEVICE (num_ctas 0
  *   without a device), FI_ERR_PLAN_OVER_LIMIT (the resolved num_ctas takes the plan bound
@@ -300,6 +305,9 @@ typedef struct fi_batch {
  *   INDPTR        q from qo_indptr, kv_len[b], page_row_offset = kv_indptr[b]
  *   CUM_SEQ_LENS  q from cum_seq_lens_q, kv_len = cum_seq_lens_kv difference (seq_lens, if
  *                 given, must equal it), page_row_offset as BLOCK_TABLES
+ *   sparse (caps.sparse_top_k = K > 0, BLOCK_TABLES only): B x q_len requests, one per
+ *                 query token: request r = b * q_len + i has q_offset r, q_len 1, kv_len K,
+ *                 page_row_offset r * K (block_tables read as [B * q_len, K] slots)
  * (P = max_pages_per_seq.)  fi_plan_update applies the same rules; fi_naive_attention
  * validates through it.
  * Rules, in the order checked, and their status:
@@ -307,15 +315,20 @@ typedef struct fi_batch {
  *   form not one of the three, or FI_FORM_CUM_SEQ_LENS for a kind other than
  *     FI_KIND_CONTEXT (the decode kinds take BLOCK_TABLES and INDPTR; context all three)
  *                                                             FI_ERR_INVALID_FORM
+ *   sparse: form not BLOCK_TABLES (so INDPTR; the two rules above come first)
+ *                                                             FI_ERR_SPARSE_UNSUPPORTED
  *   batch_size < 0                                            FI_ERR_NEGATIVE_BATCH_SIZE
  *   batch_size > caps.max_batch                               FI_ERR_BATCH_OVER_CAPS
  *   window_left < -1                                          FI_ERR_INVALID_WINDOW
  *   causal not 0 / 1                                          FI_ERR_INVALID_CAUSAL
+ *   sparse: window_left != -1                                 FI_ERR_SPARSE_UNSUPPORTED
  *   a required array of the form NULL                         FI_ERR_NULL_ARGUMENT
  *   BLOCK_TABLES / CUM_SEQ_LENS: max_pages_per_seq < 0        FI_ERR_NEGATIVE_PAGES_PER_SEQ
  *     kv_split_pages not 0 / 1                                FI_ERR_INVALID_KV_SPLIT
- *     B x max_pages_per_seq (x 2 with kv_split_pages) > INT32_MAX
- *                                                             FI_ERR_PAGE_TABLE_TOO_LARGE
+ *     sparse: kv_split_pages 1 (a 3-D table)                  FI_ERR_SPARSE_UNSUPPORTED
+ *     sparse: max_pages_per_seq != caps.sparse_top_k          FI_ERR_SPARSE_TOP_K_MISMATCH
+ *     B x max_pages_per_seq (x 2 with kv_split_pages; sparse: x q_len_per_request, taken
+ *       in 0..8) > INT32_MAX                                  FI_ERR_PAGE_TABLE_TOO_LARGE
  *   BLOCK_TABLES: q_len_per_request < 0                       FI_ERR_NEGATIVE_LENGTH
  *   INDPTR / CUM_SEQ_LENS: the q, then the kv array's first entry not 0
  *                                                             FI_ERR_INDPTR_NOT_MONOTONE
@@ -337,9 +350,20 @@ typedef struct fi_batch {
  *                                                             FI_ERR_SEQ_LEN_EXCEEDS_PAGES
  *     a used page index (K and, for 3-D tables, V row) outside [0, caps.num_pages)
  *                                                             FI_ERR_PAGE_INDEX_OUT_OF_RANGE
+ *   sparse, instead of the per-request rules above, per request b in order:
+ *     seq_lens[b] < 0 (seq_lens select no key: only their sign is checked)
+ *                                                             FI_ERR_NEGATIVE_LENGTH
+ *     q_len_per_request outside 1..8                          FI_ERR_Q_LEN_UNSUPPORTED
+ *     (b + 1) x q_len > caps.max_q_tokens                     FI_ERR_Q_TOKENS_OVER_CAPS
+ *     a slot of its q_len table rows >= caps.num_pages x caps.page_size (any negative
+ *       entry is padding: no key; needed = the slot, limit = num_pages x page_size)
+ *                                                             FI_ERR_PAGE_INDEX_OUT_OF_RANGE
+ *     (no causal rule: a one-token request sees all its K slots)
  * Row and token offsets then fit int32 by construction (row offsets <= the page-table
- * size, token offsets <= caps.max_q_tokens).  Only the pages a request uses are read.
- * caps: caps that pass fi_caps_validate.  requests: [batch->batch_size] out and
+ * size, token offsets <= caps.max_q_tokens).  Only the pages a request uses are read
+ * (sparse: every slot of the table).
+ * caps: caps that pass fi_caps_validate.  requests: [batch->batch_size] (sparse:
+ * [batch_size x q_len_per_request], at most max(caps.max_batch, caps.max_q_tokens)) out and
  * *total_q_tokens (the sum of q_len): written on success only.
  * err: may be NULL; on failure its status, request (b or -1), needed and limit say which
  *   rule broke; on success status FI_OK and the other fields -1 / 0.
@@ -401,6 +425,9 @@ typedef struct fi_device_batch {
  * Errors found on the device are not returned here: the kernel writes a status word into
  * the workspace (fi_plan_device_error reads it) and an empty plan (no items), so the next
  * fi_run writes nothing: out and lse keep what they held before that step.
+ * Sparse plans (caps.sparse_top_k > 0) are planned on the host only: refused with
+ * FI_ERR_SPARSE_UNSUPPORTED right after a NULL dbatch, before any other check or launch
+ * (a host-only sparse plan gets it too); the previous plan stands.
  * Host checks, done now and returned: dbatch's scalars as fi_batch_validate checks them
  * (form, causal, window_left, max_pages_per_seq, kv_split_pages, NULL arrays, page-table
  * size with B = batch.batch_size), B_max > caps.max_batch (FI_ERR_BATCH_OVER_CAPS),
@@ -445,7 +472,7 @@ typedef struct fi_plan_view {
     const fi_cta_start *cta_starts;    /* [num_ctas]: CTA c's range, first item, its request */
     const fi_work_item *items;         /* [header->num_items] */
     const fi_merge_group *groups;      /* [header->num_groups] */
-    const fi_request_info *requests;   /* [header->batch_size] */
+    const fi_request_info *requests;   /* [header->batch_size] (sparse: one per query token) */
     int32_t num_ctas;
 } fi_plan_view;
 

@@ -15,6 +15,16 @@
  * for GQA decode KV, are not read by the CPU references: FI_ERR_UNSUPPORTED_DTYPE.
  * Semantics, including non-finite inputs (NaN / Inf): fiattn_run.h.  Neither writes
  * anything when it returns an error.
+ *
+ * Sparse top-k plans and batches (fi_caps.sparse_top_k = K > 0, MLA decode): query token
+ * (b, i) is row r = b * q_len + i of q, out and lse, and it attends to exactly the keys at
+ * the non-negative slots of row r of the [B * q_len, K] table (page_table given as
+ * [B, q_len, K] or [B * q_len, K] int32): slot s is offset s % page_size of page
+ * s / page_size of the ckv / kpe caches.  A negative entry is no key (nothing read); a slot
+ * listed twice is two keys; a row without a valid slot is empty (out 0, lse -inf; with a
+ * sink, lse = the sink and out 0).  No causal rule, no window; seq_lens select nothing.
+ * bmm1 / bmm2 / sinks as for dense batches.  fi_naive_attention reads the slots from
+ * batch.block_tables (the array it validated) in a loop of its own, written for reading.
  */
 #ifndef FIATTN_REF_H
 #define FIATTN_REF_H

@@ -6,7 +6,8 @@
  * both implement one set of semantics:
  *
  *   s_j   = bmm1_scale * (q . k_j)                       (MLA: q_nope.ckv_j + q_pe.kpe_j)
- *   keys  = j in [lo, hi] of the row's causal / window_left range (fiattn.h fi_batch)
+ *   keys  = j in [lo, hi] of the row's causal / window_left range (fiattn.h fi_batch);
+ *           sparse plans: the valid slots of the token's top-k row (fiattn_ref.h)
  *   den   = sum_j exp(s_j) + (sinks ? exp(sinks[h]) : 0)
  *   out   = bmm2_scale * sum_j exp(s_j) v_j / den         (MLA: v_j = ckv_j, 512 dims)
  *   lse   = log(den)  (natural log; -inf when the row has no key and no sink; out = 0 then)
@@ -80,7 +81,8 @@ static inline fi_tensor fi_tensor_make(void *data, fi_dtype dtype, int32_t ndim,
  *   k          [num_pages, page_size, H_kv, D_qk]  MLA: ckv [num_pages, page_size, 1, 512]
  *   k_rope     MLA only: kpe [num_pages, page_size, 1, 64]
  *   v          [num_pages, page_size, H_kv, D_vo]  MLA: ignored (V is ckv)
- *   page_table int32: block_tables [B, P] / [B, 2, P], or kv_indices [nnz] (form of the plan)
+ *   page_table int32: block_tables [B, P] / [B, 2, P], or kv_indices [nnz] (form of the plan);
+ *              sparse plans: the top-k slots [B, q_len, K] or [B * q_len, K]
  *   out        [q_tokens, H_q, D_vo]  (q_tokens = header.total_q_tokens rows are written)
  *   lse        optional [q_tokens, H_q] fp32
  * q_tokens of the BLOCK_TABLES form is b * q_len_per_request + i (query [B, q_len, H, D]). */

@@ -68,7 +68,9 @@ typedef struct fi_request_info {
     int32_t kv_len;
     int32_t page_row_offset; /* element offset of the request's first page index in the page
                                 table tensor: b * row stride (block_tables) or kv_indptr[b];
-                                for a 3-D [B,2,P] table the V row follows at + P */
+                                for a 3-D [B,2,P] table the V row follows at + P; sparse
+                                plans: r * K, the first of its K flat slots (key t = slot
+                                table[page_row_offset + t], < 0: no key) */
 } fi_request_info;
 FI_STATIC_ASSERT(sizeof(fi_request_info) == 16, "fi_request_info must stay 16 bytes");
 
@@ -112,7 +114,8 @@ typedef struct fi_plan_header {
     int32_t num_items;
     int32_t num_groups;
     int32_t num_slots;       /* partial slots in use */
-    int32_t batch_size;
+    int32_t batch_size;      /* requests in the table: B (a sparse plan, caps.sparse_top_k
+                                > 0: B x q_len, one per query token) */
     int32_t total_q_tokens;  /* rows of out / lse that the plan writes: sum of q_len */
     int32_t tile_rows;       /* rows per tile (q rows x heads), the partial slot height */
     int32_t kv_chunk;        /* KV tokens per chunk chosen for this batch (the split budget) */

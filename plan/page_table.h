@@ -23,6 +23,9 @@ typedef struct fi_page_table_geom {
                                page_size) (what block-table forms check) */
     int64_t extent;         /* largest element read + 1 as a flat array, 0: none (what
                                INDPTR checks) */
+    int32_t sparse_q_len;   /* sparse plans (caps.sparse_top_k > 0): q_len_per_request, so
+                               the [B * q_len, K] table may also come as [B, q_len, K];
+                               0: dense */
 } fi_page_table_geom;
 
 /* log2(page_size) for a power of two, else -1 (page addressing by shift, not division). */
@@ -46,6 +49,7 @@ FI_HOST_DEVICE fi_page_table_geom fi_page_table_geom_begin(const fi_batch *batch
     g.row_stride = 0;
     g.max_cols = 0;
     g.extent = 0;
+    g.sparse_q_len = 0;
     if (batch->form == FI_FORM_INDPTR)
         return g;
     g.kv_split_pages = batch->kv_split_pages;
@@ -64,10 +68,22 @@ FI_HOST_DEVICE void fi_page_table_geom_add(fi_page_table_geom *g, int64_t row_of
     g->extent = end > g->extent ? end : g->extent;
 }
 
-/* The whole geometry of a validated batch: requests [batch->batch_size] from
- * fi_batch_validate, page_size the caps' (a power of two).  Pure.  O(B).  (The planner
- * gathers the same while it validates.) */
-fi_page_table_geom fi_page_table_geom_of(const fi_batch *batch, const fi_request_info *requests,
-                                         int32_t page_size);
+/* A sparse batch's table (caps.sparse_top_k = K > 0, validated): B x q_len rows of K
+ * slots, each read whole (K = max_pages_per_seq), as [B * q_len, K] or [B, q_len, K]. */
+FI_HOST_DEVICE fi_page_table_geom fi_page_table_geom_sparse(const fi_batch *batch) {
+    fi_page_table_geom g = fi_page_table_geom_begin(batch);
+    const int64_t rows = (int64_t)batch->batch_size * batch->q_len_per_request;
+    g.rows = (int32_t)rows; /* <= caps.max_q_tokens */
+    g.max_cols = rows > 0 ? batch->max_pages_per_seq : 0;
+    g.extent = rows * batch->max_pages_per_seq;
+    g.sparse_q_len = batch->q_len_per_request;
+    return g;
+}
+
+/* The whole geometry of a batch validated against caps: requests from fi_batch_validate
+ * ([batch->batch_size]; a sparse batch's geometry needs none of them), caps->page_size a
+ * power of two.  Pure.  O(B).  (The planner gathers the same while it validates.) */
+fi_page_table_geom fi_page_table_geom_of(const fi_caps *caps, const fi_batch *batch,
+                                         const fi_request_info *requests);
 
 #endif /* FIATTN_PLAN_PAGE_TABLE_H */

@@ -14,9 +14,9 @@
 
 /* Start records and header, shared by both builds: thread tid of nt writes every nt-th
  * record, thread 0 the header (the sequential build: 0 of 1). */
-FI_PD_STATIC void finish_plan(const fi_layout *l, const fi_batch *batch, int32_t total_q,
-                              const fi_partition_result *r, unsigned char *base, int32_t tid,
-                              int32_t nt) {
+FI_PD_STATIC void finish_plan(const fi_layout *l, const fi_batch *batch, int32_t num_requests,
+                              int32_t total_q, const fi_partition_result *r,
+                              unsigned char *base, int32_t tid, int32_t nt) {
     const int32_t *indptr = fi_stage_work_indptr(base, l);
     const fi_work_item *items = fi_stage_items(base, l);
     const fi_request_info *requests = fi_stage_requests(base, l);
@@ -30,7 +30,7 @@ FI_PD_STATIC void finish_plan(const fi_layout *l, const fi_batch *batch, int32_t
     h->num_items = r->num_items;
     h->num_groups = r->num_groups;
     h->num_slots = r->num_slots;
-    h->batch_size = batch->batch_size;
+    h->batch_size = num_requests; /* the request table's rows (sparse: B x q_len) */
     h->total_q_tokens = total_q;
     h->tile_rows = l->tile_rows;
     h->kv_chunk = r->budget > INT32_MAX ? INT32_MAX : (int32_t)r->budget;
@@ -54,10 +54,11 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
     FI_PD_STAMP(1);
     if (st != FI_OK)
         return st;
+    const int32_t nreq = fi_batch_num_requests(caps, batch, total_q);
     int32_t num_tiles = 0;
     int64_t tile_cost = 0;
-    st = fi_tiles_build(v, caps, requests, batch->batch_size, batch->causal, batch->window_left,
-                        s->tiles, l->max_tiles, &num_tiles, &tile_cost, err);
+    st = fi_tiles_build(v, caps, requests, nreq, batch->causal, batch->window_left, s->tiles,
+                        l->max_tiles, &num_tiles, &tile_cost, err);
     FI_PD_STAMP(2);
     if (st != FI_OK)
         return st;
@@ -71,12 +72,11 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
         return st;
     /* Unused tails of the copied regions are zeroed so the copied bytes depend only on the
      * batch (byte-identical plans, no stale entries from an older plan on the device). */
-    fi_zero_bytes(requests + batch->batch_size,
-                  sizeof(fi_request_info) * (size_t)(l->max_batch - batch->batch_size));
+    fi_zero_bytes(requests + nreq, sizeof(fi_request_info) * (size_t)(l->max_batch - nreq));
     fi_zero_bytes(groups + r.num_groups,
                   sizeof(fi_merge_group) * (size_t)(l->max_groups - r.num_groups));
     FI_PD_STAMP(6);
-    finish_plan(l, batch, total_q, &r, base, 0, 1);
+    finish_plan(l, batch, nreq, total_q, &r, base, 0, 1);
     FI_PD_STAMP(7);
     return FI_OK;
 }
@@ -95,7 +95,8 @@ FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
     if (st != FI_OK)
         return st;
     FI_PP_SYNC();
-    st = fi_tiles_build_parallel(v, caps, requests, batch->batch_size, batch->causal,
+    const int32_t nreq = fi_batch_num_requests(caps, batch, total_q);
+    st = fi_tiles_build_parallel(v, caps, requests, nreq, batch->causal,
                                  batch->window_left, s->pp.batch_scan, s->tiles, l->max_tiles,
                                  &num_tiles, &tile_cost, err);
     FI_PD_STAMP(2);
@@ -111,13 +112,13 @@ FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
         return st;
     /* Tails zeroed (byte-identical plans), then the start records read the items. */
     fi_request_info zr = {0, 0, 0, 0};
-    FI_PP_FOR(b, l->max_batch - batch->batch_size)
-    requests[batch->batch_size + b] = zr;
+    FI_PP_FOR(b, l->max_batch - nreq)
+    requests[nreq + b] = zr;
     fi_merge_group zg = {0, 0, 0, 0, 0, 0, 0, 0, 0};
     FI_PP_FOR(g, l->max_groups - r.num_groups)
     groups[r.num_groups + g] = zg;
     FI_PP_SYNC();
-    finish_plan(l, batch, total_q, &r, base, FI_PP_TID, FI_PP_NT);
+    finish_plan(l, batch, nreq, total_q, &r, base, FI_PP_TID, FI_PP_NT);
     FI_PD_STAMP(7);
     return FI_OK;
 }

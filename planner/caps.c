@@ -10,7 +10,8 @@
  *               (NVFP4) for GQA_DECODE; o: F32, F16, BF16
  *   variant     a row of the tile table (plan/variant.h) for (kind, variant)
  *   limits      FI_LIMIT_* of fiattn.h: max_batch, max_q_tokens, num_pages, num_ctas, H_q,
- *               and the plan bound derived from them (workspace/layout.h)
+ *               sparse_top_k, and the plan bound derived from them (workspace/layout.h)
+ *   sparse      sparse_top_k > 0: MLA_DECODE only
  */
 #include <cuda_runtime_api.h>
 
@@ -46,6 +47,8 @@ fi_status fi_caps_validate(const fi_caps *caps) {
         return FI_ERR_INVALID_CAPS;
     if (caps->num_qo_heads % caps->num_kv_heads != 0)
         return FI_ERR_INVALID_CAPS;
+    if (caps->sparse_top_k < 0 || caps->sparse_top_k > FI_LIMIT_SPARSE_TOP_K)
+        return FI_ERR_INVALID_CAPS;
     if (caps->max_batch > FI_LIMIT_MAX_BATCH)
         return FI_ERR_MAX_BATCH_OVER_LIMIT;
     if (caps->max_q_tokens > FI_LIMIT_MAX_Q_TOKENS)
@@ -75,6 +78,9 @@ fi_status fi_caps_validate(const fi_caps *caps) {
           (caps->kv_dtype == FI_DTYPE_E2M1 && caps->kind == FI_KIND_GQA_DECODE)) ||
         !out_dtype_ok(caps->o_dtype))
         return FI_ERR_UNSUPPORTED_DTYPE;
+    /* Sparse top-k (DeepSeek sparse attention) is defined for MLA decode only. */
+    if (caps->sparse_top_k > 0 && caps->kind != FI_KIND_MLA_DECODE)
+        return FI_ERR_SPARSE_UNSUPPORTED;
     /* The plan bound (tiles + cuts) with num_ctas as given (0: resolved later, and checked
      * again by fi_layout_compute then). */
     if (fi_layout_item_bound(caps) > FI_LIMIT_PLAN_ITEMS)

@@ -34,6 +34,10 @@ static fi_status update_device_here(fi_plan *plan, const fi_device_batch *dbatch
                                     int enable_pdl, void *stream) {
     if (!dbatch)
         return set_err(plan, FI_ERR_NULL_ARGUMENT, -1, -1, 0);
+    /* Sparse top-k plans are planned on the host only (fiattn.h): refused before the
+     * workspace is looked at, so a host-only plan gets the same answer. */
+    if (plan->caps.sparse_top_k > 0)
+        return set_err(plan, FI_ERR_SPARSE_UNSUPPORTED, plan->caps.sparse_top_k, 0, 0);
     if (!plan->workspace)
         return set_err(plan, FI_ERR_HOST_PLAN, -1, -1, 0);
     const fi_batch *b = &dbatch->batch;

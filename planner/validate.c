@@ -39,16 +39,31 @@ FI_PD_STATIC fi_status check_first(const fi_batch *b, const int32_t *a, const in
     return FI_OK;
 }
 
+/* Table rows a request of a sparse batch (caps.sparse_top_k > 0) has: its q_len, clamped
+ * to 0..8 (a q_len outside 1..8 is refused later by its own rule); 1 for a dense batch.
+ * Makes the page-table size rule cover the [B, q_len, K] table. */
+FI_PD_STATIC int64_t sparse_rows_per_request(const fi_caps *caps, const fi_batch *b) {
+    if (caps->sparse_top_k <= 0)
+        return 1;
+    const int32_t q = b->q_len_per_request;
+    return q < 0 ? 0 : q > 8 ? 8 : q;
+}
+
 /* Scalar checks of the batch that do not depend on a request (fiattn.h's rules, in their
- * order); no array is read. */
+ * order); no array is read.  A sparse plan's rules (caps.sparse_top_k > 0) each follow
+ * the dense rule on the same field, so a batch broken for any plan gets the dense status. */
 FI_PD fi_status fi_batch_check_scalars(const fi_caps *caps, const fi_batch *b,
                                        fi_error_detail *err) {
+    const int32_t K = caps->sparse_top_k;
     if (b->form != FI_FORM_BLOCK_TABLES && b->form != FI_FORM_INDPTR &&
         b->form != FI_FORM_CUM_SEQ_LENS)
         return fail(err, FI_ERR_INVALID_FORM, -1, b->form, -1);
     /* cum_seq_lens is the context API's form; the decode kinds take the other two */
     if (b->form == FI_FORM_CUM_SEQ_LENS && caps->kind != FI_KIND_CONTEXT)
         return fail(err, FI_ERR_INVALID_FORM, -1, b->form, -1);
+    /* the top-k table is a block table of slots (the reference's [B, q_len, K]) */
+    if (K > 0 && b->form != FI_FORM_BLOCK_TABLES)
+        return fail(err, FI_ERR_SPARSE_UNSUPPORTED, -1, b->form, FI_FORM_BLOCK_TABLES);
     if (b->batch_size < 0)
         return fail(err, FI_ERR_NEGATIVE_BATCH_SIZE, -1, b->batch_size, 0);
     if (b->batch_size > caps->max_batch)
@@ -57,6 +72,9 @@ FI_PD fi_status fi_batch_check_scalars(const fi_caps *caps, const fi_batch *b,
         return fail(err, FI_ERR_INVALID_WINDOW, -1, b->window_left, -1);
     if (b->causal != 0 && b->causal != 1)
         return fail(err, FI_ERR_INVALID_CAUSAL, -1, b->causal, 1);
+    /* the listed slots are the keys: no window over them */
+    if (K > 0 && b->window_left != -1)
+        return fail(err, FI_ERR_SPARSE_UNSUPPORTED, -1, b->window_left, -1);
     switch (b->form) {
     case FI_FORM_BLOCK_TABLES:
         if (!b->block_tables || !b->seq_lens)
@@ -76,8 +94,12 @@ FI_PD fi_status fi_batch_check_scalars(const fi_caps *caps, const fi_batch *b,
             return fail(err, FI_ERR_NEGATIVE_PAGES_PER_SEQ, -1, b->max_pages_per_seq, 0);
         if (b->kv_split_pages != 0 && b->kv_split_pages != 1)
             return fail(err, FI_ERR_INVALID_KV_SPLIT, -1, b->kv_split_pages, 1);
-        const int64_t entries =
-            (int64_t)b->batch_size * b->max_pages_per_seq * (b->kv_split_pages ? 2 : 1);
+        if (K > 0 && b->kv_split_pages) /* MLA's V is its K: no [B, 2, P] table */
+            return fail(err, FI_ERR_SPARSE_UNSUPPORTED, -1, b->kv_split_pages, 0);
+        if (K > 0 && b->max_pages_per_seq != K)
+            return fail(err, FI_ERR_SPARSE_TOP_K_MISMATCH, -1, b->max_pages_per_seq, K);
+        const int64_t entries = (int64_t)b->batch_size * b->max_pages_per_seq *
+                                (b->kv_split_pages ? 2 : 1) * sparse_rows_per_request(caps, b);
         if (entries > INT32_MAX)
             return fail(err, FI_ERR_PAGE_TABLE_TOO_LARGE, -1, entries, INT32_MAX);
     }
@@ -264,6 +286,70 @@ FI_PD_STATIC fi_status ok(fi_error_detail *err) {
     return FI_OK;
 }
 
+/* ---- sparse top-k (caps.sparse_top_k = K > 0) -------------------------------------------
+ * The batch is B requests of q_len query tokens; block_tables is [B, q_len, K] (= [B *
+ * q_len, K]): row r = b * q_len + i lists the flat KV slots (page * page_size + offset)
+ * query token (b, i) attends to, a negative entry = no key.  Normalised to B * q_len
+ * requests of one query token over K "keys" (the row's slots, in order):
+ *   request r: q_offset r, q_len 1, kv_len K, page_row_offset r * K
+ * so tiles, partition, packing and merge run unchanged (each request's KV range is
+ * [0, K), whatever causal says: a one-row request sees all its keys). */
+
+/* Every slot of rows [0, n) of a request's table: negative (no key) or < num_pages x
+ * page_size; the first one past it is reported (request b, needed = the slot). */
+FI_PD_STATIC fi_status check_slots(const fi_caps *caps, const int32_t *slots, int64_t n,
+                                   int32_t b, fi_error_detail *err) {
+    const int64_t limit = (int64_t)caps->num_pages * caps->page_size;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) /* branch-free first pass: vectorises */
+        bad |= slots[i] >= limit;
+    if (!bad)
+        return FI_OK;
+    for (int64_t i = 0; i < n; i++)
+        if (slots[i] >= limit)
+            return fail(err, FI_ERR_PAGE_INDEX_OUT_OF_RANGE, b, slots[i], limit);
+    return FI_OK;
+}
+
+/* Batch request b's rules in fiattn.h's order: seq_lens[b] >= 0 (it selects no key), q_len
+ * 1..8, the q tokens through b within the caps, then its q_len x K slots. */
+FI_PD_STATIC fi_status sparse_request_rules(const fi_caps *caps, const fi_batch *bt, int32_t b,
+                                            fi_error_detail *err) {
+    const int64_t q_len = bt->q_len_per_request, K = caps->sparse_top_k;
+    if (bt->seq_lens[b] < 0)
+        return fail(err, FI_ERR_NEGATIVE_LENGTH, b, bt->seq_lens[b], 0);
+    if (!q_len_ok(caps, bt->form, q_len))
+        return fail(err, FI_ERR_Q_LEN_UNSUPPORTED, b, q_len, 8);
+    const int64_t q_incl = ((int64_t)b + 1) * q_len;
+    if (q_incl > caps->max_q_tokens)
+        return fail(err, FI_ERR_Q_TOKENS_OVER_CAPS, b, q_incl, caps->max_q_tokens);
+    return check_slots(caps, bt->block_tables + (int64_t)b * q_len * K, q_len * K, b, err);
+}
+
+/* fi_batch_check_pages for a sparse batch (scalars and form already checked).  Also the
+ * data-parallel planner's: sparse plans are never planned on the device
+ * (fi_plan_update_device refuses them), and on the host that planner is one thread.
+ * Offsets fit int32: r * K < B x q_len x K, the table size rule. */
+FI_PD_STATIC fi_status sparse_check(const fi_caps *caps, const fi_batch *bt,
+                                    fi_request_info *requests, int32_t *total_q_tokens,
+                                    fi_page_table_geom *geom, fi_error_detail *err) {
+    const int32_t q_len = bt->q_len_per_request, K = caps->sparse_top_k;
+    for (int32_t b = 0; b < bt->batch_size; b++) {
+        const fi_status st = sparse_request_rules(caps, bt, b, err);
+        if (st != FI_OK)
+            return st;
+        for (int32_t i = 0; requests && i < q_len; i++) {
+            const int32_t r = b * q_len + i;
+            const fi_request_info info = {r, 1, K, r * K};
+            requests[r] = info;
+        }
+    }
+    *total_q_tokens = bt->batch_size * q_len; /* <= caps.max_q_tokens, checked per request */
+    if (geom)
+        *geom = fi_page_table_geom_sparse(bt);
+    return ok(err);
+}
+
 FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
                                      const int64_t *page_verdict, fi_request_info *requests,
                                      int32_t *total_q_tokens, fi_page_table_geom *geom,
@@ -278,6 +364,8 @@ FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
         st = check_arrays(batch, err);
     if (st != FI_OK)
         return st;
+    if (caps->sparse_top_k > 0) /* page_verdict unused: never planned on the device */
+        return sparse_check(caps, batch, requests, total_q_tokens, geom, err);
     const fi_batch *bt = batch;
     if (bt->form == FI_FORM_INDPTR)
         for (int32_t b = 0; b < bt->batch_size; b++)
@@ -314,6 +402,8 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
         st = check_arrays(bt, err);
     if (st != FI_OK)
         return st;
+    if (caps->sparse_top_k > 0) /* host only (sparse_check) */
+        return sparse_check(caps, bt, requests, total_q_tokens, geom, err);
     const int32_t B = bt->batch_size;
     if (bt->form == FI_FORM_INDPTR) {
         int64_t first = B;

@@ -46,6 +46,13 @@ FI_HOST_DEVICE fi_request_fields fi_request_read(const fi_batch *bt, int32_t b,
     return f;
 }
 
+/* Requests in the table of a batch validated against caps (total_q: its query tokens):
+ * B, or for a sparse plan (caps.sparse_top_k > 0) one per query token, B x q_len. */
+FI_HOST_DEVICE int32_t fi_batch_num_requests(const fi_caps *caps, const fi_batch *bt,
+                                             int32_t total_q) {
+    return caps->sparse_top_k > 0 ? total_q : bt->batch_size;
+}
+
 /* page_verdict[b] of a request whose used pages are all in [0, caps.num_pages). */
 #define FI_PAGES_OK INT64_MIN
 

@@ -140,6 +140,17 @@ exit_msg 1 'cannot load trace /nonexistent/trace.csv: FITRACE_ERR_IO' "missing t
 exit_msg 1 'FI_ERR_UNSUPPORTED_PAGE_SIZE' "unsupported page size (library rejects)" --page-size 48 --repeat 0
 exit_msg 1 'FI_ERR_INVALID_FORM' "cum_seq_lens for a decode kind (library rejects)" --form cum_seq_lens --repeat 0
 check "malformed trace row reported with its line (exit 1)" bad_trace
+# --sparse-top-k: a sparse plan of the trace batch (one request per query token), and its
+# refusals (the library's for another kind, fiplan's for --execute)
+sparse_plan() {
+    "$FIPLAN" --batch 8 --q-len 2 --sparse-top-k 256 --heads 16 --ctas 16 --repeat 0 >"$TMP/sp" &&
+        grep -Eq '^batch +8 requests \(block_tables\), 16 query tokens' "$TMP/sp" &&
+        grep -Eq '4096 KV tokens' "$TMP/sp"
+}
+check "--sparse-top-k plans B x q_len requests of K keys" sparse_plan
+exit_msg 1 'FI_ERR_SPARSE_UNSUPPORTED' "--sparse-top-k for gqa (library rejects)" --kind gqa --sparse-top-k 64 --repeat 0
+exit_msg 1 'without --execute' "--sparse-top-k with --execute" --sparse-top-k 64 --execute --repeat 0
+exit_code 2 "--sparse-top-k 0" --sparse-top-k 0
 
 [ "$skipped" -gt 0 ] && echo "($skipped checks skipped: python3 not installed)"
 echo "$pass passed, $fail failed"

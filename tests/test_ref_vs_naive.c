@@ -125,19 +125,13 @@ static void check_case(const char *label, const fi_caps *caps, const fi_batch *b
                        const fi_test_attn_opts *opts, double tol, case_stats *stats) {
     tt_test_attn ta;
     assert_int_equal(tt_test_attn_make(&ta, caps, batch, opts, &g_rng), 0);
-    fi_tensor ref_out, ref_lse;
-    assert_int_equal(tt_test_attn_alloc_outputs(&ta, &ref_out, &ref_lse), 0);
-    fi_attn_args ref_args = ta.args;
-    ref_args.out = ref_out;
-    ref_args.lse = ref_lse;
+    fi_attn_args ref_args;
+    assert_int_equal(tt_test_attn_args_fork(&ta, &ref_args), 0);
+    const fi_tensor ref_out = ref_args.out, ref_lse = ref_args.lse;
     const int64_t rows = ta.q_tokens;
 
     tt_tensor_poison(&ta.args.out);
-    tt_tensor_poison(&ref_out);
-    if (ta.args.lse.data) {
-        tt_tensor_poison(&ta.args.lse);
-        tt_tensor_poison(&ref_lse);
-    }
+    if (ta.args.lse.data) tt_tensor_poison(&ta.args.lse);
     fi_status st = fi_naive_attention(caps, batch, &ta.args);
     if (st != FI_OK) fail_msg("%s: naive returned %s", label, fi_status_name(st));
 
@@ -171,29 +165,11 @@ static void check_case(const char *label, const fi_caps *caps, const fi_batch *b
                      (long long)mism, caps->num_ctas);
     }
     fi_plan_destroy(plan);
-    tt_tensor_free(&ref_out);
-    tt_tensor_free(&ref_lse);
+    tt_test_attn_args_free(&ref_args);
     tt_test_attn_free(&ta);
 }
 
 static const int32_t k_ctas[3] = {1, 7, 132};
-
-static fi_caps make_caps(fi_kind kind, int32_t H_q, int32_t H_kv, int32_t D, int32_t page_size,
-                         int32_t num_pages, int32_t max_batch, int32_t max_q_tokens) {
-    fi_caps c;
-    memset(&c, 0, sizeof c);
-    c.kind = kind;
-    c.max_batch = max_batch;
-    c.max_q_tokens = max_q_tokens;
-    c.num_pages = num_pages;
-    c.page_size = page_size;
-    c.num_qo_heads = H_q;
-    c.num_kv_heads = H_kv;
-    c.head_dim_qk = kind == FI_KIND_MLA_DECODE ? 576 : D;
-    c.head_dim_vo = kind == FI_KIND_MLA_DECODE ? 512 : D;
-    c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_F32;
-    return c;
-}
 
 /* ---- the naive reference, by hand ---------------------------------------------------------- */
 
@@ -203,7 +179,7 @@ static fi_caps make_caps(fi_kind kind, int32_t H_q, int32_t H_kv, int32_t D, int
  * key 1: out = bmm2 * 5, lse 0.  A second request with kv_len 0 (non-causal): zeros, -inf. */
 static void run_hand_case(float sink, int32_t causal, int32_t window_left, double want_out,
                           double want_lse) {
-    fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 1, 1, 64, 16, 2, 2, 2);
+    fi_caps caps = tt_test_caps(FI_KIND_GQA_DECODE, 1, 1, 64, 16, 2, 2, 2);
     const int32_t q_lens[2] = {1, 1}, kv_lens[2] = {2, 0};
     test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, 2, q_lens, kv_lens, 16, 2, 0, causal,
                                window_left);
@@ -280,7 +256,7 @@ static void ref_matches_naive_mla_decode(void **state) {
             const int32_t causal = variant == 0, window = variant == 0 ? -1 : tt_rng_int(&g_rng, 8, 60);
             int32_t q_lens[4], kv_lens[4];
             random_lengths(B, 1, variant == 0 ? 8 : 4, variant == 1, 160, causal, q_lens, kv_lens);
-            fi_caps caps = make_caps(FI_KIND_MLA_DECODE, 16, 1, 576, ps, 64, B, 32);
+            fi_caps caps = tt_test_caps(FI_KIND_MLA_DECODE, 16, 1, 576, ps, 64, B, 32);
             caps.num_ctas = k_ctas[ci];
             test_batch tb = make_batch(variant == 0 ? FI_FORM_INDPTR : FI_FORM_BLOCK_TABLES, B,
                                        q_lens, kv_lens, ps, 64, 0,
@@ -312,7 +288,7 @@ static void ref_matches_naive_gqa_decode(void **state) {
             const int32_t window = gi == 3 ? tt_rng_int(&g_rng, 4, 50) : -1;
             int32_t q_lens[5], kv_lens[5];
             random_lengths(B, 1, 8, 1, 300, 1, q_lens, kv_lens);
-            fi_caps caps = make_caps(FI_KIND_GQA_DECODE, group * H_kv, H_kv, D, ps, 48, B, 40);
+            fi_caps caps = tt_test_caps(FI_KIND_GQA_DECODE, group * H_kv, H_kv, D, ps, 48, B, 40);
             caps.num_ctas = k_ctas[ci];
             if (gi == 2) caps.q_dtype = caps.kv_dtype = FI_DTYPE_BF16;
             if (gi == 1) caps.kv_dtype = FI_DTYPE_F16;
@@ -344,7 +320,7 @@ static void ref_matches_naive_context(void **state) {
             const int32_t window = variant == 1 ? tt_rng_int(&g_rng, 10, 80) : -1;
             int32_t q_lens[3], kv_lens[3];
             random_lengths(B, 1, 40, 0, 200, 1, q_lens, kv_lens);
-            fi_caps caps = make_caps(FI_KIND_CONTEXT, group * H_kv, H_kv, 64, ps, 40, B, 120);
+            fi_caps caps = tt_test_caps(FI_KIND_CONTEXT, group * H_kv, H_kv, 64, ps, 40, B, 120);
             caps.num_ctas = k_ctas[ci];
             test_batch tb = make_batch(FI_FORM_CUM_SEQ_LENS, B, q_lens, kv_lens, ps, 40,
                                        variant == 1, causal, window);
@@ -370,7 +346,7 @@ static void ref_matches_naive_with_empty_requests(void **state) {
             const int32_t B = 4;
             const int32_t q_lens[4] = {2, 2, 2, 2};
             int32_t kv_lens[4] = {0, tt_rng_int(&g_rng, 1000, 2000), 0, tt_rng_int(&g_rng, 1, 50)};
-            fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 8, 2, 64, 16, 64, B, 8);
+            fi_caps caps = tt_test_caps(FI_KIND_GQA_DECODE, 8, 2, 64, 16, 64, B, 8);
             caps.num_ctas = k_ctas[ci];
             test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 64, 0, 0, -1);
             fi_test_attn_opts opts = {.sinks = sinks};
@@ -391,7 +367,7 @@ static void ref_matches_naive_16bit_outputs(void **state) {
         const int32_t B = 3;
         int32_t q_lens[3], kv_lens[3];
         random_lengths(B, 1, 4, 1, 200, 1, q_lens, kv_lens);
-        fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 8, 1, 128, 16, 40, B, 12);
+        fi_caps caps = tt_test_caps(FI_KIND_GQA_DECODE, 8, 1, 128, 16, 40, B, 12);
         caps.num_ctas = 7;
         caps.o_dtype = o == 0 ? FI_DTYPE_BF16 : FI_DTYPE_F16;
         caps.q_dtype = caps.kv_dtype = caps.o_dtype;
@@ -450,7 +426,7 @@ static int all_nan(const fi_tensor *t, int64_t rows) {
 static void references_reject_bad_arguments_and_write_nothing(void **state) {
     (void)state;
     const int32_t B = 2, q_lens[2] = {1, 1}, kv_lens[2] = {30, 70};
-    fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 4, 1, 64, 16, 16, B, 2);
+    fi_caps caps = tt_test_caps(FI_KIND_GQA_DECODE, 4, 1, 64, 16, 16, B, 2);
     caps.num_ctas = 3;
     test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 16, 0, 1, -1);
     tt_test_attn ta;
@@ -527,7 +503,7 @@ static void count_free_fn(void *ctx, void *p) {
 static void ref_run_scratch_comes_from_the_plan_allocator(void **state) {
     (void)state;
     const int32_t B = 2, q_lens[2] = {1, 1}, kv_lens[2] = {1500, 900};
-    fi_caps caps = make_caps(FI_KIND_GQA_DECODE, 8, 2, 64, 16, 200, B, 2);
+    fi_caps caps = tt_test_caps(FI_KIND_GQA_DECODE, 8, 2, 64, 16, 200, B, 2);
     caps.num_ctas = 16;
     test_batch tb = make_batch(FI_FORM_BLOCK_TABLES, B, q_lens, kv_lens, 16, 200, 0, 1, -1);
     tt_test_attn ta;

@@ -27,6 +27,7 @@ typedef struct options {
     int32_t kind;               /* 0: by mode */
     int32_t heads, kv_heads, head_dim, page_size, ctas, window_left, causal, variant;
     int32_t form;               /* 0: by kind and lengths */
+    int32_t sparse_top_k;       /* > 0: plan the batch as a sparse top-k one (MLA) */
     int32_t shuffle;
     uint64_t seed;
     int32_t repeat;
@@ -66,6 +67,9 @@ static void usage(FILE *f) {
         "  --window-left W     sliding window (-1 unlimited) [-1]\n"
         "  --causal 0|1        [1]\n"
         "  --form F            block_tables | indptr | cum_seq_lens (context only)  [by kind]\n"
+        "  --sparse-top-k K    MLA: sparse top-k plan; each query token lists the K most\n"
+        "                      recent keys up to its position as slots (-1 past the start);\n"
+        "                      block tables, no --execute\n"
         "  --shuffle           random page ids (seeded)\n"
         "  --seed N            data / page seed       [1]\n"
         "output\n"
@@ -116,7 +120,7 @@ enum {
     OPT_TRACE = 256, OPT_MODE, OPT_BATCH, OPT_STEP, OPT_FIRST, OPT_LENGTHS, OPT_QLEN,
     OPT_PREFIX, OPT_PREFILL, OPT_KIND, OPT_HEADS, OPT_KVHEADS, OPT_HEADDIM, OPT_PAGESIZE,
     OPT_CTAS, OPT_VARIANT, OPT_WINDOW, OPT_CAUSAL, OPT_FORM, OPT_SHUFFLE, OPT_SEED, OPT_DOT, OPT_SVG,
-    OPT_JSON, OPT_EXECUTE, OPT_CPU, OPT_REPEAT, OPT_HELP, OPT_EXPLAIN,
+    OPT_JSON, OPT_EXECUTE, OPT_CPU, OPT_REPEAT, OPT_HELP, OPT_EXPLAIN, OPT_SPARSE,
 };
 
 /* @return 0 ok, 2 usage error (message printed), 3 --help. */
@@ -140,6 +144,7 @@ static int parse_options(int argc, char **argv, options *o) {
         {"dot", optional_argument, 0, OPT_DOT}, {"svg", required_argument, 0, OPT_SVG},
         {"json", optional_argument, 0, OPT_JSON}, {"execute", no_argument, 0, OPT_EXECUTE},
         {"cpu", no_argument, 0, OPT_CPU}, {"explain", no_argument, 0, OPT_EXPLAIN}, {"repeat", required_argument, 0, OPT_REPEAT},
+        {"sparse-top-k", required_argument, 0, OPT_SPARSE},
         {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0},
     };
     const int32_t big = 1 << 30;
@@ -191,6 +196,7 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_CPU: o->force_cpu = 1; break;
         case OPT_EXPLAIN: o->explain = 1; break;
         case OPT_REPEAT: ok = parse_int(optarg, 0, 1 << 24, &o->repeat); break;
+        case OPT_SPARSE: ok = parse_int(optarg, 1, FI_LIMIT_SPARSE_TOP_K, &o->sparse_top_k); break;
         case OPT_HELP: return 3;
         default: ok = 0; break;
         }
@@ -268,6 +274,30 @@ static FILE *open_out(const char *path, FILE *dflt) {
     return f;
 }
 
+/* The sparse top-k table of a built BLOCK_TABLES batch b: query token (r, i) of request r
+ * sits at position p = kv_len - q_len + i and lists the flat slots (page * page_size +
+ * offset) of keys max(0, p - K + 1) .. p, most recent last, -1 in the slots before the
+ * first key.  [B, q_len, K] from fiplan_alloc (NULL when out of memory). */
+static int32_t *sparse_table(const fibatch *b, int32_t K, int32_t page_size) {
+    const fi_batch *bt = &b->batch;
+    const int64_t q = bt->q_len_per_request, P = bt->max_pages_per_seq;
+    int32_t *t = fiplan_alloc(sizeof(int32_t) * (size_t)(bt->batch_size * q * K + 1));
+    if (!t) return NULL;
+    for (int32_t r = 0; r < bt->batch_size; r++)
+        for (int64_t i = 0; i < q; i++) {
+            int32_t *row = t + (r * q + i) * K;
+            const int64_t p = (int64_t)b->kv_lens[r] - q + i;   /* may be < 0: no key */
+            for (int64_t s = 0; s < K; s++) {
+                const int64_t key = p - (K - 1) + s;
+                row[s] = key < 0 || key >= b->kv_lens[r]
+                             ? -1
+                             : bt->block_tables[r * P + key / page_size] * page_size +
+                                   (int32_t)(key % page_size);
+            }
+        }
+    return t;
+}
+
 int main(int argc, char **argv) {
     options o;
     memset(&o, 0, sizeof o);
@@ -295,6 +325,7 @@ int main(int argc, char **argv) {
     /* Everything below is released at `out`, whatever failed. */
     int rc = 0;
     fi_plan *plan = NULL;
+    int32_t *sparse = NULL; /* --sparse-top-k: the batch's table */
     fibatch b;
     memset(&b, 0, sizeof b);
     fitrace_lens l;
@@ -308,6 +339,7 @@ int main(int argc, char **argv) {
     for (int32_t i = 1; i < l.n; i++) uniform_q &= l.q_len[i] == l.q_len[0];
     fibatch_opts bo = fibatch_default_opts();
     bo.form = o.form ? (fi_batch_form)o.form
+              : o.sparse_top_k > 0 ? FI_FORM_BLOCK_TABLES
               : kind == FI_KIND_CONTEXT ? FI_FORM_CUM_SEQ_LENS
               : uniform_q ? FI_FORM_BLOCK_TABLES : FI_FORM_INDPTR;
     bo.page_size = o.page_size;
@@ -321,6 +353,22 @@ int main(int argc, char **argv) {
                 bs == FIBATCH_ERR_NONUNIFORM ? " (block_tables needs one q_len: use --form indptr)" : "");
         rc = 1;
         goto out;
+    }
+
+    if (o.sparse_top_k > 0) { /* the dense batch's keys, K a token, as its top-k table */
+        if (o.execute || bo.form != FI_FORM_BLOCK_TABLES) {
+            fputs("fiplan: --sparse-top-k plans block tables only, without --execute\n", stderr);
+            rc = 1;
+            goto out;
+        }
+        sparse = sparse_table(&b, o.sparse_top_k, o.page_size);
+        if (!sparse) {
+            fputs("fiplan: out of memory\n", stderr);
+            rc = 1;
+            goto out;
+        }
+        b.batch.block_tables = sparse;
+        b.batch.max_pages_per_seq = o.sparse_top_k;
     }
 
     fi_caps caps;
@@ -337,6 +385,7 @@ int main(int argc, char **argv) {
     caps.q_dtype = caps.kv_dtype = caps.o_dtype = FI_DTYPE_F32;
     caps.num_ctas = o.ctas;
     caps.variant = o.variant;
+    caps.sparse_top_k = o.sparse_top_k;
 
     fi_status s = fi_plan_create(&caps, NULL, 0, fiplan_allocator(), &plan);
     if (s != FI_OK) {
@@ -419,6 +468,7 @@ int main(int argc, char **argv) {
 out:
     fi_plan_destroy(plan);
     fibatch_free(&b);
+    fiplan_free(sparse);
     fiplan_free(l.q_len);
     fiplan_free(l.kv_len);
     fiplan_free(l.source);

@@ -46,7 +46,8 @@ int64_t fi_layout_item_bound(const fi_caps *caps) {
         /* a tile holds tile_rows / group whole query rows (integer division: group 3 of 64
          * gives 21 rows), so count q-row tiles per KV head with that step */
         const int64_t per_head =
-            ceil_div64((int64_t)caps->max_q_tokens, tile_rows / group) + caps->max_batch;
+            ceil_div64((int64_t)caps->max_q_tokens, tile_rows / group) +
+            fi_layout_max_requests(caps);
         tiles = (int64_t)caps->num_kv_heads * per_head;   /* < 2^31 * 2^32 */
     }
     const int64_t cuts = caps->num_ctas > 0 ? (int64_t)caps->num_ctas - 1 : 0;
@@ -64,7 +65,7 @@ fi_status fi_layout_compute(const fi_caps *caps, fi_layout *layout) {
     if (caps->num_ctas > FI_LIMIT_NUM_CTAS)
         return FI_ERR_NUM_CTAS_OVER_LIMIT;
     l.head_dim_vo = caps->head_dim_vo;
-    l.max_batch = caps->max_batch;
+    l.max_batch = fi_layout_max_requests(caps); /* the request table's entries */
 
     const int64_t items = fi_layout_item_bound(caps);
     if (items > FI_LIMIT_PLAN_ITEMS)

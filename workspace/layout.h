@@ -9,7 +9,7 @@
  *     header       fi_plan_header                       64 B
  *     work_indptr  int32 [num_ctas + 1]                  CSR CTA ranges
  *     cta_starts   fi_cta_start [num_ctas]               64 B each: range + first item + its request
- *     requests     fi_request_info [max_batch]           16 B each
+ *     requests     fi_request_info [max_requests]        16 B each (max_requests below)
  *     groups       fi_merge_group [max_groups]           32 B each
  *     items        fi_work_item [max_items]              32 B each
  *   device-only region:
@@ -18,12 +18,14 @@
  *     semaphores   uint32 [max_groups]   zeroed once at create, self-resetting after
  *   device planner region (fi_plan_update_device; never copied, never read by executors):
  *     device_status    fi_device_status                the last device-planned step's verdict
- *     page_verdict     int64 [max_batch]               per request: pages all in range, or
+ *     page_verdict     int64 [max_requests]            per request: pages all in range, or
  *                                                      the first bad index (planner/validate.h)
  *     planner_scratch  the planner's working arrays (planner/scratch.h), carved as on the host
  *
  * Bounds (derived for the contiguous cost walk of planner/partition.c):
- *   q tiles      T <= H_kv * (ceil(max_q_tokens / (tile_rows / group)) + max_batch)
+ *   requests     R = max_batch, or max(max_batch, max_q_tokens) for a sparse plan
+ *                  (caps.sparse_top_k > 0: every query token is a request of q_len 1)
+ *   q tiles      T <= H_kv * (ceil(max_q_tokens / (tile_rows / group)) + R)
  *                  (each request's rows are cut into tiles; the ceil adds < 1 tile/request)
  *                  when group >= tile_rows: T <= H_kv * max_q_tokens * ceil(group/tile_rows)
  *   cuts         C <= num_ctas - 1        (the walk cuts a tile only at a CTA boundary)
@@ -46,7 +48,10 @@ typedef struct fi_layout {
     int32_t num_ctas;
     int32_t tile_rows;      /* rows (query row x head) per tile, see fi_tile_rows() */
     int32_t head_dim_vo;
-    int32_t max_batch;
+    int32_t max_batch;      /* entries of the request table (and of every per-request
+                               array: page_verdict, the planner's per-request scratch):
+                               fi_layout_max_requests(caps), which is caps.max_batch for a
+                               dense plan and max(max_batch, max_q_tokens) for a sparse one */
     int32_t max_tiles;
     int32_t max_items;
     int32_t max_groups;
@@ -81,6 +86,15 @@ typedef struct fi_device_status {
  * (query rows x heads of one KV head); today MLA 64 (one wgmma M), GQA decode 64,
  * context 128.  0 when kind / variant name no row. */
 int32_t fi_tile_rows(const fi_caps *caps);
+
+/* Requests a plan of these caps may hold: caps.max_batch, or for a sparse plan
+ * (caps.sparse_top_k > 0, one request per query token) max(max_batch, max_q_tokens).
+ * <= FI_LIMIT_MAX_Q_TOKENS for caps within the limits. */
+FI_HOST_DEVICE int32_t fi_layout_max_requests(const fi_caps *caps) {
+    if (caps->sparse_top_k > 0 && caps->max_q_tokens > caps->max_batch)
+        return caps->max_q_tokens;
+    return caps->max_batch;
+}
 
 /* The item bound of the caps, I = T + C above (C = num_ctas - 1; 0 when num_ctas is 0,
  * not resolved yet), computed in int64 without overflow from any int32 caps; INT64_MAX

@@ -80,8 +80,22 @@ static fi_status check_indptr_table(const fi_page_table_geom *g, const fi_tensor
     return t->stride[0] == 1 ? FI_OK : FI_ERR_BAD_STRIDE;
 }
 
+/* A sparse plan's table as [>= B, q_len, >= K]: its [B * q_len, K] rows, q_len a batch
+ * request, so row r = b * q_len + i sits at b * stride[0] + i * stride[1] = r * K. */
+static fi_status check_sparse_table3(const fi_page_table_geom *g, const fi_tensor *t) {
+    const int64_t q = g->sparse_q_len, B = g->rows / q;
+    if (t->shape[0] < B || t->shape[1] != q || t->shape[2] < g->max_cols)
+        return FI_ERR_SHAPE_MISMATCH;
+    if (t->stride[2] != 1 || (q > 1 && t->stride[1] != g->row_stride) ||
+        (B > 1 && t->stride[0] != q * g->row_stride))
+        return FI_ERR_BAD_STRIDE;
+    return FI_OK;
+}
+
 /* block_tables [>= B, (2,) >= max_cols] with the row (and middle) stride the plan used. */
 static fi_status check_block_table(const fi_page_table_geom *g, const fi_tensor *t) {
+    if (g->sparse_q_len > 0 && t->ndim == 3)
+        return check_sparse_table3(g, t);
     const int32_t ndim = g->kv_split_pages ? 3 : 2;
     if (t->ndim != ndim || t->shape[0] < g->rows || t->shape[ndim - 1] < g->max_cols ||
         (g->kv_split_pages && t->shape[1] != 2))

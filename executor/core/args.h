@@ -67,8 +67,11 @@ fi_status fi_check_f32_pointer(const float *p);
  *   BLOCK_TABLES / CUM_SEQ_LENS: ndim not 2 (3 for kv_split_pages), fewer than B rows,
  *     a [B, 2, P] middle axis not 2, fewer columns than the longest row reads;
  *   INDPTR: ndim not 1, fewer elements than the largest index read + 1
+ *   sparse plans (g->sparse_q_len = q_len > 0): [>= B * q_len, >= K] as above, or
+ *     [>= B, q_len, >= K] (middle axis exactly q_len)
  *                                                               FI_ERR_SHAPE_MISMATCH
- *   last stride not 1; row stride (B > 1) not P (2P for [B, 2, P]); middle stride not P
+ *   last stride not 1; row stride (B > 1) not P (2P for [B, 2, P]); middle stride not P;
+ *     sparse [B, q_len, K]: middle stride (q_len > 1) not K, outer (B > 1) not q_len x K
  *                                                               FI_ERR_BAD_STRIDE
  * So a table declared [1, P] or [B, 1] for a batch that reads more, or an indptr [1], is
  * FI_ERR_SHAPE_MISMATCH. */

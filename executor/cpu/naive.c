@@ -13,6 +13,8 @@
  * Non-finite inputs as fiattn_run.h states: the max keeps a NaN logit or sink (then every
  * p_j, den, out and lse are NaN), a +inf logit gives exp(inf - inf) = NaN, and a row whose
  * m is -inf (no key, or every logit and the sink -inf) is an empty row.
+ * Sparse top-k batches (caps.sparse_top_k = K > 0) take their own, plainer loop
+ * (naive_sparse): the keys of query token (b, i) are the listed slots of its table row.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include "executor/core/args.h"
 #include "executor/cpu/ref_common.h"
 #include "fiattn_ref.h"
+#include "workspace/layout.h" /* fi_layout_max_requests */
 
 /* Speed (the GPU tests check whole batches against this): rows are done in blocks of up
  * to NAIVE_ROWS (query row, head) pairs of one request and KV head, keys converted to fp64
@@ -176,14 +179,88 @@ static void naive_rows(const naive_run *x, const fi_request_info *r, int32_t kvh
     }
 }
 
+/* Key `slot` (a flat KV slot: page slot / page_size, offset slot % page_size) as fp64:
+ * ckv (512) ++ kpe (64). */
+static void load_slot(const naive_run *x, int32_t slot, double *row) {
+    const fi_cpu_geom *g = x->g;
+    const fi_attn_args *a = x->a;
+    const int32_t page = slot / g->page_size, off = slot % g->page_size;
+    for (int32_t d = 0; d < g->d_main; ++d)
+        row[d] = fi_elem_load(&a->k, fi_off4(&a->k, page, off, 0, d));
+    for (int32_t d = 0; d < g->d_rope; ++d)
+        row[g->d_main + d] = fi_elem_load(&a->k_rope, fi_off4(&a->k_rope, page, off, 0, d));
+}
+
+/* One head h of query token `tok` over its n keys kv [n][d_qk] (MLA: v_j = the first d_vo
+ * dims of k_j): the two-pass softmax of the header, sums in key order.  p, q, acc:
+ * scratch [n], [d_qk], [d_vo]. */
+static void sparse_row(const naive_run *x, int32_t tok, int32_t h, const double *kv, int32_t n,
+                       double *p, double *q, double *acc) {
+    const fi_cpu_geom *g = x->g;
+    const fi_attn_args *a = x->a;
+    for (int32_t d = 0; d < g->d_main; ++d)
+        q[d] = fi_elem_load(&a->q, fi_off3(&a->q, tok, h, d));
+    for (int32_t d = 0; d < g->d_rope; ++d)
+        q[g->d_main + d] = fi_elem_load(&a->q_rope, fi_off3(&a->q_rope, tok, h, d));
+    double m = a->sinks ? (double)a->sinks[h] : -INFINITY;
+    for (int32_t j = 0; j < n; ++j) {
+        double dot = 0.0;
+        for (int32_t d = 0; d < x->d_qk; ++d) dot += q[d] * kv[(size_t)j * x->d_qk + d];
+        p[j] = x->bmm1 * dot;
+        m = fi_max_nan_d(p[j], m);
+    }
+    if (m == -INFINITY) {   /* no key of weight > 0 and no sink (or a -inf one) */
+        store_row(x, tok, h, NULL, 0.0, -INFINITY);
+        return;
+    }
+    double den = a->sinks ? exp((double)a->sinks[h] - m) : 0.0;
+    for (int32_t j = 0; j < n; ++j) {
+        p[j] = exp(p[j] - m);
+        den += p[j];
+    }
+    for (int32_t d = 0; d < g->d_vo; ++d) {
+        double s = 0.0;
+        for (int32_t j = 0; j < n; ++j) s += p[j] * kv[(size_t)j * x->d_qk + d];
+        acc[d] = s;
+    }
+    store_row(x, tok, h, acc, x->bmm2 / den, m + log(den));
+}
+
+/* A sparse top-k batch (caps.sparse_top_k = K > 0, validated), straight from its arrays:
+ * query token (b, i) is row r = b * q_len + i of q / out / lse and of the [B * q_len, K]
+ * table, and its keys are exactly the table row's non-negative slots, in order (a slot
+ * listed twice is two keys; -1 is none): no causal rule, no window, seq_lens unused. */
+static fi_status naive_sparse(const naive_run *x, const fi_batch *batch, int32_t K) {
+    const fi_cpu_geom *g = x->g;
+    double *kv = malloc(sizeof(double) * (size_t)K * (size_t)x->d_qk);
+    double *p = malloc(sizeof(double) * (size_t)K);
+    double *q = malloc(sizeof(double) * (size_t)x->d_qk);
+    double *acc = malloc(sizeof(double) * (size_t)g->d_vo);
+    const fi_status st = kv && p && q && acc ? FI_OK : FI_ERR_OUT_OF_MEMORY;
+    const int32_t tokens = st == FI_OK ? batch->batch_size * batch->q_len_per_request : 0;
+    for (int32_t r = 0; r < tokens; ++r) {
+        const int32_t *slots = batch->block_tables + (int64_t)r * K;
+        int32_t n = 0;
+        for (int32_t t = 0; t < K; ++t)
+            if (slots[t] >= 0) load_slot(x, slots[t], kv + (size_t)n++ * x->d_qk);
+        for (int32_t h = 0; h < g->num_qo_heads; ++h) sparse_row(x, r, h, kv, n, p, q, acc);
+    }
+    free(kv);
+    free(p);
+    free(q);
+    free(acc);
+    return st;
+}
+
 fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
                              const fi_attn_args *args) {
     if (!caps || !batch || !args) return FI_ERR_NULL_ARGUMENT;
     fi_status st = fi_caps_validate(caps);
     if (st != FI_OK) return st;
 
-    /* Validation needs room for up to max_batch requests (it rejects more). */
-    fi_request_info *req = malloc(sizeof(*req) * (size_t)caps->max_batch);
+    /* Validation needs room for every request a batch of these caps may have (it rejects
+     * more): max_batch, or one per query token for a sparse plan. */
+    fi_request_info *req = malloc(sizeof(*req) * (size_t)fi_layout_max_requests(caps));
     if (!req) return FI_ERR_OUT_OF_MEMORY;
     int32_t q_tokens = 0;
     fi_error_detail err;
@@ -191,7 +268,7 @@ fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
     st = fi_batch_validate(caps, batch, req, &q_tokens, &err);
     if (st == FI_OK) st = fi_cpu_check_args(caps, args, q_tokens, &g);
     if (st == FI_OK) {
-        const fi_page_table_geom pt = fi_page_table_geom_of(batch, req, caps->page_size);
+        const fi_page_table_geom pt = fi_page_table_geom_of(caps, batch, req);
         st = fi_check_page_table_geom(&pt, &args->page_table);
     }
     if (st != FI_OK) {
@@ -199,14 +276,28 @@ fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
         return st;
     }
 
-    int32_t max_kv = 1;
-    for (int32_t b = 0; b < batch->batch_size; ++b)
-        if (req[b].kv_len > max_kv) max_kv = req[b].kv_len;
     const size_t d_qk = (size_t)(g.d_main + g.d_rope);
+    naive_run x = {
+        .g = &g,
+        .a = args,
+        .page_table = (const int32_t *)args->page_table.data,
+        .v_row_offset = (batch->form != FI_FORM_INDPTR && batch->kv_split_pages)
+                            ? batch->max_pages_per_seq : 0,
+        .d_qk = (int32_t)d_qk,
+        .max_kv = 1,
+        .bmm1 = fi_cpu_bmm1_scale(args),
+        .bmm2 = fi_cpu_bmm2_scale(args),
+    };
+    if (caps->sparse_top_k > 0) {
+        free(req);
+        return naive_sparse(&x, batch, caps->sparse_top_k);
+    }
+    for (int32_t b = 0; b < batch->batch_size; ++b)
+        if (req[b].kv_len > x.max_kv) x.max_kv = req[b].kv_len;
     naive_scratch w = {0};
     w.qt = malloc(sizeof(double) * NAIVE_ROWS * d_qk);
     w.dot = malloc(sizeof(double) * NAIVE_ROWS);
-    w.s = malloc(sizeof(double) * NAIVE_ROWS * (size_t)max_kv);
+    w.s = malloc(sizeof(double) * NAIVE_ROWS * (size_t)x.max_kv);
     w.kv = malloc(sizeof(double) * NAIVE_KEYS * (d_qk + (size_t)g.d_vo));
     w.acc = malloc(sizeof(double) * NAIVE_ROWS * (size_t)g.d_vo);
     w.m = malloc(sizeof(double) * NAIVE_ROWS);
@@ -219,17 +310,6 @@ fi_status fi_naive_attention(const fi_caps *caps, const fi_batch *batch,
     w.lo = w.row_h + NAIVE_ROWS;
     w.hi = w.lo + NAIVE_ROWS;
 
-    naive_run x = {
-        .g = &g,
-        .a = args,
-        .page_table = (const int32_t *)args->page_table.data,
-        .v_row_offset = (batch->form != FI_FORM_INDPTR && batch->kv_split_pages)
-                            ? batch->max_pages_per_seq : 0,
-        .d_qk = (int32_t)d_qk,
-        .max_kv = max_kv,
-        .bmm1 = fi_cpu_bmm1_scale(args),
-        .bmm2 = fi_cpu_bmm2_scale(args),
-    };
     /* rows (i, h) of each request and KV head, in blocks of NAIVE_ROWS */
     for (int32_t b = 0; b < batch->batch_size; ++b) {
         const fi_request_info *r = &req[b];

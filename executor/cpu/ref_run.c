@@ -12,6 +12,10 @@
  *       denominator (unshifted).
  *     Split item: partial O = acc / l, partial lse = m + log(l) (keys only) -> its slot.
  *   then every merge group, partials combined in split order (fiattn_run.h formula).
+ * Sparse plans (caps.sparse_top_k > 0): a request is one query token and its keys
+ * [0, K) are the slots of its table row (page_table[page_row_offset + t]: page = slot /
+ * page_size, offset = slot % page_size); a negative slot is no key: nothing is loaded and
+ * its logit is -inf before the softmax sees it (weight exactly 0, V never read).
  * Agreement with fi_naive_attention proves the partition, the per-row masking and the
  * merge without a GPU.
  */
@@ -33,6 +37,8 @@ typedef struct ref_ctx {
     const fi_attn_args *a;
     const int32_t *page_table;
     int32_t v_row_offset;   /* header.pages_per_row for a [B, 2, P] table, else 0 */
+    int32_t sparse;         /* 1: caps.sparse_top_k > 0, key t = slot page_table[row + t] */
+    unsigned char present[FI_REF_KV_BLOCK]; /* sparse: key j of the block has a slot */
     float bmm1, bmm2;
     int32_t tile_rows, d_qk;
     /* scratch, carved from one allocation */
@@ -79,15 +85,36 @@ static fi_status check_plan(const fi_plan_view *v, int32_t d_tile_rows, int32_t 
     return FI_OK;
 }
 
-/* Load KV tokens [t0, t0 + n) of request r, KV head kvh, into k_blk / v_blk (fp32). */
+/* Page and in-page slot of key t of request r; 0 when a sparse row lists no key there. */
+static int key_location(const ref_ctx *x, const fi_request_info *r, int32_t t, int32_t *page,
+                        int32_t *slot) {
+    const int32_t ps = x->g->page_size;
+    if (x->sparse) {
+        const int32_t e = x->page_table[r->page_row_offset + t];
+        *page = e / ps;
+        *slot = e % ps;
+        return e >= 0;
+    }
+    *page = fi_kv_page(x->page_table, r->page_row_offset, ps, t);
+    *slot = t % ps;
+    return 1;
+}
+
+/* Load KV tokens [t0, t0 + n) of request r, KV head kvh, into k_blk / v_blk (fp32); an
+ * absent sparse key gets zeros and present[j] = 0. */
 static void load_kv_block(ref_ctx *x, const fi_request_info *r, int32_t kvh, int32_t t0,
                           int32_t n) {
     const fi_cpu_geom *g = x->g;
     const fi_attn_args *a = x->a;
     for (int32_t j = 0; j < n; ++j) {
-        const int32_t t = t0 + j, slot = t % g->page_size;
-        const int32_t kp = fi_kv_page(x->page_table, r->page_row_offset, g->page_size, t);
+        const int32_t t = t0 + j;
+        int32_t kp, slot;
         float *kr = x->k_blk + (size_t)j * x->d_qk;
+        x->present[j] = (unsigned char)key_location(x, r, t, &kp, &slot);
+        if (!x->present[j]) { /* sparse only, so MLA: V is this row */
+            memset(kr, 0, sizeof(float) * (size_t)x->d_qk);
+            continue;
+        }
         fi_row_load(&a->k, fi_off4(&a->k, kp, slot, kvh, 0), g->d_main, kr);
         if (g->mla) {
             fi_row_load(&a->k_rope, fi_off4(&a->k_rope, kp, slot, 0, 0), g->d_rope, kr + g->d_main);
@@ -144,6 +171,8 @@ static void update_row(ref_ctx *x, int32_t lr, int32_t t0, int32_t n) {
     const size_t v_ld = x->g->mla ? (size_t)x->d_qk : (size_t)d_vo;
     float s[FI_REF_KV_BLOCK] = {0};
     row_logits(x, x->q_tile + (size_t)lr * x->d_qk, t0, jlo, jhi, s);
+    for (int32_t j = jlo; x->sparse && j < jhi; ++j) /* no key: weight 0, even for NaN q */
+        if (!x->present[j - t0]) s[j - t0] = -INFINITY;
     float bm = -INFINITY;
     for (int32_t j = jlo; j < jhi; ++j) bm = fi_max_nan_f(s[j - t0], bm);
     const float m_new = fi_max_nan_f(bm, x->m[lr]);
@@ -295,6 +324,7 @@ fi_status fi_ref_run(const fi_plan *plan, const fi_attn_args *args) {
         .a = args,
         .page_table = (const int32_t *)args->page_table.data,
         .v_row_offset = hd->kv_split_pages ? hd->pages_per_row : 0,
+        .sparse = plan->caps.sparse_top_k > 0,
         .bmm1 = fi_cpu_bmm1_scale(args),
         .bmm2 = fi_cpu_bmm2_scale(args),
         .tile_rows = hd->tile_rows,

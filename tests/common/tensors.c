@@ -212,6 +212,23 @@ static fi_tensor page_table_view(const fi_batch *batch) {
     return t;
 }
 
+fi_caps tt_test_caps(fi_kind kind, int32_t H_q, int32_t H_kv, int32_t D, int32_t page_size,
+                     int32_t num_pages, int32_t max_batch, int32_t max_q_tokens) {
+    fi_caps c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.max_batch = max_batch;
+    c.max_q_tokens = max_q_tokens;
+    c.num_pages = num_pages;
+    c.page_size = page_size;
+    c.num_qo_heads = H_q;
+    c.num_kv_heads = H_kv;
+    c.head_dim_qk = kind == FI_KIND_MLA_DECODE ? 576 : D;
+    c.head_dim_vo = kind == FI_KIND_MLA_DECODE ? 512 : D;
+    c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_F32;
+    return c;
+}
+
 int tt_test_attn_make(tt_test_attn *ta, const fi_caps *caps, const fi_batch *batch,
                       const fi_test_attn_opts *opts, tt_rng *rng) {
     static const fi_test_attn_opts defaults;
@@ -287,6 +304,22 @@ int tt_test_attn_alloc_outputs(const tt_test_attn *ta, fi_tensor *out, fi_tensor
         return -1;
     }
     return 0;
+}
+
+int tt_test_attn_args_fork(const tt_test_attn *ta, fi_attn_args *args) {
+    fi_tensor out, lse;
+    if (tt_test_attn_alloc_outputs(ta, &out, &lse)) return -1;
+    tt_tensor_poison(&out);
+    if (lse.data) tt_tensor_poison(&lse);
+    *args = ta->args;
+    args->out = out;
+    args->lse = lse;
+    return 0;
+}
+
+void tt_test_attn_args_free(fi_attn_args *args) {
+    tt_tensor_free(&args->out);
+    tt_tensor_free(&args->lse);
 }
 
 void tt_test_attn_free(tt_test_attn *ta) {

@@ -87,6 +87,14 @@ int64_t tt_tensor_count_nonfinite(const fi_tensor *t, int64_t rows);
 int64_t tt_tensor_compare(const fi_tensor *a, const fi_tensor *b, int64_t rows,
                           double *rel_err);
 
+/* ---- caps ------------------------------------------------------------------------------ */
+
+/* Caps of `kind` with fp32 q / KV / out (the CPU references' exact path), every other
+ * member 0 (num_ctas, variant, sparse_top_k: set them after).  MLA takes its own dims
+ * (576 / 512) whatever D says. */
+fi_caps tt_test_caps(fi_kind kind, int32_t H_q, int32_t H_kv, int32_t D, int32_t page_size,
+                     int32_t num_pages, int32_t max_batch, int32_t max_q_tokens);
+
 /* ---- attention arguments --------------------------------------------------------------- */
 
 /* Options of tt_test_attn_make.  Zero-initialised = NHD, no sinks, lse, default scales. */
@@ -129,6 +137,12 @@ int tt_test_attn_make(tt_test_attn *ta, const fi_caps *caps, const fi_batch *bat
 
 /* A second out / lse pair shaped like ta's (to run two executors on the same inputs). */
 int tt_test_attn_alloc_outputs(const tt_test_attn *ta, fi_tensor *out, fi_tensor *lse);
+
+/* *args = ta's arguments with out / lse of their own (tt_test_attn_alloc_outputs), both
+ * poisoned (NaN): a second executor's run on the same inputs, proven to write every row.
+ * Free its out / lse with tt_test_attn_args_free. */
+int tt_test_attn_args_fork(const tt_test_attn *ta, fi_attn_args *args);
+void tt_test_attn_args_free(fi_attn_args *args);
 
 void tt_test_attn_free(tt_test_attn *ta);
 
