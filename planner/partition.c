@@ -435,12 +435,17 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
         num_tiles > l->max_items)
         return FI_OK;
     /* The list schedule (planner/listsched.h) replaces the walk's (or packing's) plan while
-     * its modelled time is within the row's slack of that plan's: the model counts work,
-     * the list schedule's gain is L2 reuse, which the model does not see. */
+     * both its modelled time and its largest CTA cost (the same figure: it cuts nothing) are
+     * within the row's slack of that plan's: the model counts work, the list schedule's gain
+     * is L2 reuse, which the model does not see.  (The model alone would also take it for
+     * batches of fewer tiles than CTAs, where the walk's pieces use the idle CTAs and no
+     * schedule keeps few heads in flight.) */
     const int64_t lm = fi_list_schedule(tiles, num_tiles, l->num_ctas, pack);
     const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
                                     pack->finish, pack->last);
-    if (fi_partition_test_list > 0 || 64 * lm <= (64 + (int64_t)v->list_slack_64ths) * wm)
+    const int64_t room = 64 + (int64_t)v->list_slack_64ths;
+    if (fi_partition_test_list > 0 ||
+        (64 * lm <= room * wm && 64 * lm <= room * res->max_cta_cost))
         fi_list_write(tiles, num_tiles, l->num_ctas, pack, work_indptr, items, cta_cost, res);
     return FI_OK;
 }

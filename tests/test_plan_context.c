@@ -8,8 +8,9 @@
  * pass tt_plan_check (every (request, head, row, visible key) once, groups, bounds), and:
  *   - the list schedule cuts nothing (no groups) and meets Graham's bound for list
  *     scheduling, max CTA cost <= total / n + (1 - 1 / n) * the largest tile;
- *   - the choice is the list schedule iff its modelled time (planner/model.h) is within the
- *     row's slack of the walk's plan, and is never above (64 + slack) / 64 of the walk's;
+ *   - the choice is the list schedule iff its modelled time (planner/model.h) and its largest
+ *     CTA cost are both within the row's slack of the walk's plan's, so the plan returned
+ *     is never above (64 + slack) / 64 of the walk's in either;
  *   - the figures (balance, KV heads in flight in the modelled timeline, fiplan's figure) are
  *     printed for the report: the 8k causal prefill of 32 heads, trace prefill batches, one
  *     4k chunk beside 127 decodes, and one short-query long-prefix request (the walk's case).
@@ -124,12 +125,14 @@ static int check_batch(const batchgen_batch *g, const char *what, plan_figs *lis
                  "tile %lld)", what, (long long)list.max, (long long)list.total, n,
                  (long long)list.big);
     /* the choice */
-    const int take = 64 * list.model <= (64 + (int64_t)row->list_slack_64ths) * walk.model;
+    const int64_t room = 64 + (int64_t)row->list_slack_64ths;
+    const int take = 64 * list.model <= room * walk.model && 64 * list.max <= room * walk.max;
     const plan_figs *want = take ? &list : &walk;
     assert_int_equal(chosen.items, want->items);
     assert_int_equal(chosen.groups, want->groups);
     assert_int_equal(chosen.model, want->model);
-    assert_true(64 * chosen.model <= (64 + (int64_t)row->list_slack_64ths) * walk.model);
+    assert_true(64 * chosen.model <= room * walk.model);
+    assert_true(64 * chosen.max <= room * walk.max);
     const double mean = list.total > 0 ? (double)list.total / n : 1.0;
     const double wmean = walk.total > 0 ? (double)walk.total / n : 1.0;
     printf("%-44s walk: balance %.3f model %lld items %d groups %d heads in flight %d (mean "
@@ -277,7 +280,9 @@ static void list_schedule_random_context_batches(void **state) {
         if ((int64_t)n * list.max > list.total + (int64_t)(n - 1) * list.big)
             fail_msg("seed %llu iter %d: Graham's bound (%s)", (unsigned long long)g_seed, it,
                      batchgen_describe(&g));
-        assert_true(64 * chosen.model <= (64 + (int64_t)row->list_slack_64ths) * walk.model);
+        const int64_t room = 64 + (int64_t)row->list_slack_64ths;
+        assert_true(64 * chosen.model <= room * walk.model);
+        assert_true(64 * chosen.max <= room * walk.max);
         chose += chosen.items == list.items && chosen.groups == 0 && chosen.model == list.model;
         batchgen_free(&g);
     }
