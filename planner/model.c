@@ -3,11 +3,13 @@
  */
 #include "planner/model.h"
 
-FI_PD int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int32_t n,
-                     const fi_work_item *items, int32_t num_groups, int64_t *finish,
-                     int32_t *last) {
-    const fi_variant row = *v; /* the stores to finish / last could alias *v */
-    for (int32_t g = 0; g < num_groups; g++)
+/* finish[i]: when item i ends, its CTA's running cost; last[g] (unless last is NULL;
+ * set to -1 first): the item of group g that ends last, ties the lower index.  row: a
+ * local copy (the stores to finish / last could alias the table row). */
+FI_PD_STATIC void model_finish(const fi_variant *row, const int32_t *work_indptr, int32_t n,
+                               const fi_work_item *items, int32_t num_groups, int64_t *finish,
+                               int32_t *last) {
+    for (int32_t g = 0; last && g < num_groups; g++)
         last[g] = -1;
     for (int32_t c = 0; c < n; c++) {
         int64_t t = 0;
@@ -15,13 +17,20 @@ FI_PD int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int3
             const fi_work_item *it = &items[i];
             const int64_t rows =
                 (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin);
-            t += fi_variant_item_cost(&row, it->kv_end - it->kv_begin, rows);
+            t += fi_variant_item_cost(row, it->kv_end - it->kv_begin, rows);
             finish[i] = t;
             const int32_t g = it->merge_group;
-            if (g >= 0 && (last[g] < 0 || t > finish[last[g]]))
+            if (last && g >= 0 && (last[g] < 0 || t > finish[last[g]]))
                 last[g] = i;
         }
     }
+}
+
+FI_PD int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int32_t n,
+                     const fi_work_item *items, int32_t num_groups, int64_t *finish,
+                     int32_t *last) {
+    const fi_variant row = *v; /* the stores to finish / last could alias *v */
+    model_finish(&row, work_indptr, n, items, num_groups, finish, last);
     int64_t max = 0;
     for (int32_t c = 0; c < n; c++) {
         const int32_t e = work_indptr[c + 1];
@@ -45,16 +54,8 @@ static int cmp_i64(const void *a, const void *b) {
 void fi_model_heads_in_flight(const fi_variant *v, const int32_t *work_indptr, int32_t n,
                               const fi_work_item *items, int32_t group, int64_t *finish,
                               int64_t *keys, int32_t *max_out, double *mean_out) {
-    for (int32_t c = 0; c < n; c++) {
-        int64_t t = 0;
-        for (int32_t i = work_indptr[c]; i < work_indptr[c + 1]; i++) {
-            const fi_work_item *it = &items[i];
-            const int64_t rows =
-                (int64_t)(it->q_end - it->q_begin) * (it->head_end - it->head_begin);
-            t += fi_variant_item_cost(v, it->kv_end - it->kv_begin, rows);
-            finish[i] = t;
-        }
-    }
+    const fi_variant row = *v;
+    model_finish(&row, work_indptr, n, items, 0, finish, NULL);
     int32_t max = 0;
     double sum = 0;
     const int32_t ni = work_indptr[n];

@@ -157,6 +157,19 @@ static void context_caps(tt_rng *rng, int32_t hq, int32_t hkv, int32_t dim, fi_c
     c->q_dtype = c->kv_dtype = c->o_dtype = FI_DTYPE_BF16;
 }
 
+/* check_batch of a causal CUM_SEQ_LENS batch of these lengths, heads 32 / hkv, d 128. */
+static int check_lens(tt_rng *rng, int32_t hkv, const int32_t *q, const int32_t *kv, int32_t B,
+                      const char *what, plan_figs *list) {
+    fi_caps c;
+    context_caps(rng, 32, hkv, 128, &c);
+    batchgen_batch g;
+    assert_int_equal(batchgen_from_lens(rng, &c, FI_FORM_CUM_SEQ_LENS, q, kv, B, 0, 1, 1, -1, &g),
+                     0);
+    const int take = check_batch(&g, what, list);
+    batchgen_free(&g);
+    return take;
+}
+
 /* 8k causal prefill, 32 / 32 heads, head_dim 128, 132 CTAs: 32 heads x 64 query tiles.
  * The list schedule is chosen, balances within 3%, and its CTAs work on few heads at once:
  * the queue is head-major and a CTA's tile lasts at most the largest tile's cost M = 8512
@@ -168,19 +181,14 @@ static void context_caps(tt_rng *rng, int32_t hq, int32_t hkv, int32_t dim, fi_c
 static void list_schedule_8k_causal_prefill(void **state) {
     (void)state;
     tt_rng rng = {g_seed};
-    fi_caps c;
-    context_caps(&rng, 32, 32, 128, &c);
     const int32_t q[1] = {8192}, kv[1] = {8192};
-    batchgen_batch g;
-    assert_int_equal(batchgen_from_lens(&rng, &c, FI_FORM_CUM_SEQ_LENS, q, kv, 1, 0, 0, 1, -1, &g), 0);
     plan_figs list;
-    assert_true(check_batch(&g, "8k causal h32/32 d128", &list));
+    assert_true(check_lens(&rng, 32, q, kv, 1, "8k causal h32/32 d128", &list));
     assert_int_equal(list.items, 2048);
     assert_true((double)list.max * list.ctas <= 1.03 * (double)list.total);
     assert_true(list.inflight_max <= 8);
     assert_true(list.inflight_mean <= 5.0);
     assert_int_equal(list.rank0_heads, 3);
-    batchgen_free(&g);
 }
 
 /* Trace prefill batches (viz/trace.h fitrace_prefill) of 8 .. 64 requests at random trace
@@ -198,16 +206,11 @@ static void list_schedule_trace_prefill(void **state) {
         const int32_t first = tt_rng_int(&rng, 0, tr->num_requests - 1);
         fitrace_lens lens = {B, q, kv, src};
         assert_int_equal(fitrace_prefill(tr, first, prefix, &lens), FITRACE_OK);
-        fi_caps c;
-        context_caps(&rng, 32, it & 1 ? 32 : 8, 128, &c);
-        batchgen_batch g;
-        assert_int_equal(batchgen_from_lens(&rng, &c, FI_FORM_CUM_SEQ_LENS, q, kv, B, 0, 1, 1,
-                                            -1, &g), 0);
+        const int32_t hkv = it & 1 ? 32 : 8;
         char what[96];
         snprintf(what, sizeof what, "trace prefill B%d first %d prefix %d h32/%d", B, first,
-                 prefix, c.num_kv_heads);
-        check_batch(&g, what, NULL);
-        batchgen_free(&g);
+                 prefix, hkv);
+        check_lens(&rng, hkv, q, kv, B, what, NULL);
     }
     fitrace_free(tr);
 }
@@ -228,16 +231,11 @@ static void list_schedule_mixed_chunk_and_decodes(void **state) {
         const int32_t at = it & 2 ? B - 1 : 0;
         q[at] = 4096;
         kv[at] = 4096 + (it & 1) * tt_rng_int(&rng, 0, 8192);
-        fi_caps c;
-        context_caps(&rng, 32, it & 1 ? 32 : 8, 128, &c);
-        batchgen_batch g;
-        assert_int_equal(batchgen_from_lens(&rng, &c, FI_FORM_CUM_SEQ_LENS, q, kv, B, 0, 1, 1,
-                                            -1, &g), 0);
+        const int32_t hkv = it & 1 ? 32 : 8;
         char what[96];
         snprintf(what, sizeof what, "4k chunk (kv %d, %s) + 127 decodes h32/%d", kv[at],
-                 it & 2 ? "last" : "first", c.num_kv_heads);
-        check_batch(&g, what, NULL);
-        batchgen_free(&g);
+                 it & 2 ? "last" : "first", hkv);
+        check_lens(&rng, hkv, q, kv, B, what, NULL);
     }
     fitrace_free(tr);
 }
@@ -248,13 +246,8 @@ static void list_schedule_mixed_chunk_and_decodes(void **state) {
 static void walk_kept_for_few_large_tiles(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 3};
-    fi_caps c;
-    context_caps(&rng, 32, 8, 128, &c);
     const int32_t q[1] = {128}, kv[1] = {32768};
-    batchgen_batch g;
-    assert_int_equal(batchgen_from_lens(&rng, &c, FI_FORM_CUM_SEQ_LENS, q, kv, 1, 0, 0, 1, -1, &g), 0);
-    assert_false(check_batch(&g, "q 128 over 32k keys h32/8", NULL));
-    batchgen_free(&g);
+    assert_false(check_lens(&rng, 8, q, kv, 1, "q 128 over 32k keys h32/8", NULL));
 }
 
 /* Random context batches of every shape (tests/common/batchgen.h), windows and non-causal
