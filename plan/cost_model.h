@@ -76,4 +76,15 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
 #define FI_PACK_THIN_TILES_PER_CTA 2
 #endif
 
+/* List schedule (planner/listsched.h, the context row): chosen over the walk's plan while
+ * its modelled time is at most this many 64ths above the walk's.  The model counts work
+ * only; the walk's plan of an 8k causal prefill (32 heads) ran 1.4x slower than the same
+ * kernel without its KV loads (L2 hit rate 26%: every head's KV in flight at once,
+ * docs/perf-log.md), which the list schedule's few heads in flight are meant to recover.
+ * Guess, to be calibrated on the GPU (context batches with the walk and the list schedule
+ * side by side: fiplan shows both figures). */
+#ifndef FI_LIST_SLACK_64THS
+#define FI_LIST_SLACK_64THS 4
+#endif
+
 #endif /* FIATTN_PLAN_COST_MODEL_H */

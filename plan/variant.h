@@ -24,6 +24,14 @@ typedef enum fi_partition_kind {
                                   pack.c): the best plans; sequential (device: one thread) */
     FI_PARTITION_PARALLEL = 1, /* equal-share cuts found independently (planner/ppart.c):
                                   what the device planner computes with a whole CTA */
+    FI_PARTITION_LIST = 2,     /* the walk (and packing) as FI_PARTITION_WALK, and a list
+                                  schedule of the tiles (planner/listsched.h): what a dynamic
+                                  tile scheduler (FlashAttention-3's persistent one) would do,
+                                  computed on the host; chosen when the executor model
+                                  (planner/model.h) rates it at most list_slack_64ths / 64
+                                  above the walk's plan.  Concurrent CTAs then work on the same
+                                  few KV heads (L2 reuse of K / V, docs/DESIGN.md section 4);
+                                  sequential like the walk (device: one thread) */
 } fi_partition_kind;
 
 typedef struct fi_variant {
@@ -48,6 +56,11 @@ typedef struct fi_variant {
                                    the KV cache is fp8 e4m3 or the plan is sparse
                                    (caps.sparse_top_k > 0): the kind's only body with those
                                    paths */
+    int32_t list_slack_64ths;   /* FI_PARTITION_LIST rows: the list schedule is chosen while
+                                   its modelled time is <= (64 + this) / 64 of the walk's plan:
+                                   the model counts work, not L2 misses, and the walk's plan of
+                                   an 8k prefill ran 1.4x slower than without its KV loads
+                                   (docs/perf-log.md); other rows: unused (0) */
     const struct fi_family *family;  /* GPU executor of the row; NULL: CPU reference only */
 } fi_variant;
 

@@ -23,4 +23,16 @@ FI_PD int64_t fi_model_max(const fi_variant *v, const int32_t *work_indptr, int3
                      const fi_work_item *items, int32_t num_groups, int64_t *finish,
                      int32_t *last);
 
+#ifndef FI_PLANNER_DEVICE_TU
+/* Host only (fiplan, tests): the KV heads the CTAs work on at once, in the model's timeline
+ * (items in CTA order, each lasting its fi_variant_item_cost; no merges): at the start of
+ * every item, the distinct (request, KV head) pairs among the items running then (each
+ * CTA's item whose [start, end) holds that time).  group: query heads per KV head.
+ * *max_out: the most at any item start, *mean_out: the mean over item starts (0 without
+ * items).  finish: scratch [items]; keys: scratch [n].  O(items n log n). */
+void fi_model_heads_in_flight(const fi_variant *v, const int32_t *work_indptr, int32_t n,
+                              const fi_work_item *items, int32_t group, int64_t *finish,
+                              int64_t *keys, int32_t *max_out, double *mean_out);
+#endif
+
 #endif

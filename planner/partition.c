@@ -32,6 +32,7 @@
  */
 #include "planner/partition.h"
 
+#include "planner/listsched.h"
 #include "planner/model.h"
 #include "planner/pack.h"
 #include "planner/tiles.h"
@@ -407,6 +408,7 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
 
 #ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_no_pack = 0;
+int fi_partition_test_list = 0;
 #endif
 
 FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
@@ -417,16 +419,34 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
     fi_status st = walk_partition(v, tiles, num_tiles, total_cost, prefix, l, work_indptr,
                                   items, groups, cta_cost, res, err);
     FI_PD_STAMP(3);
-    if (st != FI_OK || fi_partition_test_no_pack || !pack ||
-        !fi_pack_wanted(v, tiles, num_tiles, l))
+    if (st != FI_OK || !pack)
         return st;
+    if (!fi_partition_test_no_pack && fi_pack_wanted(v, tiles, num_tiles, l)) {
+        const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
+                                        pack->finish, pack->last);
+        FI_PD_STAMP(4);
+        /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less
+         * overhead) but charges its pieces. */
+        fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack,
+                          res->budget - res->budget / 64, wm, work_indptr, items, groups,
+                          cta_cost, res);
+    }
+    if (v->partition != FI_PARTITION_LIST || fi_partition_test_list < 0 ||
+        num_tiles > l->max_items)
+        return FI_OK;
+    /* The list schedule (planner/listsched.h) replaces the walk's (or packing's) plan while
+     * both its modelled time and its largest CTA cost (the same figure: it cuts nothing) are
+     * within the row's slack of that plan's: the model counts work, the list schedule's gain
+     * is L2 reuse, which the model does not see.  (The model alone would also take it for
+     * batches of fewer tiles than CTAs, where the walk's pieces use the idle CTAs and no
+     * schedule keeps few heads in flight.) */
+    const int64_t lm = fi_list_schedule(tiles, num_tiles, l->num_ctas, pack);
     const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
                                     pack->finish, pack->last);
-    FI_PD_STAMP(4);
-    /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less
-     * overhead) but charges its pieces. */
-    fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack, res->budget - res->budget / 64, wm,
-                      work_indptr, items, groups, cta_cost, res);
+    const int64_t room = 64 + (int64_t)v->list_slack_64ths;
+    if (fi_partition_test_list > 0 ||
+        (64 * lm <= room * wm && 64 * lm <= room * res->max_cta_cost))
+        fi_list_write(tiles, num_tiles, l->num_ctas, pack, work_indptr, items, cta_cost, res);
     return FI_OK;
 }
 

@@ -8,7 +8,9 @@
  * partials that the last CTA of the group merges in split order.  planner/partition.c has
  * the details (budget, rounding, floor).  Then, for batches of thin tiles (pack.h), the
  * packing partition replaces the walk's plan when the executor model (planner/model.h)
- * rates it cheaper.
+ * rates it cheaper.  Rows whose partition is FI_PARTITION_LIST (plan/variant.h: context)
+ * then also compute the list schedule (planner/listsched.h) and take it while its model is
+ * within the row's list_slack_64ths of the plan so far.
  */
 #ifndef FIATTN_PLANNER_PARTITION_H
 #define FIATTN_PLANNER_PARTITION_H
@@ -78,12 +80,16 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
 /* Test hook: nonzero makes fi_partition use the global-target walk (its fallback) instead
  * of the capped bisection, so tests can cover both.  Not for production use. */
 /* Test hook: nonzero keeps the contiguous walk's plan (no packing, planner/pack.h). */
+/* Test hook for FI_PARTITION_LIST rows: 0 chooses by the model (the product), > 0 always
+ * the list schedule (planner/listsched.h), < 0 never. */
 #ifdef FI_PLANNER_DEVICE_TU /* the device planner has no test hooks */
 #define fi_partition_test_force_global 0
 #define fi_partition_test_no_pack 0
+#define fi_partition_test_list 0
 #else
 extern int fi_partition_test_force_global;
 extern int fi_partition_test_no_pack;
+extern int fi_partition_test_list;
 #endif
 
 #endif

@@ -42,6 +42,8 @@ typedef struct fiplan_stats {
     int64_t max_cta_cost;         /* header cost-model units */
     double mean_cta_cost;         /* total_cost / num_ctas */
     double balance;               /* fi_plan_balance */
+    int32_t heads_in_flight_max;  /* fi_model_heads_in_flight (planner/model.h); text only */
+    double heads_in_flight_mean;
     size_t workspace_bytes;       /* fi_workspace_size */
     size_t plan_bytes_used;       /* bytes an update copies: header .. last used item */
     double update_us_median;      /* median fi_plan_update, host plan; < 0 if not timed */

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "plan/variant.h"
+#include "planner/model.h" /* fi_model_heads_in_flight */
 #include "viz/fiplan.h"
 #include "workspace/layout.h" /* fi_layout_used_bytes: what an update copies */
 
@@ -50,6 +52,15 @@ int fiplan_stats_of(const fi_plan *plan, fiplan_stats *st) {
         st->total_kv_tokens += v.items[i].kv_end - v.items[i].kv_begin;
     }
     const fi_caps *caps = fi_plan_caps(plan);
+    const fi_variant *row = fi_variant_of(caps);
+    int64_t *finish = fiplan_alloc(sizeof(int64_t) * ((size_t)h->num_items + 1));
+    int64_t *keys = fiplan_alloc(sizeof(int64_t) * ((size_t)v.num_ctas + 1));
+    if (row && finish && keys)
+        fi_model_heads_in_flight(row, v.work_indptr, v.num_ctas, v.items,
+                                 caps->num_qo_heads / caps->num_kv_heads, finish, keys,
+                                 &st->heads_in_flight_max, &st->heads_in_flight_mean);
+    fiplan_free(finish);
+    fiplan_free(keys);
     fi_layout l;
     if (fi_workspace_size(caps, &st->workspace_bytes) != FI_OK) st->workspace_bytes = 0;
     if (fi_layout_compute(caps, &l) == FI_OK)
@@ -131,6 +142,13 @@ void fiplan_print_summary(FILE *f, const fi_caps *caps, const fibatch *b,
     why(f, explain, "modelled work per CTA (KV tokens + per-item overhead); the step lasts as "
                     "long as the busiest CTA, so balance near 1 is the goal (a few tiles per CTA "
                     "cannot reach it; at <= 16 heads fewer cut pieces may win over balance)");
+    fprintf(f, "KV heads       %d in flight at most, %.1f on average (modelled timeline)\n",
+            st->heads_in_flight_max, st->heads_in_flight_mean);
+    why(f, explain, "distinct (request, KV head) pairs the CTAs work on at once, at each item's "
+                    "start with every item lasting its modelled cost: few means K / V blocks "
+                    "are shared through L2; context plans take the list schedule (queue "
+                    "head-major, each tile to the CTA free first) for this when the model "
+                    "rates it within a few % of the contiguous walk");
     fprintf(f, "workspace      %zu bytes (plan copy per update: %zu bytes)\n",
             st->workspace_bytes, st->plan_bytes_used);
     why(f, explain, "device memory the plan needs for these caps (fixed, so a captured CUDA "

@@ -62,9 +62,12 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_GQA_DECODE, .variant = 1, .name = "gqa_decode_parallel_plan",
      .tile_rows = 64, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_gqa},
+    /* Context: the walk, or the list schedule (planner/listsched.h) when the model rates
+     * it within FI_LIST_SLACK_64THS / 64 of the walk's plan (plan/cost_model.h). */
     {.kind = FI_KIND_CONTEXT, .variant = 0, .name = "context", .tile_rows = 128,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
-     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_context},
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .partition = FI_PARTITION_LIST,
+     .list_slack_64ths = FI_LIST_SLACK_64THS, .family = &fi_family_context},
 };
 
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant) {

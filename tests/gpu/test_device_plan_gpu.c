@@ -129,7 +129,8 @@ typedef struct bytes_cfg {
 
 /* MLA heads 16 (thin tiles: the packing partition) and 128 (two tiles a row), GQA
  * Llama-3-8B heads at pages 16 and 64; one CTA (nothing cut), a few (many pieces a tile),
- * an odd count, and an H100 / H200's 132. */
+ * an odd count, and an H100 / H200's 132; context (q_len 1-4: the walk or the list
+ * schedule). */
 static const bytes_cfg BYTES_CFGS[] = {
     {"mla h16 page 64, 132 ctas", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256, 132, 0},
     {"mla h128 page 32, 132 ctas", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64, 132, 0},
@@ -146,6 +147,9 @@ static const bytes_cfg BYTES_CFGS[] = {
     {"gqa 32/8 d128 page 16, 132 ctas, parallel", FI_KIND_GQA_DECODE, 32, 8, 128, 16, 1024, 132,
      1},
     {"gqa 32/8 d128 page 64, 77 ctas, parallel", FI_KIND_GQA_DECODE, 32, 8, 128, 64, 512, 77, 1},
+    /* context: the walk or the list schedule (planner/listsched.c), chosen on the device
+     * by the same model as on the host */
+    {"context 32/8 d128 page 64, 132 ctas", FI_KIND_CONTEXT, 32, 8, 128, 64, 256, 132, 0},
 };
 #define BYTES_NCFG ((int)(sizeof BYTES_CFGS / sizeof BYTES_CFGS[0]))
 
