@@ -81,6 +81,7 @@ typedef struct cfg {
     double tflops;     /* bf16 mma ceiling (bench/ceilings), 0: unknown */
     gqa_layout layout; /* --layout hnd | nhd */
     int check;         /* --check: sampled rows against the fp64 reference */
+    int variant;       /* --variant: caps.variant (1: the walk only, the list schedule's A/B) */
 } cfg;
 
 /* ---- lengths, check ------------------------------------------------------------------- */
@@ -287,6 +288,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     o.layout = g->layout;
     o.return_lse = 0;
     o.num_ctas = g->b.ctas;
+    o.variant = g->variant;
     ctx_case x;
     if (ctx_case_init(&x, &o, q, kv, n, 0, rng, msg, sizeof msg)) {
         printf("# FAILED %s: init: %s\n", bc->name, msg);
@@ -324,7 +326,8 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
 /* The options, on stderr. */
 static void usage(void) {
     fprintf(stderr, "usage: bench_context [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
-                    "[--ctas N] [--trace-step S] [--tflops X] [--layout hnd|nhd] [--check]\n");
+                    "[--ctas N] [--trace-step S] [--tflops X] [--layout hnd|nhd] [--variant N] "
+                    "[--check]\n");
 }
 
 int main(int argc, char **argv) {
@@ -344,6 +347,7 @@ int main(int argc, char **argv) {
         if (bench_cfg_option(&g.b, a, val)) continue;
         if (!strcmp(a, "--tflops")) g.tflops = atof(val);
         else if (!strcmp(a, "--layout")) g.layout = !strcmp(val, "nhd") ? GQA_NHD : GQA_HND;
+        else if (!strcmp(a, "--variant")) g.variant = atoi(val);
         else {
             fprintf(stderr, "bench_context: unknown option %s\n", a);
             usage();

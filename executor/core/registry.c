@@ -68,6 +68,11 @@ static const fi_variant k_variants[] = {
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .partition = FI_PARTITION_LIST,
      .list_slack_64ths = FI_LIST_SLACK_64THS, .family = &fi_family_context},
+    /* The same context tiles on the walk / packing partition only (no list schedule): the
+     * A/B baseline of the list schedule's L2 locality (bench_context --variant 1). */
+    {.kind = FI_KIND_CONTEXT, .variant = 1, .name = "context_walk", .tile_rows = 128,
+     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_context},
 };
 
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant) {
