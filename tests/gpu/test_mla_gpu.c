@@ -237,8 +237,10 @@ static void check_rows_sampled(const mla_case *c, tt_rng *rng) {
         kp[s2 + 1] = kp[s2] + np;
         memcpy(ki + kp[s2], kvi + kvp[b], (size_t)np * 4);
         const int64_t t = c->q_offset[b] + ri[s2];
-        memcpy(q + s2 * H * MLA_D_CKV, c->h_q + t * H * MLA_D_CKV, (size_t)H * MLA_D_CKV * 2);
-        memcpy(qr + s2 * H * MLA_D_KPE, c->h_qr + t * H * MLA_D_KPE, (size_t)H * MLA_D_KPE * 2);
+        memcpy(q + s2 * H * MLA_D_CKV, (const uint16_t *)c->h_q + t * H * MLA_D_CKV,
+               (size_t)H * MLA_D_CKV * 2);
+        memcpy(qr + s2 * H * MLA_D_KPE, (const uint16_t *)c->h_qr + t * H * MLA_D_KPE,
+               (size_t)H * MLA_D_KPE * 2);
     }
     fi_batch bt = c->fb.batch;
     bt.batch_size = S;
@@ -705,7 +707,7 @@ static void mla_rows32_variant_matches_reference(void **state) {
 /* Element d (of 576) of the concatenated cache row of key t of request b. */
 static uint16_t *kv_at(mla_case *c, int32_t b, int32_t t, int32_t d) {
     const int64_t page = c->fb.page_table[(int64_t)b * c->P + t / c->o.page_size];
-    return c->h_kv + (page * c->o.page_size + t % c->o.page_size) * MLA_D_QK + d;
+    return (uint16_t *)c->h_kv + (page * c->o.page_size + t % c->o.page_size) * MLA_D_QK + d;
 }
 
 /* NaN in q, NaN in the rope part of K, +inf in it, and a NaN in a request split across
@@ -722,7 +724,7 @@ static void mla_nonfinite_inputs_follow_the_policy(void **state) {
     char msg[MSG];
     if (mla_case_init(&c, &o, ql, kv, 4, &rng, msg, sizeof msg)) fail_msg("init: %s", msg);
     const int64_t H = 16;
-    c.h_q[((int64_t)c.q_offset[0] * H + 3) * MLA_D_QK + 5] = BF16_NAN; /* request 0, head 3 */
+    ((uint16_t *)c.h_q)[((int64_t)c.q_offset[0] * H + 3) * MLA_D_QK + 5] = BF16_NAN; /* request 0, head 3 */
     *kv_at(&c, 1, 17, 520) = BF16_NAN;   /* request 1: every head */
     *kv_at(&c, 2, 40, 560) = BF16_PINF;  /* request 2: heads by the sign of q */
     *kv_at(&c, 3, 3500, 530) = BF16_NAN; /* request 3, split: every head */
