@@ -44,4 +44,27 @@ static inline gt_case mla_gt(mla_case *c) {
                         c->num_pages, mla_case_outputs(c));
 }
 
+/* The CUDA graph decode loop (gt_graph_decode_loop: one capture, LOOP_STEPS replays
+ * following a trace's continuous batching) on a case of options o, made a BLOCK_TABLES
+ * case of page size LOOP_PS whose LOOP_B slots each own a full page row of the trace's
+ * longest request.  Fails the test on a mismatch; frees the case. */
+static inline void mla_gt_graph_decode_loop(mla_opts o, tt_rng *rng) {
+    static gt_loop_trace t;
+    gt_loop_trace_pick(&t, rng);
+    const int32_t P = (t.max_kv + LOOP_PS - 1) / LOOP_PS;
+    o.page_size = LOOP_PS;
+    o.form = FI_FORM_BLOCK_TABLES;
+    int32_t q1[LOOP_B], kv_full[LOOP_B];
+    for (int b = 0; b < LOOP_B; b++) {
+        q1[b] = 1;
+        kv_full[b] = P * LOOP_PS; /* the case's own batch: every slot's full page row */
+    }
+    mla_case c;
+    char msg[512];
+    if (mla_case_init(&c, &o, q1, kv_full, LOOP_B, rng, msg, sizeof msg))
+        fail_msg("init: %s", msg);
+    const gt_case g = mla_gt(&c);
+    gt_graph_decode_loop(&g, &t, P, rng);
+}
+
 #endif /* FI_TESTS_GPU_MLA_GT_FAMILY_H */

@@ -193,23 +193,10 @@ static void mla_fp8_graph_decode_loop_follows_trace(void **state) {
     (void)state;
     REQUIRE_GPU();
     tt_rng rng = gt_test_rng(206);
-    static gt_loop_trace t;
-    gt_loop_trace_pick(&t, &rng);
-    const int32_t P = (t.max_kv + LOOP_PS - 1) / LOOP_PS;
     mla_opts o = fp8_opts(E4M3, 16, LOOP_PS, FI_FORM_BLOCK_TABLES);
     o.sinks = 1;
     o.scale_ptr = 1;
-    int32_t q1[LOOP_B], kv_full[LOOP_B];
-    for (int b = 0; b < LOOP_B; b++) {
-        q1[b] = 1;
-        kv_full[b] = P * LOOP_PS;
-    }
-    mla_case c;
-    char msg[MSG];
-    if (mla_case_init(&c, &o, q1, kv_full, LOOP_B, &rng, msg, sizeof msg))
-        fail_msg("init: %s", msg);
-    const gt_case g = mla_gt(&c);
-    gt_graph_decode_loop(&g, &t, P, &rng);
+    mla_gt_graph_decode_loop(o, &rng);
 }
 
 /* ---- fp8: refused arguments ------------------------------------------------------------ */
