@@ -15,6 +15,15 @@
  *              reading the request's KV: the plan line's "kv reads/unique" is 2)
  *   b1_32k_h16 / b1_32k_h128   batch 1 x kv_len 32768 (split-k decides everything; with
  *              --ctas N fewer, longer pieces)
+ * and the fp8 / sparse cases of the fp8 issue (ids as the issue names them; q fp8 e4m3, KV
+ * fp8 e4m3, out bf16 for fp8; the wgmma body, which runs both):
+ *   mla_fp8_h128_q1_b128_kv4096 / mla_fp8_h128_q2_b128_kv4096 / mla_fp8_h16_q1_b128_kv4096
+ *              the h128_q1 / h128_q2 / h16_q1 batches with an fp8 cache
+ *   mla_fp8_b1_kv32768_h128   b1_32k_h128 with an fp8 cache
+ *   mla_sparse_top2048_h128_q2 sparse top-k 2048 (fiattn.h fi_caps.sparse_top_k), heads
+ *              128, q_len 2, 64 requests of 32768 tokens, bf16 cache: each query token reads
+ *              2048 distinct keys drawn from its request's 32768 (mla_gpu_case.h)
+ *   mla_sparse_fp8_top2048_h128_q2  the same with q and cache fp8 e4m3
  *
  * Correctness first: one fi_run on NaN-poisoned outputs; every output element must be
  * finite, and a few requests (first, last, longest) are compared with fi_naive_attention
@@ -35,17 +44,22 @@
  *          runs and a run's launch overlaps its predecessor's tail, so this is the
  *          per-layer cost a serving loop sees; b2b and flush are the issue's figures.
  * Figures: GB/s = (KV bytes of the tokens the batch reads, each once, 576 x 2 bytes per
- * token + q + out) / time; TFLOP/s = 2 x sum over rows of visible keys x (576 + 512) / time;
+ * token (576 bytes for fp8) + q + out) / time; sparse cases: the keys listed, once per query
+ * token (576 x 2 or 576 bytes each); TFLOP/s = 2 x heads x sum over query tokens of the keys
+ * they see (visible, or listed) x (576 + 512) / time;
  * fractions of the ceilings measured by bench/ceilings in the same run (--read-tbps,
  * --tflops, or env FI_CEIL_READ_TBPS / FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it).
  *
- * Usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
+ * Usage: bench_mla [--reps N] [--sets N] [--chain N] [--case NAME] [--read-tbps X]
  *                  [--tflops Y] [--ctas N] (caps.num_ctas instead of the SM count)
  *                  [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV
  *                  instead of the list) [--trace B[:H] ...] (trace decode snapshots of B
  *                  requests, heads H (16), instead of the list) [--trace-step S] (the trace
  *                  snapshots' decode step, default 100: the issue's figures)
- * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2).
+ * --case NAME: the case of that name, or, when no case has it, every case whose name
+ * contains it (--case h128_q1: that case only; --case mla_fp8: the four fp8 ones).
+ * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2;
+ * dense cases only).
  * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
  * GBps <x> TFLOPs <x> read_frac <x> mma_frac <x>".  No GPU: prints "skip" and exits 0.
  */
@@ -68,14 +82,22 @@ typedef struct bench_case {
     int32_t batch, heads, q_len, kv_len; /* kv_len -1: trace snapshot; -2: uniform at the
                                             snapshot's mean kv_len (same batch) */
     int32_t page_size;                   /* 0: PAGE_SIZE */
+    int32_t fp8;                         /* 1: q and cache fp8 e4m3, out bf16 */
+    int32_t sparse_top_k;                /* > 0: sparse top-k plan, K keys a query token */
 } bench_case;
 
 static const bench_case CASES[] = {
-    {"h16_q1", 128, 16, 1, 4096, 0},     {"h16_q1_ps1", 128, 16, 1, 4096, 1},
-    {"h128_q1", 128, 128, 1, 4096, 0},   {"h128_q2", 128, 128, 2, 4096, 0},
-    {"trace128", 128, 16, 1, -1, 0},     {"u128_trace", 128, 16, 1, -2, 0},
-    {"trace_h128", 128, 128, 1, -1, 0},
-    {"b1_32k_h16", 1, 16, 1, 32768, 0},  {"b1_32k_h128", 1, 128, 1, 32768, 0},
+    {"h16_q1", 128, 16, 1, 4096, 0, 0, 0},     {"h16_q1_ps1", 128, 16, 1, 4096, 1, 0, 0},
+    {"h128_q1", 128, 128, 1, 4096, 0, 0, 0},   {"h128_q2", 128, 128, 2, 4096, 0, 0, 0},
+    {"trace128", 128, 16, 1, -1, 0, 0, 0},     {"u128_trace", 128, 16, 1, -2, 0, 0, 0},
+    {"trace_h128", 128, 128, 1, -1, 0, 0, 0},
+    {"b1_32k_h16", 1, 16, 1, 32768, 0, 0, 0},  {"b1_32k_h128", 1, 128, 1, 32768, 0, 0, 0},
+    {"mla_fp8_h128_q1_b128_kv4096", 128, 128, 1, 4096, 0, 1, 0},
+    {"mla_fp8_h128_q2_b128_kv4096", 128, 128, 2, 4096, 0, 1, 0},
+    {"mla_fp8_h16_q1_b128_kv4096", 128, 16, 1, 4096, 0, 1, 0},
+    {"mla_fp8_b1_kv32768_h128", 1, 128, 1, 32768, 0, 1, 0},
+    {"mla_sparse_top2048_h128_q2", 64, 128, 2, 32768, 0, 0, 2048},
+    {"mla_sparse_fp8_top2048_h128_q2", 64, 128, 2, 32768, 0, 1, 2048},
 };
 
 typedef struct cfg {
@@ -84,37 +106,13 @@ typedef struct cfg {
     int l2_pages;  /* > 0: consumer-rate probe, see main */
 } cfg;
 
-/* fp64 check of request b alone: a one-request sub-batch whose views start at b's rows. */
+/* fp64 check of request b alone (mla_case_reference_request: a one-request sub-batch, or
+ * a sparse request's gathered rows), at the case's tolerance. */
 static int check_request(void *ctx, int32_t b, double *worst, char *msg, size_t cap) {
     mla_case *c = (mla_case *)ctx;
-    const int64_t H = c->o.heads, q0 = c->q_offset[b], ql = c->fb.q_lens[b];
-    fi_batch sub = c->fb.batch;
-    sub.batch_size = 1;
-    sub.block_tables = c->fb.page_table + (int64_t)b * c->P;
-    sub.seq_lens = c->fb.kv_lens + b;
-    fi_caps caps = mla_caps(&c->o, 1, (int32_t)ql, c->num_pages);
-    fi_attn_args a = mla_case_args(c, 0);
-    a.q.data = c->h_q + q0 * H * MLA_D_QK;
-    a.q_rope.data = c->h_q + q0 * H * MLA_D_QK + MLA_D_CKV;
-    a.q.shape[0] = a.q_rope.shape[0] = ql;
-    a.page_table.shape[0] = 1;
-    a.page_table.data = (void *)sub.block_tables;
-    a.out.data = c->ref_out + q0 * H * MLA_D_CKV;
-    a.out.shape[0] = ql;
-    a.lse.data = c->ref_lse + q0 * H;
-    a.lse.shape[0] = ql;
-    fi_status st = fi_naive_attention(&caps, &sub, &a);
-    if (st != FI_OK) {
-        mla_msg(msg, cap, "fi_naive_attention request %d: %s", b, fi_status_name(st));
-        return -1;
-    }
+    if (mla_case_reference_request(c, b, msg, cap)) return -1;
     double wl = 0;
-    return mla_case_compare(c, b, b + 1, 1e-2, worst, &wl, msg, cap);
-}
-
-/* The bench's cases are bf16 (run_case). */
-static double out_value(const void *c, int64_t i) {
-    return mla_bf16_to_f32(((const mla_case *)c)->h_out[i]);
+    return mla_case_compare(c, b, b + 1, mla_case_tol(&c->o), worst, &wl, msg, cap);
 }
 
 /* fi_run once on poisoned outputs; every element finite; requests first, last and longest
@@ -122,7 +120,7 @@ static double out_value(const void *c, int64_t i) {
 static int check_case(mla_case *c, char *msg, size_t cap) {
     if (mla_case_run(c, msg, cap) || mla_case_download(c, msg, cap)) return -1;
     const int64_t n = (int64_t)c->tokens * c->o.heads * MLA_D_CKV;
-    if (bench_all_finite(n, out_value, c, msg, cap)) return -1;
+    if (bench_all_finite(n, mla_out_value, c, msg, cap)) return -1;
     return bench_check_requests(c->B, c->fb.kv_lens, check_request, c, msg, cap);
 }
 
@@ -132,19 +130,20 @@ enum { BUF_Q, BUF_KV, BUF_OUT };
 /* The case's run arguments on one input set's buffers (the concatenated cache: rope views
  * at +512). */
 static fi_attn_args set_args(const void *ctx, void *const *buf) {
-    fi_attn_args a = mla_case_args((const mla_case *)ctx, 1);
+    const mla_case *c = (const mla_case *)ctx;
+    fi_attn_args a = mla_case_args(c, 1);
     a.q.data = buf[BUF_Q];
-    a.q_rope.data = (uint16_t *)buf[BUF_Q] + MLA_D_CKV;
+    a.q_rope.data = mla_at(buf[BUF_Q], MLA_D_CKV, c->q_es);
     a.k.data = buf[BUF_KV];
-    a.k_rope.data = (uint16_t *)buf[BUF_KV] + MLA_D_CKV;
+    a.k_rope.data = mla_at(buf[BUF_KV], MLA_D_CKV, c->kv_es);
     a.out.data = buf[BUF_OUT];
     return a;
 }
 
 static bench_inputs case_inputs(mla_case *c) {
     bench_inputs in = bench_inputs_make(c->plan, c->stream, set_args, c);
-    bench_inputs_buf(&in, BUF_Q, c->d_q, (size_t)c->n_q * 2, 1);
-    bench_inputs_buf(&in, BUF_KV, c->d_kv, (size_t)c->n_kv * 2, 1);
+    bench_inputs_buf(&in, BUF_Q, c->d_q, (size_t)(c->n_q * c->q_es), 1);
+    bench_inputs_buf(&in, BUF_KV, c->d_kv, (size_t)(c->n_kv * c->kv_es), 1);
     bench_inputs_buf(&in, BUF_OUT, c->d_out, c->out_bytes, 0);
     return in;
 }
@@ -296,7 +295,10 @@ typedef struct hook_ctx {
 
 static int hook_l2_probe(void *ctx, char *msg, size_t cap) {
     const hook_ctx *h = (const hook_ctx *)ctx;
-    return h->g->l2_pages > 0 ? l2_probe_pages(h->c, h->g->l2_pages, msg, cap) : 0;
+    /* dense page tables only: a sparse table's entries are slots, not page ids */
+    return h->g->l2_pages > 0 && h->c->o.sparse_top_k == 0
+               ? l2_probe_pages(h->c, h->g->l2_pages, msg, cap)
+               : 0;
 }
 
 #ifdef FI_PROFILE
@@ -327,6 +329,8 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     o.causal = bc->q_len > 1;
     o.num_ctas = g->b.ctas;
     o.return_lse = 0;
+    if (bc->fp8) o.q_dtype = o.kv_dtype = FI_DTYPE_E4M3; /* out bf16 */
+    o.sparse_top_k = bc->sparse_top_k;
     mla_case c;
     int rc = mla_case_init(&c, &o, q, kv, bc->batch, rng, msg, cap);
     if (rc) {
@@ -335,23 +339,36 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
         free(kv);
         return -1;
     }
-    /* bytes and flops of the batch */
+    /* bytes and flops of the batch: KV bytes at the cache's element size (576 a token for
+     * fp8); a sparse batch reads the keys each query token lists */
     double kv_tokens = 0, flops = 0;
     for (int32_t b = 0; b < bc->batch; b++) {
+        if (o.sparse_top_k > 0) {
+            for (int32_t i = 0; i < q[b]; i++) {
+                const int32_t *row = c.h_sparse + (int64_t)(c.q_offset[b] + i) * o.sparse_top_k;
+                double listed = 0;
+                for (int32_t j = 0; j < o.sparse_top_k; j++) listed += row[j] >= 0;
+                kv_tokens += listed;
+                flops += 2.0 * bc->heads * listed * (MLA_D_QK + MLA_D_CKV);
+            }
+            continue;
+        }
         kv_tokens += kv[b];
         for (int32_t i = 0; i < q[b]; i++) {
             double visible = o.causal ? kv[b] - q[b] + i + 1 : kv[b];
             flops += 2.0 * bc->heads * visible * (MLA_D_QK + MLA_D_CKV);
         }
     }
-    double bytes = kv_tokens * MLA_D_QK * 2 + (double)c.tokens * bc->heads * MLA_D_QK * 2 +
-                   (double)c.out_bytes;
+    double bytes = kv_tokens * MLA_D_QK * (double)c.kv_es +
+                   (double)c.tokens * bc->heads * MLA_D_QK * (double)c.q_es + (double)c.out_bytes;
     fi_plan_view v;
     fi_plan_get_view(c.plan, &v);
     const double kv_read = bench_plan_kv_reads(&v);
-    printf("# %s: B=%d H=%d q_len=%d page_size=%d kv mean %.0f max %d; plan: ctas %d items %d "
-           "groups %d kv_chunk %d balance %.3f kv reads/unique %.2f\n", bc->name, bc->batch,
-           bc->heads, bc->q_len, o.page_size, kv_tokens / bc->batch, c.fb.max_kv_len,
+    printf("# %s: B=%d H=%d q_len=%d page_size=%d kv mean %.0f max %d q %s kv %s out %s "
+           "sparse_top_k %d; plan: ctas %d items %d groups %d kv_chunk %d balance %.3f kv "
+           "reads/unique %.2f\n", bc->name, bc->batch, bc->heads, bc->q_len, o.page_size,
+           kv_tokens / bc->batch, c.fb.max_kv_len, gc_dtype_name(mla_q_dtype(&o)),
+           gc_dtype_name(mla_kv_dtype(&o)), gc_dtype_name(mla_o_dtype(&o)), o.sparse_top_k,
            v.num_ctas, v.header->num_items, v.header->num_groups, v.header->kv_chunk,
            fi_plan_balance(c.plan), kv_tokens > 0 ? kv_read / kv_tokens : 0.0);
     rc = check_case(&c, msg, cap);
@@ -420,7 +437,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
-            fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
+            fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case NAME] "
                             "[--read-tbps X] [--tflops Y] [--ctas N] [--uniform B:KV ...] "
                             "[--trace B[:H] ...] [--trace-step S]\n");
             return 2;
@@ -438,7 +455,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             snprintf(extra_name[n_extra], sizeof extra_name[0], "u%d_%d", b, k);
-            extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, k, 0};
+            extra[n_extra] = (bench_case){extra_name[n_extra], b, 16, 1, k, 0, 0, 0};
             n_extra++;
         } else if (!strcmp(a, "--trace")) {
             /* extra case: the trace decode snapshot of B requests, q_len 1, heads H (B or
@@ -452,7 +469,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             snprintf(extra_name[n_extra], sizeof extra_name[0], "trace%d_h%d", b, h);
-            extra[n_extra] = (bench_case){extra_name[n_extra], b, h, 1, -1, 0};
+            extra[n_extra] = (bench_case){extra_name[n_extra], b, h, 1, -1, 0, 0, 0};
             n_extra++;
         } else {
             fprintf(stderr, "bench_mla: unknown option %s\n", a);
@@ -475,8 +492,13 @@ int main(int argc, char **argv) {
     _Static_assert(sizeof CASES / sizeof CASES[0] <= MAX_EXTRA, "gbps holds every case");
     double gbps[MAX_EXTRA][2]; /* b2b, flush GB/s of list[i]; 0 where not run */
     memset(gbps, 0, sizeof gbps);
+    /* --case: an exact name selects that case alone, else every name containing it */
+    int exact = 0;
+    for (size_t i = 0; g.b.only && i < n_list; i++) exact |= !strcmp(list[i].name, g.b.only);
     for (size_t i = 0; i < n_list; i++) {
-        if (g.b.only && !strstr(list[i].name, g.b.only)) continue;
+        if (g.b.only && (exact ? strcmp(list[i].name, g.b.only) != 0
+                               : !strstr(list[i].name, g.b.only)))
+            continue;
         if (run_case(&list[i], &g, flush, flush_bytes, &rng, &header, gbps[i])) failed = 1;
     }
     if (!n_extra) /* the issue's trace bar, against both uniform references */

@@ -55,6 +55,14 @@ if [ "$MODE" != quick ] && [ -x "$TEST" ]; then
     done
     done
   done
+  # the fp8 cache and sparse top-k small cases (tests/gpu/test_mla_fp8_gpu.c; the wgmma body)
+  for filter in sanitize_fp8_small_case sanitize_sparse_small_case; do
+    for tool in memcheck racecheck; do
+      FI_GPU_TEST_FILTER=$filter timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+        build/tests/gpu/test_mla_fp8_gpu > "$OUT/san_${filter}_$tool.log" 2>&1
+      sum "$tool $filter rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${filter}_$tool.log" | tail -1)"
+    done
+  done
 fi
 
 # 4. benches: ceilings + bench_mla (the table for BENCHMARKS.md), then split granularity of

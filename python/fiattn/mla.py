@@ -12,9 +12,13 @@ LSE-weighted in-kernel merge, Dao et al. 2023) and its persistent sm_90a MLA ker
 (FlashAttention-2 online softmax, FlashMLA-style decode); the CPU path runs the same plan
 in the C reference executor (fi_ref_run).
 
-GPU today: bf16 / fp16 q, cache and out (same dtype).  fp8 caches raise
+GPU today: bf16 / fp16 q, cache and out (same dtype); an fp8 e4m3 cache with an fp8 e4m3,
+bf16 or fp16 q and a bf16 out (fp16 matmuls in the kernel; the caller folds the
+dequantisation scales into bmm1_scale / bmm2_scale); sparse top-k attention
+(sparse_mla_top_k > 0, bf16 / fp16 or fp8 cache).  Other dtype combinations raise
 FiattnNotImplementedError (a NotImplementedError), never a wrong result.
-CPU tensors (fp32 / fp16 / bf16) run on the CPU reference executor with a host plan.
+CPU tensors (fp32 / fp16 / bf16, fp8 widened exactly) run on the CPU reference executor
+with a host plan.
 """
 import ctypes
 import math
@@ -34,8 +38,13 @@ _FAMILY = "MLA decode"
 _NUM = (float, int)
 
 
-def _mla_caps(num_pages, page_size, heads, q_dt, kv_dt, o_dt, num_ctas):
+# fiattn.h FI_LIMIT_SPARSE_TOP_K: keys a query token of a sparse plan may list
+SPARSE_TOP_K_LIMIT = 1 << 17
+
+
+def _mla_caps(num_pages, page_size, heads, q_dt, kv_dt, o_dt, num_ctas, sparse_top_k=0):
     c = C.fi_caps()
+    c.sparse_top_k = sparse_top_k
     c.kind = C.FI_KIND_MLA_DECODE
     c.num_pages = num_pages
     c.page_size = page_size
@@ -68,6 +77,21 @@ def _host_i32(x):
     return x if x.is_contiguous() else x.contiguous()
 
 
+def _check_sparse_table(bt, device, B, qlen, K):
+    """The sparse top-k table: int32 [B, q_len, K] or [B * q_len, K], contiguous, on the
+    query's device; entries are flat KV slots (page * page_size + offset), -1 = no key.
+    TypeError / ValueError otherwise."""
+    t = torch()
+    check_tensor(bt, "block_tables", (t.int32,), device, (2, 3))
+    want = (B, qlen, K) if bt.dim() == 3 else (B * qlen, K)
+    if tuple(bt.shape) != want:
+        raise ValueError(f"fiattn: with sparse_mla_top_k {K}, block_tables must be "
+                         f"[batch_size, q_len_per_request, top_k] = {(B, qlen, K)} (or "
+                         f"{(B * qlen, K)}) int32 KV slots, got {tuple(bt.shape)}")
+    if not bt.is_contiguous():
+        raise ValueError("fiattn: a sparse block_tables must be contiguous")
+
+
 def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_nope_head_dim,
                                           kv_lora_rank, qk_rope_head_dim, block_tables,
                                           seq_lens, max_seq_len, sparse_mla_top_k=0, out=None,
@@ -77,12 +101,15 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
 
     Args:
         query: [batch_size, q_len_per_request, num_heads, 576] = q_nope (512) ++ q_pe (64);
-            bf16 / fp16 on the GPU (fp8 e4m3: NotImplementedError), fp32 / fp16 / bf16 on
-            the CPU.  num_heads in {16, 32, 64, 128}; q_len_per_request (MTP depth) 1..8,
-            causal among a request's query rows.  Leading dims must merge into one token
+            on the GPU bf16 / fp16 (the cache's dtype), or, over an fp8 e4m3 cache, fp8
+            e4m3 / bf16 / fp16; on the CPU fp32 / fp16 / bf16 / fp8.  num_heads in
+            {16, 32, 64, 128}; q_len_per_request (MTP depth) 1..8, causal among a
+            request's query rows (dense plans).  Leading dims must merge into one token
             axis without a copy; last dim contiguous.
         kv_cache: [num_pages, page_size, 576] (or [num_pages, 1, page_size, 576]): ckv
-            (512) ++ kpe (64), same dtype as query; page_size in {1, 16, 32, 64, 128}.
+            (512) ++ kpe (64); query's dtype, or fp8 e4m3 (float8_e4m3fn; its dequant scale
+            folded into bmm1_scale / bmm2_scale by the caller); page_size in
+            {1, 16, 32, 64, 128}.
         workspace_buffer: device buffer (any dtype) holding fiattn's plan and split partials;
             at least fiattn.workspace_size(...) bytes for these caps (FlashInfer's 128 MiB is
             plenty for batch <= 1024), 256-byte aligned; need not be zeroed.  Its plan is
@@ -92,14 +119,23 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
         block_tables: int32 [batch_size, max_pages_per_seq] on the query's device,
             contiguous; page indices < num_pages for the pages each request uses (read by
             the kernel only: not checked on the host, no copy, no sync; a CPU tensor is
-            checked by the planner).
+            checked by the planner).  Sparse (sparse_mla_top_k = K > 0): int32
+            [batch_size, q_len_per_request, K] (or [batch_size * q_len_per_request, K]),
+            contiguous: query token (b, i) attends to exactly the keys its row lists, each
+            a flat KV slot page * page_size + offset (FlashInfer's trtllm-gen sparse
+            convention), -1 (any negative) = no key; a row without keys gives zeros.
         seq_lens: int32 / uint32 [batch_size] KV lengths in tokens (the query rows
             included), any device: it is read on the host (a CUDA tensor costs a
             device-to-host copy and a stream synchronisation; pass a CPU tensor to avoid it).
         max_seq_len: accepted for compatibility, not needed (lengths come from seq_lens).
-        sparse_mla_top_k: must be 0 (sparse MLA: NotImplementedError).
+        sparse_mla_top_k: 0 (dense), or K in 1..131072 (fiattn.h FI_LIMIT_SPARSE_TOP_K):
+            sparse top-k MLA (DeepSeek sparse attention) with the K-slot rows of
+            block_tables above; seq_lens are then only checked (>= 0), not used to select
+            keys, and causal masking does not apply.  Planned on the host (also inside
+            fiattn.device_planning()).
         out: optional [batch_size, q_len_per_request, num_heads, 512], written in place
-            (query's dtype; fp8 query: bf16); allocated when None.
+            (query's dtype; fp8 query: bf16; an fp8 cache needs a bf16 out on the GPU);
+            allocated when None.
         bmm1_scale: float, or a one-element float32 device tensor read at run time, the
             full logit scale (softmax scale and any q / k dequantisation); natural units
             (FlashInfer's trtllm-gen backend converts a tensor to log2 units internally,
@@ -114,9 +150,11 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
         out, [batch_size, q_len_per_request, num_heads, 512].
 
     Raises:
-        TypeError / ValueError before any C call (dtype, device, shape, strides);
+        TypeError / ValueError before any C call (dtype, device, shape, strides, a
+        sparse_mla_top_k < 0 or over the limit, a sparse block_tables of another shape);
         FiattnValueError for a batch the C API rejects (fi_status name and request in the
-        message); FiattnNotImplementedError for fp8 or a family not on the GPU yet;
+        message); FiattnNotImplementedError for a dtype combination the executor lacks
+        (e.g. an fp8 cache with a fp16 out, fp8 q over a bf16 cache on the GPU);
         FiattnError otherwise.  Nothing is written when an error is raised.
 
     Graphs: plans are host work and cannot run inside torch.cuda.graph capture; call once
@@ -145,8 +183,11 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
     if kv_lora_rank != 512 or qk_rope_head_dim != 64:
         raise ValueError("fiattn: MLA needs kv_lora_rank 512 and qk_rope_head_dim 64, got "
                          f"{kv_lora_rank} / {qk_rope_head_dim}")
-    if sparse_mla_top_k:
-        raise NotImplementedError("fiattn: sparse MLA (sparse_mla_top_k > 0) is not implemented")
+    if type(sparse_mla_top_k) is bool or not isinstance(sparse_mla_top_k, int):
+        raise TypeError(f"fiattn: sparse_mla_top_k must be an int, got {sparse_mla_top_k!r}")
+    if not 0 <= sparse_mla_top_k <= SPARSE_TOP_K_LIMIT:
+        raise ValueError(f"fiattn: sparse_mla_top_k must be in 0..{SPARSE_TOP_K_LIMIT}, got "
+                         f"{sparse_mla_top_k}")
     if backend not in ("auto", "xqa", "trtllm-gen"):
         raise ValueError(f"fiattn: backend must be 'auto', 'xqa' or 'trtllm-gen', got {backend!r}")
     B, qlen, H, D = query.shape
@@ -163,7 +204,10 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
     if kshape[2] != 576:
         raise ValueError(f"fiattn: kv_cache's last dim must be 576, got {kshape[2]}")
     num_pages, page_size = kshape[0], kshape[1]
-    check_block_tables(block_tables, "block_tables", device, B)
+    if sparse_mla_top_k:
+        _check_sparse_table(block_tables, device, B, qlen, sparse_mla_top_k)
+    else:
+        check_block_tables(block_tables, "block_tables", device, B)
     check_lengths(seq_lens, "seq_lens", B)  # any shape of B elements: read as one row
     o_dt = query.dtype if query.dtype in float_dtypes() else t.bfloat16
     out_alloc = None
@@ -176,19 +220,23 @@ def trtllm_batch_decode_with_kv_cache_mla(query, kv_cache, workspace_buffer, qk_
             raise ValueError(f"fiattn: out must be {(B, qlen, H, 512)}, got {tuple(out.shape)}")
     _mla_block_tables(query, kv_cache, kshape, kstride, workspace_buffer, block_tables,
                       seq_lens, out, bmm1_scale, bmm2_scale, sinks, enable_pdl,
-                      num_ctas_for(device), num_pages, page_size, key, out_alloc)
+                      num_ctas_for(device), num_pages, page_size, key, out_alloc,
+                      sparse_mla_top_k)
     return out
 
 
 def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, seq_lens, out,
                       bmm1_scale, bmm2_scale, sinks, enable_pdl, num_ctas, num_pages,
-                      page_size, key=None, out_alloc=None):
+                      page_size, key=None, out_alloc=None, sparse_top_k=0):
     """Shared by trtllm_batch_decode_with_kv_cache_mla and xqa_mla: query [B, q, H, 576],
     cache viewed as [num_pages, page_size, 576] (kshape / kstride), out [B, q, H, 512].
     key: the caller's call signature (None: not memoised); a successful call records an
-    E.FastCall under it whose tensors are (query, cache, block_tables, seq_lens, out)."""
+    E.FastCall under it whose tensors are (query, cache, block_tables, seq_lens, out).
+    sparse_top_k K > 0: block_tables is the checked top-k table ([B, q, K] or [B * q, K]),
+    passed to fi_run as [B * q, K] (one row a query token) and planned on the host."""
     device = query.device
     B, qlen, H, _ = query.shape
+    table = block_tables.reshape(B * qlen, sparse_top_k) if sparse_top_k else block_tables
     qshape, qstride = token_view(query, "query", 2)
     oshape, ostride = token_view(out, "out", 2)
     args = C.fi_attn_args()
@@ -198,14 +246,15 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
                 [kstride[0], kstride[1], 576, 1])
     fill_tensor(args.k_rope, cache, [num_pages, page_size, 1, 64],
                 [kstride[0], kstride[1], 576, 1], 512)
-    fill_tensor(args.page_table, block_tables, list(block_tables.shape), block_tables.stride())
+    fill_tensor(args.page_table, table, list(table.shape), table.stride())
     args.page_table.dtype = C.FI_DTYPE_I32
     fill_tensor(args.out, out, oshape, ostride)
     keep = (set_scale(args, "bmm1_scale", bmm1_scale, device, "bmm1_scale"),
             set_scale(args, "bmm2_scale", bmm2_scale, device, "bmm2_scale"),
             set_sinks(args, sinks, H, device))
     set_pdl(args, enable_pdl, device)
-    caps = _mla_caps(num_pages, page_size, H, query.dtype, cache.dtype, out.dtype, num_ctas)
+    caps = _mla_caps(num_pages, page_size, H, query.dtype, cache.dtype, out.dtype, num_ctas,
+                     sparse_top_k)
 
     b = C.fi_batch()
     built = []
@@ -218,7 +267,7 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
         b.form = C.FI_FORM_BLOCK_TABLES
         b.batch_size = B
         b.block_tables = bt.data_ptr()
-        b.max_pages_per_seq = block_tables.shape[1]
+        b.max_pages_per_seq = table.shape[1]  # sparse: K
         b.seq_lens = sl.data_ptr()
         b.q_len_per_request = qlen
         b.causal = 1
@@ -239,9 +288,11 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
                                  (args.out, 4, 0)),
                 (query, cache, block_tables, seq_lens, out), 2, 3, B * qlen,
                 out_rows, out_alloc, _FAMILY, dts, device, dev=dev))
+    # sparse plans are host plans (the device planner has no sparse form)
+    dev_batch = None if sparse_top_k else E.block_table_device_batch(
+        device, block_tables, seq_lens, B, qlen, -1, B * qlen)
     E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY, dts, out_rows,
-             record=record, make_device_batch=E.block_table_device_batch(
-                 device, block_tables, seq_lens, B, qlen, -1, B * qlen))
+             record=record, make_device_batch=dev_batch)
     del keep
 
 

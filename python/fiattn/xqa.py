@@ -53,18 +53,20 @@ def xqa_mla(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer,
 
     Args:
         q: [batch_size, beam_width (1), num_q_heads, 576]; num_q_heads 16 / 32 / 64 / 128
-            (the reference: 128 only).  The reference's dtype is fp8 e4m3: on the GPU fp8
-            MLA raises FiattnNotImplementedError (fi_run: FI_ERR_UNSUPPORTED_DTYPE; nothing
-            written), bf16 / fp16 run; on the CPU fp32 / fp16 / bf16 / fp8 e4m3 run.
+            (the reference: 128 only).  The reference's dtype is fp8 e4m3.  On the GPU: fp8
+            e4m3 (float8_e4m3fn), bf16 or fp16 over an fp8 e4m3 cache (fp16 matmuls in the
+            kernel, bf16 output), or bf16 / fp16 with a cache and output of q's dtype; other
+            combinations raise FiattnNotImplementedError (nothing written).  On the CPU
+            fp32 / fp16 / bf16 / fp8 e4m3 (widened exactly).
         k_cache: the concatenated ckv ++ kpe cache, [num_pages * page_size, 576] or
-            [num_pages, page_size, 576] (rows of one page contiguous in token order), q's
-            dtype.
+            [num_pages, page_size, 576] (rows of one page contiguous in token order), fp8
+            e4m3 (the reference's) or q's dtype; element strides (= bytes for fp8).
         v_cache: the same memory as k_cache (MLA's V is the first 512 columns of ckv), last
             dim 512 or 576; a V cache elsewhere raises ValueError (fiattn reads V from K).
         page_table: int32 [batch_size, nb_pages_per_seq], contiguous, on the device.
         seq_lens: uint32 / int32 [batch_size, beam_width] KV lengths; read on the host.
-        output: [batch_size, beam_width, num_q_heads, 512], bf16 (or q's float dtype),
-            written in place.
+        output: [batch_size, beam_width, num_q_heads, 512], written in place: bf16 over
+            an fp8 cache (what the reference writes), else q's dtype.
         workspace_buffer: uint8 device buffer holding fiattn's plan and partials (at least
             fiattn.workspace_size(...) bytes, WorkspaceTooSmallError otherwise).
         semaphores: accepted for compatibility and not touched (fiattn's semaphores live in
@@ -76,7 +78,9 @@ def xqa_mla(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer,
         sm_count: persistent CTAs (None: the device's SM count).
         enable_pdl: None = on for CUDA.
     Raises: TypeError / ValueError before any C call; FiattnValueError (rejected batch);
-        FiattnNotImplementedError (fp8 on the GPU, beam_width > 1); FiattnError.
+        FiattnNotImplementedError (a dtype combination the executor lacks, e.g. an fp8
+        cache with an fp16 output, or fp8 q over a bf16 cache; beam_width > 1);
+        FiattnError.
     Repeat calls with the same tensor layouts, page_size, sm_count and enable_pdl, and float
     scales, reuse the descriptors recorded by the first (data addresses, scales and lengths
     refreshed).

@@ -112,8 +112,7 @@ def test_validation_before_c_call(bad):
                                                              bt, lens, 64, out=out)
         return
     elif bad == "sparse":
-        kw["sparse_mla_top_k"] = 8
-        exc = NotImplementedError
+        kw["sparse_mla_top_k"] = 8  # a dense [B, pages] table is not a [B, q_len, 8] one
     with pytest.raises(exc):
         _call(q, kv, bt, lens, out, **kw)
     assert (out == 0).all()
@@ -168,3 +167,66 @@ def test_cuda_tensor_without_gpu_is_clear():
         pytest.skip("has a GPU")
     with pytest.raises((RuntimeError, AssertionError)):
         torch.empty(1, device="cuda")
+
+
+def _sparse_table(B=2, ql=1, K=8, dtype=torch.int32):
+    """A [B, q_len, K] top-k table of flat KV slots (page * page_size + offset), -1 padded."""
+    t = torch.arange(B * ql * K, dtype=torch.int64).reshape(B, ql, K) % 20
+    t[..., -2:] = -1
+    return t.to(dtype)
+
+
+@pytest.mark.parametrize("bad,exc", [
+    ("negative_k", ValueError), ("k_over_limit", ValueError), ("k_float", TypeError),
+    ("k_bool", TypeError), ("table_int64", TypeError), ("table_2d_dense", ValueError),
+    ("table_wrong_k", ValueError), ("table_wrong_q_len", ValueError),
+    ("table_noncontig", ValueError), ("table_4d", (TypeError, ValueError))])
+def test_sparse_arguments_validated_before_c_call(bad, exc):
+    """sparse_mla_top_k > 0: block_tables must be int32 [B, q_len, K] (or [B * q_len, K]),
+    contiguous; K an int in 0..FI_LIMIT_SPARSE_TOP_K.  Refused before any C call, out
+    untouched."""
+    q, kv, _, lens = _mla_inputs()
+    out = torch.zeros(2, 1, 16, 512)
+    K, bt = 8, _sparse_table()
+    if bad == "negative_k":
+        K = -1
+    elif bad == "k_over_limit":
+        K = fiattn.mla.SPARSE_TOP_K_LIMIT + 1
+    elif bad == "k_float":
+        K = 8.0
+    elif bad == "k_bool":
+        K = True
+    elif bad == "table_int64":
+        bt = bt.long()
+    elif bad == "table_2d_dense":
+        bt = torch.zeros(2, 2, dtype=torch.int32)
+    elif bad == "table_wrong_k":
+        bt = _sparse_table(K=16)
+    elif bad == "table_wrong_q_len":
+        bt = _sparse_table(ql=2)
+    elif bad == "table_noncontig":
+        bt = _sparse_table(K=16)[..., ::2]
+    elif bad == "table_4d":
+        bt = bt[None]
+    with pytest.raises(exc):
+        _call(q, kv, bt, lens, out, sparse_mla_top_k=K)
+    assert (out == 0).all()
+
+
+def test_sparse_table_shapes_accepted_by_validation(monkeypatch):
+    """Both sparse table forms pass the Python checks and reach the C call with
+    caps.sparse_top_k = K and the table as [B * q_len, K] (fi_run's view)."""
+    from fiattn import _engine as E
+    seen = []
+
+    def fake_launch(ws, caps, B, q_tokens, device, make_batch, args, *a, **k):
+        seen.append((caps.sparse_top_k, tuple(args.page_table.shape[:2]), B, q_tokens,
+                     k.get("make_device_batch")))
+        return True
+    monkeypatch.setattr(E, "launch", fake_launch)
+    q = torch.randn(2, 2, 16, 576)
+    kv = torch.randn(8, 16, 576)
+    lens = torch.tensor([20, 5], dtype=torch.int32)
+    for bt in (_sparse_table(ql=2), _sparse_table(ql=2).reshape(4, 8)):
+        _call(q, kv, bt, lens, torch.zeros(2, 2, 16, 512), sparse_mla_top_k=8)
+    assert seen == [(8, (4, 8), 2, 4, None)] * 2

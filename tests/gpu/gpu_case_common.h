@@ -125,6 +125,29 @@ static inline void gc_fill_random_e4m3(uint8_t *p, int64_t n, tt_rng *rng) {
     }
 }
 
+/* Bytes of one element of an input dtype the cases fill: 1 for fp8 e4m3, else 2 (the
+ * 16-bit formats). */
+static inline int64_t gc_elem_bytes(fi_dtype dt) { return dt == FI_DTYPE_E4M3 ? 1 : 2; }
+
+/* Fill n elements of dtype dt at p: fp8 e4m3 random codes (gc_fill_random_e4m3), else
+ * gc_fill_random's 16-bit uniform [-1, 1) values (the same draws as calling it). */
+static inline void gc_fill_random_as(void *p, int64_t n, fi_dtype dt, tt_rng *rng) {
+    if (dt == FI_DTYPE_E4M3) gc_fill_random_e4m3((uint8_t *)p, n, rng);
+    else gc_fill_random((uint16_t *)p, n, dt, rng);
+}
+
+/* Short name of a dtype, for case names and logs. */
+static inline const char *gc_dtype_name(fi_dtype d) {
+    switch (d) {
+    case FI_DTYPE_BF16: return "bf16";
+    case FI_DTYPE_F16: return "f16";
+    case FI_DTYPE_F32: return "f32";
+    case FI_DTYPE_E4M3: return "e4m3";
+    case FI_DTYPE_E2M1: return "nvfp4";
+    default: return "?";
+    }
+}
+
 /* ---- NVFP4: e2m1 values (two a byte, low nibble first) x e4m3 block scales ---------------- */
 
 static inline float gc_e2m1_to_f32(uint8_t nibble) {

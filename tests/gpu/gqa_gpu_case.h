@@ -141,16 +141,7 @@ typedef struct gqa_case {
     float *ref_out, *ref_lse;        /* fp64 truth rounded to fp32 ([tokens, H_q, D], [tokens, H_q]) */
 } gqa_case;
 
-static inline const char *gqa_dtype_name(fi_dtype d) {
-    switch (d) {
-    case FI_DTYPE_BF16: return "bf16";
-    case FI_DTYPE_F16: return "f16";
-    case FI_DTYPE_F32: return "f32";
-    case FI_DTYPE_E4M3: return "e4m3";
-    case FI_DTYPE_E2M1: return "nvfp4";
-    default: return "?";
-    }
-}
+static inline const char *gqa_dtype_name(fi_dtype d) { return gc_dtype_name(d); }
 
 /* The device packing of rows of width w (elements) under (layout, form, pad). */
 static inline gqa_kv_geom gqa_geom(gqa_layout layout, gqa_kv_form form, int64_t pages,

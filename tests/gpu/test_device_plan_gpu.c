@@ -73,27 +73,7 @@ static const gt_family GQA_FAMILY = {gqa_args, gqa_upload, gqa_reference, gqa_co
 static int mla_check_request(void *cp, int32_t b, double *wo, double *wl, char *msg,
                              size_t cap) {
     mla_case *c = (mla_case *)cp;
-    const int64_t H = c->o.heads, q0 = c->q_offset[b], ql = c->fb.q_lens[b];
-    fi_batch sub = c->fb.batch;
-    sub.batch_size = 1;
-    sub.block_tables = c->fb.page_table + (int64_t)b * c->P;
-    sub.seq_lens = c->fb.kv_lens + b;
-    const fi_caps caps = mla_caps(&c->o, 1, (int32_t)ql, c->num_pages);
-    fi_attn_args a = mla_case_args(c, 0);
-    a.q.data = c->h_q + q0 * H * MLA_D_QK;
-    a.q_rope.data = c->h_q + q0 * H * MLA_D_QK + MLA_D_CKV;
-    a.q.shape[0] = a.q_rope.shape[0] = ql;
-    a.page_table.data = (void *)sub.block_tables;
-    a.page_table.shape[0] = 1;
-    a.out.data = c->ref_out + q0 * H * MLA_D_CKV;
-    a.out.shape[0] = ql;
-    a.lse.data = c->ref_lse + q0 * H;
-    a.lse.shape[0] = ql;
-    const fi_status st = fi_naive_attention(&caps, &sub, &a);
-    if (st != FI_OK) {
-        gc_msg(msg, cap, "fi_naive_attention (request %d): %s", b, fi_status_name(st));
-        return -1;
-    }
+    if (mla_case_reference_request(c, b, msg, cap)) return -1;
     return mla_case_compare(c, b, b + 1, MLA_TOL, wo, wl, msg, cap);
 }
 

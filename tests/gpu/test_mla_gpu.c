@@ -19,6 +19,7 @@
  */
 #include "gpu/mla_gpu_case.h"
 #include "gpu/gpu_test_common.h"
+#include "gpu/mla_gt_family.h"
 
 #define TOL 1e-2
 #define MSG 512
@@ -51,42 +52,10 @@ static int32_t pick_kv_len(tt_rng *r, int32_t b, int32_t q_len, int32_t ps, int3
     return v;
 }
 
-/* ---- the case as the shared harness (gpu_test_common.h) sees it ------------------------- */
+/* ---- the case as the shared harness (gpu_test_common.h) sees it: mla_gt_family.h ----- */
 
-static fi_attn_args fam_args(const void *c) { return mla_case_args((const mla_case *)c, 1); }
-static int fam_upload(void *c, char *msg, size_t cap) {
-    return mla_case_upload((mla_case *)c, msg, cap);
-}
-static int fam_reference(void *c, char *msg, size_t cap) {
-    return mla_case_reference((mla_case *)c, msg, cap);
-}
-/* Every request within TOL. */
-static int fam_compare(void *c, double *wo, double *wl, char *msg, size_t cap) {
-    const mla_case *m = (const mla_case *)c;
-    return mla_case_compare(m, 0, m->B, TOL, wo, wl, msg, cap);
-}
-static void fam_name(const void *c, char *buf, size_t cap) {
-    mla_case_name((const mla_case *)c, buf, cap);
-}
-static void fam_free(void *c) { mla_case_free((mla_case *)c); }
-/* The graph loop's fresh q and bmm1 scale. */
-static void fam_new_step_inputs(void *c, tt_rng *rng) {
-    mla_case *m = (mla_case *)c;
-    mla_fill_random(m->h_q, m->n_q, m->o.dtype, rng);
-    m->bmm1_scale = 0.05f + 0.1f * (tt_rng_float(rng) + 1.0f) * 0.5f;
-}
-
-/* (no unsupported callback: the MLA family runs every case its caps accept) */
-/* In gt_family's order: args, upload, reference, compare, name, free, new_step_inputs,
- * unsupported. */
-static const gt_family MLA_FAMILY = {fam_args, fam_upload, fam_reference, fam_compare,
-                                     fam_name, fam_free, fam_new_step_inputs, NULL};
-
-/* The case as the shared tests see it (taken after init). */
-static gt_case gt(mla_case *c) {
-    return gt_case_make(c, &MLA_FAMILY, c->plan, c->stream, &c->fb, c->B, c->P, c->num_pages,
-                        mla_case_outputs(c));
-}
+/* The case as the shared tests see it (taken after init; rows within MLA_GT_TOL = TOL). */
+static gt_case gt(mla_case *c) { return mla_gt(c); }
 
 /* Run c once, or twice (runs 2: without, then with PDL; bitwise identical), compare the
  * last run with the fp64 reference, print; on failure free c and fail the test. */
@@ -237,8 +206,10 @@ static void check_rows_sampled(const mla_case *c, tt_rng *rng) {
         kp[s2 + 1] = kp[s2] + np;
         memcpy(ki + kp[s2], kvi + kvp[b], (size_t)np * 4);
         const int64_t t = c->q_offset[b] + ri[s2];
-        memcpy(q + s2 * H * MLA_D_CKV, c->h_q + t * H * MLA_D_CKV, (size_t)H * MLA_D_CKV * 2);
-        memcpy(qr + s2 * H * MLA_D_KPE, c->h_qr + t * H * MLA_D_KPE, (size_t)H * MLA_D_KPE * 2);
+        memcpy(q + s2 * H * MLA_D_CKV, (const uint16_t *)c->h_q + t * H * MLA_D_CKV,
+               (size_t)H * MLA_D_CKV * 2);
+        memcpy(qr + s2 * H * MLA_D_KPE, (const uint16_t *)c->h_qr + t * H * MLA_D_KPE,
+               (size_t)H * MLA_D_KPE * 2);
     }
     fi_batch bt = c->fb.batch;
     bt.batch_size = S;
@@ -475,23 +446,10 @@ static void mla_graph_decode_loop_follows_trace_every_step(void **state) {
     (void)state;
     REQUIRE_GPU();
     tt_rng rng = gt_test_rng(6);
-    static gt_loop_trace t;
-    gt_loop_trace_pick(&t, &rng);
-    const int32_t P = (t.max_kv + LOOP_PS - 1) / LOOP_PS;
     mla_opts o = default_opts(LOOP_H, LOOP_PS, FI_FORM_BLOCK_TABLES);
     o.sinks = 1;
     o.scale_ptr = 1; /* the graph must follow a new bmm1 scale written each step */
-    int32_t q1[LOOP_B], kv_full[LOOP_B];
-    for (int b = 0; b < LOOP_B; b++) {
-        q1[b] = 1;
-        kv_full[b] = P * LOOP_PS; /* the case's own batch: every slot's full page row */
-    }
-    mla_case c;
-    char msg[MSG];
-    if (mla_case_init(&c, &o, q1, kv_full, LOOP_B, &rng, msg, sizeof msg))
-        fail_msg("init: %s", msg);
-    const gt_case g = gt(&c);
-    gt_graph_decode_loop(&g, &t, P, &rng);
+    mla_gt_graph_decode_loop(o, &rng);
 }
 
 /* ---- PDL: two chained launches (layer 2 reads layer 1's output as q_nope) --------------- */
@@ -705,7 +663,7 @@ static void mla_rows32_variant_matches_reference(void **state) {
 /* Element d (of 576) of the concatenated cache row of key t of request b. */
 static uint16_t *kv_at(mla_case *c, int32_t b, int32_t t, int32_t d) {
     const int64_t page = c->fb.page_table[(int64_t)b * c->P + t / c->o.page_size];
-    return c->h_kv + (page * c->o.page_size + t % c->o.page_size) * MLA_D_QK + d;
+    return (uint16_t *)c->h_kv + (page * c->o.page_size + t % c->o.page_size) * MLA_D_QK + d;
 }
 
 /* NaN in q, NaN in the rope part of K, +inf in it, and a NaN in a request split across
@@ -722,7 +680,7 @@ static void mla_nonfinite_inputs_follow_the_policy(void **state) {
     char msg[MSG];
     if (mla_case_init(&c, &o, ql, kv, 4, &rng, msg, sizeof msg)) fail_msg("init: %s", msg);
     const int64_t H = 16;
-    c.h_q[((int64_t)c.q_offset[0] * H + 3) * MLA_D_QK + 5] = BF16_NAN; /* request 0, head 3 */
+    ((uint16_t *)c.h_q)[((int64_t)c.q_offset[0] * H + 3) * MLA_D_QK + 5] = BF16_NAN; /* request 0, head 3 */
     *kv_at(&c, 1, 17, 520) = BF16_NAN;   /* request 1: every head */
     *kv_at(&c, 2, 40, 560) = BF16_PINF;  /* request 2: heads by the sign of q */
     *kv_at(&c, 3, 3500, 530) = BF16_NAN; /* request 3, split: every head */

@@ -109,19 +109,6 @@ def test_xqa_mla_bf16(ws):
     assert rel_err(out.cpu().reshape(B, H, 512), ref) < TOL
 
 
-def test_xqa_mla_fp8_not_implemented(ws):
-    if not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip("no fp8 dtype")
-    q = torch.zeros(2, 1, 128, 576, device=DEV, dtype=torch.float8_e4m3fn)
-    cache = torch.zeros(128, 576, device=DEV, dtype=torch.float8_e4m3fn)
-    out = torch.full((2, 1, 128, 512), 3.0, dtype=torch.bfloat16, device=DEV)
-    with pytest.raises(NotImplementedError):
-        fiattn.xqa.xqa_mla(q, cache, cache, torch.zeros(2, 2, dtype=torch.int32, device=DEV),
-                           torch.ones(2, 1, dtype=torch.int32, device=DEV), out, ws,
-                           torch.zeros(8, dtype=torch.int32, device=DEV), 64)
-    assert (out == 3.0).all()
-
-
 @pytest.mark.parametrize("causal,ql", [(False, 1), (True, 3), (True, 40)])
 def test_mla_wrapper(ws, causal, ql):
     """Decode, MTP and (ql 40) incremental prefill: query blocks longer than the decode

@@ -1,0 +1,358 @@
+/*
+ * tests/gpu/test_mla_fp8_gpu.c - the MLA wgmma body's fp8 e4m3 KV caches and sparse top-k
+ * plans (fi_run) against the fp64 reference, on the GPU machine.  Every test skips without
+ * a device.
+ *
+ * fp8: caps.kv_dtype E4M3 (ckv / kpe caches of random e4m3 codes, |x| < 2), q e4m3 or
+ * bf16 (fp16 in one case), out bf16; the truth is fi_naive_attention on the same bytes
+ * (fp8 widened exactly, no scale of its own: bmm1 / bmm2 carry it, as the reference APIs'
+ * callers fold q_scale * kv_scale and kv_scale).  Tolerance per (token, head) row
+ * ||out - ref|| / ||ref|| <= 2e-2 (MLA_TOL_FP8: the kernel's matmuls are fp16, a bf16 q
+ * and P are rounded to fp16), lse within 2e-2; every case prints its worst row error.
+ * Sparse (fiattn.h fi_caps.sparse_top_k): top-k tables of flat KV slots drawn from each
+ * request's own positions, with -1 padding, rows all -1 and rows shared between a
+ * request's query tokens (tests/gpu/mla_gpu_case.h); the truth gathers each query token's
+ * listed keys into a dense cache and runs the dense reference on it, so it does not
+ * depend on the library's sparse planning.  Rows without keys must be exact zeros with
+ * lse -inf (or the sink's lse).
+ * Outputs are poisoned with NaN before every run; a NaN left anywhere fails.  Refused
+ * arguments must write nothing (out / lse keep the poison bytes).
+ *
+ * Fresh random inputs each run; the seed is printed and FI_TEST_SEED=<seed> replays it.
+ * One small case each for compute-sanitizer (split pieces and merges included):
+ *   FI_GPU_TEST_FILTER=sanitize_fp8_small_case compute-sanitizer --tool memcheck \
+ *       build/tests/gpu/test_mla_fp8_gpu
+ *   FI_GPU_TEST_FILTER=sanitize_sparse_small_case compute-sanitizer --tool memcheck \
+ *       build/tests/gpu/test_mla_fp8_gpu
+ * (racecheck likewise; the filter is a cmocka glob over test names).
+ */
+#include "gpu/mla_gpu_case.h"
+#include "gpu/gpu_test_common.h"
+#include "gpu/mla_gt_family.h"
+
+#define MSG 512
+#define E4M3 FI_DTYPE_E4M3
+#define BF16 FI_DTYPE_BF16
+
+/* An fp8 case's options: cache e4m3, q qdt, out bf16, lse on. */
+static mla_opts fp8_opts(fi_dtype qdt, int32_t heads, int32_t page_size, fi_batch_form form) {
+    mla_opts o;
+    memset(&o, 0, sizeof o);
+    o.dtype = BF16; /* what a 0 in the dtypes below would mean; out is bf16 */
+    o.q_dtype = qdt;
+    o.kv_dtype = E4M3;
+    o.heads = heads;
+    o.page_size = page_size;
+    o.form = form;
+    o.return_lse = 1;
+    return o;
+}
+
+/* Build, run (twice: PDL off then on, bitwise identical, when runs is 2), check against the
+ * reference and print the case with its worst row errors; fails the test on a mismatch. */
+static void build_and_check(const mla_opts *o, const int32_t *q, const int32_t *kv, int32_t n,
+                            int runs, tt_rng *rng) {
+    mla_case c;
+    char msg[MSG];
+    if (mla_case_init(&c, o, q, kv, n, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+    const gt_case g = mla_gt(&c);
+    gt_check(&g, runs);
+    mla_case_free(&c);
+}
+
+/* ---- small cases for compute-sanitizer ------------------------------------------------ */
+
+/* fp8 q and cache, heads 16 on 8 CTAs: two requests cut into merged pieces, sinks, lse. */
+static void sanitize_fp8_small_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(201);
+    mla_opts o = fp8_opts(E4M3, 16, 32, FI_FORM_BLOCK_TABLES);
+    o.num_ctas = 8;
+    o.sinks = 1;
+    const int32_t q[2] = {1, 1}, kv[2] = {700, 900};
+    mla_case c;
+    char msg[MSG];
+    if (mla_case_init(&c, &o, q, kv, 2, &rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+    const gt_case g = mla_gt(&c);
+    gt_require_splits(&g, 2);
+    gt_check(&g, 1);
+    mla_case_free(&c);
+}
+
+/* Sparse, bf16, heads 16, q_len 2, K 64 on 4 CTAs: -1 padding, a row without keys. */
+static void sanitize_sparse_small_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(202);
+    mla_opts o = fp8_opts(BF16, 16, 32, FI_FORM_BLOCK_TABLES);
+    o.kv_dtype = 0; /* bf16 cache */
+    o.causal = 1;
+    o.num_ctas = 4;
+    o.sparse_top_k = 64;
+    o.sparse_pad = 20;
+    o.sparse_empty_every = 3;
+    const int32_t q[2] = {2, 2}, kv[2] = {50, 500};
+    build_and_check(&o, q, kv, 2, 1, &rng);
+}
+
+/* ---- fp8: every head count, q_len 1 / 2 / 4, both q dtypes ------------------------------ */
+
+/* kv_len of request b (of a case with q_len ql and page size ps): 0 for request 0 of a
+ * non-causal case (an empty request next to full ones), one key, a page boundary, or up
+ * to 1500 (splits on the few-CTA cases). */
+static int32_t fp8_kv_len(tt_rng *r, int32_t b, int32_t ql, int32_t ps, int causal) {
+    const int32_t v = b == 0 ? (causal ? ql : 0)
+                    : b == 1 ? (ql > 1 ? ql : 1)
+                    : b == 2 ? ps + tt_rng_int(r, -1, 1)
+                             : tt_rng_int(r, ql, 1500);
+    return causal && v < ql ? ql : v;
+}
+
+/* One case per (heads, q_len, q dtype); options rotate over the case index: page size
+ * (16 / 32 / 64 / 128), concatenated (BLOCK_TABLES) or split (INDPTR) caches, sinks, lse,
+ * scales by value or by device pointer, CTAs (the device's count or 3..17: splits),
+ * causal (q_len 4 also non-causal, with an empty request). */
+static void mla_fp8_matches_reference_every_shape(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(203);
+    const int32_t heads[4] = {16, 32, 64, 128}, qls[3] = {1, 2, 4}, pss[4] = {16, 32, 64, 128};
+    int idx = 0, n_split = 0;
+    for (int ih = 0; ih < 4; ih++)
+        for (int iq = 0; iq < 3; iq++)
+            for (int qd = 0; qd < 2; qd++, idx++) {
+                const int32_t ql = qls[iq];
+                mla_opts o = fp8_opts(qd ? BF16 : E4M3, heads[ih], pss[(idx + ih) % 4],
+                                      (idx >> 1) & 1 ? FI_FORM_INDPTR : FI_FORM_BLOCK_TABLES);
+                o.causal = ql > 1 && !(ql == 4 && qd);
+                o.sinks = (idx % 3) == 1;
+                o.return_lse = idx % 5 != 4;
+                o.scale_ptr = ((idx >> 2) ^ idx) & 1;
+                o.num_ctas = idx % 3 == 0 ? 0 : 3 + (idx * 5) % 15;
+                o.contig_pages = idx % 7 == 3;
+                const int32_t B = heads[ih] >= 64 ? 4 : 6; /* the fp64 reference's time */
+                int32_t q[6], kv[6];
+                for (int32_t b = 0; b < B; b++) {
+                    q[b] = ql;
+                    kv[b] = fp8_kv_len(&rng, b, ql, o.page_size, o.causal);
+                }
+                mla_case c;
+                char msg[MSG];
+                if (mla_case_init(&c, &o, q, kv, B, &rng, msg, sizeof msg))
+                    fail_msg("init: %s", msg);
+                n_split += plan_split_stats(c.plan).groups > 0;
+                const gt_case g = mla_gt(&c);
+                gt_check(&g, idx % 4 == 0 ? 2 : 1);
+                mla_case_free(&c);
+            }
+    print_message("  %d fp8 cases, %d with merged splits\n", idx, n_split);
+    assert_true(n_split > 0);
+}
+
+/* fp16 q over an fp8 cache (the third q type the body converts), and the wgmma row named
+ * explicitly (caps.variant 3) instead of the default. */
+static void mla_fp8_f16_q_and_explicit_wgmma_row(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(204);
+    const int32_t q[3] = {2, 2, 2}, kv[3] = {2, 333, 1500};
+    mla_opts o = fp8_opts(FI_DTYPE_F16, 64, 64, FI_FORM_BLOCK_TABLES);
+    o.causal = 1;
+    o.sinks = 1;
+    build_and_check(&o, q, kv, 3, 2, &rng);
+    o = fp8_opts(E4M3, 32, 16, FI_FORM_INDPTR);
+    o.variant = 3;
+    o.num_ctas = 5;
+    build_and_check(&o, q, kv, 3, 1, &rng);
+}
+
+/* A batch of empty requests (kv_len 0, non-causal) between full ones, and one with every
+ * request empty: zeros, lse -inf or the sink's; both q dtypes, few CTAs. */
+static void mla_fp8_empty_requests_write_zeros(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(205);
+    for (int k = 0; k < 4; k++) {
+        mla_opts o = fp8_opts(k & 1 ? BF16 : E4M3, k & 2 ? 128 : 16, 32, FI_FORM_BLOCK_TABLES);
+        o.sinks = k == 3;
+        o.num_ctas = 6;
+        int32_t q[4], kv[4];
+        for (int32_t b = 0; b < 4; b++) {
+            q[b] = 1 + (k & 1);
+            kv[b] = k == 2 || b % 2 == 0 ? 0 : tt_rng_int(&rng, 1, 1200);
+        }
+        build_and_check(&o, q, kv, 4, 2, &rng);
+    }
+}
+
+/* The CUDA graph decode loop of the MLA suite (gt_graph_decode_loop: one capture, 64
+ * replays following the trace's lengths, fresh q and bmm1 scale each step) over an fp8
+ * cache with fp8 q, sinks and scales by pointer. */
+static void mla_fp8_graph_decode_loop_follows_trace(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(206);
+    mla_opts o = fp8_opts(E4M3, 16, LOOP_PS, FI_FORM_BLOCK_TABLES);
+    o.sinks = 1;
+    o.scale_ptr = 1;
+    mla_gt_graph_decode_loop(o, &rng);
+}
+
+/* ---- fp8: refused arguments ------------------------------------------------------------ */
+
+/* A case of options o (heads 16, q_len 1, three requests), poisoned and synchronised. */
+static void open_poisoned(mla_case *c, const mla_opts *o, tt_rng *rng) {
+    const int32_t q[3] = {1, 1, 1}, kv[3] = {100, 17, 300};
+    char msg[MSG];
+    if (mla_case_init(c, o, q, kv, 3, rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+    assert_int_equal(mla_case_poison(c, msg, sizeof msg), 0);
+    assert_int_equal(cudaStreamSynchronize(c->stream), cudaSuccess);
+}
+
+/* fi_run of c with arguments a (the case's own, or one member broken) must return want,
+ * and out / lse must still hold the poison. */
+static void expect_refused(mla_case *c, const fi_attn_args *a, fi_status want, const char *what) {
+    const gt_case g = mla_gt(c);
+    gt_expect_status(&g, a, want, what);
+    gt_expect_untouched(&g);
+}
+
+/* An fp8 cache with out f16, on the mma.sync row (variant 4), tensors whose dtype is not
+ * the caps' (k / k_rope bf16 under an fp8 cache, q bf16 under fp8 q, k e4m3 under a bf16
+ * cache): FI_ERR_UNSUPPORTED_DTYPE before any launch, nothing written. */
+static void mla_fp8_bad_dtypes_refused_and_nothing_written(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(207);
+    mla_case c;
+    fi_attn_args a;
+
+    mla_opts o = fp8_opts(E4M3, 16, 16, FI_FORM_BLOCK_TABLES);
+    o.o_dtype = FI_DTYPE_F16;
+    open_poisoned(&c, &o, &rng);
+    a = mla_case_args(&c, 1);
+    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "kv e4m3 with out f16");
+    mla_case_free(&c);
+
+    o = fp8_opts(BF16, 16, 16, FI_FORM_BLOCK_TABLES);
+    o.variant = 4; /* the mma.sync body: no fp8 path */
+    open_poisoned(&c, &o, &rng);
+    a = mla_case_args(&c, 1);
+    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "kv e4m3 on variant 4 (mma.sync)");
+    mla_case_free(&c);
+
+    o = fp8_opts(E4M3, 32, 16, FI_FORM_INDPTR);
+    open_poisoned(&c, &o, &rng);
+    const fi_attn_args good = mla_case_args(&c, 1);
+    a = good; a.k.dtype = BF16;
+    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "k bf16 under an e4m3 cache");
+    a = good; a.k_rope.dtype = BF16;
+    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "k_rope bf16 under an e4m3 cache");
+    a = good; a.q.dtype = BF16;
+    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "q bf16 under e4m3 q caps");
+    a = good; a.out.dtype = FI_DTYPE_F16;
+    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "out f16 under bf16 out caps");
+    mla_case_free(&c);
+
+    o = fp8_opts(BF16, 32, 16, FI_FORM_BLOCK_TABLES);
+    o.kv_dtype = 0; /* bf16 cache */
+    open_poisoned(&c, &o, &rng);
+    a = mla_case_args(&c, 1);
+    a.k.dtype = E4M3;
+    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "k e4m3 under a bf16 cache");
+    /* and the case still runs right afterwards */
+    const gt_case g = mla_gt(&c);
+    gt_check(&g, 1);
+    mla_case_free(&c);
+}
+
+/* ---- sparse top-k ------------------------------------------------------------------------- */
+
+typedef struct sparse_variant {
+    fi_dtype q, kv;           /* kv 0: the q dtype (bf16) */
+    int32_t heads, q_len, K, page_size, B, kv_lo, kv_hi;
+    int32_t pad, empty_every, dup, sinks, scale_ptr, num_ctas;
+} sparse_variant;
+
+static const sparse_variant SPARSE_VARIANTS[] = {
+    /* q     kv    H   ql  K     ps  B  kv_lo kv_hi pad empty dup sinks sptr ctas */
+    {BF16, 0,    16,  1, 64,    1,  4,  10,  300,  0,  3,   0,  0,    0,   0},
+    {BF16, 0,    16,  2, 512,   32, 3,  300, 3000, 10, 4,   1,  1,    1,   5},
+    {BF16, 0,    128, 1, 2048,  64, 2,  2500, 5000, 0, 0,   0,  0,    0,   0},
+    {BF16, 0,    128, 2, 64,    64, 3,  40,  200,  25, 5,   0,  1,    0,   7},
+    {E4M3, E4M3, 16,  2, 2048,  32, 2,  1000, 6000, 5, 3,   1,  0,    1,   0},
+    {E4M3, E4M3, 128, 1, 512,   1,  3,  100, 900,  0,  0,   0,  1,    0,   0},
+    {BF16, E4M3, 128, 2, 512,   64, 2,  600, 2000, 50, 2,   0,  0,    1,   9},
+    {BF16, E4M3, 16,  1, 2048,  1,  3,  500, 4000, 0,  0,   1,  0,    0,   0},
+};
+
+/* Every entry of SPARSE_VARIANTS against the gathered reference; kv lengths below K leave
+ * the tail of a row -1 besides the pad percent; rows all -1 (empty_every) must be exact
+ * zeros with lse -inf (or the sink). */
+static void mla_sparse_matches_gathered_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(208);
+    for (size_t i = 0; i < sizeof SPARSE_VARIANTS / sizeof SPARSE_VARIANTS[0]; i++) {
+        const sparse_variant *v = &SPARSE_VARIANTS[i];
+        mla_opts o = fp8_opts(v->q, v->heads, v->page_size, FI_FORM_BLOCK_TABLES);
+        o.kv_dtype = v->kv;
+        o.causal = v->q_len > 1; /* as trtllm decode passes it; a sparse row ignores it */
+        o.sparse_top_k = v->K;
+        o.sparse_pad = v->pad;
+        o.sparse_empty_every = v->empty_every;
+        o.sparse_dup = v->dup;
+        o.sinks = v->sinks;
+        o.scale_ptr = v->scale_ptr;
+        o.num_ctas = v->num_ctas;
+        int32_t q[4], kv[4];
+        for (int32_t b = 0; b < v->B; b++) {
+            q[b] = v->q_len;
+            kv[b] = tt_rng_int(&rng, v->kv_lo, v->kv_hi);
+        }
+        build_and_check(&o, q, kv, v->B, i % 3 == 0 ? 2 : 1, &rng);
+    }
+}
+
+/* A sparse plan on the mma.sync row (caps.variant 4), which has no sparse path: fi_run
+ * refuses it with FI_ERR_SPARSE_UNSUPPORTED and writes nothing (a planner that refuses the
+ * caps already, with the same status, is accepted too). */
+static void mla_sparse_on_mma_sync_row_is_refused(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(209);
+    mla_opts o = fp8_opts(BF16, 16, 32, FI_FORM_BLOCK_TABLES);
+    o.kv_dtype = 0;
+    o.variant = 4;
+    o.sparse_top_k = 64;
+    const int32_t q[2] = {1, 1}, kv[2] = {100, 300};
+    mla_case c;
+    char msg[MSG];
+    if (mla_case_init(&c, &o, q, kv, 2, &rng, msg, sizeof msg)) {
+        if (!strstr(msg, "FI_ERR_SPARSE_UNSUPPORTED")) fail_msg("init: %s", msg);
+        print_message("  refused when planned: %s\n", msg);
+        return;
+    }
+    assert_int_equal(mla_case_poison(&c, msg, sizeof msg), 0);
+    assert_int_equal(cudaStreamSynchronize(c.stream), cudaSuccess);
+    const fi_attn_args a = mla_case_args(&c, 1);
+    expect_refused(&c, &a, FI_ERR_SPARSE_UNSUPPORTED, "sparse plan on variant 4 (mma.sync)");
+    mla_case_free(&c);
+}
+
+int main(void) {
+    gt_begin("test_mla_fp8_gpu");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sanitize_fp8_small_case),
+        cmocka_unit_test(sanitize_sparse_small_case),
+        cmocka_unit_test(mla_fp8_bad_dtypes_refused_and_nothing_written),
+        cmocka_unit_test(mla_fp8_matches_reference_every_shape),
+        cmocka_unit_test(mla_fp8_f16_q_and_explicit_wgmma_row),
+        cmocka_unit_test(mla_fp8_empty_requests_write_zeros),
+        cmocka_unit_test(mla_fp8_graph_decode_loop_follows_trace),
+        cmocka_unit_test(mla_sparse_matches_gathered_reference),
+        cmocka_unit_test(mla_sparse_on_mma_sync_row_is_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
