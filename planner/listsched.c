@@ -50,7 +50,8 @@ FI_PD_STATIC void ls_sort_run(const fi_tile *tiles, int32_t *a, int32_t *tmp, in
 
 /* Is CTA a before CTA b in the heap: less cost, ties the lower index. */
 FI_PD_STATIC inline int ls_less(const int64_t *load, int32_t a, int32_t b) {
-    return load[a] < load[b] || (load[a] == load[b] && a < b);
+    const int64_t la = load[a], lb = load[b];
+    return la < lb || (la == lb && a < b);
 }
 
 FI_PD int64_t fi_list_schedule(const fi_tile *tiles, int32_t num_tiles, int32_t n,

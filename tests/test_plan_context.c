@@ -199,7 +199,7 @@ static void list_schedule_trace_prefill(void **state) {
     fitrace *tr = NULL;
     assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
     enum { BMAX = 64 };
-    int32_t q[BMAX], kv[BMAX], src[BMAX];
+    int32_t q[BMAX] = {0}, kv[BMAX] = {0}, src[BMAX] = {0}; /* outputs of fitrace_prefill */
     const int32_t sizes[4] = {8, 16, 32, 64};
     for (int it = 0; it < 8; it++) {
         const int32_t B = sizes[it % 4], prefix = it & 4 ? 512 : 0;
@@ -223,7 +223,7 @@ static void list_schedule_mixed_chunk_and_decodes(void **state) {
     fitrace *tr = NULL;
     assert_int_equal(fitrace_load_default(NULL, &tr), FITRACE_OK);
     enum { B = 128 };
-    int32_t q[B], kv[B], src[B];
+    int32_t q[B] = {0}, kv[B] = {0}, src[B] = {0}; /* outputs of fitrace_decode */
     for (int it = 0; it < 4; it++) {
         fitrace_lens lens = {B - 1, it & 2 ? q : q + 1, it & 2 ? kv : kv + 1, src};
         assert_int_equal(fitrace_decode(tr, tt_rng_int(&rng, 0, tr->num_requests - 1),
