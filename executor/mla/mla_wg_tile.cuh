@@ -62,10 +62,11 @@ constexpr int kProducerThreads = kProducerWarps * 32;
 /* setmaxnreg: the consumers' increase draws on what the producer released of the CTA's
  * launch allocation (168 registers x 384 threads: __launch_bounds__(384, 1)), so 128 P +
  * 256 C <= 64512, or the consumers wait forever.  40 / 232: both spill-free; an fp8
- * cache's producer holds a block's loads in registers while it converts them and
- * prefetches the next: 72 / 208 (spill-free; 64 / 216 spills 16 bytes). */
-template <bool kFp8> constexpr int kProducerRegs = kFp8 ? 72 : 40;
-template <bool kFp8> constexpr int kConsumerRegs = kFp8 ? 208 : 232;
+ * cache's producer holds two blocks' loads in registers while it converts them:
+ * 104 / 200 (18 bytes spilled, scripts/accepted-spills.txt; one block at 72 / 208 was
+ * spill-free and 2-3% slower). */
+template <bool kFp8> constexpr int kProducerRegs = kFp8 ? 104 : 40;
+template <bool kFp8> constexpr int kConsumerRegs = kFp8 ? 200 : 232;
 static_assert(kProducerThreads * kProducerRegs<false> + 256 * kConsumerRegs<false> <= 168 * 384 &&
                   kProducerThreads * kProducerRegs<true> + 256 * kConsumerRegs<true> <= 168 * 384,
               "setmaxnreg within the launch allocation");
@@ -218,22 +219,6 @@ __device__ __forceinline__ void load_block_e4m3(const fi_mla_params &p, const fi
         v[i] = at.in ? __ldg(reinterpret_cast<const uint4 *>(i < 8 ? ckv + 64 * i : kpe))
                      : make_uint4(0, 0, 0, 0);
 }
-/* An L2 prefetch of block b's rows (lane q of a token: bytes 128 q .. of its ckv row, lane
- * 0 also its kpe row), so load_block_e4m3 of the next step meets L2, not DRAM: the
- * producer holds one block in registers at a time. */
-__device__ __forceinline__ void prefetch_block_e4m3(const fi_mla_params &p, const fi_work_item &it,
-                                                    int b, int pt, int32_t pg) {
-    const int lane = pt & 31, tok = lane >> 2, q = lane & 3;
-    const int t = it.kv_begin + b * kBlockN + kTokPerWarp * (pt >> 5) + tok;
-    const KvAt at = kv_at(p, __shfl_sync(0xffffffffu, pg, tok), t, it.kv_end);
-    if (!at.in)
-        return;
-    const uint8_t *ckv = (const uint8_t *)p.m.ckv + at.page * p.m.ckv_stride_page + at.slot * p.m.ckv_stride_tok;
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ckv + 128 * q));
-    if (q == 0)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"((const uint8_t *)p.m.kpe + at.page * p.m.kpe_stride_page +
-                                                        at.slot * p.m.kpe_stride_tok));
-}
 __device__ __forceinline__ void store_block_e4m3(uint32_t s0, int st, int pt, const uint4 *v) {
     const int lane = pt & 31, row = kTokPerWarp * (pt >> 5) + (lane >> 2), col = (lane & 3) * 16;
     const uint32_t base = s0 + kOffRing + st * kBlockBytes;
@@ -241,6 +226,39 @@ __device__ __forceinline__ void store_block_e4m3(uint32_t s0, int st, int pt, co
     for (int i = 0; i < kE4m3PerLane; ++i) {
         st_shared16(base + i * kKPanel + sw128(row, col), e4m3x8_to_f16x8(make_uint2(v[i].x, v[i].y)));
         st_shared16(base + i * kKPanel + sw128(row, col + 8), e4m3x8_to_f16x8(make_uint2(v[i].z, v[i].w)));
+    }
+}
+
+/* Every block of item it from an fp8 cache: two blocks in registers, so one block's loads
+ * travel while the other waits for its ring slot and is converted and stored (one
+ * block in flight left the producer latency-bound: H200, heads 16 B128 x 4096, 1.57
+ * TB/s).  Page entries are read two blocks ahead.  Advances cur by the item's blocks. */
+__device__ __forceinline__ void produce_blocks_e4m3(const fi_mla_params &p, const fi_work_item &it,
+                                                    const fi_request_info &rq, uint32_t s0, int pt,
+                                                    Cursor &cur, int nblk) {
+    if (nblk == 0)
+        return;
+    auto put = [&](const uint4 *v) {
+        mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
+        store_block_e4m3(s0, cur.st, pt, v);
+        fence_proxy_async(); /* ordinary stores, read by wgmma */
+        mbar_arrive(bar_full(s0, cur.st));
+        cur.next();
+    };
+    uint4 va[kE4m3PerLane], vb[kE4m3PerLane];
+    int32_t e1 = nblk > 1 ? block_page(p, it, rq, 1, pt) : 0;
+    load_block_e4m3(p, it, 0, pt, block_page(p, it, rq, 0, pt), va);
+    for (int b = 0; b < nblk; b += 2) { /* va: block b; e1: block b + 1's entries */
+        const int32_t e2 = b + 2 < nblk ? block_page(p, it, rq, b + 2, pt) : 0;
+        if (b + 1 < nblk)
+            load_block_e4m3(p, it, b + 1, pt, e1, vb);
+        put(va);
+        if (b + 1 >= nblk)
+            break;
+        e1 = b + 3 < nblk ? block_page(p, it, rq, b + 3, pt) : 0;
+        if (b + 2 < nblk)
+            load_block_e4m3(p, it, b + 2, pt, e2, va);
+        put(vb);
     }
 }
 
@@ -461,31 +479,18 @@ template <typename T, typename KV = T> struct MlaWgFamily {
             cur.qph ^= 1u;
             const int nblk = blocks_of(it);
             int32_t pg = nblk > 0 ? block_page(p, it, rq, 0, pt) : 0;
-            /* fp8: block b + 1's page entries were read one step ahead, so its rows can be
-             * prefetched into L2 while block b is loaded, converted and stored */
-            int32_t pn = kFp8 && nblk > 1 ? block_page(p, it, rq, 1, pt) : 0;
-            for (int b = 0; b < nblk; ++b) {
-                if constexpr (kFp8) {
-                    const int32_t pnn = b + 2 < nblk ? block_page(p, it, rq, b + 2, pt) : 0;
-                    if (b + 1 < nblk)
-                        prefetch_block_e4m3(p, it, b + 1, pt, pn);
-                    uint4 v[kE4m3PerLane];
-                    load_block_e4m3(p, it, b, pt, pg, v);
-                    mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
-                    store_block_e4m3(s0, cur.st, pt, v);
-                    fence_proxy_async();
-                    mbar_arrive(bar_full(s0, cur.st));
-                    pg = pn;
-                    pn = pnn;
-                } else {
+            if constexpr (kFp8) {
+                produce_blocks_e4m3(p, it, rq, s0, pt, cur, nblk);
+            } else {
+                for (int b = 0; b < nblk; ++b) {
                     /* the next block's pages travel while this one waits for its slot */
-                    const int32_t pnext = b + 1 < nblk ? block_page(p, it, rq, b + 1, pt) : 0;
+                    const int32_t pn = b + 1 < nblk ? block_page(p, it, rq, b + 1, pt) : 0;
                     mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
                     produce_block<T>(p, it, rq, s0, cur.st, b, pt, pg);
                     cp_async_mbar_arrive(bar_full(s0, cur.st));
-                    pg = pnext;
+                    pg = pn;
+                    cur.next();
                 }
-                cur.next();
             }
         });
     }
