@@ -335,33 +335,6 @@ static void device_planning_refuses_sparse_plans(void **state) {
 
 /* ---- the request table and coverage ----------------------------------------------------------- */
 
-/* The request table fiattn.h defines for a sparse batch, and the dense batch that has it
- * (B x q_len requests of one token, kv_len K): what tt_plan_check walks. */
-typedef struct sparse_expect {
-    tt_plan_expect e;
-    fi_batch as_dense;
-    int32_t *mem;
-} sparse_expect;
-
-static sparse_expect sparse_expect_of(const fi_batch *b) {
-    sparse_expect x;
-    const int32_t R = b->batch_size * b->q_len_per_request, K = b->max_pages_per_seq;
-    x.mem = malloc(sizeof(int32_t) * 4 * ((size_t)R + 1));
-    assert_non_null(x.mem);
-    int32_t *q_len = x.mem, *kv = q_len + R + 1, *q_off = kv + R + 1, *row = q_off + R + 1;
-    for (int32_t r = 0; r < R; r++) {
-        q_len[r] = 1;
-        kv[r] = K;
-        q_off[r] = r;
-        row[r] = r * K;
-    }
-    x.e = (tt_plan_expect){R, R, q_len, kv, q_off, row};
-    x.as_dense = *b;
-    x.as_dense.batch_size = R;
-    x.as_dense.q_len_per_request = 1;
-    return x;
-}
-
 static void sparse_batches_are_covered(void **state) {
     (void)state;
     static const int32_t heads[4] = {16, 32, 64, 128};
@@ -386,8 +359,11 @@ static void sparse_batches_are_covered(void **state) {
         if (st != FI_OK)
             fail_msg("seed %llu iter %d: update %s", (unsigned long long)g_seed, it,
                      fi_status_name(st));
-        sparse_expect x = sparse_expect_of(&s.batch);
-        if (tt_plan_check(p, &x.as_dense, &x.e, msg, sizeof msg) != 0)
+        /* B x q_len requests of one token, kv_len K: what tt_plan_check walks */
+        tt_plan_expect_buf x;
+        fi_batch as_dense;
+        assert_int_equal(tt_plan_expect_sparse(&s.batch, &x, &as_dense), 0);
+        if (tt_plan_check(p, &as_dense, &x.e, msg, sizeof msg) != 0)
             fail_msg("seed %llu iter %d (B %d q %d K %d heads %d ctas %d variant %d): %s",
                      (unsigned long long)g_seed, it, B, q, K, c.num_qo_heads, c.num_ctas,
                      c.variant, msg);
@@ -397,7 +373,7 @@ static void sparse_batches_are_covered(void **state) {
         assert_int_equal(v.header->kv_split_pages, 0);
         splits += v.header->num_groups > 0;
         over_max_batch += B * q > B;
-        free(x.mem);
+        tt_plan_expect_free(&x);
         fi_plan_destroy(p);
         sparse_free(&s);
     }

@@ -250,6 +250,28 @@ int tt_plan_expect_from_batch(const fi_batch *bt, tt_plan_expect_buf *out) {
     return 0;
 }
 
+int tt_plan_expect_sparse(const fi_batch *bt, tt_plan_expect_buf *out, fi_batch *as_dense) {
+    memset(out, 0, sizeof *out);
+    const int32_t B = bt->batch_size > 0 ? bt->batch_size : 0;
+    const int32_t R = B * (bt->q_len_per_request > 0 ? bt->q_len_per_request : 0);
+    const int32_t K = bt->max_pages_per_seq;
+    out->mem = malloc(sizeof(int32_t) * 4 * ((size_t)R + 1));
+    if (!out->mem)
+        return -1;
+    int32_t *q_len = out->mem, *kv = q_len + R + 1, *q_off = kv + R + 1, *row = q_off + R + 1;
+    for (int32_t r = 0; r < R; r++) {
+        q_len[r] = 1;
+        kv[r] = K;
+        q_off[r] = r;
+        row[r] = r * K;
+    }
+    out->e = (tt_plan_expect){R, R, q_len, kv, q_off, row};
+    *as_dense = *bt;
+    as_dense->batch_size = R;
+    as_dense->q_len_per_request = 1;
+    return 0;
+}
+
 void tt_plan_expect_free(tt_plan_expect_buf *b) {
     free(b->mem);
     memset(b, 0, sizeof *b);

@@ -48,6 +48,12 @@ typedef struct tt_plan_expect_buf {
  * BLOCK_TABLES q_offset b*q, rows b*P*(1+split); INDPTR offsets from qo_indptr/kv_indptr;
  * CUM_SEQ_LENS diffs of the cumulative arrays).  @return 0, -1 out of memory. */
 int tt_plan_expect_from_batch(const fi_batch *batch, tt_plan_expect_buf *out);
+/* The request table fiattn.h defines for a sparse batch the library accepted (caps.sparse_top_k
+ * = K = batch->max_pages_per_seq > 0): B x q_len requests of one query token, request
+ * r = b * q_len + i {q_offset r, q_len 1, kv_len K, page_row_offset r * K}; and in *as_dense
+ * the dense batch with that table (batch_size B x q_len, q_len_per_request 1), the batch
+ * tt_plan_check walks.  @return 0, -1 out of memory. */
+int tt_plan_expect_sparse(const fi_batch *batch, tt_plan_expect_buf *out, fi_batch *as_dense);
 void tt_plan_expect_free(tt_plan_expect_buf *b);
 
 /* Every byte of the plan's public view (the view struct, header, work_indptr, cta_starts,

@@ -75,11 +75,14 @@ static int tt_fz_chance(tt_fz *f, int n) { return (int)tt_fz_u32(f, 1) >= 256 - 
 static const int32_t k_pages[] = {16, 32, 64, 128, 1}; /* 0 bytes pick 16 */
 static const int32_t k_dims[] = {64, 128, 256};
 
-/* Caps from the input; *in_set: every member chosen from the supported sets. */
-static fi_caps fuzz_caps(tt_fz *f, int *in_set) {
+/* Caps from the input; *in_set: every member chosen from the supported sets; *want: the
+ * status fi_plan_create must return where the input knows it (FI_OK in the sets, a sparse
+ * member alone out of its set), else -1. */
+static fi_caps fuzz_caps(tt_fz *f, int *in_set, int *want) {
     fi_caps c;
     memset(&c, 0, sizeof c);
     *in_set = 1;
+    *want = -1;
     const int k = tt_fz_int(f, 0, 15);
     c.kind = k < 5 ? FI_KIND_MLA_DECODE : k < 10 ? FI_KIND_GQA_DECODE : FI_KIND_CONTEXT;
     if (k == 15) {
@@ -107,9 +110,14 @@ static fi_caps fuzz_caps(tt_fz *f, int *in_set) {
     c.max_batch = tt_fz_int(f, 1, 64);
     c.max_q_tokens = tt_fz_int(f, 1, c.kind == FI_KIND_CONTEXT ? 1024 : 512);
     c.num_pages = tt_fz_int(f, 1, 4096);
+    /* sparse top-k (MLA decode): K small, sometimes 0 (dense); the request table then holds
+     * max(max_batch, max_q_tokens) <= 512 entries, within the plan bound */
+    if (c.kind == FI_KIND_MLA_DECODE && tt_fz_chance(f, 112))
+        c.sparse_top_k = tt_fz_chance(f, 24) ? 0 : tt_fz_int(f, 1, 64);
+    const int kind_ok = *in_set; /* the kind in its set: a sparse status is then known */
     if (tt_fz_chance(f, 16)) { /* one member outside its supported set */
         *in_set = 0;
-        switch (tt_fz_int(f, 0, 14)) {
+        switch (tt_fz_int(f, 0, 17)) {
         case 0: c.num_qo_heads = tt_fz_int(f, -2, 300); break;
         case 1: c.num_kv_heads = tt_fz_int(f, -2, 40); break;
         case 2: c.head_dim_qk = tt_fz_int(f, -1, 600); break;
@@ -125,9 +133,25 @@ static fi_caps fuzz_caps(tt_fz *f, int *in_set) {
         case 12: c.num_pages = FI_LIMIT_NUM_PAGES + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_NUM_PAGES); break;
         case 13: c.num_ctas = FI_LIMIT_NUM_CTAS + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_NUM_CTAS); break;
         case 14: c.kv_dtype = FI_DTYPE_E2M1; *in_set = c.kind == FI_KIND_GQA_DECODE; break;
+        /* sparse_top_k out of range, or K > 0 on a kind without sparse top-k */
+        case 15:
+            c.sparse_top_k = tt_fz_chance(f, 32) ? INT32_MIN : -tt_fz_int(f, 1, 3);
+            *want = kind_ok ? FI_ERR_INVALID_CAPS : -1;
+            break;
+        case 16:
+            c.sparse_top_k = FI_LIMIT_SPARSE_TOP_K + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_SPARSE_TOP_K);
+            *want = kind_ok ? FI_ERR_INVALID_CAPS : -1;
+            break;
+        case 17:
+            c.sparse_top_k = tt_fz_int(f, 1, 64);
+            *in_set = c.kind == FI_KIND_MLA_DECODE;
+            *want = kind_ok && !*in_set ? FI_ERR_SPARSE_UNSUPPORTED : -1;
+            break;
         default: c.variant = tt_fz_int(f, -2, 4); break;
         }
     }
+    if (*in_set)
+        *want = FI_OK;
     return c;
 }
 
@@ -348,6 +372,127 @@ static void fuzz_batch(tt_fz *f, const fi_caps *c, int mutate, fz_batch *z) {
     }
 }
 
+enum {
+    SM_ROW_LEN, SM_SPLIT, SM_WINDOW, SM_INDPTR, SM_SLOT, SM_SEQ_NEG, SM_Q_LEN, SM_Q_TOKENS,
+    SM_BATCH_OVER, SM_CAUSAL, SM_NULL, SM_FORM, SM_COUNT
+};
+
+/* A sparse batch (caps.sparse_top_k = K > 0, fiattn.h): BLOCK_TABLES, block_tables
+ * [B, q_len, K] of flat slots in [-1, num_pages x page_size) (some padding, now and then a
+ * row of it or another negative), seq_lens >= 0, q_len 1..8 within the caps; mutate: how
+ * many rule-breaking edits (row length != K, a 3-D table, a window, the INDPTR or another
+ * form, a slot past the cache, a negative seq_len, q_len 0 / 9 / negative, q tokens or
+ * requests over the caps, bad causal, a NULL array).  The table is allocated to exactly
+ * the declared B x q_len x row length. */
+static void fuzz_sparse_batch(tt_fz *f, const fi_caps *c, int mutate, fz_batch *z) {
+    memset(z, 0, sizeof *z);
+    fi_batch *b = &z->b;
+    int mut[SM_COUNT] = {0};
+    for (int i = 0; i < mutate; i++)
+        mut[tt_fz_int(f, 0, SM_COUNT - 1)] = 1;
+    const int32_t K = c->sparse_top_k;
+    const int64_t slots = (int64_t)c->num_pages * c->page_size; /* <= 2^19 in the harness */
+    int32_t q = tt_fz_int(f, 1, 8);
+    if (q > c->max_q_tokens)
+        q = c->max_q_tokens;
+    const int32_t fit = c->max_q_tokens / q; /* requests whose q tokens fit */
+    int32_t B = tt_fz_int(f, 0, c->max_batch < fit ? c->max_batch : fit);
+    if (mut[SM_Q_TOKENS]) /* one request more than the q tokens allow, within max_batch */
+        B = fit + 1 < c->max_batch ? fit + 1 : c->max_batch;
+    if (mut[SM_BATCH_OVER])
+        B = c->max_batch + tt_fz_int(f, 1, 3);
+    if (mut[SM_Q_LEN]) {
+        const int32_t pick = tt_fz_int(f, 0, 7);
+        q = pick < 3 ? 0 : pick < 6 ? 9 : pick == 6 ? tt_fz_int(f, 10, 12) : -tt_fz_int(f, 1, 3);
+    }
+    int32_t P = K;
+    if (mut[SM_ROW_LEN]) {
+        const int32_t pick = tt_fz_int(f, 0, 3);
+        P = pick == 0 ? 0 : pick == 1 ? 2 * K : K + (tt_fz_int(f, 0, 1) ? 1 : -1) * tt_fz_int(f, 1, 3);
+        if (P == K)
+            P = K + 1;
+    }
+    z->table_len = B > 0 && q > 0 && P > 0 ? (int64_t)B * q * P : 0;
+    z->table = alloc32(z->table_len);
+    tt_rng r = {tt_fz_u32(f, 2)};
+    const int32_t pad_pct = tt_fz_int(f, 0, 100);
+    const int32_t pad = tt_fz_chance(f, 16) ? (tt_fz_int(f, 0, 1) ? INT32_MIN : -2) : -1;
+    for (int64_t e = 0; e < z->table_len; e++)
+        z->table[e] = (int32_t)(tt_rng_next(&r) % 100) < pad_pct
+                          ? pad
+                          : (int32_t)(tt_rng_next(&r) % (uint64_t)slots);
+    if (z->table_len > 0 && tt_fz_chance(f, 32)) { /* a query token without any key */
+        const int64_t row = tt_fz_int(f, 0, (int32_t)(z->table_len / P - 1));
+        for (int32_t t = 0; t < P; t++)
+            z->table[row * P + t] = -1;
+    }
+    z->seq = alloc32(B);
+    for (int32_t i = 0; i < B; i++) /* they select no key: any value >= 0 */
+        z->seq[i] = tt_fz_chance(f, 24) ? 0 : (int32_t)(tt_rng_next(&r) % 100001);
+    b->form = FI_FORM_BLOCK_TABLES;
+    b->batch_size = B;
+    b->block_tables = z->table;
+    b->max_pages_per_seq = P;
+    b->kv_split_pages = 0;
+    b->seq_lens = z->seq;
+    b->q_len_per_request = q;
+    b->causal = tt_fz_int(f, 0, 1); /* no effect on a sparse batch */
+    b->window_left = -1;
+    if (mut[SM_SLOT] && z->table_len > 0) { /* a slot past the cache */
+        const int64_t at = (int64_t)(tt_rng_next(&r) % (uint64_t)z->table_len);
+        z->table[at] = tt_fz_chance(f, 32) ? INT32_MAX : (int32_t)(slots + tt_fz_int(f, 0, 3));
+    }
+    if (mut[SM_SEQ_NEG] && B > 0)
+        z->seq[tt_fz_int(f, 0, B - 1)] = tt_fz_chance(f, 32) ? INT32_MIN : -tt_fz_int(f, 1, 1000);
+    if (mut[SM_SPLIT]) /* a 3-D table (the table stays as allocated), or not 0 / 1 */
+        b->kv_split_pages = tt_fz_int(f, 0, 3) ? 1 : tt_fz_int(f, 0, 1) ? 2 : -1;
+    if (mut[SM_WINDOW]) /* any window (< -1: the dense rule's status) */
+        b->window_left = tt_fz_chance(f, 32) ? -tt_fz_int(f, 2, 100) : tt_fz_int(f, 0, 600);
+    if (mut[SM_INDPTR]) /* the other decode form: refused before its arrays are looked at */
+        b->form = FI_FORM_INDPTR;
+    if (mut[SM_FORM])
+        b->form = (fi_batch_form)(tt_fz_int(f, 0, 2) == 0 ? FI_FORM_CUM_SEQ_LENS
+                                  : tt_fz_int(f, 0, 1) ? 0 : 4);
+    if (mut[SM_CAUSAL])
+        b->causal = tt_fz_int(f, 0, 1) ? 2 : -1;
+    if (mut[SM_NULL]) {
+        if (tt_fz_int(f, 0, 1))
+            b->block_tables = NULL;
+        else
+            b->seq_lens = NULL;
+    }
+}
+
+/* fiattn.h's rules for a sparse plan (caps.sparse_top_k = K > 0), in full: valid <=> NULL.
+ * Reads only what the harness allocated.  @return NULL or the broken rule. */
+static const char *sparse_batch_breaks(const fi_caps *c, const fz_batch *z) {
+    const fi_batch *b = &z->b;
+    const int32_t K = c->sparse_top_k;
+    if (b->form < FI_FORM_BLOCK_TABLES || b->form > FI_FORM_CUM_SEQ_LENS) return "form";
+    if (b->form == FI_FORM_CUM_SEQ_LENS && c->kind != FI_KIND_CONTEXT) return "form of the kind";
+    if (b->form != FI_FORM_BLOCK_TABLES) return "sparse: form not BLOCK_TABLES";
+    if (b->batch_size < 0 || b->batch_size > c->max_batch) return "batch_size";
+    if (b->causal != 0 && b->causal != 1) return "causal";
+    if (b->window_left != -1) return "sparse: window_left";
+    if (!b->block_tables || !b->seq_lens) return "NULL array";
+    if (b->max_pages_per_seq < 0) return "max_pages_per_seq";
+    if (b->kv_split_pages != 0) return "sparse: kv_split_pages";
+    if (b->max_pages_per_seq != K) return "sparse: row length != K";
+    const int64_t q = b->q_len_per_request;
+    if ((int64_t)b->batch_size * K * (q < 0 ? 0 : q > 8 ? 8 : q) > INT32_MAX) return "table size";
+    if (q < 0) return "negative q_len";
+    if (b->batch_size == 0) return NULL; /* no request: the per-request rules see nothing */
+    if (q < 1 || q > 8) return "sparse q_len";
+    if ((int64_t)b->batch_size * q > c->max_q_tokens) return "q tokens over caps";
+    const int64_t n = (int64_t)b->batch_size * q * K;
+    if (n > z->table_len) return "slot read past the table";
+    for (int32_t i = 0; i < b->batch_size; i++)
+        if (b->seq_lens[i] < 0) return "negative seq_len";
+    for (int64_t e = 0; e < n; e++)
+        if (z->table[e] >= (int64_t)c->num_pages * c->page_size) return "slot";
+    return NULL;
+}
+
 /* fiattn.h's rules, checked on an accepted batch from its arrays (which the harness sized,
  * so every read here is in bounds or a harness bug).  @return NULL or the broken rule. */
 static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
@@ -396,21 +541,29 @@ static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tt_fz f = {data, size};
-    int in_set = 0;
-    const fi_caps caps = fuzz_caps(&f, &in_set);
+    int in_set = 0, want = -1;
+    const fi_caps caps = fuzz_caps(&f, &in_set, &want);
+    const int sparse = caps.sparse_top_k > 0;
     fi_plan *const sentinel = (fi_plan *)(uintptr_t)0x10;
     fi_plan *plan = sentinel;
     const fi_status cst = fi_plan_create(&caps, NULL, 0, NULL, &plan);
     if (cst != FI_OK) {
         TT_FZ_REQUIRE(!in_set, "create of in-set caps failed: %s", fi_status_name(cst));
+        TT_FZ_REQUIRE(want < 0 || cst == (fi_status)want, "create returned %s, want %s",
+                      fi_status_name(cst), fi_status_name((fi_status)want));
         TT_FZ_REQUIRE(plan == sentinel, "failed create wrote *plan");
         return 0;
     }
+    TT_FZ_REQUIRE(want <= 0, "create succeeded, want %s", fi_status_name((fi_status)want));
     const int nbatches = tt_fz_int(&f, 1, 4);
     char msg[512];
     for (int k = 0; k < nbatches; k++) {
         fz_batch z;
-        fuzz_batch(&f, &caps, k == 0 ? 0 : tt_fz_int(&f, 0, 3), &z);
+        const int mutate = k == 0 ? 0 : tt_fz_int(&f, 0, 3);
+        if (sparse)
+            fuzz_sparse_batch(&f, &caps, mutate, &z);
+        else
+            fuzz_batch(&f, &caps, mutate, &z);
         tt_plan_snapshot before, after;
         TT_FZ_REQUIRE(tt_plan_snapshot_take(plan, &before) == 0, "oom");
         const fi_status st = fi_plan_update(plan, &z.b, NULL);
@@ -419,6 +572,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             /* A valid batch (of a form its kind takes) is accepted. */
             TT_FZ_REQUIRE(k > 0 || !in_set, "valid batch rejected: %s (request %d)",
                           fi_status_name(st), d.request);
+            /* sparse: the oracle is complete, so every rejected batch breaks a rule */
+            TT_FZ_REQUIRE(!sparse || sparse_batch_breaks(&caps, &z),
+                          "valid sparse batch rejected: %s (request %d)", fi_status_name(st),
+                          d.request);
             TT_FZ_REQUIRE(d.status == st, "fi_plan_error says %s, update returned %s",
                           fi_status_name(d.status), fi_status_name(st));
             /* The detail names a request of the batch, or -1 (no request at fault: an
@@ -431,7 +588,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 st == FI_ERR_BATCH_OVER_CAPS || st == FI_ERR_INVALID_WINDOW ||
                 st == FI_ERR_INVALID_CAUSAL || st == FI_ERR_NULL_ARGUMENT ||
                 st == FI_ERR_NEGATIVE_PAGES_PER_SEQ || st == FI_ERR_INVALID_KV_SPLIT ||
-                st == FI_ERR_PAGE_TABLE_TOO_LARGE;
+                st == FI_ERR_PAGE_TABLE_TOO_LARGE || st == FI_ERR_SPARSE_UNSUPPORTED ||
+                st == FI_ERR_SPARSE_TOP_K_MISMATCH;
             TT_FZ_REQUIRE(!batch_wide || d.request == -1, "%s names request %d",
                           fi_status_name(st), d.request);
             /* the catch-all is never used by validation any more */
@@ -445,10 +603,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             TT_FZ_REQUIRE(d.status == FI_OK && d.request == -1, "accepted batch left detail %s",
                           fi_status_name(d.status));
             tt_plan_expect_buf e;
-            TT_FZ_REQUIRE(tt_plan_expect_from_batch(&z.b, &e) == 0, "oom");
-            const char *broken = accepted_batch_breaks(&caps, &z, &e.e);
-            TT_FZ_REQUIRE(!broken, "accepted a batch that breaks a rule: %s", broken);
-            TT_FZ_REQUIRE(tt_plan_check(plan, &z.b, &e.e, msg, sizeof msg) == 0,
+            fi_batch walked = z.b; /* sparse: the dense batch of one-token requests */
+            const char *broken;
+            if (sparse) {
+                broken = sparse_batch_breaks(&caps, &z);
+                TT_FZ_REQUIRE(!broken, "accepted a sparse batch that breaks a rule: %s", broken);
+                TT_FZ_REQUIRE(tt_plan_expect_sparse(&z.b, &e, &walked) == 0, "oom");
+            } else {
+                TT_FZ_REQUIRE(tt_plan_expect_from_batch(&z.b, &e) == 0, "oom");
+                broken = accepted_batch_breaks(&caps, &z, &e.e);
+                TT_FZ_REQUIRE(!broken, "accepted a batch that breaks a rule: %s", broken);
+            }
+            TT_FZ_REQUIRE(tt_plan_check(plan, &walked, &e.e, msg, sizeof msg) == 0,
                           "accepted batch's plan: %s", msg);
             tt_plan_expect_free(&e);
         }
