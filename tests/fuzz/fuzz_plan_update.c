@@ -14,6 +14,15 @@
  * Caps outside the sets include each FI_LIMIT_* exceeded and NVFP4 KV for other kinds than
  * GQA decode; batch mutations include cum_seq_lens for a decode kind and a row length
  * making B x P overflow int32 (with the table far shorter than declared).
+ * Sparse top-k (fiattn.h fi_caps.sparse_top_k, docs/DESIGN.md 3a): MLA decode caps get
+ * K = 1..64 (sometimes 0, dense) in about 4 of 10 inputs; out of the set, K < 0 or
+ * > FI_LIMIT_SPARSE_TOP_K (FI_ERR_INVALID_CAPS) or K > 0 on another kind
+ * (FI_ERR_SPARSE_UNSUPPORTED), each required of create when it is the only member out.
+ * A sparse plan's batches come from fuzz_sparse_batch: BLOCK_TABLES, [B, q_len, K] slots
+ * in [-1, num_pages x page_size) with padding, q_len 1..8, B x q_len <= max_q_tokens,
+ * seq_lens >= 0, causal 0 / 1; mutated with a row length != K, a 3-D table, a window, the
+ * INDPTR or another form, a slot past the cache, a negative seq_len, q_len 0 / 9 /
+ * negative, q tokens or requests over the caps, bad causal or a NULL array.
  * Invariants (a violation aborts, which libFuzzer reports as a crash):
  *   - create with in-set caps succeeds; a failed create leaves *plan untouched;
  *   - a valid batch (of a form its kind takes) is accepted;
@@ -23,7 +32,12 @@
  *     batch-wide rules), and validation never answers FI_ERR_INVALID_ARGUMENT;
  *   - an accepted batch is valid by fiattn.h's rules (checked here from the arrays), its
  *     error detail is clean, and its plan passes tt_plan_check: every (request, query
- *     head, query row, visible key) exactly once, within the workspace bounds.
+ *     head, query row, visible key) exactly once, within the workspace bounds;
+ *   - sparse: the oracle (sparse_batch_breaks) has every rule, so a batch is accepted if
+ *     and only if it is valid, mutated or not; the plan is checked as the dense batch of
+ *     B x q_len one-token requests of kv_len K (tt_plan_expect_sparse): every (query
+ *     token, head, key slot index in [0, K)) exactly once; the sparse statuses are
+ *     batch-wide (request -1).
  * Build and run: make fuzz FUZZ_SECONDS=N (tests/fuzz/README.md).
  */
 #include <stdint.h>
