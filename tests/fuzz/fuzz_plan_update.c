@@ -200,6 +200,13 @@ enum {
     MUT_FORM, MUT_NULL, MUT_Q_LONG, MUT_FORM_KIND, MUT_TABLE_HUGE, MUT_COUNT
 };
 
+/* mut[0..count): 1 for each of `mutate` edits chosen by the input (repeats merge). */
+static void pick_mutations(tt_fz *f, int *mut, int count, int mutate) {
+    memset(mut, 0, sizeof(int) * (size_t)count);
+    for (int i = 0; i < mutate; i++)
+        mut[tt_fz_int(f, 0, count - 1)] = 1;
+}
+
 /* Page ids of a row: used entries in [0, num_pages) (rng), unused ones -1 or anything. */
 static void fill_row(tt_rng *r, int32_t *row, int64_t len, int64_t used, int32_t num_pages) {
     const int32_t unused = (tt_rng_next(r) & 1) ? -1 : INT32_MAX;
@@ -216,9 +223,8 @@ static int32_t pages_for(int32_t kv, int32_t page_size) {
 static void fuzz_batch(tt_fz *f, const fi_caps *c, int mutate, fz_batch *z) {
     memset(z, 0, sizeof *z);
     fi_batch *b = &z->b;
-    int mut[MUT_COUNT] = {0};
-    for (int i = 0; i < mutate; i++)
-        mut[tt_fz_int(f, 0, MUT_COUNT - 1)] = 1;
+    int mut[MUT_COUNT];
+    pick_mutations(f, mut, MUT_COUNT, mutate);
     const int decode = c->kind != FI_KIND_CONTEXT;
     const int32_t ps = c->page_size;
     /* a form the kind takes (cum_seq_lens: context only), or, mutated, one it refuses */
@@ -401,9 +407,8 @@ enum {
 static void fuzz_sparse_batch(tt_fz *f, const fi_caps *c, int mutate, fz_batch *z) {
     memset(z, 0, sizeof *z);
     fi_batch *b = &z->b;
-    int mut[SM_COUNT] = {0};
-    for (int i = 0; i < mutate; i++)
-        mut[tt_fz_int(f, 0, SM_COUNT - 1)] = 1;
+    int mut[SM_COUNT];
+    pick_mutations(f, mut, SM_COUNT, mutate);
     const int32_t K = c->sparse_top_k;
     const int64_t slots = (int64_t)c->num_pages * c->page_size; /* <= 2^19 in the harness */
     int32_t q = tt_fz_int(f, 1, 8);
