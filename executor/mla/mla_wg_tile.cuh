@@ -18,7 +18,11 @@
  *  - Producer warpgroup: every copy, as 16-byte cp.async (8 lanes a 128-byte row piece; a
  *    token's page from the page table, so any page size), each thread's completion arriving
  *    on the block's "full" mbarrier; tokens outside [kv_begin, kv_end) and Q rows past the tile
- *    are zero-filled (P = 0 must not meet NaN bit patterns).
+ *    are zero-filled (P = 0 must not meet NaN bit patterns).  An fp8 e4m3 cache (KV =
+ *    __nv_fp8_e4m3, T = fp16) is loaded into registers instead and converted to fp16 into
+ *    the same panels (produce_blocks_e4m3; q too, produce_q_f16), with ordinary stores, a
+ *    proxy fence and one arrival a thread.  A sparse plan's page-table entries are flat KV
+ *    slots (kv_at); invalid ones are zero-filled and masked (sparse_keys).
  *  - Consumers: warpgroup w owns the output columns [256 w, 256 w + 256) (64 x 256 fp32 in
  *    registers) and the scores of blocks b with b % 2 == w (the schedule of FlashMLA's
  *    2025 kernel: the two warpgroups alternate blocks, so one's softmax runs beside the
