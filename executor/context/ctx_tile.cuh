@@ -259,7 +259,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
         mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
         const float mn = fmaxf(m[i], kPos ? mloc[i] * sl : mloc[i]);
         mu[i] = mn == -CUDART_INF_F ? 0.f : mn;
-        alpha[i] = exp2f(m[i] - mu[i]);
+        alpha[i] = ex2_ftz(m[i] - mu[i]);
         m[i] = mn;
         rs[i] = 0.f;
     }
@@ -268,7 +268,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float x = S[4 * j + e];
-            const float pv = exp2f(kPos ? fmaf(x, sl, -mu[e >> 1]) : x - mu[e >> 1]);
+            const float pv = ex2_ftz(kPos ? fmaf(x, sl, -mu[e >> 1]) : x - mu[e >> 1]);
             S[4 * j + e] = pv;
             rs[e >> 1] += pv;
         }

@@ -317,14 +317,17 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
                 Dt<T>::mma(s[c][1], af[c], bf[c][2], bf[c][3]);
             }
             float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
+            /* a block inside both rows' key ranges skips the per-score mask test */
+            const int tb = t0 + wh * 16, te = tb + 15;
+            const bool whole = tb >= lo[0] && tb >= lo[1] && te <= hi[0] && te <= hi[1];
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int i = e >> 1;
-                    const int t = t0 + wh * 16 + n * 8 + q4 * 2 + (e & 1);
+                    const int t = tb + n * 8 + q4 * 2 + (e & 1);
                     float v = (s[0][n][e] + s[1][n][e]) * ctx.scale_log2;
-                    if (t < lo[i] || t > hi[i])
+                    if (!whole && (t < lo[i] || t > hi[i]))
                         v = -CUDART_INF_F;
                     s[0][n][e] = v;
                     mloc[i] = fmaxf(mloc[i], v);
@@ -347,16 +350,16 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
                 const float mo = x.sMax[(wh ^ 1) * kRows + wp * 16 + g + 8 * i];
                 const float m_new = fmaxf(a.m[i], fmaxf(x.sMax[wh * kRows + wp * 16 + g + 8 * i], mo));
                 m_use[i] = m_new == -CUDART_INF_F ? 0.f : m_new;
-                alpha[i] = exp2f(a.m[i] - m_use[i]);
+                alpha[i] = ex2_ftz(a.m[i] - m_use[i]);
                 a.m[i] = m_new;
             }
             float rs[2] = {0.f, 0.f};
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
-                const float p0 = exp2f(s[0][n][0] - m_use[0]);
-                const float p1 = exp2f(s[0][n][1] - m_use[0]);
-                const float p2 = exp2f(s[0][n][2] - m_use[1]);
-                const float p3 = exp2f(s[0][n][3] - m_use[1]);
+                const float p0 = ex2_ftz(s[0][n][0] - m_use[0]);
+                const float p1 = ex2_ftz(s[0][n][1] - m_use[0]);
+                const float p2 = ex2_ftz(s[0][n][2] - m_use[1]);
+                const float p3 = ex2_ftz(s[0][n][3] - m_use[1]);
                 rs[0] += p0 + p1;
                 rs[1] += p2 + p3;
                 T *row0 = x.sP + (wp * 16 + g) * kPPitch + wh * 16 + n * 8 + q4 * 2;

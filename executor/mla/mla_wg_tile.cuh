@@ -361,42 +361,65 @@ __device__ __forceinline__ void issue_pv(float *O, uint32_t s0, int st, int w) {
     wg_commit();
 }
 
-/* The owner's softmax of block b (tokens t0 ..): mask and scale S, the new running max m
- * (in / out), P = exp2(S - m) into the kpe panel of stage st, and m, rowsum(P) into the
- * exchange slot b % 2 for the other warpgroup.  Returns alpha = exp2(m_old - m_new). */
-template <typename T>
-__device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
-                                              uint32_t keys, const int *lo, const int *hi, float *m,
-                                              float *alpha, float *rs, unsigned char *smem, int st,
-                                              int slot) {
-    float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
+/* The thread's row maxima of S, scaled (S *= scale_log2, the exp2 domain) unless kPos
+ * (scale_log2 > 0: the maxima of the raw scores, scaled once later); kMask: scores outside
+ * [lo, hi] of their row or at a slot not in keys (a sparse plan's invalid slots) become
+ * -inf. */
+template <bool kMask, bool kPos>
+__device__ __forceinline__ void scale_scores(const RunCtx &ctx, const Lane &ln, float *S, int t0,
+                                             uint32_t keys, const int *lo, const int *hi,
+                                             float *mloc) {
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = e >> 1, c = 8 * j + 2 * ln.q4 + (e & 1), t = t0 + c;
-            float v = S[4 * j + e] * ctx.scale_log2;
-            if (t < lo[i] || t > hi[i] || !((keys >> c) & 1u)) /* keys: sparse plans' slots */
+            float v = kPos ? S[4 * j + e] : S[4 * j + e] * ctx.scale_log2;
+            if (kMask && (t < lo[i] || t > hi[i] || !((keys >> c) & 1u)))
                 v = -CUDART_INF_F;
             S[4 * j + e] = v;
             mloc[i] = fmaxf(mloc[i], v);
         }
+}
+
+/* The owner's softmax of block b (tokens t0 ..): mask and scale S, the new running max m
+ * (in / out), P = exp2(S - m) into the kpe panel of stage st, and m, rowsum(P) into the
+ * exchange slot b % 2 for the other warpgroup.  Returns alpha = exp2(m_old - m_new).
+ * kPos (scale_log2 > 0, the usual case): the max is taken on raw scores and each P costs
+ * one FFMA and one exp2 (FlashAttention-3's form); otherwise S is scaled first. */
+template <typename T, bool kPos>
+__device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
+                                              uint32_t keys, const int *lo, const int *hi, float *m,
+                                              float *alpha, float *rs, unsigned char *smem, int st,
+                                              int slot) {
+    float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    /* Most blocks lie inside both rows' key ranges with every slot valid: they skip the
+     * per-score mask test (1-3% of the dense heads-128 time when every block paid it). */
+    const int t1 = t0 + kBlockN - 1;
+    if (keys == ~0u && t0 >= lo[0] && t0 >= lo[1] && t1 <= hi[0] && t1 <= hi[1])
+        scale_scores<false, kPos>(ctx, ln, S, t0, keys, lo, hi, mloc);
+    else
+        scale_scores<true, kPos>(ctx, ln, S, t0, keys, lo, hi, mloc);
+    const float sl = ctx.scale_log2;
     float mu[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
         mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
-        const float mn = fmaxf(m[i], mloc[i]);
+        const float mn = fmaxf(m[i], kPos ? mloc[i] * sl : mloc[i]);
         mu[i] = mn == -CUDART_INF_F ? 0.f : mn;
-        alpha[i] = exp2f(m[i] - mu[i]);
+        alpha[i] = ex2_ftz(m[i] - mu[i]);
         m[i] = mn;
         rs[i] = 0.f;
     }
     unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j) {
-        const float p0 = exp2f(S[4 * j + 0] - mu[0]), p1 = exp2f(S[4 * j + 1] - mu[0]);
-        const float p2 = exp2f(S[4 * j + 2] - mu[1]), p3 = exp2f(S[4 * j + 3] - mu[1]);
+        auto pe = [&](int e) {
+            const float x = S[4 * j + e], mi = mu[e >> 1];
+            return ex2_ftz(kPos ? fmaf(x, sl, -mi) : x - mi);
+        };
+        const float p0 = pe(0), p1 = pe(1), p2 = pe(2), p3 = pe(3);
         rs[0] += p0 + p1;
         rs[1] += p2 + p3;
         const int c = 8 * j + 2 * ln.q4;
@@ -543,7 +566,10 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                 q_held = b + 2 < nblk ? q_held : false;
                 nbar_sync(4 + ln.w, 128); /* every warp's S_b done: kpe may become P_b */
                 float rs[2];
-                softmax_block<T>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
+                if (ctx.scale_log2 > 0.f)
+                    softmax_block<T, true>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
+                else
+                    softmax_block<T, false>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
                 fence_proxy_async();
                 nbar_sync(4 + ln.w, 128);  /* P_b whole before this warpgroup reads it */
                 nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
@@ -559,7 +585,7 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                 for (int i = 0; i < 2; ++i) {
                     const float mn = sM[ln.r0 + 8 * i];
                     const float mu = mn == -CUDART_INF_F ? 0.f : mn;
-                    alpha[i] = exp2f(m[i] - mu);
+                    alpha[i] = ex2_ftz(m[i] - mu); /* as the owner computed it */
                     m[i] = mn;
                     l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
                 }

@@ -1,8 +1,8 @@
 /*
  * executor/cuda/common/ptx.cuh - PTX wrappers every kernel family shares (sm_90): shared
  * addresses, ldmatrix, cp.async, mbarrier, bulk (TMA-engine) copies, proxy fences, the
- * self-resetting group counter, acquire loads, griddepcontrol (PDL), warp-uniform values and
- * setmaxnreg.  No family
+ * self-resetting group counter, acquire loads, griddepcontrol (PDL), warp-uniform values,
+ * setmaxnreg and the flush-to-zero exp2.  No family
  * constants here.  Source: the PTX ISA 8.x (sm_90), chapters on the named instructions.
  */
 #pragma once
@@ -22,6 +22,16 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
 }
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/* 2^x, MUFU.EX2 alone: subnormal inputs and results flush to zero (exp2f's non-ftz form
+ * adds a range test and two multiplies a call).  For softmax terms 2^(s - m) <= 1, where a
+ * term below 2^-126 of the row's largest is below every output dtype's resolution; NaN
+ * stays NaN, -inf gives 0. */
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 /* threadIdx.x as a new value the compiler cannot merge with earlier reads (asm volatile):
