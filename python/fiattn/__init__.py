@@ -8,6 +8,9 @@ Drop-in functions with the reference (FlashInfer) signatures:
 - fiattn.prefill.trtllm_batch_context_with_kv_cache
 - fiattn.merge_state / fiattn.merge_states (natural-log LSE; base=2 for FlashInfer's)
 
+and fiattn's extension fiattn.decode.xqa_batch_decode_with_lse (the GQA decode above, also
+returning the natural-log LSE that merge_states takes: context-parallel decode).
+
 They take torch tensors (imported on first use: ``import fiattn`` works without torch, and
 so do the C-level helpers fiattn.capi, fiattn.status_name, fiattn.workspace_size).
 CUDA tensors run fi_run on torch.cuda.current_stream(); CPU tensors run the C reference

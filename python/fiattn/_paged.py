@@ -62,7 +62,7 @@ def fill_kv(args, kpart, vpart):
 
 def record_paged_call(entry, key, args, batch, ts, kpart, vpart, block_tables, seq_lens,
                       sinks, total, out_rows, out_alloc, family, dts, device, sf_parts=(),
-                      dev=None, lens=(), total_from=None):
+                      dev=None, lens=(), total_from=None, lse=None):
     """Memoise a checked paged-KV functional call (GQA decode, context) on its plan entry
     under `key`, for E.fast_call.
 
@@ -71,7 +71,8 @@ def record_paged_call(entry, key, args, batch, ts, kpart, vpart, block_tables, s
     seq_lens, sinks, ...), found here by identity.  kpart / vpart: unpack_kv's views;
     sf_parts: fill_sf's (NVFP4), or ().  lens: (fi_batch field name, tensor, pinned slot)
     of further length arrays the host planner reads (the context form's cum_seq_lens_q /
-    _kv); total / total_from: as E.FastCall.  The other arguments: as E.FastCall."""
+    _kv); total / total_from: as E.FastCall.  lse: the LSE output tensor (in ts) or None.
+    The other arguments: as E.FastCall."""
     def at(x):
         return next(i for i, y in enumerate(ts) if y is x)
     ptrs = [(args.q, 0, 0), (args.k, at(kpart[0]), kpart[3] * kpart[0].element_size()),
@@ -79,6 +80,8 @@ def record_paged_call(entry, key, args, batch, ts, kpart, vpart, block_tables, s
             (args.page_table, at(block_tables), 0), (args.out, len(ts) - 1, 0)]
     for ft, (x, _, _, off) in zip((args.k_sf, args.v_sf), sf_parts):
         ptrs.append((ft, at(x), off * x.element_size()))
+    if lse is not None:
+        ptrs.append((args.lse, at(lse), 0))
     fields = (("sinks", at(flat(sinks)[0])),) if sinks is not None else ()
     E.remember(entry, key, E.FastCall(
         entry, args, batch, tuple(ptrs), ts, at(block_tables), at(seq_lens), total, out_rows,

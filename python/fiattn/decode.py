@@ -5,7 +5,10 @@ Computed per query row and head h (kv head h // (H_q / H_kv)), fiattn_run.h::
     s_j = bmm1_scale * (q . k_j),  keys j in the row's causal / window range
     out = bmm2_scale * sum_j exp(s_j) v_j / (sum_j exp(s_j) + exp(sink_h))
 
-stored as out / o_scale for an fp8 output.  Algorithm: fiattn's host planner (balanced
+stored as out / o_scale for an fp8 output.  xqa_batch_decode_with_lse (fiattn's extension,
+same arguments plus ``lse``) also returns lse = log(sum_j exp(s_j) + exp(sink_h)) (natural
+log, float32 [tokens, H_q]: fiattn.merge_states' convention), for context-parallel decode
+(examples/cp_decode.py).  Algorithm: fiattn's host planner (balanced
 split-k, flash-decoding split-KV merge) and the GQA decode GPU family (fi_run, kind
 FI_KIND_GQA_DECODE: FlashAttention-3-style producer / consumer pipeline, fp16 matmuls for
 fp8 and NVFP4 KV, which are dequantised in the kernel).  CPU tensors run the C reference
@@ -25,8 +28,9 @@ from ._common import (NUM, check_block_tables, check_lengths, finite_scalar, fil
                       num_ctas_for, require_device, set_pdl, set_scale, set_sinks, sig_arg)
 from ._paged import fill_kv, fill_sf, nvfp4_dtypes, record_paged_call, unpack_kv
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
+from .errors import error_for_status
 
-__all__ = ["xqa_batch_decode_with_kv_cache"]
+__all__ = ["xqa_batch_decode_with_kv_cache", "xqa_batch_decode_with_lse"]
 
 _FAMILY = "GQA decode"
 
@@ -125,7 +129,67 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
     Repeat calls: a call with the same tensor layouts and options as an earlier successful
     one on the same workspace_buffer reuses the descriptors recorded then (only data
     addresses, scalar scales and the lengths are refreshed; lengths and mask still checked).
+    LSE: fiattn.decode.xqa_batch_decode_with_lse (same arguments) also returns it.
     """
+    return _decode(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
+                   bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req,
+                   o_scale, mask, kv_cache_sf, None)
+
+
+def xqa_batch_decode_with_lse(query, kv_cache, workspace_buffer, block_tables, seq_lens,
+                              max_seq_len, bmm1_scale=1.0, bmm2_scale=1.0, window_left=-1,
+                              out=None, sinks=None, kv_layout="NHD", enable_pdl=None,
+                              q_len_per_req=1, o_scale=1.0, mask=None, kv_cache_sf=None, *,
+                              lse=None):
+    """GQA decode that also returns each row's log-sum-exp (fiattn's extension; the
+    reference xqa_batch_decode_with_kv_cache returns no LSE).  One implementation with
+    xqa_batch_decode_with_kv_cache: same arguments, checks, plan cache, GPU / CPU paths.
+
+    Args:
+        query ... kv_cache_sf: as xqa_batch_decode_with_kv_cache (positional order and
+            defaults identical, so a call converts by renaming the function).
+        lse: optional float32 [batch_size * q_len_per_req, num_qo_heads] on query's device,
+            last dim contiguous, caller-owned, written in place (not read); allocated when
+            None.
+
+    The LSE (fiattn_run.h, the convention of fiattn.merge_states): per query row and
+    head h, natural log, float32,
+
+        lse = log(sum_j exp(s_j) + exp(sink_h)),   s_j = bmm1_scale * (q . k_j)
+
+    over the row's keys (causal / window range), in logit units (bmm1_scale applied,
+    bmm2_scale and o_scale not); a row with no key and no sink has lse = -inf and out = 0.
+    fiattn.merge_states(v, s) (base "e", the default) takes it as is; FlashInfer's
+    base-2 LSE is lse / ln 2.
+
+    Context parallelism (examples/cp_decode.py): run each GPU's disjoint part of every
+    request's pages and merge the (out, lse) pairs with fiattn.merge_states.  The merge
+    equals the whole-KV call when every part's rows see all its keys: q_len_per_req 1 and
+    window_left -1 (the causal and window ranges are aligned to the end of each part's own
+    keys), and sinks passed to one part only (each part's lse counts the sinks it gets).
+
+    Returns: (out, lse): out as xqa_batch_decode_with_kv_cache returns it, lse the given or
+        allocated tensor.  Under fiattn.plan_only() neither is written.
+    Raises: as xqa_batch_decode_with_kv_cache; for lse before any C call: TypeError (not a
+        tensor, not float32), ValueError (another device, last dim not contiguous), and
+        FiattnValueError with status_name FI_ERR_SHAPE_MISMATCH (not [rows, num_qo_heads]).
+        Nothing is written on error.
+    """
+    if lse is None:
+        t = torch()
+        check_tensor(query, "query", float_dtypes() + fp8_dtypes(), None, 3)
+        lse = t.empty(tuple(query.shape[:2]), dtype=t.float32, device=query.device)
+    out = _decode(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
+                  bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req,
+                  o_scale, mask, kv_cache_sf, lse)
+    return out, lse
+
+
+def _decode(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
+            bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req,
+            o_scale, mask, kv_cache_sf, lse):
+    """Both public functions: the recorded fast path of a repeat call, else _checked.
+    lse: None (not written) or a float32 tensor the caller checks in _checked."""
     qlen = 1 if q_len_per_req is None else q_len_per_req
     key = None
     if type(bmm1_scale) in NUM and type(bmm2_scale) in NUM and (
@@ -135,8 +199,8 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
             key = ("gqa", sig(query), sig_arg(kv_cache, sig), sig(block_tables),
                    sig(seq_lens), None if out is None else sig(out),
                    sig_arg(sinks, sig), sig_arg(kv_cache_sf, sig), None if mask is None
-                   else sig(mask), window_left, kv_layout, enable_pdl, qlen,
-                   E._device_planning())
+                   else sig(mask), None if lse is None else sig(lse), window_left,
+                   kv_layout, enable_pdl, qlen, E._device_planning())
             entry, fast = E.lookup(workspace_buffer, key)
         except (AttributeError, TypeError):
             key = fast = None
@@ -149,16 +213,28 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
             a.bmm2_scale = finite_scalar(bmm2_scale, "bmm2_scale")
             a.o_scale = 1.0 if o_scale is None else float(o_scale)  # fi_run checks it
             ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens) + flat(sinks)
-                  + flat(kv_cache_sf) + (out,))
+                  + flat(kv_cache_sf) + flat(lse) + (out,))
             return E.fast_call(entry, fast, ts)
     return _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
                     bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req,
-                    o_scale, mask, kv_cache_sf, key)
+                    o_scale, mask, kv_cache_sf, lse, key)
+
+
+def _check_lse(lse, rows, heads, device):
+    """lse: float32 [rows, heads] on device, last dim contiguous (fi_check_lse's rules,
+    raised before any C call)."""
+    t = torch()
+    check_tensor(lse, "lse", (t.float32,), device, 2)
+    if tuple(lse.shape) != (rows, heads):
+        name = C.status_name(C.FI_ERR_SHAPE_MISMATCH)
+        raise error_for_status(C.FI_ERR_SHAPE_MISMATCH, name,
+                               f"fiattn: lse must be [{rows}, {heads}] (query rows, query "
+                               f"heads), got {list(lse.shape)} ({name})")
 
 
 def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
              bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req,
-             o_scale, mask, kv_cache_sf, key):
+             o_scale, mask, kv_cache_sf, lse, key):
     """The checked call; records a FastCall under `key` (when not None) on success."""
     t = torch()
     check_tensor(query, "query", float_dtypes() + fp8_dtypes(), None, 3)
@@ -202,6 +278,8 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
         check_tensor(out, "out", float_dtypes() + fp8_dtypes(), device, 3)
         if tuple(out.shape) != (rows, H, D):
             raise ValueError(f"fiattn: out must be {(rows, H, D)}, got {tuple(out.shape)}")
+    if lse is not None:
+        _check_lse(lse, rows, H, device)
     if qlen > 1 and not (device.type == "cuda" and E.cuda().capturing()):
         check_causal_mask(mask, qlen)
     args = C.fi_attn_args()
@@ -217,6 +295,8 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     fill_tensor(args.page_table, block_tables, list(block_tables.shape), block_tables.stride())
     args.page_table.dtype = C.FI_DTYPE_I32
     fill_tensor(args.out, out, [rows, H, D], out.stride())
+    if lse is not None:
+        fill_tensor(args.lse, lse, [rows, H], lse.stride())
     keep = (set_scale(args, "bmm1_scale", bmm1_scale, device, "bmm1_scale"),
             set_scale(args, "bmm2_scale", bmm2_scale, device, "bmm2_scale"),
             set_sinks(args, sinks, H, device), sf_parts)
@@ -255,12 +335,12 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
             if not built and dev is None:  # never planned here (captured call): slow path
                 return
             # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
-            # seq_lens, sinks (0 or 1), kv_cache_sf (0, 1 or 2), out
+            # seq_lens, sinks (0 or 1), kv_cache_sf (0, 1 or 2), lse (0 or 1), out
             ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens_arg) + flat(sinks)
-                  + flat(kv_cache_sf) + (out,))
+                  + flat(kv_cache_sf) + flat(lse) + (out,))
             record_paged_call(entry, key, args, b, ts, kpart, vpart, block_tables,
                               seq_lens_arg, sinks, rows, min(rows, out.shape[0]), out_alloc,
-                              _FAMILY, dts, device, sf_parts, dev)
+                              _FAMILY, dts, device, sf_parts, dev, lse=lse)
     E.launch(workspace_buffer, caps, B, rows, device, make_batch, args, _FAMILY,
              dts, min(rows, out.shape[0]), record=record,
              make_device_batch=E.block_table_device_batch(

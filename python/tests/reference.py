@@ -44,6 +44,24 @@ def paged_attention_ref(q, k_pages, v_pages, page_rows, kv_lens, q_lens, q_offse
     return out, lse
 
 
+def split_pages(bt, lens, ps):
+    """Cut every request's pages in two for context-parallel checks: part 0 is its first
+    ceil(pages / 2) pages, part 1 the rest (no key for a one-page request).  bt: int32
+    [B, P] block tables, lens: int32 [B] KV lengths (tokens), ps: page size.  Returns
+    [(block_tables [B, P] int32, seq_lens [B] int32)] for the two parts, on bt's / lens'
+    devices; unused table entries are 0."""
+    parts = []
+    for first in (True, False):
+        rows, part_lens = torch.zeros_like(bt), []
+        for b, n in enumerate(lens.tolist()):
+            half = ((n + ps - 1) // ps + 1) // 2
+            sel = bt[b, :half] if first else bt[b, half:(n + ps - 1) // ps]
+            rows[b, :len(sel)] = sel
+            part_lens.append(min(n, half * ps) if first else max(0, n - half * ps))
+        parts.append((rows, torch.tensor(part_lens, dtype=torch.int32, device=lens.device)))
+    return parts
+
+
 def rel_err(a, b):
     a, b = a.double(), b.double()
     return float((a - b).norm() / max(b.norm(), 1e-30))

@@ -2,6 +2,7 @@
 torch fp64 reference on fresh random data, poisoned outputs fully overwritten, CUDA graph
 capture + replay with changing lengths, and FlashInfer side by side when importable.
 Families not on the GPU yet must raise NotImplementedError (never a wrong result)."""
+import contextlib
 import math
 import os
 import sys
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import fiattn  # noqa: E402
-from reference import nvfp4_dequant, paged_attention_ref, rel_err  # noqa: E402
+from reference import nvfp4_dequant, paged_attention_ref, rel_err, split_pages  # noqa: E402
 
 DEV = "cuda"
 WS_BYTES = 128 << 20
@@ -205,6 +206,52 @@ def test_gqa_decode_or_not_implemented(ws):
                                  lens.tolist(), [1] * B, list(range(B)), D ** -0.5,
                                  window_left=100)
     assert rel_err(out.cpu(), ref) < TOL
+
+
+@pytest.mark.parametrize("device_planning,sinks", [(False, False), (False, True), (True, False)])
+def test_gqa_decode_lse_and_two_part_merge(ws, device_planning, sinks):
+    """xqa_batch_decode_with_lse on the GPU (Llama-3-8B heads, bf16, requests long enough
+    to be split across CTAs): out and the natural-log lse against fp64, on the checked call
+    and on the recorded repeat (new lengths, a new lse tensor); then each request's pages
+    cut in two, both parts' (out, lse) merged by fiattn.merge_states equal to the whole
+    (sinks given to part 0 only).  device_planning: CUDA lengths, planned on the GPU."""
+    g = torch.Generator().manual_seed(91 + 2 * device_planning + sinks)
+    B, H, Hkv, D, ps, ppr = 4, 32, 8, 128, 16, 160
+    num_pages = B * ppr + 3
+    kv = torch.randn(num_pages, 2, ps, Hkv, D, generator=g).bfloat16()
+    q = torch.randn(B, H, D, generator=g).bfloat16()
+    bt = torch.randperm(num_pages, generator=g)[:B * ppr].to(torch.int32).reshape(B, ppr)
+    sk = torch.randn(H, generator=g) if sinks else None
+    kvd, qd, skd = kv.to(DEV), q.to(DEV), None if sk is None else sk.to(DEV)
+    ldev = DEV if device_planning else "cpu"
+    ctx = fiattn.device_planning if device_planning else contextlib.nullcontext
+
+    def run(bt_, lens_, sinks_):
+        out = torch.full((B, H, D), float("nan"), dtype=torch.bfloat16, device=DEV)
+        lse = torch.full((B, H), float("nan"), device=DEV)
+        with ctx():
+            r = fiattn.decode.xqa_batch_decode_with_lse(
+                qd, kvd, ws, bt_.to(DEV), lens_.to(ldev), ppr * ps, bmm1_scale=D ** -0.5,
+                out=out, sinks=sinks_, lse=lse)
+        torch.cuda.synchronize()
+        assert r[0] is out and r[1] is lse
+        return out.cpu(), lse.cpu()
+
+    for step in range(2):  # checked call, then the recorded repeat
+        lens = _lens(B, ppr * ps, g, at_least=ppr * ps // 2)
+        out, lse = run(bt, lens, skd)
+        ref, ref_lse = paged_attention_ref(q.float(), kv[:, 0].float(), kv[:, 1].float(),
+                                           bt.tolist(), lens.tolist(), [1] * B,
+                                           list(range(B)), D ** -0.5, sinks=sk)
+        assert rel_err(out, ref) < TOL, step
+        assert (lse.double() - ref_lse).abs().max() < 1e-2, step
+    assert len(fiattn._engine.cached_entry(ws).memo) == 1
+    parts = [run(pbt, plens, skd if i == 0 else None)
+             for i, (pbt, plens) in enumerate(split_pages(bt, lens, ps))]
+    merged, merged_lse = fiattn.merge_states(torch.stack([p[0] for p in parts], 1),
+                                             torch.stack([p[1] for p in parts], 1))
+    assert rel_err(merged, ref) < TOL
+    assert (merged_lse.double() - ref_lse).abs().max() < 1e-2
 
 
 def _capture(call):
