@@ -203,6 +203,9 @@ __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, 
                                              const int *lo, const int *hi, float (&s)[NT][4],
                                              Acc<D> &a, uint32_t (&pa)[NT / 2][4]) {
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    /* a slice inside both rows' key ranges skips the per-score mask test */
+    const int t1 = t0 + 8 * NT - 1;
+    const bool whole = t0 >= lo[0] && t0 >= lo[1] && t1 <= hi[0] && t1 <= hi[1];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -210,7 +213,7 @@ __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, 
             const int i = e >> 1;
             const int tok = t0 + n * 8 + ln.q4 * 2 + (e & 1);
             const float v = s[n][e] * ctx.scale_log2;
-            s[n][e] = tok >= lo[i] && tok <= hi[i] ? v : -CUDART_INF_F;
+            s[n][e] = whole || (tok >= lo[i] && tok <= hi[i]) ? v : -CUDART_INF_F;
             mx[i] = fmaxf(mx[i], s[n][e]);
         }
     float m_use[2], alpha[2];
@@ -220,7 +223,7 @@ __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, 
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
         const float m_new = fmaxf(a.m[i], mx[i]);
         m_use[i] = m_new == -CUDART_INF_F ? 0.f : m_new;
-        alpha[i] = exp2f(a.m[i] - m_use[i]);
+        alpha[i] = ex2_ftz(a.m[i] - m_use[i]);
         a.m[i] = m_new;
         a.l[i] *= alpha[i];
     }
@@ -239,7 +242,7 @@ __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, 
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            s[n][e] = exp2f(s[n][e] - m_use[e >> 1]);
+            s[n][e] = ex2_ftz(s[n][e] - m_use[e >> 1]);
             a.l[e >> 1] += s[n][e];
         }
 #pragma unroll

@@ -188,6 +188,9 @@ template <typename C, int D, int NT>
 __device__ __forceinline__ void softmax_t(float scale_log2, int g, int t0, const int *lo, const int *hi,
                                           float (&s)[NT][4], AccT<D> &a, uint32_t (&pb)[NT][2]) {
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+    /* a slice inside both rows' key ranges skips the per-score mask test */
+    const int t1 = t0 + 16 * NT - 1;
+    const bool whole = t0 >= lo[0] && t0 >= lo[1] && t1 <= hi[0] && t1 <= hi[1];
 #pragma unroll
     for (int t = 0; t < NT; ++t)
 #pragma unroll
@@ -195,7 +198,7 @@ __device__ __forceinline__ void softmax_t(float scale_log2, int g, int t0, const
             const int i = e & 1;
             const int tok = t0 + 16 * t + g + 8 * (e >> 1);
             const float v = s[t][e] * scale_log2;
-            s[t][e] = tok >= lo[i] && tok <= hi[i] ? v : -CUDART_INF_F;
+            s[t][e] = whole || (tok >= lo[i] && tok <= hi[i]) ? v : -CUDART_INF_F;
             mx[i] = fmaxf(mx[i], s[t][e]);
         }
     float m_use[2], alpha[2];
@@ -206,7 +209,7 @@ __device__ __forceinline__ void softmax_t(float scale_log2, int g, int t0, const
             mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], x));
         const float m_new = fmaxf(a.m[i], mx[i]);
         m_use[i] = m_new == -CUDART_INF_F ? 0.f : m_new;
-        alpha[i] = exp2f(a.m[i] - m_use[i]);
+        alpha[i] = ex2_ftz(a.m[i] - m_use[i]);
         a.m[i] = m_new;
         a.l[i] *= alpha[i];
     }
@@ -221,7 +224,7 @@ __device__ __forceinline__ void softmax_t(float scale_log2, int g, int t0, const
     for (int t = 0; t < NT; ++t) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            s[t][e] = exp2f(s[t][e] - m_use[e & 1]);
+            s[t][e] = ex2_ftz(s[t][e] - m_use[e & 1]);
             a.l[e & 1] += s[t][e];
         }
         pb[t][0] = movm_t(Dt<C>::pack(s[t][0], s[t][1]));
