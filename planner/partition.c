@@ -312,6 +312,59 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
     return -1;
 }
 
+/* The last probe of a bisection of [lo, hi] down to below tol in which every probe
+ * fails (each failure moves lo past its probe): the highest cap it would try. */
+FI_PD_STATIC int64_t all_fail_probe(int64_t lo, int64_t hi, int64_t tol) {
+    int64_t mid = hi;
+    while (hi - lo >= tol) {
+        mid = lo + (hi - lo) / 2;
+        lo = mid + 1;
+    }
+    return mid;
+}
+
+/* Narrow the capped walk's bracket: best fits (its achieved max CTA cost), hi = best - 1,
+ * no cap below lo fits; returns the smallest achieved max the search finds, to within
+ * tol.  First one step of tol under the best (the gallop's guess is usually that close),
+ * then bisection.  Each time the bisection starts on a bracket (and after each fit), the
+ * last probe of its all-fail path is tried first: if that fails, every lower probe is
+ * taken to fail too and the search ends.  Why: on trace decode batches every probe of the
+ * bisection fails (3-4 trials a walk, the larger part of the update for packed batches);
+ * fitting is monotone in the cap in practice (every cap of the 442 plan_compare.sh
+ * batches checked: one exception, far below the best cap), so the plans do not change.
+ * A probe the bisection repeats is not redone.  At most max_trials trials. */
+FI_PD_STATIC int64_t narrow_cap(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
+                                int32_t num_tiles, int32_t n, int64_t lo, int64_t hi,
+                                int64_t tol, int64_t best, int max_trials) {
+    int64_t est = 0, end = -1, end_m = -1; /* the all-fail path's last probe, its result */
+    for (int t = 0, first = 1, check = 0; t < max_trials && hi - lo >= tol; first = 0) {
+        const int64_t mid = first   ? hi + 1 - tol
+                            : check ? all_fail_probe(lo, hi, tol)
+                                    : lo + (hi - lo) / 2;
+        int64_t m = end_m;
+        if (mid != end) {
+            m = cap_trial(sg, tiles, prefix, num_tiles, n, mid, &est);
+            t++;
+        }
+        if (check) { /* the bracket stays: only its bisection's outcome is known */
+            check = 0;
+            if (m < 0)
+                break; /* every probe of the bisection would fail: best stands */
+            end = mid;
+            end_m = m;
+            continue;
+        }
+        if (m >= 0) {
+            best = m;
+            hi = m - 1;
+            check = 1;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return best;
+}
+
 /* The capped walk that writes the plan (the decisions of cap_trial): items in tile order,
  * a merge group per cut tile, CTA ranges and costs.  *fits = 0 if the tiles do not fit in
  * num_ctas CTAs (outputs partial: the caller must fail). */
@@ -520,20 +573,9 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
             /* next: the failed trial's guess, or at least the (doubling) step */
             cand = lo + step > est ? lo + step : est;
         }
-        /* Narrow [lo, hi] to below tol: first one step of tol under the best (the guess
-         * is usually that close), then bisection. */
-        for (int first = 1; best_cap >= 0 && trials < FI_CAP_TRIALS && hi - lo >= tol;
-             first = 0) {
-            const int64_t mid = first ? hi + 1 - tol : lo + (hi - lo) / 2;
-            const int64_t m = cap_trial(sg, tiles, prefix, num_tiles, (int32_t)n, mid, &est);
-            trials++;
-            if (m >= 0) {
-                best_cap = m;
-                hi = m - 1;
-            } else {
-                lo = mid + 1;
-            }
-        }
+        if (best_cap >= 0)
+            best_cap = narrow_cap(sg, tiles, prefix, num_tiles, (int32_t)n, lo, hi, tol,
+                                  best_cap, FI_CAP_TRIALS - trials);
     }
     if (best_cap >= 0) {
         /* The real walk, writing items, groups and CTA ranges (trials were dry). */
