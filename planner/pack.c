@@ -301,6 +301,58 @@ FI_PD_STATIC int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num
     return np;
 }
 
+/* The last probe of a bisection of (bad, good] down to tol in which every probe packs. */
+FI_PD_STATIC int64_t all_fit_probe(int64_t bad, int64_t good, int64_t tol) {
+    int64_t mid = good;
+    while (good - bad > tol) {
+        mid = bad + (good - bad) / 2;
+        good = mid;
+    }
+    return mid;
+}
+
+/* Bisect (bad, good] down to tol: bad does not pack, good does (its *np pieces in
+ * s->pieces).  Returns the smallest cap found that packs, its packing in s->pieces and its
+ * piece count in *np.  Before bisecting (and after each failure) the last probe of the
+ * all-fit path is tried: if it packs, the bisection would end there were packing monotone
+ * in the cap, so it ends there (MLA heads 16 at 128 requests: one packing fewer).  Best
+ * fit is not always monotone (a scan of every cap of the 442 plan_compare.sh batches found
+ * 15 caps that fail above one that packs, on small and random-length batches), but the
+ * plans of those batches are the same.  A failed all-fit probe is remembered and the
+ * bisection goes on.  The best packing so far is kept in s->sorted while another is
+ * tried, so no packing is redone.  Outlined on the device (its registers: no spills). */
+FI_PD_STATIC FI_PD_OUTLINE int64_t pk_bisect(const pk_rules *r, const fi_tile *tiles, int32_t num_tiles,
+                               const fi_layout *l, fi_pack_scratch *s, int64_t bad,
+                               int64_t good, int64_t tol, int32_t *np) {
+    int in_pieces = 1;   /* s->pieces (else s->sorted) holds good's packing */
+    int64_t failed = -1; /* an all-fit probe that did not pack */
+    for (int check = 1; good - bad > tol;) {
+        const int64_t mid = check ? all_fit_probe(bad, good, tol) : bad + (good - bad) / 2;
+        int32_t k = -1;
+        if (mid != failed) {
+            if (in_pieces)
+                fi_copy_bytes(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)*np);
+            k = pk_try(r, tiles, num_tiles, l, mid, s);
+            in_pieces = k >= 0;
+        }
+        if (k >= 0) {
+            good = mid;
+            *np = k;
+            if (check)
+                break; /* every probe of the bisection would pack: mid is where it ends */
+        } else if (check) {
+            failed = mid;
+            check = 0;
+        } else {
+            bad = mid;
+            check = 1;
+        }
+    }
+    if (!in_pieces)
+        fi_copy_bytes(s->pieces, s->sorted, sizeof(fi_pack_piece) * (size_t)*np);
+    return good;
+}
+
 /* Order of pieces: by CTA; inside a CTA split pieces first (their merges then happen before
  * the CTA's end), longer first, then by tile and KV position (deterministic). */
 FI_PD_STATIC int pk_before(const fi_pack_piece *a, const fi_pack_piece *b) {
@@ -440,7 +492,7 @@ FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_
     return num_tiles <= n * (thin ? thin_max : other_max);
 }
 
-FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                        int64_t total_cost, const fi_layout *l, fi_pack_scratch *s,
                        int64_t cap_lo, int64_t beat, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res) {
@@ -451,8 +503,8 @@ FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t 
     for (int32_t i = num_tiles - 1; i >= 0; i--)
         s->suffix[i] = s->suffix[i + 1] + tiles[s->by_cost[i]].cost;
     /* Smallest packing cap, to within cap_lo / 64: gallop up from cap_lo + cap_lo / 32 in
-     * steps of cap_lo / 32, doubling, then bisect (trace decode batches: 2-4 packings).
-     * The best packing so far is kept in s->sorted, so no packing is redone. */
+     * steps of cap_lo / 32, doubling, then bisect (pk_bisect; trace decode batches: 2-3
+     * packings). */
     const int64_t lo = cap_lo > (total_cost + n - 1) / n ? cap_lo : (total_cost + n - 1) / n;
     const int64_t tol = lo / 64 + 1;
     int64_t good = -1, bad = lo - 1;
@@ -463,7 +515,6 @@ FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t 
         if (k >= 0) {
             good = t;
             np = k;
-            fi_copy_bytes(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
             break;
         }
         bad = t;
@@ -471,32 +522,22 @@ FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t 
             break;
     }
     if (good < 0)
-        return;
-    while (good - bad > tol) {
-        const int64_t mid = bad + (good - bad) / 2;
-        const int32_t k = pk_try(&rules, tiles, num_tiles, l, mid, s);
-        if (k >= 0) {
-            good = mid;
-            np = k;
-            fi_copy_bytes(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
-        } else {
-            bad = mid;
-        }
-    }
-    fi_copy_bytes(s->pieces, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
+        return beat;
+    good = pk_bisect(&rules, tiles, num_tiles, l, s, bad, good, tol, &np);
     /* Written to the scratch plan first, scored by the same model as the walk, and copied
      * out only if it is cheaper. */
     fi_partition_result r;
     if (!pk_write(tiles, num_tiles, l, s, np, good, s->work_indptr, s->items, s->groups,
                   s->cta_cost, &r))
-        return;
+        return beat;
     const int64_t m =
         fi_model_max(v, s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
     if (m >= beat)
-        return;
+        return beat;
     fi_copy_bytes(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));
     fi_copy_bytes(items, s->items, sizeof(fi_work_item) * (size_t)r.num_items);
     fi_copy_bytes(groups, s->groups, sizeof(fi_merge_group) * (size_t)r.num_groups);
     fi_copy_bytes(cta_cost, s->cta_cost, sizeof(int64_t) * (size_t)n);
     *res = r;
+    return m;
 }

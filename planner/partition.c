@@ -365,22 +365,45 @@ FI_PD_STATIC int64_t narrow_cap(fi_split_grain sg, const fi_tile *tiles, const i
     return best;
 }
 
+/* The executor model's charges (planner/model.h) of a merge group the walk just closed:
+ * its pieces lie on CTAs c0 .. c, each the last item of its CTA but the one on c, which is
+ * c's first (it ends at `last_cost`).  The piece that ends last (ties: the lower CTA, the
+ * lower item index) pays the merge, the others an arrival; charges go to extra[]. */
+FI_PD_STATIC void walk_group_charges(const fi_variant *v, const int64_t *cta_cost,
+                                     int64_t *extra, int32_t c0, int32_t c, int64_t last_cost) {
+    int32_t last = c;
+    int64_t end = last_cost;
+    for (int32_t j = c - 1; j >= c0; j--) /* downwards: ">=" keeps the lowest of a tie */
+        if (cta_cost[j] >= end) {
+            end = cta_cost[j];
+            last = j;
+        }
+    for (int32_t j = c0; j <= c; j++)
+        extra[j] += j == last ? v->cost_merge : v->cost_arrive;
+}
+
 /* The capped walk that writes the plan (the decisions of cap_trial): items in tile order,
  * a merge group per cut tile, CTA ranges and costs.  *fits = 0 if the tiles do not fit in
- * num_ctas CTAs (outputs partial: the caller must fail). */
-FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t num_tiles,
-                          const fi_layout *l, int64_t cap, int32_t *indptr, fi_work_item *items,
-                          fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
-                          int *fits, fi_error_detail *err) {
+ * num_ctas CTAs (outputs partial: the caller must fail).  With extra ([num_ctas] scratch;
+ * NULL: not wanted) also the plan's executor model, fi_model_max's figure, in *model: one
+ * pass fewer over the items for batches whose walk is scored against packing. */
+FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
+                                int32_t num_tiles, const fi_layout *l, int64_t cap,
+                                int32_t *indptr, fi_work_item *items, fi_merge_group *groups,
+                                int64_t *cta_cost, int64_t *extra, int64_t *model,
+                                fi_partition_result *res, int *fits, fi_error_detail *err) {
     /* Bounds in locals: stores to items / groups may alias *l as far as the compiler
      * knows, which would force reloads. */
     const int32_t n = l->num_ctas, max_items = l->max_items, max_groups = l->max_groups,
                   max_slots = l->max_slots;
-    int32_t c = 0, ni = 0, ng = 0, ns = 0;
+    int32_t c = 0, ni = 0, ng = 0, ns = 0, gc0 = 0; /* gc0: CTA of a group's first piece */
     int64_t rem = cap, total = 0, max = 0;
     walk w = {.err = err};
     *fits = 0;
     indptr[0] = 0;
+    if (extra)
+        for (int32_t k = 0; k < n; k++)
+            extra[k] = 0;
     for (int32_t i = 0; i < num_tiles; i++) {
         const fi_tile *t = &tiles[i];
         const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
@@ -414,6 +437,7 @@ FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t
                     groups[ng] = (fi_merge_group){t->request, t->head_begin, t->head_end,
                                                   t->q_begin, t->q_end, ns, 0, ni, 0};
                     g = ng++;
+                    gc0 = c;
                 }
                 if (ns >= max_slots)
                     return over_caps(&w, (int64_t)ns + 1, max_slots);
@@ -425,8 +449,11 @@ FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t
                                        g};
             ni++;
             rem -= (int64_t)(end - pos) + overhead;
-            if (whole)
+            if (whole) {
+                if (extra && g >= 0) /* the group's last piece: its charges are known */
+                    walk_group_charges(v, cta_cost, extra, gc0, c, cap - rem);
                 break;
+            }
             pos = end; /* the cut ends CTA c */
             cta_cost[c] = cap - rem;
             total += cap - rem;
@@ -442,6 +469,12 @@ FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t
         cta_cost[k] = 0;
     for (int32_t k = c + 1; k <= n; k++)
         indptr[k] = ni;
+    if (extra) {
+        int64_t mm = 0;
+        for (int32_t k = 0; k <= c; k++)
+            mm = cta_cost[k] + extra[k] > mm ? cta_cost[k] + extra[k] : mm;
+        *model = mm;
+    }
     res->num_items = ni;
     res->num_groups = ng;
     res->num_slots = ns;
@@ -452,12 +485,13 @@ FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t
     return FI_OK;
 }
 
-/* The contiguous walk, then the packing partition if it models better (planner/pack.h). */
+/* The contiguous walk; with extra ([num_ctas] scratch, else NULL) also its executor model in
+ * *model (-1 if the walk did not compute it: the global fallback). */
 FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                                 int64_t total_cost, int64_t *prefix, const fi_layout *l,
                                 int32_t *work_indptr, fi_work_item *items,
-                                fi_merge_group *groups, int64_t *cta_cost,
-                                fi_partition_result *res, fi_error_detail *err);
+                                fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
+                                int64_t *model, fi_partition_result *res, fi_error_detail *err);
 
 #ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_no_pack = 0;
@@ -469,23 +503,30 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
                        const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err) {
+    /* The walk's model is wanted when packing or the list schedule is scored against it. */
+    const int packing =
+        pack && !fi_partition_test_no_pack && fi_pack_wanted(v, tiles, num_tiles, l);
+    const int listing = pack && v->partition == FI_PARTITION_LIST &&
+                        fi_partition_test_list >= 0 && num_tiles <= l->max_items;
+    int64_t wm = -1;
     fi_status st = walk_partition(v, tiles, num_tiles, total_cost, prefix, l, work_indptr,
-                                  items, groups, cta_cost, res, err);
+                                  items, groups, cta_cost, packing || listing ? pack->load : NULL,
+                                  &wm, res, err);
     FI_PD_STAMP(3);
-    if (st != FI_OK || !pack)
+    if (st != FI_OK || !(packing || listing))
         return st;
-    if (!fi_partition_test_no_pack && fi_pack_wanted(v, tiles, num_tiles, l)) {
-        const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
-                                        pack->finish, pack->last);
+    if (wm < 0)
+        wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups, pack->finish,
+                          pack->last);
+    if (packing) {
         FI_PD_STAMP(4);
         /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less
          * overhead) but charges its pieces. */
-        fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack,
-                          res->budget - res->budget / 64, wm, work_indptr, items, groups,
-                          cta_cost, res);
+        wm = fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack,
+                               res->budget - res->budget / 64, wm, work_indptr, items, groups,
+                               cta_cost, res);
     }
-    if (v->partition != FI_PARTITION_LIST || fi_partition_test_list < 0 ||
-        num_tiles > l->max_items)
+    if (!listing)
         return FI_OK;
     /* The list schedule (planner/listsched.h) replaces the walk's (or packing's) plan while
      * both its modelled time and its largest CTA cost (the same figure: it cuts nothing) are
@@ -494,8 +535,6 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
      * batches of fewer tiles than CTAs, where the walk's pieces use the idle CTAs and no
      * schedule keeps few heads in flight.) */
     const int64_t lm = fi_list_schedule(tiles, num_tiles, l->num_ctas, pack);
-    const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
-                                    pack->finish, pack->last);
     const int64_t room = 64 + (int64_t)v->list_slack_64ths;
     if (fi_partition_test_list > 0 ||
         (64 * lm <= room * wm && 64 * lm <= room * res->max_cta_cost))
@@ -506,8 +545,8 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
 FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                                 int64_t total_cost, int64_t *prefix, const fi_layout *l,
                                 int32_t *work_indptr, fi_work_item *items,
-                                fi_merge_group *groups, int64_t *cta_cost,
-                                fi_partition_result *res, fi_error_detail *err) {
+                                fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
+                                int64_t *model, fi_partition_result *res, fi_error_detail *err) {
     const int64_t n = l->num_ctas;
     const fi_split_grain sg = fi_split_grain_of(v);
     /* The smallest cap that fits, to within tol = 1/128 of the lower bound, by dry trials
@@ -580,8 +619,8 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
     if (best_cap >= 0) {
         /* The real walk, writing items, groups and CTA ranges (trials were dry). */
         int fits = 0;
-        fi_status st = cap_walk(sg, tiles, num_tiles, l, best_cap, work_indptr, items, groups,
-                                cta_cost, res, &fits, err);
+        fi_status st = cap_walk(v, sg, tiles, num_tiles, l, best_cap, work_indptr, items,
+                                groups, cta_cost, extra, model, res, &fits, err);
         if (st != FI_OK)
             return st;
         if (!fits) { /* cap_trial and cap_walk disagree: a bug, never a partial plan */
