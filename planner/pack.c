@@ -36,30 +36,40 @@ FI_PD_STATIC inline int64_t pk_cost(const pk_rules *r, const fi_pack_piece *x) {
 /* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.
  * Consecutive tiles of equal cost (the KV heads of a GQA decode request) form a run, and
  * the runs are sorted instead of the tiles (stable, so the order is the same): GQA decode
- * has 8 tiles a run.  LSD radix sort on 8-bit digits of (max - cost), so a stable
- * ascending sort gives that order.  run_first, tmp: [num_tiles] scratch. */
+ * has 8 tiles a run.  LSD radix sort of the keys max - cost (so a stable ascending sort
+ * gives that order), in as few passes of as narrow digits as the keys' range needs (trace
+ * decode batches: two passes of 6 bits, 64 counters instead of 256 to clear and sum).
+ * run_first, tmp: [num_tiles] scratch; key: [num_tiles] scratch. */
 FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_cost, int32_t *tmp,
-                    int32_t *run_first) {
-    int64_t max = 0;
+                    int32_t *run_first, int64_t *key) {
+    int64_t max = 0, min = INT64_MAX;
     int32_t nr = 0;
     for (int32_t t = 0; t < num_tiles; t++) {
         if (t == 0 || tiles[t].cost != tiles[t - 1].cost)
             run_first[nr++] = t;
         max = tiles[t].cost > max ? tiles[t].cost : max;
+        min = tiles[t].cost < min ? tiles[t].cost : min;
     }
+    int bits = 0; /* of the largest key, max - min */
+    while (bits < 63 && ((max - min) >> bits) > 0)
+        bits++;
+    const int passes = (bits + 7) / 8, digit = passes > 0 ? (bits + passes - 1) / passes : 0;
+    const int64_t mask = ((int64_t)1 << digit) - 1;
     /* Sort run indices; the result must end in tmp, as by_cost is written from it. */
     int32_t *src = tmp, *dst = by_cost;
-    for (int32_t r = 0; r < nr; r++)
+    for (int32_t r = 0; r < nr; r++) {
         src[r] = r;
-    for (int shift = 0; shift < 56 && (max >> shift) > 0; shift += 8) { /* costs < 2^56 */
+        key[r] = max - tiles[run_first[r]].cost;
+    }
+    for (int p = 0, shift = 0; p < passes; p++, shift += digit) {
         int32_t count[257];
-        fi_zero_bytes(count, sizeof count);
+        fi_zero_bytes(count, sizeof(int32_t) * (size_t)(mask + 2));
         for (int32_t i = 0; i < nr; i++)
-            count[((max - tiles[run_first[src[i]]].cost) >> shift & 0xff) + 1]++;
-        for (int d = 0; d < 256; d++)
+            count[(key[src[i]] >> shift & mask) + 1]++;
+        for (int64_t d = 0; d < mask; d++)
             count[d + 1] += count[d];
         for (int32_t i = 0; i < nr; i++)
-            dst[count[(max - tiles[run_first[src[i]]].cost) >> shift & 0xff]++] = src[i];
+            dst[count[key[src[i]] >> shift & mask]++] = src[i];
         int32_t *x = src;
         src = dst;
         dst = x;
@@ -466,6 +476,7 @@ FI_PD_STATIC int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layo
                                   tl->q_end,   x->kv0,        x->kv1,      -1,
                                   x->split ? gid[x->tile] : -1};
         cta_cost[x->bin] += x->cost;
+        s->finish[i] = cta_cost[x->bin]; /* where the item ends in the model (pk_model) */
         total += x->cost;
     }
     for (int32_t g = 0; g < ng; g++)
@@ -477,6 +488,35 @@ FI_PD_STATIC int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layo
         mx = cta_cost[b] > mx ? cta_cost[b] : mx;
     *res = (fi_partition_result){np, ng, ns, T, total, mx};
     return 1;
+}
+
+/* The executor model (planner/model.h: fi_model_max's figure) of the plan pk_write just
+ * wrote, from what it left: s->pieces (in item order), s->finish (each item's end) and
+ * s->order (each group's pieces from groups[g].first_slot on, as item indices).  The piece
+ * of a group that ends last (ties: the lower item index) pays the merge, the others an
+ * arrival.  O(split pieces + CTAs), not a second pass over the items.  extra: s->load,
+ * free once the packing is chosen. */
+FI_PD_STATIC int64_t pk_model(const fi_variant *v, fi_pack_scratch *s, int32_t n,
+                              const fi_merge_group *groups, int32_t ng,
+                              const int64_t *cta_cost) {
+    const int64_t merge = v->cost_merge, arrive = v->cost_arrive;
+    int64_t *extra = s->load;
+    for (int32_t b = 0; b < n; b++)
+        extra[b] = 0;
+    for (int32_t g = 0; g < ng; g++) {
+        const int32_t *L = s->order + groups[g].first_slot;
+        int32_t last = L[0];
+        for (int32_t r = 1; r < groups[g].num_splits; r++)
+            if (s->finish[L[r]] > s->finish[last] ||
+                (s->finish[L[r]] == s->finish[last] && L[r] < last))
+                last = L[r];
+        for (int32_t r = 0; r < groups[g].num_splits; r++)
+            extra[s->pieces[L[r]].bin] += L[r] == last ? merge : arrive;
+    }
+    int64_t max = 0;
+    for (int32_t b = 0; b < n; b++)
+        max = cta_cost[b] + extra[b] > max ? cta_cost[b] + extra[b] : max;
+    return max;
 }
 
 FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
@@ -498,7 +538,7 @@ FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res) {
     const int32_t n = l->num_ctas;
     const pk_rules rules = {fi_split_grain_of(v), fi_variant_piece_charge(v)};
-    pk_sort(tiles, num_tiles, s->by_cost, s->order, s->tile_group);
+    pk_sort(tiles, num_tiles, s->by_cost, s->order, s->tile_group, s->suffix);
     s->suffix[num_tiles] = 0;
     for (int32_t i = num_tiles - 1; i >= 0; i--)
         s->suffix[i] = s->suffix[i + 1] + tiles[s->by_cost[i]].cost;
@@ -530,8 +570,7 @@ FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32
     if (!pk_write(tiles, num_tiles, l, s, np, good, s->work_indptr, s->items, s->groups,
                   s->cta_cost, &r))
         return beat;
-    const int64_t m =
-        fi_model_max(v, s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
+    const int64_t m = pk_model(v, s, n, s->groups, r.num_groups, s->cta_cost);
     if (m >= beat)
         return beat;
     fi_copy_bytes(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));

@@ -406,6 +406,16 @@ FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi
             extra[k] = 0;
     for (int32_t i = 0; i < num_tiles; i++) {
         const fi_tile *t = &tiles[i];
+        if (t->cost <= rem) { /* the whole tile fits (most tiles): one item, as the tile */
+            if (ni >= max_items)
+                return over_caps(&w, (int64_t)ni + 1, max_items);
+            fi_copy_bytes(&items[ni], t, FI_TILE_ITEM_BYTES);
+            items[ni].out_slot = -1;
+            items[ni].merge_group = -1;
+            ni++;
+            rem -= t->cost;
+            continue;
+        }
         const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
         int32_t pos = t->kv_begin;
         int32_t g = -1;
@@ -444,9 +454,13 @@ FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi
                 slot = ns++;
                 groups[g].num_splits++;
             }
-            items[ni] = (fi_work_item){t->request, t->head_begin, t->head_end, t->q_begin,
-                                       t->q_end,   pos,           end,         slot,
-                                       g};
+            /* The tile's first 16 bytes are the item's (scratch.h) as one move, then the
+             * KV range and merge fields: GQA decode at 1024 requests writes 8192 items. */
+            fi_copy_bytes(&items[ni], t, FI_TILE_ITEM_HEAD_BYTES);
+            items[ni].kv_begin = pos;
+            items[ni].kv_end = end;
+            items[ni].out_slot = slot;
+            items[ni].merge_group = g;
             ni++;
             rem -= (int64_t)(end - pos) + overhead;
             if (whole) {
