@@ -120,7 +120,7 @@ FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
         bk->head[i] = -1;
     fi_zero_bytes(bk->used, sizeof bk->used);
 }
-FI_PD_STATIC void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
+FI_PD_STATIC inline void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     const int64_t q = bk_index(bk, load[b]);
     bk->where[b] = (int32_t)q;
     bk->prev[b] = -1;
@@ -130,7 +130,7 @@ FI_PD_STATIC void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     bk->head[q] = b;
     bk->used[q >> 6] |= (uint64_t)1 << (q & 63);
 }
-FI_PD_STATIC void bk_remove(pk_buckets *bk, int32_t b) {
+FI_PD_STATIC inline void bk_remove(pk_buckets *bk, int32_t b) {
     const int32_t q = bk->where[b];
     if (bk->prev[b] >= 0)
         bk->next[bk->prev[b]] = bk->next[b];
@@ -546,15 +546,25 @@ FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32
      * steps of cap_lo / 32, doubling, then bisect (pk_bisect; trace decode batches: 2-3
      * packings). */
     const int64_t lo = cap_lo > (total_cost + n - 1) / n ? cap_lo : (total_cost + n - 1) / n;
-    const int64_t tol = lo / 64 + 1;
+    const int64_t tol = lo / 64 + 1, step0 = lo / 32 + 1;
     int64_t good = -1, bad = lo - 1;
     int32_t np = -1;
-    for (int64_t step = lo / 32 + 1, T = lo + step; T < beat + step; step *= 2, T = bad + step) {
+    /* Where the search ends if its first probe and every probe of its bisection pack: tried
+     * first when no tile is above it (nothing to cut: GQA decode at 32 requests packs its
+     * whole tiles there, one packing instead of two).  Were packing monotone in the cap, the
+     * search would end there too; the plans of plan_compare.sh's batches are the same. */
+    const int64_t guess = all_fit_probe(bad, lo + step0, tol);
+    if (lo + step0 < beat && tiles[s->by_cost[0]].cost <= guess) {
+        np = pk_try(&rules, tiles, num_tiles, l, guess, s);
+        good = np >= 0 ? guess : -1;
+    }
+    for (int64_t step = step0, T = lo + step; good < 0 && T < beat + step;
+         step *= 2, T = bad + step) {
         const int64_t t = T < beat ? T : beat - 1;
         const int32_t k = pk_try(&rules, tiles, num_tiles, l, t, s);
         if (k >= 0) {
-            good = t;
             np = k;
+            good = pk_bisect(&rules, tiles, num_tiles, l, s, bad, t, tol, &np);
             break;
         }
         bad = t;
@@ -563,7 +573,6 @@ FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32
     }
     if (good < 0)
         return beat;
-    good = pk_bisect(&rules, tiles, num_tiles, l, s, bad, good, tol, &np);
     /* Written to the scratch plan first, scored by the same model as the walk, and copied
      * out only if it is cheaper. */
     fi_partition_result r;

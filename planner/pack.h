@@ -42,7 +42,7 @@ FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_
  * `beat` (the walk's), writes it over the walk's (work_indptr [num_ctas + 1], items,
  * groups, cta_cost, *res); otherwise, or if no cap fits the layout bounds, writes nothing:
  * the walk's plan stands.  Returns the model of the plan that stands (the packing's, or
- * `beat`).  Cost: O(tiles + CTAs) per packing, 2-4 packings. */
+ * `beat`).  Cost: O(tiles + CTAs) per packing, 1-3 packings. */
 FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                        int64_t total_cost, const fi_layout *l, fi_pack_scratch *s,
                        int64_t cap_lo, int64_t beat, int32_t *work_indptr, fi_work_item *items,

@@ -13,7 +13,7 @@
  *    costs (O(num_ctas log tiles) each) and give up early when the cost left exceeds what
  *    the remaining CTAs can hold; a failed trial also guesses the cap from the room its
  *    CTAs wasted, a trial that fits returns its achieved max CTA cost (the walk under that
- *    cap is the same), so trace decode batches take 1-3 trials (5 for 32 requests), then
+ *    cap is the same), so trace decode batches take 1-3 trials (4-6 for 32 requests), then
  *    one real walk (cap_walk) writes the plan.  Balance (max CTA cost / mean) on trace
  *    decode snapshots: ~1.01-1.08 (tests/test_plan_balance.c).
  * 2. Global walk (fallback if no cap is found, not expected): budget
@@ -574,7 +574,7 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
      * lo + a doubling step, until a cap fits; then one try tol below the best and
      * bisection until hi - lo < tol.  A trial that fits lowers hi to its achieved max CTA
      * cost (the walk under that cost is the same walk).  Trace decode snapshots: 1 trial
-     * at 1024 requests, 2 at 512, 3 at 128, 5 at 32.  tol 1/64 (not 1/128) saves about a
+     * at 1024 requests, 2 at 512, 3 at 128, 4-6 at 32 (narrow_cap).  tol 1/64 (not 1/128) saves about a
      * trial for ~0.5% worse worst-case balance. */
     enum { FI_CAP_TRIALS = 40 }; /* bound on trials: both phases are logarithmic */
     int64_t oh_max = 0;
