@@ -36,30 +36,40 @@ FI_PD_STATIC inline int64_t pk_cost(const pk_rules *r, const fi_pack_piece *x) {
 /* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.
  * Consecutive tiles of equal cost (the KV heads of a GQA decode request) form a run, and
  * the runs are sorted instead of the tiles (stable, so the order is the same): GQA decode
- * has 8 tiles a run.  LSD radix sort on 8-bit digits of (max - cost), so a stable
- * ascending sort gives that order.  run_first, tmp: [num_tiles] scratch. */
+ * has 8 tiles a run.  LSD radix sort of the keys max - cost (so a stable ascending sort
+ * gives that order), in as few passes of as narrow digits as the keys' range needs (trace
+ * decode batches: two passes of 6 bits, 64 counters instead of 256 to clear and sum).
+ * run_first, tmp: [num_tiles] scratch; key: [num_tiles] scratch. */
 FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_cost, int32_t *tmp,
-                    int32_t *run_first) {
-    int64_t max = 0;
+                    int32_t *run_first, int64_t *key) {
+    int64_t max = 0, min = INT64_MAX;
     int32_t nr = 0;
     for (int32_t t = 0; t < num_tiles; t++) {
         if (t == 0 || tiles[t].cost != tiles[t - 1].cost)
             run_first[nr++] = t;
         max = tiles[t].cost > max ? tiles[t].cost : max;
+        min = tiles[t].cost < min ? tiles[t].cost : min;
     }
+    int bits = 0; /* of the largest key, max - min */
+    while (bits < 63 && ((max - min) >> bits) > 0)
+        bits++;
+    const int passes = (bits + 7) / 8, digit = passes > 0 ? (bits + passes - 1) / passes : 0;
+    const int64_t mask = ((int64_t)1 << digit) - 1;
     /* Sort run indices; the result must end in tmp, as by_cost is written from it. */
     int32_t *src = tmp, *dst = by_cost;
-    for (int32_t r = 0; r < nr; r++)
+    for (int32_t r = 0; r < nr; r++) {
         src[r] = r;
-    for (int shift = 0; shift < 56 && (max >> shift) > 0; shift += 8) { /* costs < 2^56 */
+        key[r] = max - tiles[run_first[r]].cost;
+    }
+    for (int p = 0, shift = 0; p < passes; p++, shift += digit) {
         int32_t count[257];
-        fi_zero_bytes(count, sizeof count);
+        fi_zero_bytes(count, sizeof(int32_t) * (size_t)(mask + 2));
         for (int32_t i = 0; i < nr; i++)
-            count[((max - tiles[run_first[src[i]]].cost) >> shift & 0xff) + 1]++;
-        for (int d = 0; d < 256; d++)
+            count[(key[src[i]] >> shift & mask) + 1]++;
+        for (int64_t d = 0; d < mask; d++)
             count[d + 1] += count[d];
         for (int32_t i = 0; i < nr; i++)
-            dst[count[(max - tiles[run_first[src[i]]].cost) >> shift & 0xff]++] = src[i];
+            dst[count[key[src[i]] >> shift & mask]++] = src[i];
         int32_t *x = src;
         src = dst;
         dst = x;
@@ -110,7 +120,7 @@ FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
         bk->head[i] = -1;
     fi_zero_bytes(bk->used, sizeof bk->used);
 }
-FI_PD_STATIC void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
+FI_PD_STATIC inline void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     const int64_t q = bk_index(bk, load[b]);
     bk->where[b] = (int32_t)q;
     bk->prev[b] = -1;
@@ -120,7 +130,7 @@ FI_PD_STATIC void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     bk->head[q] = b;
     bk->used[q >> 6] |= (uint64_t)1 << (q & 63);
 }
-FI_PD_STATIC void bk_remove(pk_buckets *bk, int32_t b) {
+FI_PD_STATIC inline void bk_remove(pk_buckets *bk, int32_t b) {
     const int32_t q = bk->where[b];
     if (bk->prev[b] >= 0)
         bk->next[bk->prev[b]] = bk->next[b];
@@ -301,6 +311,58 @@ FI_PD_STATIC int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num
     return np;
 }
 
+/* The last probe of a bisection of (bad, good] down to tol in which every probe packs. */
+FI_PD_STATIC int64_t all_fit_probe(int64_t bad, int64_t good, int64_t tol) {
+    int64_t mid = good;
+    while (good - bad > tol) {
+        mid = bad + (good - bad) / 2;
+        good = mid;
+    }
+    return mid;
+}
+
+/* Bisect (bad, good] down to tol: bad does not pack, good does (its *np pieces in
+ * s->pieces).  Returns the smallest cap found that packs, its packing in s->pieces and its
+ * piece count in *np.  Before bisecting (and after each failure) the last probe of the
+ * all-fit path is tried: if it packs, the bisection would end there were packing monotone
+ * in the cap, so it ends there (MLA heads 16 at 128 requests: one packing fewer).  Best
+ * fit is not always monotone (a scan of every cap of the 442 plan_compare.sh batches found
+ * 15 caps that fail above one that packs, on small and random-length batches), but the
+ * plans of those batches are the same.  A failed all-fit probe is remembered and the
+ * bisection goes on.  The best packing so far is kept in s->sorted while another is
+ * tried, so no packing is redone.  Outlined on the device (its registers: no spills). */
+FI_PD_STATIC FI_PD_OUTLINE int64_t pk_bisect(const pk_rules *r, const fi_tile *tiles, int32_t num_tiles,
+                               const fi_layout *l, fi_pack_scratch *s, int64_t bad,
+                               int64_t good, int64_t tol, int32_t *np) {
+    int in_pieces = 1;   /* s->pieces (else s->sorted) holds good's packing */
+    int64_t failed = -1; /* an all-fit probe that did not pack */
+    for (int check = 1; good - bad > tol;) {
+        const int64_t mid = check ? all_fit_probe(bad, good, tol) : bad + (good - bad) / 2;
+        int32_t k = -1;
+        if (mid != failed) {
+            if (in_pieces)
+                fi_copy_bytes(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)*np);
+            k = pk_try(r, tiles, num_tiles, l, mid, s);
+            in_pieces = k >= 0;
+        }
+        if (k >= 0) {
+            good = mid;
+            *np = k;
+            if (check)
+                break; /* every probe of the bisection would pack: mid is where it ends */
+        } else if (check) {
+            failed = mid;
+            check = 0;
+        } else {
+            bad = mid;
+            check = 1;
+        }
+    }
+    if (!in_pieces)
+        fi_copy_bytes(s->pieces, s->sorted, sizeof(fi_pack_piece) * (size_t)*np);
+    return good;
+}
+
 /* Order of pieces: by CTA; inside a CTA split pieces first (their merges then happen before
  * the CTA's end), longer first, then by tile and KV position (deterministic). */
 FI_PD_STATIC int pk_before(const fi_pack_piece *a, const fi_pack_piece *b) {
@@ -414,6 +476,7 @@ FI_PD_STATIC int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layo
                                   tl->q_end,   x->kv0,        x->kv1,      -1,
                                   x->split ? gid[x->tile] : -1};
         cta_cost[x->bin] += x->cost;
+        s->finish[i] = cta_cost[x->bin]; /* where the item ends in the model (pk_model) */
         total += x->cost;
     }
     for (int32_t g = 0; g < ng; g++)
@@ -425,6 +488,35 @@ FI_PD_STATIC int pk_write(const fi_tile *tiles, int32_t num_tiles, const fi_layo
         mx = cta_cost[b] > mx ? cta_cost[b] : mx;
     *res = (fi_partition_result){np, ng, ns, T, total, mx};
     return 1;
+}
+
+/* The executor model (planner/model.h: fi_model_max's figure) of the plan pk_write just
+ * wrote, from what it left: s->pieces (in item order), s->finish (each item's end) and
+ * s->order (each group's pieces from groups[g].first_slot on, as item indices).  The piece
+ * of a group that ends last (ties: the lower item index) pays the merge, the others an
+ * arrival.  O(split pieces + CTAs), not a second pass over the items.  extra: s->load,
+ * free once the packing is chosen. */
+FI_PD_STATIC int64_t pk_model(const fi_variant *v, fi_pack_scratch *s, int32_t n,
+                              const fi_merge_group *groups, int32_t ng,
+                              const int64_t *cta_cost) {
+    const int64_t merge = v->cost_merge, arrive = v->cost_arrive;
+    int64_t *extra = s->load;
+    for (int32_t b = 0; b < n; b++)
+        extra[b] = 0;
+    for (int32_t g = 0; g < ng; g++) {
+        const int32_t *L = s->order + groups[g].first_slot;
+        int32_t last = L[0];
+        for (int32_t r = 1; r < groups[g].num_splits; r++)
+            if (s->finish[L[r]] > s->finish[last] ||
+                (s->finish[L[r]] == s->finish[last] && L[r] < last))
+                last = L[r];
+        for (int32_t r = 0; r < groups[g].num_splits; r++)
+            extra[s->pieces[L[r]].bin] += L[r] == last ? merge : arrive;
+    }
+    int64_t max = 0;
+    for (int32_t b = 0; b < n; b++)
+        max = cta_cost[b] + extra[b] > max ? cta_cost[b] + extra[b] : max;
+    return max;
 }
 
 FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
@@ -440,30 +532,39 @@ FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_
     return num_tiles <= n * (thin ? thin_max : other_max);
 }
 
-FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                        int64_t total_cost, const fi_layout *l, fi_pack_scratch *s,
                        int64_t cap_lo, int64_t beat, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res) {
     const int32_t n = l->num_ctas;
     const pk_rules rules = {fi_split_grain_of(v), fi_variant_piece_charge(v)};
-    pk_sort(tiles, num_tiles, s->by_cost, s->order, s->tile_group);
+    pk_sort(tiles, num_tiles, s->by_cost, s->order, s->tile_group, s->suffix);
     s->suffix[num_tiles] = 0;
     for (int32_t i = num_tiles - 1; i >= 0; i--)
         s->suffix[i] = s->suffix[i + 1] + tiles[s->by_cost[i]].cost;
     /* Smallest packing cap, to within cap_lo / 64: gallop up from cap_lo + cap_lo / 32 in
-     * steps of cap_lo / 32, doubling, then bisect (trace decode batches: 2-4 packings).
-     * The best packing so far is kept in s->sorted, so no packing is redone. */
+     * steps of cap_lo / 32, doubling, then bisect (pk_bisect; trace decode batches: 2-3
+     * packings). */
     const int64_t lo = cap_lo > (total_cost + n - 1) / n ? cap_lo : (total_cost + n - 1) / n;
-    const int64_t tol = lo / 64 + 1;
+    const int64_t tol = lo / 64 + 1, step0 = lo / 32 + 1;
     int64_t good = -1, bad = lo - 1;
     int32_t np = -1;
-    for (int64_t step = lo / 32 + 1, T = lo + step; T < beat + step; step *= 2, T = bad + step) {
+    /* Where the search ends if its first probe and every probe of its bisection pack: tried
+     * first when no tile is above it (nothing to cut: GQA decode at 32 requests packs its
+     * whole tiles there, one packing instead of two).  Were packing monotone in the cap, the
+     * search would end there too; the plans of plan_compare.sh's batches are the same. */
+    const int64_t guess = all_fit_probe(bad, lo + step0, tol);
+    if (lo + step0 < beat && tiles[s->by_cost[0]].cost <= guess) {
+        np = pk_try(&rules, tiles, num_tiles, l, guess, s);
+        good = np >= 0 ? guess : -1;
+    }
+    for (int64_t step = step0, T = lo + step; good < 0 && T < beat + step;
+         step *= 2, T = bad + step) {
         const int64_t t = T < beat ? T : beat - 1;
         const int32_t k = pk_try(&rules, tiles, num_tiles, l, t, s);
         if (k >= 0) {
-            good = t;
             np = k;
-            fi_copy_bytes(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
+            good = pk_bisect(&rules, tiles, num_tiles, l, s, bad, t, tol, &np);
             break;
         }
         bad = t;
@@ -471,32 +572,20 @@ FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t 
             break;
     }
     if (good < 0)
-        return;
-    while (good - bad > tol) {
-        const int64_t mid = bad + (good - bad) / 2;
-        const int32_t k = pk_try(&rules, tiles, num_tiles, l, mid, s);
-        if (k >= 0) {
-            good = mid;
-            np = k;
-            fi_copy_bytes(s->sorted, s->pieces, sizeof(fi_pack_piece) * (size_t)k);
-        } else {
-            bad = mid;
-        }
-    }
-    fi_copy_bytes(s->pieces, s->sorted, sizeof(fi_pack_piece) * (size_t)np);
+        return beat;
     /* Written to the scratch plan first, scored by the same model as the walk, and copied
      * out only if it is cheaper. */
     fi_partition_result r;
     if (!pk_write(tiles, num_tiles, l, s, np, good, s->work_indptr, s->items, s->groups,
                   s->cta_cost, &r))
-        return;
-    const int64_t m =
-        fi_model_max(v, s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
+        return beat;
+    const int64_t m = pk_model(v, s, n, s->groups, r.num_groups, s->cta_cost);
     if (m >= beat)
-        return;
+        return beat;
     fi_copy_bytes(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));
     fi_copy_bytes(items, s->items, sizeof(fi_work_item) * (size_t)r.num_items);
     fi_copy_bytes(groups, s->groups, sizeof(fi_merge_group) * (size_t)r.num_groups);
     fi_copy_bytes(cta_cost, s->cta_cost, sizeof(int64_t) * (size_t)n);
     *res = r;
+    return m;
 }

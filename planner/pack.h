@@ -41,8 +41,9 @@ FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_
  * cap_lo / 64).  If that plan's executor model (planner/model.h, KV-token units) is below
  * `beat` (the walk's), writes it over the walk's (work_indptr [num_ctas + 1], items,
  * groups, cta_cost, *res); otherwise, or if no cap fits the layout bounds, writes nothing:
- * the walk's plan stands.  Cost: O(tiles + CTAs) per packing, 2-4 packings. */
-FI_PD void fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+ * the walk's plan stands.  Returns the model of the plan that stands (the packing's, or
+ * `beat`).  Cost: O(tiles + CTAs) per packing, 1-3 packings. */
+FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                        int64_t total_cost, const fi_layout *l, fi_pack_scratch *s,
                        int64_t cap_lo, int64_t beat, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res);

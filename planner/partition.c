@@ -13,7 +13,7 @@
  *    costs (O(num_ctas log tiles) each) and give up early when the cost left exceeds what
  *    the remaining CTAs can hold; a failed trial also guesses the cap from the room its
  *    CTAs wasted, a trial that fits returns its achieved max CTA cost (the walk under that
- *    cap is the same), so trace decode batches take 1-3 trials (5 for 32 requests), then
+ *    cap is the same), so trace decode batches take 1-3 trials (4-6 for 32 requests), then
  *    one real walk (cap_walk) writes the plan.  Balance (max CTA cost / mean) on trace
  *    decode snapshots: ~1.01-1.08 (tests/test_plan_balance.c).
  * 2. Global walk (fallback if no cap is found, not expected): budget
@@ -312,24 +312,110 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
     return -1;
 }
 
+/* The last probe of a bisection of [lo, hi] down to below tol in which every probe
+ * fails (each failure moves lo past its probe): the highest cap it would try. */
+FI_PD_STATIC int64_t all_fail_probe(int64_t lo, int64_t hi, int64_t tol) {
+    int64_t mid = hi;
+    while (hi - lo >= tol) {
+        mid = lo + (hi - lo) / 2;
+        lo = mid + 1;
+    }
+    return mid;
+}
+
+/* Narrow the capped walk's bracket: best fits (its achieved max CTA cost), hi = best - 1,
+ * no cap below lo fits; returns the smallest achieved max the search finds, to within
+ * tol.  First one step of tol under the best (the gallop's guess is usually that close),
+ * then bisection.  Each time the bisection starts on a bracket (and after each fit), the
+ * last probe of its all-fail path is tried first: if that fails, every lower probe is
+ * taken to fail too and the search ends.  Why: on trace decode batches every probe of the
+ * bisection fails (3-4 trials a walk, the larger part of the update for packed batches);
+ * fitting is monotone in the cap in practice (every cap of the 442 plan_compare.sh
+ * batches checked: one exception, far below the best cap), so the plans do not change.
+ * A probe the bisection repeats is not redone.  At most max_trials trials. */
+FI_PD_STATIC int64_t narrow_cap(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
+                                int32_t num_tiles, int32_t n, int64_t lo, int64_t hi,
+                                int64_t tol, int64_t best, int max_trials) {
+    int64_t est = 0, end = -1, end_m = -1; /* the all-fail path's last probe, its result */
+    for (int t = 0, first = 1, check = 0; t < max_trials && hi - lo >= tol; first = 0) {
+        const int64_t mid = first   ? hi + 1 - tol
+                            : check ? all_fail_probe(lo, hi, tol)
+                                    : lo + (hi - lo) / 2;
+        int64_t m = end_m;
+        if (mid != end) {
+            m = cap_trial(sg, tiles, prefix, num_tiles, n, mid, &est);
+            t++;
+        }
+        if (check) { /* the bracket stays: only its bisection's outcome is known */
+            check = 0;
+            if (m < 0)
+                break; /* every probe of the bisection would fail: best stands */
+            end = mid;
+            end_m = m;
+            continue;
+        }
+        if (m >= 0) {
+            best = m;
+            hi = m - 1;
+            check = 1;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return best;
+}
+
+/* The executor model's charges (planner/model.h) of a merge group the walk just closed:
+ * its pieces lie on CTAs c0 .. c, each the last item of its CTA but the one on c, which is
+ * c's first (it ends at `last_cost`).  The piece that ends last (ties: the lower CTA, the
+ * lower item index) pays the merge, the others an arrival; charges go to extra[]. */
+FI_PD_STATIC void walk_group_charges(const fi_variant *v, const int64_t *cta_cost,
+                                     int64_t *extra, int32_t c0, int32_t c, int64_t last_cost) {
+    int32_t last = c;
+    int64_t end = last_cost;
+    for (int32_t j = c - 1; j >= c0; j--) /* downwards: ">=" keeps the lowest of a tie */
+        if (cta_cost[j] >= end) {
+            end = cta_cost[j];
+            last = j;
+        }
+    for (int32_t j = c0; j <= c; j++)
+        extra[j] += j == last ? v->cost_merge : v->cost_arrive;
+}
+
 /* The capped walk that writes the plan (the decisions of cap_trial): items in tile order,
  * a merge group per cut tile, CTA ranges and costs.  *fits = 0 if the tiles do not fit in
- * num_ctas CTAs (outputs partial: the caller must fail). */
-FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t num_tiles,
-                          const fi_layout *l, int64_t cap, int32_t *indptr, fi_work_item *items,
-                          fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
-                          int *fits, fi_error_detail *err) {
+ * num_ctas CTAs (outputs partial: the caller must fail).  With extra ([num_ctas] scratch;
+ * NULL: not wanted) also the plan's executor model, fi_model_max's figure, in *model: one
+ * pass fewer over the items for batches whose walk is scored against packing. */
+FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
+                                int32_t num_tiles, const fi_layout *l, int64_t cap,
+                                int32_t *indptr, fi_work_item *items, fi_merge_group *groups,
+                                int64_t *cta_cost, int64_t *extra, int64_t *model,
+                                fi_partition_result *res, int *fits, fi_error_detail *err) {
     /* Bounds in locals: stores to items / groups may alias *l as far as the compiler
      * knows, which would force reloads. */
     const int32_t n = l->num_ctas, max_items = l->max_items, max_groups = l->max_groups,
                   max_slots = l->max_slots;
-    int32_t c = 0, ni = 0, ng = 0, ns = 0;
+    int32_t c = 0, ni = 0, ng = 0, ns = 0, gc0 = 0; /* gc0: CTA of a group's first piece */
     int64_t rem = cap, total = 0, max = 0;
     walk w = {.err = err};
     *fits = 0;
     indptr[0] = 0;
+    if (extra)
+        for (int32_t k = 0; k < n; k++)
+            extra[k] = 0;
     for (int32_t i = 0; i < num_tiles; i++) {
         const fi_tile *t = &tiles[i];
+        if (t->cost <= rem) { /* the whole tile fits (most tiles): one item, as the tile */
+            if (ni >= max_items)
+                return over_caps(&w, (int64_t)ni + 1, max_items);
+            fi_copy_bytes(&items[ni], t, FI_TILE_ITEM_BYTES);
+            items[ni].out_slot = -1;
+            items[ni].merge_group = -1;
+            ni++;
+            rem -= t->cost;
+            continue;
+        }
         const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
         int32_t pos = t->kv_begin;
         int32_t g = -1;
@@ -361,19 +447,27 @@ FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t
                     groups[ng] = (fi_merge_group){t->request, t->head_begin, t->head_end,
                                                   t->q_begin, t->q_end, ns, 0, ni, 0};
                     g = ng++;
+                    gc0 = c;
                 }
                 if (ns >= max_slots)
                     return over_caps(&w, (int64_t)ns + 1, max_slots);
                 slot = ns++;
                 groups[g].num_splits++;
             }
-            items[ni] = (fi_work_item){t->request, t->head_begin, t->head_end, t->q_begin,
-                                       t->q_end,   pos,           end,         slot,
-                                       g};
+            /* The tile's first 16 bytes are the item's (scratch.h) as one move, then the
+             * KV range and merge fields: GQA decode at 1024 requests writes 8192 items. */
+            fi_copy_bytes(&items[ni], t, FI_TILE_ITEM_HEAD_BYTES);
+            items[ni].kv_begin = pos;
+            items[ni].kv_end = end;
+            items[ni].out_slot = slot;
+            items[ni].merge_group = g;
             ni++;
             rem -= (int64_t)(end - pos) + overhead;
-            if (whole)
+            if (whole) {
+                if (extra && g >= 0) /* the group's last piece: its charges are known */
+                    walk_group_charges(v, cta_cost, extra, gc0, c, cap - rem);
                 break;
+            }
             pos = end; /* the cut ends CTA c */
             cta_cost[c] = cap - rem;
             total += cap - rem;
@@ -389,6 +483,12 @@ FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t
         cta_cost[k] = 0;
     for (int32_t k = c + 1; k <= n; k++)
         indptr[k] = ni;
+    if (extra) {
+        int64_t mm = 0;
+        for (int32_t k = 0; k <= c; k++)
+            mm = cta_cost[k] + extra[k] > mm ? cta_cost[k] + extra[k] : mm;
+        *model = mm;
+    }
     res->num_items = ni;
     res->num_groups = ng;
     res->num_slots = ns;
@@ -399,12 +499,13 @@ FI_PD_STATIC fi_status cap_walk(fi_split_grain sg, const fi_tile *tiles, int32_t
     return FI_OK;
 }
 
-/* The contiguous walk, then the packing partition if it models better (planner/pack.h). */
+/* The contiguous walk; with extra ([num_ctas] scratch, else NULL) also its executor model in
+ * *model (-1 if the walk did not compute it: the global fallback). */
 FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                                 int64_t total_cost, int64_t *prefix, const fi_layout *l,
                                 int32_t *work_indptr, fi_work_item *items,
-                                fi_merge_group *groups, int64_t *cta_cost,
-                                fi_partition_result *res, fi_error_detail *err);
+                                fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
+                                int64_t *model, fi_partition_result *res, fi_error_detail *err);
 
 #ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_no_pack = 0;
@@ -416,23 +517,30 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
                        const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err) {
+    /* The walk's model is wanted when packing or the list schedule is scored against it. */
+    const int packing =
+        pack && !fi_partition_test_no_pack && fi_pack_wanted(v, tiles, num_tiles, l);
+    const int listing = pack && v->partition == FI_PARTITION_LIST &&
+                        fi_partition_test_list >= 0 && num_tiles <= l->max_items;
+    int64_t wm = -1;
     fi_status st = walk_partition(v, tiles, num_tiles, total_cost, prefix, l, work_indptr,
-                                  items, groups, cta_cost, res, err);
+                                  items, groups, cta_cost, packing || listing ? pack->load : NULL,
+                                  &wm, res, err);
     FI_PD_STAMP(3);
-    if (st != FI_OK || !pack)
+    if (st != FI_OK || !(packing || listing))
         return st;
-    if (!fi_partition_test_no_pack && fi_pack_wanted(v, tiles, num_tiles, l)) {
-        const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
-                                        pack->finish, pack->last);
+    if (wm < 0)
+        wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups, pack->finish,
+                          pack->last);
+    if (packing) {
         FI_PD_STAMP(4);
         /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less
          * overhead) but charges its pieces. */
-        fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack,
-                          res->budget - res->budget / 64, wm, work_indptr, items, groups,
-                          cta_cost, res);
+        wm = fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack,
+                               res->budget - res->budget / 64, wm, work_indptr, items, groups,
+                               cta_cost, res);
     }
-    if (v->partition != FI_PARTITION_LIST || fi_partition_test_list < 0 ||
-        num_tiles > l->max_items)
+    if (!listing)
         return FI_OK;
     /* The list schedule (planner/listsched.h) replaces the walk's (or packing's) plan while
      * both its modelled time and its largest CTA cost (the same figure: it cuts nothing) are
@@ -441,8 +549,6 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
      * batches of fewer tiles than CTAs, where the walk's pieces use the idle CTAs and no
      * schedule keeps few heads in flight.) */
     const int64_t lm = fi_list_schedule(tiles, num_tiles, l->num_ctas, pack);
-    const int64_t wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
-                                    pack->finish, pack->last);
     const int64_t room = 64 + (int64_t)v->list_slack_64ths;
     if (fi_partition_test_list > 0 ||
         (64 * lm <= room * wm && 64 * lm <= room * res->max_cta_cost))
@@ -453,8 +559,8 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
 FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                                 int64_t total_cost, int64_t *prefix, const fi_layout *l,
                                 int32_t *work_indptr, fi_work_item *items,
-                                fi_merge_group *groups, int64_t *cta_cost,
-                                fi_partition_result *res, fi_error_detail *err) {
+                                fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
+                                int64_t *model, fi_partition_result *res, fi_error_detail *err) {
     const int64_t n = l->num_ctas;
     const fi_split_grain sg = fi_split_grain_of(v);
     /* The smallest cap that fits, to within tol = 1/128 of the lower bound, by dry trials
@@ -468,7 +574,7 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
      * lo + a doubling step, until a cap fits; then one try tol below the best and
      * bisection until hi - lo < tol.  A trial that fits lowers hi to its achieved max CTA
      * cost (the walk under that cost is the same walk).  Trace decode snapshots: 1 trial
-     * at 1024 requests, 2 at 512, 3 at 128, 5 at 32.  tol 1/64 (not 1/128) saves about a
+     * at 1024 requests, 2 at 512, 3 at 128, 4-6 at 32 (narrow_cap).  tol 1/64 (not 1/128) saves about a
      * trial for ~0.5% worse worst-case balance. */
     enum { FI_CAP_TRIALS = 40 }; /* bound on trials: both phases are logarithmic */
     int64_t oh_max = 0;
@@ -520,26 +626,15 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
             /* next: the failed trial's guess, or at least the (doubling) step */
             cand = lo + step > est ? lo + step : est;
         }
-        /* Narrow [lo, hi] to below tol: first one step of tol under the best (the guess
-         * is usually that close), then bisection. */
-        for (int first = 1; best_cap >= 0 && trials < FI_CAP_TRIALS && hi - lo >= tol;
-             first = 0) {
-            const int64_t mid = first ? hi + 1 - tol : lo + (hi - lo) / 2;
-            const int64_t m = cap_trial(sg, tiles, prefix, num_tiles, (int32_t)n, mid, &est);
-            trials++;
-            if (m >= 0) {
-                best_cap = m;
-                hi = m - 1;
-            } else {
-                lo = mid + 1;
-            }
-        }
+        if (best_cap >= 0)
+            best_cap = narrow_cap(sg, tiles, prefix, num_tiles, (int32_t)n, lo, hi, tol,
+                                  best_cap, FI_CAP_TRIALS - trials);
     }
     if (best_cap >= 0) {
         /* The real walk, writing items, groups and CTA ranges (trials were dry). */
         int fits = 0;
-        fi_status st = cap_walk(sg, tiles, num_tiles, l, best_cap, work_indptr, items, groups,
-                                cta_cost, res, &fits, err);
+        fi_status st = cap_walk(v, sg, tiles, num_tiles, l, best_cap, work_indptr, items,
+                                groups, cta_cost, extra, model, res, &fits, err);
         if (st != FI_OK)
             return st;
         if (!fits) { /* cap_trial and cap_walk disagree: a bug, never a partial plan */

@@ -6,9 +6,11 @@
 #ifndef FIATTN_PLANNER_SCRATCH_H
 #define FIATTN_PLANNER_SCRATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fiattn.h"
+#include "fiattn_work.h"
 #include "plan/hd.h"
 #include "workspace/layout.h"
 
@@ -21,6 +23,21 @@ typedef struct fi_tile {
     int32_t kv_begin, kv_end;
     int64_t cost;
 } fi_tile;
+/* A tile's first bytes (request, heads, query rows, then its KV range) lie as a work
+ * item's do, so the walk copies them into an item as one block: the first 16 (then the
+ * item's own KV range), or all 24 for an item that is the whole tile. */
+#define FI_TILE_ITEM_HEAD_BYTES 16
+#define FI_TILE_ITEM_BYTES 24
+FI_STATIC_ASSERT(offsetof(fi_tile, request) == offsetof(fi_work_item, request) &&
+                     offsetof(fi_tile, head_begin) == offsetof(fi_work_item, head_begin) &&
+                     offsetof(fi_tile, head_end) == offsetof(fi_work_item, head_end) &&
+                     offsetof(fi_tile, q_begin) == offsetof(fi_work_item, q_begin) &&
+                     offsetof(fi_tile, q_end) == offsetof(fi_work_item, q_end) &&
+                     offsetof(fi_tile, kv_begin) == FI_TILE_ITEM_HEAD_BYTES &&
+                     offsetof(fi_work_item, kv_begin) == FI_TILE_ITEM_HEAD_BYTES &&
+                     offsetof(fi_tile, kv_end) == offsetof(fi_work_item, kv_end) &&
+                     offsetof(fi_work_item, out_slot) == FI_TILE_ITEM_BYTES,
+                 "fi_tile and fi_work_item share their first 24 bytes");
 
 /* One piece while packing: tile, KV range, CTA (bin), split flag (a piece of a cut tile,
  * charged the variant's piece charge while packing, plan/variant.h), cost (KV-token units,

@@ -40,12 +40,15 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, const ti
         int32_t lo, hi, n = 0;
         fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
         const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)q_len * g->h_step);
-        /* One tile copied and its heads set: fewer stores than a compound literal a tile. */
-        fi_tile t = {b, 0, (int16_t)g->h_step, 0, q_len, lo, hi, cost};
-        for (int32_t hb = 0; hb < g->h_kv * g->group; hb += g->h_step) {
-            out[n++] = t;
-            t.head_begin = (int16_t)(hb + g->h_step);
-            t.head_end = (int16_t)(hb + 2 * g->h_step);
+        /* One tile copied whole (two 16-byte moves), then its heads set: fewer stores than
+         * a tile built field by field (GQA decode at 1024 requests: 8192 tiles). */
+        const fi_tile t = {b, 0, 0, 0, q_len, lo, hi, cost};
+        const int32_t heads = g->h_kv * g->group, step = g->h_step; /* out may alias *g */
+        for (int32_t hb = 0; hb < heads; hb += step) {
+            fi_copy_bytes(&out[n], &t, sizeof t);
+            out[n].head_begin = (int16_t)hb;
+            out[n].head_end = (int16_t)(hb + step);
+            n++;
         }
         return cost * n;
     }
