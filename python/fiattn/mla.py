@@ -21,12 +21,11 @@ CPU tensors (fp32 / fp16 / bf16, fp8 widened exactly) run on the CPU reference e
 with a host plan.
 """
 import ctypes
-import math
 import os
 
 from . import _capi as C
 from . import _engine as E
-from ._common import (LOG2E, check_block_tables, check_lengths, dtypes_text, fill_tensor,
+from ._common import (LOG2E, check_block_tables, check_lengths, fill_tensor,
                       last_i32, num_ctas_for, require_device, set_pdl, set_scale, set_sinks,
                       token_view)
 from .errors import FiattnError

@@ -5,7 +5,6 @@ Checked on fresh random data: results against the fp64 reference and bitwise aga
 host-planned call with the same caps row; no host synchronisation; a torch.cuda.graph that
 captured the call follows new lengths written into seq_lens with no fiattn.plan_only() step;
 a bad length is reported by fiattn.device_plan_status and the step writes nothing."""
-import math
 import os
 import sys
 
