@@ -580,6 +580,11 @@ FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32
                   s->cta_cost, &r))
         return beat;
     const int64_t m = pk_model(v, s, n, s->groups, r.num_groups, s->cta_cost);
+#ifndef FI_PLANNER_DEVICE_TU
+    if (fi_partition_test_check_model) /* s->finish is free again */
+        fi_partition_test_model_mismatches +=
+            m != fi_model_max(v, s->work_indptr, n, s->items, r.num_groups, s->finish, s->last);
+#endif
     if (m >= beat)
         return beat;
     fi_copy_bytes(work_indptr, s->work_indptr, sizeof(int32_t) * ((size_t)n + 1));

@@ -510,6 +510,8 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
 #ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_no_pack = 0;
 int fi_partition_test_list = 0;
+int fi_partition_test_check_model = 0;
+int fi_partition_test_model_mismatches = 0;
 #endif
 
 FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
@@ -529,9 +531,14 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
     FI_PD_STAMP(3);
     if (st != FI_OK || !(packing || listing))
         return st;
-    if (wm < 0)
-        wm = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups, pack->finish,
-                          pack->last);
+    if (wm < 0 || fi_partition_test_check_model) {
+        const int64_t m = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
+                                       pack->finish, pack->last);
+#ifndef FI_PLANNER_DEVICE_TU
+        fi_partition_test_model_mismatches += wm >= 0 && m != wm;
+#endif
+        wm = m;
+    }
     if (packing) {
         FI_PD_STAMP(4);
         /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less

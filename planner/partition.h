@@ -82,14 +82,21 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
 /* Test hook: nonzero keeps the contiguous walk's plan (no packing, planner/pack.h). */
 /* Test hook for FI_PARTITION_LIST rows: 0 chooses by the model (the product), > 0 always
  * the list schedule (planner/listsched.h), < 0 never. */
+/* Test hook: nonzero makes fi_partition recompute with fi_model_max (planner/model.h) the
+ * executor model that the walk (cap_walk) and the packing (pk_model) compute inside their
+ * own passes, and count each disagreement in fi_partition_test_model_mismatches: the three
+ * must agree, as the choice between plans depends on it. */
 #ifdef FI_PLANNER_DEVICE_TU /* the device planner has no test hooks */
 #define fi_partition_test_force_global 0
 #define fi_partition_test_no_pack 0
 #define fi_partition_test_list 0
+#define fi_partition_test_check_model 0
 #else
 extern int fi_partition_test_force_global;
 extern int fi_partition_test_no_pack;
 extern int fi_partition_test_list;
+extern int fi_partition_test_check_model;
+extern int fi_partition_test_model_mismatches;
 #endif
 
 #endif

@@ -172,8 +172,13 @@ static void check_snapshots_b(fi_kind kind, int32_t hq, int32_t hkv, int32_t dim
                      v.header->num_items, v.header->num_groups,
                      (long long)v.header->max_cta_cost, (long long)v.header->total_cost);
         /* The planner's choice (walk or packing): never worse than the walk in the
-         * objective it minimises. */
+         * objective it minimises.  The models the walk and the packing compute in their own
+         * passes must equal fi_model_max's. */
+        fi_partition_test_check_model = 1;
+        fi_partition_test_model_mismatches = 0;
         assert_int_equal(fi_plan_update(p, &fb.batch, NULL), FI_OK);
+        fi_partition_test_check_model = 0;
+        assert_int_equal(fi_partition_test_model_mismatches, 0);
         assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
         const double rep2 = fi_plan_balance(p), bal2 = view_balance(row, &v);
         assert_true(rep2 > bal2 - 1e-9 && rep2 < bal2 + 1e-9);
