@@ -236,8 +236,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
                                               const int *lo, const int *hi, float *m, float *alpha,
                                               float *rs) {
     const float sl = ctx.scale_log2;
-    const bool cross = t0 < lo[0] || t0 + N - 1 > hi[0] || t0 < lo[1] || t0 + N - 1 > hi[1];
-    const bool mask = __any_sync(0xffffffffu, cross);
+    const bool mask = __any_sync(0xffffffffu, !keys_inside(lo, hi, t0, t0 + N - 1));
     float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
     for (int j = 0; j < N / 8; ++j)

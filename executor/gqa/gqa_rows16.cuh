@@ -204,8 +204,7 @@ __device__ __forceinline__ void softmax_step(const RunCtx &ctx, const Lane &ln, 
                                              Acc<D> &a, uint32_t (&pa)[NT / 2][4]) {
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
     /* a slice inside both rows' key ranges skips the per-score mask test */
-    const int t1 = t0 + 8 * NT - 1;
-    const bool whole = t0 >= lo[0] && t0 >= lo[1] && t1 <= hi[0] && t1 <= hi[1];
+    const bool whole = keys_inside(lo, hi, t0, t0 + 8 * NT - 1);
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll

@@ -189,8 +189,7 @@ __device__ __forceinline__ void softmax_t(float scale_log2, int g, int t0, const
                                           float (&s)[NT][4], AccT<D> &a, uint32_t (&pb)[NT][2]) {
     float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
     /* a slice inside both rows' key ranges skips the per-score mask test */
-    const int t1 = t0 + 16 * NT - 1;
-    const bool whole = t0 >= lo[0] && t0 >= lo[1] && t1 <= hi[0] && t1 <= hi[1];
+    const bool whole = keys_inside(lo, hi, t0, t0 + 16 * NT - 1);
 #pragma unroll
     for (int t = 0; t < NT; ++t)
 #pragma unroll

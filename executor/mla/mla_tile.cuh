@@ -318,8 +318,8 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
             }
             float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
             /* a block inside both rows' key ranges skips the per-score mask test */
-            const int tb = t0 + wh * 16, te = tb + 15;
-            const bool whole = tb >= lo[0] && tb >= lo[1] && te <= hi[0] && te <= hi[1];
+            const int tb = t0 + wh * 16;
+            const bool whole = keys_inside(lo, hi, tb, tb + 15);
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll

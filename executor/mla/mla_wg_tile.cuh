@@ -395,8 +395,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
     float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
     /* Most blocks lie inside both rows' key ranges with every slot valid: they skip the
      * per-score mask test (1-3% of the dense heads-128 time when every block paid it). */
-    const int t1 = t0 + kBlockN - 1;
-    if (keys == ~0u && t0 >= lo[0] && t0 >= lo[1] && t1 <= hi[0] && t1 <= hi[1])
+    if (keys == ~0u && keys_inside(lo, hi, t0, t0 + kBlockN - 1))
         scale_scores<false, kPos>(ctx, ln, S, t0, keys, lo, hi, mloc);
     else
         scale_scores<true, kPos>(ctx, ln, S, t0, keys, lo, hi, mloc);

@@ -72,6 +72,12 @@ __device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item
     }
 }
 
+/* Whether keys t0 .. t1 all lie inside both rows' bounds [lo[i], hi[i]] (row_bounds): a
+ * block of keys that does skips the per-score mask test. */
+__device__ __forceinline__ bool keys_inside(const int *lo, const int *hi, int t0, int t1) {
+    return t0 >= lo[0] && t0 >= lo[1] && t1 <= hi[0] && t1 <= hi[1];
+}
+
 /* log(exp(a) + exp(b)) without overflow; -inf + -inf = -inf (never NaN). */
 __device__ __forceinline__ float logaddexp(float a, float b) {
     const float m = fmaxf(a, b);
