@@ -17,7 +17,7 @@ import ctypes
 import os
 import threading
 
-from .errors import FiattnError, error_for_status
+from .errors import error_for_status
 
 # ---- enums (values fixed forever by the C headers) ------------------------------------
 FI_OK = 0

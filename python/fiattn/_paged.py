@@ -18,7 +18,6 @@ def unpack_kv(kv_cache, kv_layout, device, dtypes, names=("kv_cache", "k_cache",
     (HND).  No copy: HND is expressed through strides."""
     if kv_layout not in ("NHD", "HND"):
         raise ValueError(f"fiattn: kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
-    t = torch()
     if isinstance(kv_cache, (tuple, list)):
         if len(kv_cache) != 2:
             raise ValueError(f"fiattn: {names[0]} as a tuple must be ({names[1]}, {names[2]})")

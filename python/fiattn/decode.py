@@ -329,20 +329,18 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
         return b, rows, (bt, sl)
 
     dts = (query.dtype, kpart[0].dtype if not nvfp4 else "nvfp4", out.dtype)
-    record = None
-    if key is not None:
-        def record(entry, dev=None):
-            if not built and dev is None:  # never planned here (captured call): slow path
-                return
-            # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
-            # seq_lens, sinks (0 or 1), kv_cache_sf (0, 1 or 2), lse (0 or 1), out
-            ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens_arg) + flat(sinks)
-                  + flat(kv_cache_sf) + flat(lse) + (out,))
-            record_paged_call(entry, key, args, b, ts, kpart, vpart, block_tables,
-                              seq_lens_arg, sinks, rows, min(rows, out.shape[0]), out_alloc,
-                              _FAMILY, dts, device, sf_parts, dev, lse=lse)
+    def record(entry, dev=None):
+        if not built and dev is None:  # never planned here (captured call): slow path
+            return
+        # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
+        # seq_lens, sinks (0 or 1), kv_cache_sf (0, 1 or 2), lse (0 or 1), out
+        ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens_arg) + flat(sinks)
+              + flat(kv_cache_sf) + flat(lse) + (out,))
+        record_paged_call(entry, key, args, b, ts, kpart, vpart, block_tables,
+                          seq_lens_arg, sinks, rows, min(rows, out.shape[0]), out_alloc,
+                          _FAMILY, dts, device, sf_parts, dev, lse=lse)
     E.launch(workspace_buffer, caps, B, rows, device, make_batch, args, _FAMILY,
-             dts, min(rows, out.shape[0]), record=record,
+             dts, min(rows, out.shape[0]), record=None if key is None else record,
              make_device_batch=E.block_table_device_batch(
                  device, block_tables, seq_lens, B, qlen, window_left, rows))
     del keep

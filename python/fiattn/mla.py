@@ -275,23 +275,21 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
 
     out_rows = min(qshape[0], oshape[0])
     dts = (query.dtype, cache.dtype, out.dtype)
-    record = None
-    if key is not None:
-        def record(entry, dev=None):
-            if not built and dev is None:  # never planned here (captured call): slow path
-                return
-            rope = 512 * query.element_size()
-            E.remember(entry, key, E.FastCall(
-                entry, args, b, ((args.q, 0, 0), (args.q_rope, 0, rope), (args.k, 1, 0),
-                                 (args.k_rope, 1, rope), (args.page_table, 2, 0),
-                                 (args.out, 4, 0)),
-                (query, cache, block_tables, seq_lens, out), 2, 3, B * qlen,
-                out_rows, out_alloc, _FAMILY, dts, device, dev=dev))
+    def record(entry, dev=None):
+        if not built and dev is None:  # never planned here (captured call): slow path
+            return
+        rope = 512 * query.element_size()
+        E.remember(entry, key, E.FastCall(
+            entry, args, b, ((args.q, 0, 0), (args.q_rope, 0, rope), (args.k, 1, 0),
+                             (args.k_rope, 1, rope), (args.page_table, 2, 0),
+                             (args.out, 4, 0)),
+            (query, cache, block_tables, seq_lens, out), 2, 3, B * qlen,
+            out_rows, out_alloc, _FAMILY, dts, device, dev=dev))
     # sparse plans are host plans (the device planner has no sparse form)
     dev_batch = None if sparse_top_k else E.block_table_device_batch(
         device, block_tables, seq_lens, B, qlen, -1, B * qlen)
     E.launch(workspace, caps, B, B * qlen, device, make_batch, args, _FAMILY, dts, out_rows,
-             record=record, make_device_batch=dev_batch)
+             record=None if key is None else record, make_device_batch=dev_batch)
     del keep
 
 

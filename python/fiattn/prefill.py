@@ -293,21 +293,20 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
             with E.plan_only():
                 E.launch(workspace_buffer, caps, B, 1, device, make_batch, args, _FAMILY, dts, 0)
         return out
-    record = None
-    if key is not None and B > 0:  # (an empty batch always takes this path)
-        def record(entry, dev=None):
-            if not built:  # never planned here (a captured call): the slow path stays
-                return
-            # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
-            # seq_lens, cum_seq_lens_q, cum_seq_lens_kv, sinks (0 or 1), out
-            ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens, cum_seq_lens_q,
-                                               cum_seq_lens_kv) + flat(sinks) + (out,))
-            lens = tuple((field, x, slot) for (field, slot), x in
-                         zip(_LENS, (cum_seq_lens_q, cum_seq_lens_kv)))
-            record_paged_call(entry, key, args, b, ts, kpart, vpart, block_tables, seq_lens,
-                              sinks, rows, rows, out_alloc, _FAMILY, dts, device, lens=lens,
-                              total_from=0)
+    # recorded for repeat calls (an empty batch always takes this path)
+    def record(entry, dev=None):
+        if not built:  # never planned here (a captured call): the slow path stays
+            return
+        # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
+        # seq_lens, cum_seq_lens_q, cum_seq_lens_kv, sinks (0 or 1), out
+        ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens, cum_seq_lens_q,
+                                           cum_seq_lens_kv) + flat(sinks) + (out,))
+        lens = tuple((field, x, slot) for (field, slot), x in
+                     zip(_LENS, (cum_seq_lens_q, cum_seq_lens_kv)))
+        record_paged_call(entry, key, args, b, ts, kpart, vpart, block_tables, seq_lens,
+                          sinks, rows, rows, out_alloc, _FAMILY, dts, device, lens=lens,
+                          total_from=0)
     E.launch(workspace_buffer, caps, B, max(rows, 1), device, make_batch, args, _FAMILY, dts,
-             rows, record=record)
+             rows, record=record if key is not None and B > 0 else None)
     del keep
     return out

@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 def test_generic_mapping_by_name():
     e = error_for_status(8, "FI_ERR_BATCH_OVER_CAPS", "m")
     assert isinstance(e, FiattnValueError) and isinstance(e, ValueError) and e.status == 8
-    assert isinstance(error_for_status(3, "FI_ERR_UNSUPPORTED_KIND", "m"), NotImplementedError)
+    e = error_for_status(3, "FI_ERR_UNSUPPORTED_KIND", "m")
+    assert isinstance(e, FiattnNotImplementedError) and isinstance(e, NotImplementedError)
     assert isinstance(error_for_status(17, "FI_ERR_WORKSPACE_TOO_SMALL", "m"),
                       WorkspaceTooSmallError)
     assert type(error_for_status(20, "FI_ERR_CUDA", "m")) is FiattnError
