@@ -200,6 +200,7 @@ lint:
 	cppcheck --std=c11 --enable=warning,performance,portability --error-exitcode=1 \
 	    --inline-suppr --suppress=missingIncludeSystem -UFI_PLANNER_DEVICE_TU -Iinclude -I. \
 	    plan planner workspace executor/*.c executor/core executor/cpu viz tests bench
+	$(PYTHON) -m pyflakes python examples bench scripts
 
 # ---- fuzzing ---------------------------------------------------------------------------
 # libFuzzer harness over batch validation + fi_plan_update on host-only plans
