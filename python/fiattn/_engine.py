@@ -401,6 +401,26 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
     return True
 
 
+def block_table_batch(b, entry, block_tables, seq_lens, B, qlen, window_left, width):
+    """Fill fi_batch `b` for the host planner: block-table form, causal, B requests of qlen
+    query rows, block_tables rows `width` entries apart (max_pages_per_seq; the sparse
+    form's K).  The planner reads host views: the entry's all-zero table for a device
+    block_tables (entry.host_page_table), seq_lens itself or its pinned copy (synchronised
+    here).  Returns the views, to be kept alive until planned."""
+    bt = entry.host_page_table(block_tables)
+    sl = entry.host_i32("seq_lens", seq_lens)
+    entry.sync()
+    b.form = C.FI_FORM_BLOCK_TABLES
+    b.batch_size = B
+    b.block_tables = bt.data_ptr()
+    b.max_pages_per_seq = width
+    b.seq_lens = sl.data_ptr()
+    b.q_len_per_request = qlen
+    b.causal = 1
+    b.window_left = window_left
+    return bt, sl
+
+
 def block_table_device_batch(device, block_tables, seq_lens, B, qlen, window_left, q_rows):
     """make_device_batch for launch(): a block-table batch over the caller's CUDA
     block_tables / seq_lens (read by the planning kernel), or None when either is not a

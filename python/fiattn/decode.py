@@ -315,18 +315,9 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
 
     def make_batch(entry):
         built.append(1)
-        bt = entry.host_page_table(block_tables)
-        sl = entry.host_i32("seq_lens", seq_lens)
-        entry.sync()
-        b.form = C.FI_FORM_BLOCK_TABLES
-        b.batch_size = B
-        b.block_tables = bt.data_ptr()
-        b.max_pages_per_seq = block_tables.shape[1]
-        b.seq_lens = sl.data_ptr()
-        b.q_len_per_request = qlen
-        b.causal = 1
-        b.window_left = window_left
-        return b, rows, (bt, sl)
+        held = E.block_table_batch(b, entry, block_tables, seq_lens, B, qlen, window_left,
+                                   block_tables.shape[1])
+        return b, rows, held
 
     dts = (query.dtype, kpart[0].dtype if not nvfp4 else "nvfp4", out.dtype)
     def record(entry, dev=None):

@@ -260,18 +260,9 @@ def _mla_block_tables(query, cache, kshape, kstride, workspace, block_tables, se
 
     def make_batch(entry):
         built.append(1)
-        bt = entry.host_page_table(block_tables)
-        sl = entry.host_i32("seq_lens", seq_lens)
-        entry.sync()
-        b.form = C.FI_FORM_BLOCK_TABLES
-        b.batch_size = B
-        b.block_tables = bt.data_ptr()
-        b.max_pages_per_seq = table.shape[1]  # sparse: K
-        b.seq_lens = sl.data_ptr()
-        b.q_len_per_request = qlen
-        b.causal = 1
-        b.window_left = -1
-        return b, B * qlen, (bt, sl)
+        held = E.block_table_batch(b, entry, block_tables, seq_lens, B, qlen, -1,
+                                   table.shape[1])  # sparse: K
+        return b, B * qlen, held
 
     out_rows = min(qshape[0], oshape[0])
     dts = (query.dtype, cache.dtype, out.dtype)
