@@ -401,16 +401,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
         scale_scores<true, kPos>(ctx, ln, S, t0, keys, lo, hi, mloc);
     const float sl = ctx.scale_log2;
     float mu[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
-        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
-        const float mn = fmaxf(m[i], kPos ? mloc[i] * sl : mloc[i]);
-        mu[i] = mn == -CUDART_INF_F ? 0.f : mn;
-        alpha[i] = ex2_ftz(m[i] - mu[i]);
-        m[i] = mn;
-        rs[i] = 0.f;
-    }
+    row_max_step<kPos>(mloc, sl, m, alpha, mu, rs);
     unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j) {

@@ -8,6 +8,7 @@
 #include <math_constants.h>
 
 #include "executor/core/exec_params.h"
+#include "executor/cuda/common/ptx.cuh"
 #include "plan/mask.h"
 
 namespace fi {
@@ -76,6 +77,29 @@ __device__ __forceinline__ void row_bounds(const RunCtx &ctx, const fi_work_item
  * block of keys that does skips the per-score mask test. */
 __device__ __forceinline__ bool keys_inside(const int *lo, const int *hi, int t0, int t1) {
     return t0 >= lo[0] && t0 >= lo[1] && t1 <= hi[0] && t1 <= hi[1];
+}
+
+/* The running-max step of online softmax (FlashAttention-2, Dao 2023; log2 units) for a
+ * thread's two accumulator rows and one KV block.  mloc [2]: the thread's row maxima of
+ * the block's scores, reduced here over the quad (the four lanes holding a row).  kPos:
+ * the scores are raw (bmm1_scale > 0) and their max is scaled here by sl = log2(e) x
+ * bmm1_scale; otherwise they are scaled already.  m [2] (in / out): the running max;
+ * alpha [2]: exp2(m_old - m_new), the rescale of O and of the row sums; mu [2]: the max
+ * the block's exponents subtract (0 while a row has no key: never -inf - -inf = NaN);
+ * rs [2]: cleared (the block's row sums). */
+template <bool kPos>
+__device__ __forceinline__ void row_max_step(float *mloc, float sl, float *m, float *alpha,
+                                             float *mu, float *rs) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
+        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
+        const float mn = fmaxf(m[i], kPos ? mloc[i] * sl : mloc[i]);
+        mu[i] = mn == -CUDART_INF_F ? 0.f : mn;
+        alpha[i] = ex2_ftz(m[i] - mu[i]);
+        m[i] = mn;
+        rs[i] = 0.f;
+    }
 }
 
 /* log(exp(a) + exp(b)) without overflow; -inf + -inf = -inf (never NaN). */
