@@ -11,8 +11,10 @@
  * NULL array).  Every array is allocated to exactly the length the batch declares, so
  * AddressSanitizer reports any read the API contract does not allow.
  *
- * Caps outside the sets include each FI_LIMIT_* exceeded and NVFP4 KV for other kinds than
- * GQA decode; batch mutations include cum_seq_lens for a decode kind and a row length
+ * In-set caps use another row of the kind's tile table (caps.variant: 32-row tiles, the
+ * data-parallel partition of the device planner's rows, the context walk) in about 1 of 4
+ * inputs.  Caps outside the sets include each FI_LIMIT_* exceeded, a variant naming no row
+ * (FI_ERR_UNSUPPORTED_VARIANT) and NVFP4 KV for other kinds than GQA decode; batch mutations include cum_seq_lens for a decode kind and a row length
  * making B x P overflow int32 (with the table far shorter than declared).
  * Sparse top-k (fiattn.h fi_caps.sparse_top_k, docs/DESIGN.md 3a): MLA decode caps get
  * K = 1..64 (sometimes 0, dense) in about 4 of 10 inputs; out of the set, K < 0 or
@@ -89,6 +91,29 @@ static int tt_fz_chance(tt_fz *f, int n) { return (int)tt_fz_u32(f, 1) >= 256 - 
 static const int32_t k_pages[] = {16, 32, 64, 128, 1}; /* 0 bytes pick 16 */
 static const int32_t k_dims[] = {64, 128, 256};
 
+/* The tile table rows of a kind (executor/core/registry.c: variants 0 .. n - 1), counted
+ * once by asking fi_caps_validate of caps that are valid but for the variant. */
+static int32_t variant_rows(fi_kind kind) {
+    static int32_t rows[3];
+    const int i = (int)kind - (int)FI_KIND_MLA_DECODE;
+    if (rows[i] == 0) {
+        fi_caps c;
+        memset(&c, 0, sizeof c);
+        c.kind = kind;
+        c.max_batch = c.max_q_tokens = c.num_pages = c.num_ctas = 1;
+        c.page_size = 16;
+        c.num_qo_heads = kind == FI_KIND_MLA_DECODE ? 16 : 1;
+        c.num_kv_heads = 1;
+        c.head_dim_qk = kind == FI_KIND_MLA_DECODE ? 576 : 128;
+        c.head_dim_vo = kind == FI_KIND_MLA_DECODE ? 512 : 128;
+        c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
+        while (c.variant < 64 && fi_caps_validate(&c) == FI_OK)
+            c.variant++;
+        rows[i] = c.variant;
+    }
+    return rows[i];
+}
+
 /* Caps from the input; *in_set: every member chosen from the supported sets; *want: the
  * status fi_plan_create must return where the input knows it (FI_OK in the sets, a sparse
  * member alone out of its set), else -1. */
@@ -128,6 +153,10 @@ static fi_caps fuzz_caps(tt_fz *f, int *in_set, int *want) {
      * max(max_batch, max_q_tokens) <= 512 entries, within the plan bound */
     if (c.kind == FI_KIND_MLA_DECODE && tt_fz_chance(f, 112))
         c.sparse_top_k = tt_fz_chance(f, 24) ? 0 : tt_fz_int(f, 1, 64);
+    /* Now and then another row of the kind's tile table (tile shape, the data-parallel
+     * partition of the device planner's rows, the context walk). */
+    if (*in_set && tt_fz_chance(f, 64))
+        c.variant = tt_fz_int(f, 1, variant_rows(c.kind) - 1);
     const int kind_ok = *in_set; /* the kind in its set: a sparse status is then known */
     if (tt_fz_chance(f, 16)) { /* one member outside its supported set */
         *in_set = 0;
@@ -161,7 +190,12 @@ static fi_caps fuzz_caps(tt_fz *f, int *in_set, int *want) {
             *in_set = c.kind == FI_KIND_MLA_DECODE;
             *want = kind_ok && !*in_set ? FI_ERR_SPARSE_UNSUPPORTED : -1;
             break;
-        default: c.variant = tt_fz_int(f, -2, 4); break;
+        default: /* no row of the kind's tile table */
+            c.variant = !kind_ok || tt_fz_chance(f, 128)
+                            ? -tt_fz_int(f, 1, 3)
+                            : variant_rows(c.kind) + tt_fz_int(f, 0, 3);
+            *want = kind_ok ? FI_ERR_UNSUPPORTED_VARIANT : -1;
+            break;
         }
     }
     if (*in_set)
