@@ -90,28 +90,33 @@ FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_c
 #define PK_NB 512
 typedef struct pk_buckets {
     int64_t width;
-    uint64_t inv;                        /* floor(2^32 / width), for bk_index */
+    int64_t top;                         /* PK_NB * width: loads from it on, the last bucket */
+    uint64_t inv;                        /* ceil(2^40 / width), for bk_index; 0: divide */
     int32_t *head, *next, *prev, *where; /* head [PK_NB]; next / prev / where [num_ctas] */
     uint64_t used[PK_NB / 64];
 } pk_buckets;
 
-/* min(x / width, PK_NB - 1) for x >= 0, exactly, by a multiply and one correction
- * instead of a 64-bit division (3-5% of a heads-16 plan update, measured).  For
- * x < PK_NB * width <= 2^32, q = x * inv >> 32 is floor(x / width) or one less. */
+/* min(x / width, PK_NB - 1) for x >= 0, exactly, by a multiply and a shift instead of a
+ * 64-bit division (3-5% of a heads-16 plan update, measured).  For x < PK_NB * width and
+ * inv = ceil(2^40 / width), x * inv / 2^40 exceeds x / width by less than
+ * x / 2^40 < width / 2^31, below the 1 / width that x / width lies under the next integer
+ * while width^2 < 2^31: caps up to PK_NB * PK_EXACT_WIDTH (~23.7M cost units); wider
+ * buckets divide. */
+#define PK_EXACT_WIDTH 46340
 FI_PD_STATIC inline int64_t bk_index(const pk_buckets *bk, int64_t x) {
-    if (x >= bk->width * PK_NB)
+    if (x >= bk->top)
         return PK_NB - 1;
-    if (bk->width * PK_NB > ((int64_t)1 << 32)) /* caps beyond 2^32 cost units */
+    if (bk->inv == 0)
         return x / bk->width;
-    int64_t q = (int64_t)(((uint64_t)x * bk->inv) >> 32);
-    if ((q + 1) * bk->width <= x)
-        q++;
-    return q;
+    return (int64_t)(((uint64_t)x * bk->inv) >> 40);
 }
 
 FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
     bk->width = T / PK_NB + 1;
-    bk->inv = ((uint64_t)1 << 32) / (uint64_t)bk->width;
+    bk->top = bk->width * PK_NB;
+    bk->inv = bk->width <= PK_EXACT_WIDTH
+                  ? ((((uint64_t)1 << 40) - 1) / (uint64_t)bk->width + 1)
+                  : 0;
     bk->head = s->bk_head;
     bk->next = s->bk_next;
     bk->prev = s->bk_prev;
@@ -150,14 +155,15 @@ FI_PD_STATIC int32_t bk_fit(const pk_buckets *bk, const int64_t *load, int64_t r
     for (int32_t b = bk->head[q]; b >= 0; b = bk->next[b]) /* the top bucket: check each */
         if (load[b] <= room)
             return b;
-    for (int64_t w = (q - 1) >> 6; q > 0 && w >= 0; w--) {
-        uint64_t bits = bk->used[w];
-        if (w == (q - 1) >> 6 && ((q - 1) & 63) != 63)
-            bits &= ((uint64_t)1 << (((q - 1) & 63) + 1)) - 1;
-        if (bits)
-            return bk->head[w * 64 + 63 - __builtin_clzll(bits)];
-    }
-    return -1;
+    if (q == 0)
+        return -1;
+    /* the highest non-empty bucket below q: bits 0 .. (q - 1) & 63 of its word, then lower
+     * words */
+    int64_t w = (q - 1) >> 6;
+    uint64_t bits = bk->used[w] & (~(uint64_t)0 >> (63 - ((q - 1) & 63)));
+    while (bits == 0 && w > 0)
+        bits = bk->used[--w];
+    return bits ? bk->head[w * 64 + 63 - __builtin_clzll(bits)] : -1;
 }
 
 /* The open CTA with the least load (the lowest non-empty bucket's least), or -1. */
@@ -240,28 +246,34 @@ FI_PD_STATIC int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num
         qcost += pk_cost(r, &pc[rq[i]]);
     for (int32_t b = 0; b < nb; b++)
         bk_insert(&bk, load, b);
+    /* The queue head's charged cost (a remainder: a split piece), -1 if the queue is empty;
+     * whole tile w costs suffix[w] - suffix[w + 1] (no lookup through by_cost). */
+    const int64_t *suffix = s->suffix;
+    int64_t qtop = nq > 0 ? pc[rq[0]].cost + piece : -1;
     for (;;) {
         int32_t k;
-        const int take_whole =
-            w < num_tiles &&
-            (qh == nq || tiles[s->by_cost[w]].cost > pk_cost(r, &pc[rq[qh]]));
+        int64_t c;
+        const int take_whole = w < num_tiles && suffix[w] - suffix[w + 1] > qtop;
         if (take_whole) {
             if (np == max_pieces)
                 return -1;
-            const fi_tile *tl = &tiles[s->by_cost[w]];
-            pc[np] = (fi_pack_piece){s->by_cost[w], tl->kv_begin, tl->kv_end, -1, 0, 0, tl->cost};
+            const int32_t t = s->by_cost[w];
+            const fi_tile *tl = &tiles[t];
+            pc[np] = (fi_pack_piece){t, tl->kv_begin, tl->kv_end, -1, 0, 0, tl->cost};
+            c = tl->cost;
             k = np++;
             w++;
         } else if (qh < nq) {
+            c = qtop;
             k = rq[qh++];
+            qtop = qh < nq ? pc[rq[qh]].cost + piece : -1;
         } else {
             break;
         }
         fi_pack_piece *x = &pc[k];
-        const int64_t c = pk_cost(r, x);
         /* Fail fast: what is left (this item, the whole tiles after it, the queue) cannot
          * fit in the room of all CTAs (cuts only add charges). */
-        if ((take_whole ? c + qcost : qcost) + s->suffix[w] > room)
+        if ((take_whole ? c + qcost : qcost) + suffix[w] > room)
             return -1;
         if (!take_whole)
             qcost -= c;
@@ -307,6 +319,7 @@ FI_PD_STATIC int32_t pk_try(const pk_rules *r, const fi_tile *tiles, int32_t num
         nq -= qh;
         qh = 0;
         pk_queue(r, pc, rq, &nq, np++);
+        qtop = pc[rq[0]].cost + piece;
     }
     return np;
 }
