@@ -248,20 +248,20 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
     const int64_t total = prefix[num_tiles];
     int32_t i = 0;
     int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
-    int64_t max = 0;
-    for (int32_t c = 0; c < n; c++) {
+    int64_t g = 0, max = 0;
+    int64_t room = (int64_t)n * cap; /* what CTAs c .. n - 1 can hold */
+    for (int32_t c = 0; c < n; c++, room -= cap) {
         if (i == num_tiles)
             return max;
-        const int64_t g = prefix[i] + (pos - tiles[i].kv_begin);
         /* Cost still to place (cuts only add): more than the remaining CTAs can hold means
          * no fit. */
-        if (total - g > (int64_t)(n - c) * cap) {
+        if (total - g > room) {
             /* Guess of the cap that fits: CTAs 0 .. c-1 held `waste` less tile cost
              * than c caps (room left unused, cut overhead); assume the rest lose as much
              * per CTA and spread the shortfall over all n. */
             const int64_t waste = (int64_t)c * cap - g;
             const int64_t per = c > 0 ? (waste + c - 1) / c : 0;
-            *est = cap + (total - g - (int64_t)(n - c) * (cap - per) + n - 1) / n;
+            *est = cap + (total - g - room + (int64_t)(n - c) * per + n - 1) / n;
             return -1;
         }
         /* The largest a with prefix[a] <= lim (a = i: not even the rest of tile i fits):
@@ -297,12 +297,14 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
             }
             i = a;
             pos = tiles[i].kv_begin;
+            g = prefix[i];
         }
         const fi_tile *t = &tiles[i];
         const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
         const int64_t cut = cap_cut(sg, pos, t->kv_end, overhead, rem);
         if (cut >= 0) {
             rem -= (cut - pos) + overhead;
+            g += cut - pos;
             pos = (int32_t)cut;
         } else if (!took) {
             *est = 0; /* an empty CTA: every later one would end empty too; no guess */
@@ -313,7 +315,7 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
     }
     if (i == num_tiles)
         return max;
-    *est = cap + (total - prefix[i] - (pos - tiles[i].kv_begin) + n - 1) / n;
+    *est = cap + (total - g + n - 1) / n;
     return -1;
 }
 
