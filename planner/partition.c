@@ -403,7 +403,8 @@ FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi
      * knows, which would force reloads. */
     const int32_t n = l->num_ctas, max_items = l->max_items, max_groups = l->max_groups,
                   max_slots = l->max_slots;
-    int32_t c = 0, ni = 0, ng = 0, ns = 0, gc0 = 0; /* gc0: CTA of a group's first piece */
+    /* gc0, gs0: CTA and slot of a group's first piece */
+    int32_t c = 0, ni = 0, ng = 0, ns = 0, gc0 = 0, gs0 = 0;
     int64_t rem = cap, total = 0, max = 0;
     walk w = {.err = err};
     *fits = 0;
@@ -455,11 +456,13 @@ FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi
                                                   t->q_begin, t->q_end, ns, 0, ni, 0};
                     g = ng++;
                     gc0 = c;
+                    gs0 = ns;
                 }
                 if (ns >= max_slots)
                     return over_caps(&w, (int64_t)ns + 1, max_slots);
                 slot = ns++;
-                groups[g].num_splits++;
+                /* a store, not an increment: no reload of the group just written */
+                groups[g].num_splits = ns - gs0;
             }
             /* The tile's first 16 bytes are the item's (scratch.h) as one move, then the
              * KV range and merge fields: GQA decode at 1024 requests writes 8192 items. */
