@@ -237,78 +237,85 @@ FI_PD_STATIC fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_t
  * @return the largest CTA cost of that walk (<= cap) if every tile fits in n CTAs, else -1.
  * The walk under the returned cost makes the same decisions (every CTA's content still
  * fits and nothing more does), so the caller may lower its upper bound to it.
- * On -1, *est: a guess of the cap that would fit (not a bound; 0: no guess). */
+ * On -1, *est: a guess of the cap that would fit (not a bound; 0: no guess).
+ * Positions in cost units: the walk at tile i, KV position pos has placed
+ * g = prefix[i] + (pos - kv_begin) of the tiles' cost, and the rest of tile i costs
+ * prefix[i + 1] - g (a later piece pays the item overhead again, which cost does include).
+ * So a CTA starting at g takes whole every tile up to the largest a with
+ * prefix[a] <= g + cap (its own rest first), then cuts tile a. */
 FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
                          int32_t num_tiles, int32_t n, int64_t cap, int64_t *est) {
+    const int64_t total = prefix[num_tiles];
     int32_t i = 0;
     int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
-    int64_t max = 0;
-    for (int32_t c = 0; c < n; c++) {
+    int64_t g = 0, max = 0;
+    int64_t room = (int64_t)n * cap; /* what CTAs c .. n - 1 can hold */
+    for (int32_t c = 0; c < n; c++, room -= cap) {
         if (i == num_tiles)
             return max;
-        /* Cost still to place (the rest of tile i and every later tile; cuts only add):
-         * more than the remaining CTAs can hold means no fit. */
-        const int64_t left = prefix[num_tiles] - prefix[i] - (pos - tiles[i].kv_begin);
-        if (left > (int64_t)(n - c) * cap) {
+        /* Cost still to place (cuts only add): more than the remaining CTAs can hold means
+         * no fit. */
+        if (total - g > room) {
             /* Guess of the cap that fits: CTAs 0 .. c-1 held `waste` less tile cost
              * than c caps (room left unused, cut overhead); assume the rest lose as much
              * per CTA and spread the shortfall over all n. */
-            const int64_t waste = (int64_t)c * cap - (prefix[num_tiles] - left);
+            const int64_t waste = (int64_t)c * cap - g;
             const int64_t per = c > 0 ? (waste + c - 1) / c : 0;
-            *est = cap + (left - (int64_t)(n - c) * (cap - per) + n - 1) / n;
+            *est = cap + (total - g - room + (int64_t)(n - c) * per + n - 1) / n;
             return -1;
         }
+        /* The largest a with prefix[a] <= lim (a = i: not even the rest of tile i fits):
+         * a linear scan of up to 4 tiles (trace decode batches: 0-2 whole tiles a CTA),
+         * then galloping and bisection, O(log(a - i)) (GQA decode at 1024 requests: ~60). */
+        const int64_t lim = g + cap;
+        int32_t a = i;
+        const int32_t stop = num_tiles - i < 4 ? num_tiles : i + 4;
+        while (a < stop && prefix[a + 1] <= lim)
+            a++;
+        if (a == stop && a < num_tiles) {
+            int32_t step = 1;
+            while (step <= num_tiles - a && prefix[a + step] <= lim) {
+                a += step;
+                step *= 2;
+            }
+            int32_t b = step <= num_tiles - a ? a + step - 1 : num_tiles;
+            while (a < b) {
+                const int32_t m = a + (b - a + 1) / 2;
+                if (prefix[m] <= lim)
+                    a = m;
+                else
+                    b = m - 1;
+            }
+        }
         int64_t rem = cap;
-        int took = 0;
-        for (;;) {
-            const fi_tile *t = &tiles[i];
-            const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
-            const int64_t rest = (int64_t)(t->kv_end - pos) + overhead;
-            if (rest <= rem) {
-                rem -= rest;
-                i++;
-                took = 1;
-                /* largest a with prefix[a] - prefix[i] <= rem: tiles i .. a-1 fit whole.
-                 * Galloping then bisection: O(log(a - i)), usually a step or two. */
-                const int64_t lim = prefix[i] + rem;
-                int32_t a2 = i, step = 1;
-                while (step <= num_tiles - a2 && prefix[a2 + step] <= lim) {
-                    a2 += step;
-                    step *= 2;
-                }
-                int32_t b = step <= num_tiles - a2 ? a2 + step - 1 : num_tiles;
-                while (a2 < b) {
-                    const int32_t m = a2 + (b - a2 + 1) / 2;
-                    if (prefix[m] <= lim)
-                        a2 = m;
-                    else
-                        b = m - 1;
-                }
-                rem -= prefix[a2] - prefix[i];
-                i = a2;
-                if (i == num_tiles) {
-                    const int64_t used = cap - rem;
-                    return used > max ? used : max;
-                }
-                pos = tiles[i].kv_begin;
-                continue;
+        const int took = a > i;
+        if (took) {
+            rem = lim - prefix[a];
+            if (a == num_tiles) {
+                const int64_t used = cap - rem;
+                return used > max ? used : max;
             }
-            const int64_t cut = cap_cut(sg, pos, t->kv_end, overhead, rem);
-            if (cut >= 0) {
-                rem -= (cut - pos) + overhead;
-                pos = (int32_t)cut;
-            } else if (!took) {
-                *est = 0; /* an empty CTA: every later one would end empty too; no guess */
-                return -1;
-            }
-            break; /* next CTA */
+            i = a;
+            pos = tiles[i].kv_begin;
+            g = prefix[i];
+        }
+        const fi_tile *t = &tiles[i];
+        const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
+        const int64_t cut = cap_cut(sg, pos, t->kv_end, overhead, rem);
+        if (cut >= 0) {
+            rem -= (cut - pos) + overhead;
+            g += cut - pos;
+            pos = (int32_t)cut;
+        } else if (!took) {
+            *est = 0; /* an empty CTA: every later one would end empty too; no guess */
+            return -1;
         }
         const int64_t used = cap - rem;
         max = used > max ? used : max;
     }
     if (i == num_tiles)
         return max;
-    *est = cap + (prefix[num_tiles] - prefix[i] - (pos - tiles[i].kv_begin) + n - 1) / n;
+    *est = cap + (total - g + n - 1) / n;
     return -1;
 }
 
@@ -396,7 +403,8 @@ FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi
      * knows, which would force reloads. */
     const int32_t n = l->num_ctas, max_items = l->max_items, max_groups = l->max_groups,
                   max_slots = l->max_slots;
-    int32_t c = 0, ni = 0, ng = 0, ns = 0, gc0 = 0; /* gc0: CTA of a group's first piece */
+    /* gc0, gs0: CTA and slot of a group's first piece */
+    int32_t c = 0, ni = 0, ng = 0, ns = 0, gc0 = 0, gs0 = 0;
     int64_t rem = cap, total = 0, max = 0;
     walk w = {.err = err};
     *fits = 0;
@@ -448,11 +456,13 @@ FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi
                                                   t->q_begin, t->q_end, ns, 0, ni, 0};
                     g = ng++;
                     gc0 = c;
+                    gs0 = ns;
                 }
                 if (ns >= max_slots)
                     return over_caps(&w, (int64_t)ns + 1, max_slots);
                 slot = ns++;
-                groups[g].num_splits++;
+                /* a store, not an increment: no reload of the group just written */
+                groups[g].num_splits = ns - gs0;
             }
             /* The tile's first 16 bytes are the item's (scratch.h) as one move, then the
              * KV range and merge fields: GQA decode at 1024 requests writes 8192 items. */
