@@ -94,3 +94,30 @@ def test_python_inside_us_subtracts_the_c_calls():
     C.lib = lambda: C._lib
     us = bench_host.python_inside_us(None, C, lambda: C.lib().fi_run(0), 5, cuda=False)
     assert 0 <= us < 1000 and C._lib is lib  # the 2 ms sleep is not counted
+
+
+def test_host_breakdown_stubs_only_the_per_call_functions():
+    import host_breakdown
+
+    class Real:
+        def fi_run(self, *a):
+            return 7
+
+        def fi_plan_update(self, *a):
+            return 7
+
+        def fi_plan_create(self, *a):
+            return 5
+
+    stub = host_breakdown.StubLib(Real())
+    assert stub.fi_run(1, 2, 3) == 0 and stub.fi_plan_update(1) == 0
+    assert stub.fi_plan_create(1) == 5  # everything else is the real library's
+
+
+def test_host_breakdown_without_cuda_skips():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "python", "host_breakdown.py"),
+                        "--calls", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("skip host_breakdown: no CUDA device")
