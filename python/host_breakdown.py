@@ -9,7 +9,7 @@ bf16, page 64).  For each of wrapper.run, wrapper.plan (CPU index arrays), the M
 GQA functional calls (CPU seq_lens), median host us of 300 calls with the GPU drained
 before each:
   full          the call as a user makes it
-  C stubbed     fi_run / fi_plan_update / fi_ref_run replaced by a Python no-op: the
+  C stubbed     the per-call C functions replaced by no-ops (bench_host.NoopLib): the
                 Python side alone, on CUDA tensors
   slow path     how many calls missed the recorded fast path (must be 0 after warm-up)
 Then the GQA fast path's pieces (key build, plan-cache lookup, fast_call with the C
@@ -19,34 +19,8 @@ does, pre-sliced, from pinned memory).  Without CUDA: one "skip" line, exit 0.
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-
-def median_us(torch, fn, n, drain=True):
-    ts = []
-    for _ in range(n):
-        if drain:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[n // 2] * 1e6
-
-
-class StubLib:
-    """libfiattn with the per-call C functions replaced by a no-op returning FI_OK."""
-    STUBBED = ("fi_run", "fi_plan_update", "fi_ref_run")
-
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        if name in self.STUBBED:
-            return lambda *args: 0
-        return getattr(self._real, name)
 
 
 def main(argv=None):
@@ -62,6 +36,7 @@ def main(argv=None):
         print("skip host_breakdown: no CUDA device")
         return 0
     import bench_host as bh
+    from bench_host import NoopLib, host_us
     import fiattn
     from fiattn import _capi as C, _engine as E, decode as D
     from fiattn._common import flat, sig_arg
@@ -96,10 +71,10 @@ def main(argv=None):
         for _ in range(5):
             fn()
         slow[0] = 0
-        full = median_us(torch, fn, a.calls)
-        C._lib = StubLib(real)
+        full = host_us(torch, fn, a.calls)
+        C._lib = NoopLib(real)
         try:
-            py = median_us(torch, fn, a.calls)
+            py = host_us(torch, fn, a.calls)
         finally:
             C._lib = real
         print(f"| {name} | {full:.1f} | {py:.1f} | {slow[0]} |")
@@ -115,13 +90,13 @@ def main(argv=None):
     k = key()
     entry, fast = E.lookup(ws[2], k)
     print(f"\nGQA fast path: recorded call found {fast is not None}")
-    print(f"  key build {median_us(torch, key, 2000, False):.2f} us, lookup "
-          f"{median_us(torch, lambda: E.lookup(ws[2], k), 2000, False):.2f} us")
+    print(f"  key build {host_us(torch, key, 2000, cuda=False):.2f} us, lookup "
+          f"{host_us(torch, lambda: E.lookup(ws[2], k), 2000, cuda=False):.2f} us")
     if fast is not None:
         ts = (q,) + flat(kv) + (bt, sl, out)
-        C._lib = StubLib(real)
+        C._lib = NoopLib(real)
         try:
-            us = median_us(torch, lambda: E.fast_call(entry, fast, ts), 2000, False)
+            us = host_us(torch, lambda: E.fast_call(entry, fast, ts), 2000, cuda=False)
         finally:
             C._lib = real
         print(f"  fast_call with the C stubbed {us:.2f} us")
@@ -136,7 +111,7 @@ def main(argv=None):
              ("from pinned memory", lambda: dst.copy_(pinned, non_blocking=True)))
     print(f"\nplan()'s kv_indices copy ({nnz} int32, CPU -> device, non_blocking):")
     for name, fn in forms:
-        print(f"  {name}: {median_us(torch, fn, a.calls):.2f} us")
+        print(f"  {name}: {host_us(torch, fn, a.calls):.2f} us")
     return 0
 
 

@@ -96,9 +96,8 @@ def test_python_inside_us_subtracts_the_c_calls():
     assert 0 <= us < 1000 and C._lib is lib  # the 2 ms sleep is not counted
 
 
-def test_host_breakdown_stubs_only_the_per_call_functions():
-    import host_breakdown
-
+def test_noop_lib_stubs_only_the_per_call_functions():
+    """host_breakdown.py and --cpu-overhead stub the C calls with bench_host.NoopLib."""
     class Real:
         def fi_run(self, *a):
             return 7
@@ -109,7 +108,7 @@ def test_host_breakdown_stubs_only_the_per_call_functions():
         def fi_plan_create(self, *a):
             return 5
 
-    stub = host_breakdown.StubLib(Real())
+    stub = bench_host.NoopLib(Real())
     assert stub.fi_run(1, 2, 3) == 0 and stub.fi_plan_update(1) == 0
     assert stub.fi_plan_create(1) == 5  # everything else is the real library's
 
