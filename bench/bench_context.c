@@ -35,8 +35,11 @@
  * over the bf16 cuBLAS rate measured by bench/ceilings in the same run (--tflops or env
  * FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it; nan when not given).
  *
+ * --kv e4m3: the KV cache in fp8 e4m3 (q and out bf16; the case ids get "_fp8kv").
+ *
  * Usage: bench_context [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--ctas N]
- *                      [--trace-step S] [--tflops X] [--layout hnd|nhd] [--check]
+ *                      [--trace-step S] [--tflops X] [--layout hnd|nhd] [--kv bf16|e4m3]
+ *                      [--check]
  * Output: a table on stdout, and machine-readable lines on stderr
  *   "result <case> <mode> us <x> TFLOPs <x> mma_frac <x>".
  * No GPU: prints "skip" and exits 0.
@@ -80,6 +83,7 @@ typedef struct cfg {
     bench_cfg b;
     double tflops;     /* bf16 mma ceiling (bench/ceilings), 0: unknown */
     gqa_layout layout; /* --layout hnd | nhd */
+    fi_dtype kv_dtype; /* --kv: 0 (the q dtype) or FI_DTYPE_E4M3 */
     int check;         /* --check: sampled rows against the fp64 reference */
     int variant;       /* --variant: caps.variant (1: the walk only, the list schedule's A/B) */
 } cfg;
@@ -289,6 +293,12 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     o.return_lse = 0;
     o.num_ctas = g->b.ctas;
     o.variant = g->variant;
+    o.kv_dtype = g->kv_dtype;
+    char name_buf[96];
+    snprintf(name_buf, sizeof name_buf, "%s%s", bc->name, g->kv_dtype ? "_fp8kv" : "");
+    bench_case named = *bc;
+    named.name = name_buf;
+    bc = &named;
     ctx_case x;
     if (ctx_case_init(&x, &o, q, kv, n, 0, rng, msg, sizeof msg)) {
         printf("# FAILED %s: init: %s\n", bc->name, msg);
@@ -327,7 +337,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
 static void usage(void) {
     fprintf(stderr, "usage: bench_context [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
                     "[--ctas N] [--trace-step S] [--tflops X] [--layout hnd|nhd] [--variant N] "
-                    "[--check]\n");
+                    "[--kv bf16|e4m3] [--check]\n");
 }
 
 int main(int argc, char **argv) {
@@ -348,6 +358,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--tflops")) g.tflops = atof(val);
         else if (!strcmp(a, "--layout")) g.layout = !strcmp(val, "nhd") ? GQA_NHD : GQA_HND;
         else if (!strcmp(a, "--variant")) g.variant = atoi(val);
+        else if (!strcmp(a, "--kv")) g.kv_dtype = !strcmp(val, "e4m3") ? FI_DTYPE_E4M3 : 0;
         else {
             fprintf(stderr, "bench_context: unknown option %s\n", a);
             usage();

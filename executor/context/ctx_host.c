@@ -10,14 +10,16 @@
 #include "executor/gqa/gqa_host.h"
 #include "plan/plan.h"
 
-/* What the tile body runs: D 64 / 128 / 256 (qk == vo), q bf16 or fp16, KV the q dtype,
- * out the q dtype or fp8 e4m3, 128-row tiles. */
+/* What the tile body runs: D 64 / 128 / 256 (qk == vo), q bf16 or fp16, KV the q dtype or
+ * fp8 e4m3 (its dequantisation scale folded into bmm1 / bmm2 by the caller), out the q
+ * dtype or fp8 e4m3, 128-row tiles. */
 static fi_status ctx_check_caps(const fi_caps *caps, const fi_variant *v) {
     const int32_t d = caps->head_dim_qk;
     if (d != caps->head_dim_vo || (d != 64 && d != 128 && d != 256))
         return FI_ERR_UNSUPPORTED_HEAD_DIM;
     const fi_dtype dt = caps->q_dtype;
-    if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) || caps->kv_dtype != dt)
+    if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) ||
+        (caps->kv_dtype != dt && caps->kv_dtype != FI_DTYPE_E4M3))
         return FI_ERR_UNSUPPORTED_DTYPE;
     if (caps->o_dtype != dt && caps->o_dtype != FI_DTYPE_E4M3)
         return FI_ERR_UNSUPPORTED_DTYPE;

@@ -1,5 +1,5 @@
-/* executor/context/ctx_launch.cu - C ABI of the context family: run-time q dtype x head_dim
- * -> instantiation. */
+/* executor/context/ctx_launch.cu - C ABI of the context family: run-time q dtype x KV kind
+ * x head_dim -> instantiation. */
 #include "executor/context/ctx_launch.h"
 
 #define FI_CTX_BY_DIM(tag)                                                                   \
@@ -13,11 +13,13 @@
 extern "C" int fi_ctx_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
     const fi_gqa_params &p = *static_cast<const fi_gqa_params *>(params);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (p.g.kv_kind != 0)
-        return (int)cudaErrorInvalidValue;
-    if (dtype == FI_DTYPE_BF16)
+    if (p.g.kv_kind == 0 && dtype == FI_DTYPE_BF16)
         FI_CTX_BY_DIM(bf16)
-    if (dtype == FI_DTYPE_F16)
+    if (p.g.kv_kind == 0 && dtype == FI_DTYPE_F16)
         FI_CTX_BY_DIM(f16)
+    if (p.g.kv_kind == 1 && dtype == FI_DTYPE_BF16)
+        FI_CTX_BY_DIM(bf16_e4m3)
+    if (p.g.kv_kind == 1 && dtype == FI_DTYPE_F16)
+        FI_CTX_BY_DIM(f16_e4m3)
     return (int)cudaErrorInvalidValue;
 }

@@ -1,6 +1,6 @@
 /* executor/context/ctx_launch.h - the context family's instantiations (one per .cu: q
- * dtype x head_dim; KV the q dtype) and its C ABI launcher (ctx_launch.cu), which
- * family.h's `launch` points at. */
+ * dtype x KV dtype (the q dtype, or fp8 e4m3) x head_dim) and its C ABI launcher
+ * (ctx_launch.cu), which family.h's `launch` points at. */
 #pragma once
 
 #include "executor/gqa/gqa_params.h"
@@ -20,13 +20,19 @@ FI_CTX_DECLARE(bf16_d256)
 FI_CTX_DECLARE(f16_d64)
 FI_CTX_DECLARE(f16_d128)
 FI_CTX_DECLARE(f16_d256)
+FI_CTX_DECLARE(bf16_e4m3_d64)
+FI_CTX_DECLARE(bf16_e4m3_d128)
+FI_CTX_DECLARE(bf16_e4m3_d256)
+FI_CTX_DECLARE(f16_e4m3_d64)
+FI_CTX_DECLARE(f16_e4m3_d128)
+FI_CTX_DECLARE(f16_e4m3_d256)
 #undef FI_CTX_DECLARE
 extern "C" {
 #endif
 
-/* fi_family.launch of the context family: params is a fi_gqa_params (its head_dim picks
- * the instantiation); dtype (q) bf16 or fp16, else cudaErrorInvalidValue.  See
- * executor/core/family.h. */
+/* fi_family.launch of the context family: params is a fi_gqa_params (its head_dim and
+ * kv_kind (0: the q dtype, 1: fp8 e4m3) pick the instantiation); dtype (q) bf16 or fp16,
+ * else (or NVFP4 KV) cudaErrorInvalidValue.  See executor/core/family.h. */
 int fi_ctx_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
 
 #ifdef __cplusplus

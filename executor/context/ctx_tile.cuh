@@ -21,6 +21,10 @@
  *    tables), K then V of a block each completing on its own "full" mbarrier, so the
  *    scores start before V lands; tokens past the item's range and Q rows past the tile
  *    are zero-filled (P = 0 must not meet NaN bit patterns).  It runs ahead across items.
+ *    An fp8 e4m3 cache (KV = __nv_fp8_e4m3) is read into registers instead (16 bytes a
+ *    lane, issued before the slot's wait), converted to T exactly (every e4m3 value is a
+ *    bf16 and an fp16 value) and stored into the same panels with ordinary stores, a
+ *    proxy fence and a plain arrival; the consumers cannot tell the two apart.
  *  - Consumers: warpgroup w owns tile rows [64 w, 64 w + 64) with all D output columns in
  *    registers; both read every KV block, which is loaded once for the 128 rows.  In a
  *    warpgroup, block b's scores S_b = Q K_b^T (wgmma from shared memory) are issued, then
@@ -37,6 +41,8 @@
  * (Dao 2023); flash-decoding split-KV with an LSE merge (Dao et al. 2023).
  */
 #pragma once
+
+#include <type_traits>
 
 #include "executor/cuda/common/dtype.cuh"
 #include "executor/cuda/common/profile.cuh"
@@ -78,7 +84,14 @@ template <int D> struct Geo {
      * O (D / 2 fp32), S and P; the producer 56 (40 spills). */
     static constexpr int kProducerRegs = 56;
     static constexpr int kConsumerRegs = 224;
-    static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
+    /* The pool setmaxnreg redistributes is what the launch allocated: 384 threads x 168
+     * registers = 64512, so 128 P + 256 C must stay within it or the consumers' increase
+     * waits forever. */
+    static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 64512, "register pool");
+    /* An fp8 cache's producer holds its loads in registers (load_rows_e4m3). */
+    static constexpr int kProducerRegsF8 = D == 256 ? 72 : 104;
+    static constexpr int kConsumerRegsF8 = D == 256 ? 216 : 200;
+    static_assert(128 * kProducerRegsF8 + 256 * kConsumerRegsF8 <= 64512, "register pool");
     static constexpr int kTokPerWarp = kBlockN / kProducerWarps; /* a producer warp's tokens */
     static constexpr int kChunks = D / 8;                        /* 16-byte chunks a row */
     static constexpr int kTokPerPass = 32 / kChunks;             /* rows a warp copies at once */
@@ -171,6 +184,78 @@ __device__ __forceinline__ void produce_rows(const fi_gqa_params &p, const fi_gq
         const T *src = base + page * kv.stride_page + (int64_t)(t & (p.c.page_size - 1)) * kv.stride_tok + c * 8;
         cp_async16(dst + sw128(G::kTokPerWarp * pw + tok, (c & 7) * 8), in ? src : base, in ? 16 : 0);
     }
+}
+
+/* ---- fp8 e4m3 KV: through registers, converted to T into the same panels ---------------- */
+
+/* A lane takes 16 e4m3 bytes of a token row: D / 16 lanes a token, 512 / D tokens a warp
+ * pass, the warp's kTokPerWarp tokens in kPasses passes (D 64 / 128 / 256: 4 / 8 / 8). */
+template <int D> struct F8Geo {
+    static constexpr int kLanesPerTok = D / 16;
+    static constexpr int kTokPerPass = 32 / kLanesPerTok;
+    static constexpr int kPasses = Geo<D>::kTokPerWarp / kTokPerPass;
+    static_assert(Geo<D>::kTokPerWarp % kTokPerPass == 0, "fp8 producer split");
+};
+
+/* K or V (view kv, this KV head's base `base`, bytes) rows of block b, passes
+ * [pass0, pass0 + kChunk) of warp pw's kTokPerWarp tokens, into v; tokens past the item
+ * read as zero (as produce_rows zero-fills). */
+template <int D> constexpr int kF8Chunk = D == 256 ? 2 : 4;
+template <int D>
+__device__ __forceinline__ void load_rows_e4m3(const fi_gqa_params &p, const fi_gqa_paged &kv,
+                                               const uint8_t *base, const fi_work_item &it,
+                                               int b, int pt, int32_t pg, int pass0, uint4 *v) {
+    using G = Geo<D>;
+    using F = F8Geo<D>;
+    const int lane = pt & 31, pw = pt >> 5;
+    const int j = lane / F::kLanesPerTok, c = lane % F::kLanesPerTok;
+    const int t0 = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * pw;
+#pragma unroll
+    for (int u = 0; u < kF8Chunk<D>; ++u) {
+        const int tok = (pass0 + u) * F::kTokPerPass + j, t = t0 + tok;
+        const int64_t page = __shfl_sync(0xffffffffu, pg, tok);
+        const uint8_t *src = base + page * kv.stride_page +
+                             (int64_t)(t & (p.c.page_size - 1)) * kv.stride_tok + 16 * c;
+        v[u] = t < it.kv_end ? __ldg(reinterpret_cast<const uint4 *>(src)) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* The rows load_rows_e4m3 read, as T, into the block's panels at dst0 (lane c's 16 values
+ * are the 16-byte chunks 2 c and 2 c + 1 of the row: one panel). */
+template <typename T, int D>
+__device__ __forceinline__ void store_rows_e4m3(uint32_t dst0, int pt, int pass0, const uint4 *v) {
+    using G = Geo<D>;
+    using F = F8Geo<D>;
+    const int lane = pt & 31, pw = pt >> 5;
+    const int j = lane / F::kLanesPerTok, c = lane % F::kLanesPerTok;
+    const uint32_t dst = dst0 + (c >> 2) * G::kKPanel;
+    const int col = (2 * c & 7) * 8;
+#pragma unroll
+    for (int u = 0; u < kF8Chunk<D>; ++u) {
+        const int row = G::kTokPerWarp * pw + (pass0 + u) * F::kTokPerPass + j;
+        st_shared16(dst + sw128(row, col), e4m3x8_to<T>(make_uint2(v[u].x, v[u].y)));
+        st_shared16(dst + sw128(row, col + 8), e4m3x8_to<T>(make_uint2(v[u].z, v[u].w)));
+    }
+}
+
+/* K or V of block b from an fp8 cache into ring slot dst once `empty` is free, kF8Chunk
+ * passes at a time through registers (the first chunk's loads travel while the consumers
+ * finish the slot), then a proxy fence (ordinary stores, read by wgmma) and the arrival. */
+template <typename T, int D>
+__device__ __forceinline__ void produce_half_e4m3(const fi_gqa_params &p, const fi_gqa_paged &kv,
+                                                  const uint8_t *base, const fi_work_item &it,
+                                                  int b, int pt, int32_t pg, uint32_t dst,
+                                                  uint32_t empty, uint32_t full, uint32_t parity) {
+    uint4 v[kF8Chunk<D>];
+#pragma unroll
+    for (int pass0 = 0; pass0 < F8Geo<D>::kPasses; pass0 += kF8Chunk<D>) {
+        load_rows_e4m3<D>(p, kv, base, it, b, pt, pg, pass0, v);
+        if (pass0 == 0)
+            mbar_wait(empty, parity);
+        store_rows_e4m3<T, D>(dst, pt, pass0, v);
+    }
+    fence_proxy_async();
+    mbar_arrive(full);
 }
 
 /* ---- consumers ----------------------------------------------------------------------- */
@@ -283,14 +368,18 @@ __device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx 
                          [&](int64_t off, float x, float y) { store_out2<T>(c, off, x, y); });
 }
 
-template <typename T, int D> struct CtxFamily {
+/* The family: q / out dtype T (bf16, fp16; the matmuls' too), KV element KV (T, or fp8 e4m3
+ * converted to T by the producer, exactly), head_dim D. */
+template <typename T, int D, typename KV = T> struct CtxFamily {
     using G = Geo<D>;
+    static constexpr bool kF8 = std::is_same<KV, __nv_fp8_e4m3>::value;
+    static_assert(kF8 || std::is_same<KV, T>::value, "KV: the q dtype or fp8 e4m3");
     static constexpr int N = G::kBlockN;
     using Params = fi_gqa_params;
     using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads, false>; /* all merges after the items */
     static constexpr int kThreads = fictx::kThreads;
     static constexpr int kProducerWarps = fictx::kProducerWarps;
-    static constexpr int kConsumerRegs = G::kConsumerRegs;
+    static constexpr int kConsumerRegs = kF8 ? G::kConsumerRegsF8 : G::kConsumerRegs;
     static constexpr size_t kSmemBytes = G::kSmemBytes;
     using State = Cursor<G::kStages>;
 
@@ -312,7 +401,7 @@ template <typename T, int D> struct CtxFamily {
 
     /* The producer warpgroup: Q, then K and V of every block, of every item of the CTA. */
     static __device__ void produce(const fi_gqa_params &p, const fi_cta_start &cs, unsigned char *smem) {
-        setmaxnreg_dec<G::kProducerRegs>();
+        setmaxnreg_dec<kF8 ? G::kProducerRegsF8 : G::kProducerRegs>();
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
         const int split = p.c.header->kv_split_pages, ppr = p.c.header->pages_per_row;
@@ -323,20 +412,30 @@ template <typename T, int D> struct CtxFamily {
             cp_async_mbar_arrive(G::qfull(s0));
             cur.qph ^= 1u;
             const int kvh = it.head_begin / p.g.group;
-            const T *kb = static_cast<const T *>(p.g.k.data) + (int64_t)kvh * p.g.k.stride_head;
-            const T *vb = static_cast<const T *>(p.g.v.data) + (int64_t)kvh * p.g.v.stride_head;
+            const KV *kb = static_cast<const KV *>(p.g.k.data) + (int64_t)kvh * p.g.k.stride_head;
+            const KV *vb = static_cast<const KV *>(p.g.v.data) + (int64_t)kvh * p.g.v.stride_head;
             const int64_t krow = rq.page_row_offset, vrow = krow + (split ? ppr : 0);
             const int nblk = blocks_of<N>(it);
             for (int b = 0; b < nblk; ++b) {
                 const int32_t pk = block_page<D>(p, it, krow, b, pt);
                 const int32_t pv = split ? block_page<D>(p, it, vrow, b, pt) : pk;
                 const uint32_t dst = G::stage(s0, cur.st);
-                mbar_wait(G::empty_k(s0, cur.st), cur.ph ^ 1u);
-                produce_rows<T, D>(p, p.g.k, kb, it, dst, b, pt, pk);
-                cp_async_mbar_arrive(G::full_k(s0, cur.st));
-                mbar_wait(G::empty_v(s0, cur.st), cur.ph ^ 1u);
-                produce_rows<T, D>(p, p.g.v, vb, it, dst + G::kKBytes, b, pt, pv);
-                cp_async_mbar_arrive(G::full_v(s0, cur.st));
+                if constexpr (kF8) {
+                    const uint8_t *kb8 = reinterpret_cast<const uint8_t *>(kb);
+                    const uint8_t *vb8 = reinterpret_cast<const uint8_t *>(vb);
+                    produce_half_e4m3<T, D>(p, p.g.k, kb8, it, b, pt, pk, dst, G::empty_k(s0, cur.st),
+                                            G::full_k(s0, cur.st), cur.ph ^ 1u);
+                    produce_half_e4m3<T, D>(p, p.g.v, vb8, it, b, pt, pv, dst + G::kKBytes,
+                                            G::empty_v(s0, cur.st), G::full_v(s0, cur.st),
+                                            cur.ph ^ 1u);
+                } else {
+                    mbar_wait(G::empty_k(s0, cur.st), cur.ph ^ 1u);
+                    produce_rows<T, D>(p, p.g.k, kb, it, dst, b, pt, pk);
+                    cp_async_mbar_arrive(G::full_k(s0, cur.st));
+                    mbar_wait(G::empty_v(s0, cur.st), cur.ph ^ 1u);
+                    produce_rows<T, D>(p, p.g.v, vb, it, dst + G::kKBytes, b, pt, pv);
+                    cp_async_mbar_arrive(G::full_v(s0, cur.st));
+                }
                 cur.next();
             }
         });

@@ -66,8 +66,10 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
             tensor), or a tuple (k_cache, v_cache) of [num_pages, H_kv, page_size,
             head_dim] (HND) / [num_pages, page_size, H_kv, head_dim] (NHD); read in place
             through its strides (page and head strides free, head_dim contiguous).  dtype:
-            query's on the GPU (fp8 KV and NVFP4 (uint8) KV: NotImplementedError); fp32 /
-            fp16 / bf16 / fp8 on the CPU.  page_size 16 / 32 / 64 / 128 (the CPU also 1).
+            query's or fp8 e4m3 on the GPU (converted exactly to the query's dtype for the
+            matmuls; its dequantisation scale folded into bmm1_scale / bmm2_scale by the
+            caller; NVFP4 (uint8) KV: NotImplementedError); fp32 / fp16 / bf16 / fp8 on the
+            CPU.  page_size 16 / 32 / 64 / 128 (the CPU also 1).
         workspace_buffer: CUDA buffer (any dtype) for the plan and split partials, >=
             fiattn.workspace_size("context", ...) bytes (about 18 MiB at 32 heads, d128,
             16k query tokens, 132 CTAs; WorkspaceTooSmallError otherwise), 256-byte aligned,
@@ -116,7 +118,7 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
         FiattnValueError for a batch the planner refuses (fi_status name + request:
         lengths not matching, q_len > kv_len, more pages than the table row holds, ...);
         WorkspaceTooSmallError; NotImplementedError (FiattnNotImplementedError where the C
-        library says so) for NVFP4 output or KV, fp8 KV on the GPU, a dtype combination
+        library says so) for NVFP4 output or KV, e5m2 KV on the GPU, a dtype combination
         the executor lacks; FiattnError for runtime failures.  Nothing is written on error.
 
     CUDA graphs: plan outside the capture, capture the call, then before each replay write
@@ -214,10 +216,6 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
         raise FiattnNotImplementedError(
             f"fiattn: NVFP4 KV cache ({kv_dt}: two e2m1 values a byte) is not implemented for "
             f"context attention")
-    if device.type == "cuda" and kv_dt in fp8_dtypes():
-        raise FiattnNotImplementedError(
-            f"fiattn: context attention with an fp8 KV cache ({kv_dt}) is not implemented on "
-            f"the GPU yet (CPU tensors run it on the reference executor)")
     num_pages, page_size, Hkv, Dk = kpart[1]
     if Dk != D or vpart[1][3] != D:
         raise ValueError(f"fiattn: head_dim of query ({D}) and caches ({Dk}, {vpart[1][3]}) differ")

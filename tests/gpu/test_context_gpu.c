@@ -16,10 +16,9 @@
  * (without, then with PDL) and must repeat bitwise.
  *
  * Before the GPU family lands fi_run returns FI_ERR_UNSUPPORTED_KIND and every test fails
- * saying "NOT SUPPORTED BY THE GPU FAMILY YET".  fp8 e4m3 and NVFP4 KV are not in its first
- * version: context_fp8_and_nvfp4_kv_refused_until_supported pins the refusal; when the
- * family runs fp8 KV, turn its first half into a reference test (the case's reference reads
- * e4m3 itself, the scale folded into bmm1 / bmm2 as for GQA).
+ * saying "NOT SUPPORTED BY THE GPU FAMILY YET".  fp8 e4m3 KV is checked against the
+ * reference like every other case (context_fp8_kv_matches_reference); NVFP4 KV is not in
+ * the family yet: context_nvfp4_kv_refused_until_supported pins the refusal.
  *
  * Run one test only (e.g. under compute-sanitizer):
  *   FI_GPU_TEST_FILTER=sanitize_small_case compute-sanitizer --tool memcheck \
@@ -510,33 +509,61 @@ static void context_bad_tensors_return_their_status_and_write_nothing(void **sta
     ctx_case_free(&x);
 }
 
-/* ---- fp8 e4m3 and NVFP4 KV: not in the first GPU version ---------------------------------- */
+/* ---- fp8 e4m3 KV ------------------------------------------------------------------------- */
 
-/* Flip when the family runs them.  fp8 e4m3 KV: the caps accept it (the CPU references run
- * it), fi_run refuses it before any launch; NVFP4 KV: the caps refuse it for the context
- * kind, and fi_run refuses NVFP4 k / v views on a bf16 plan. */
-static void context_fp8_and_nvfp4_kv_refused_until_supported(void **state) {
+/* fp8 e4m3 caches (random e4m3 bytes, every finite value; the fp64 reference reads the
+ * same bytes, the dequantisation scale folded into bmm1 / bmm2 as the API asks): D 64 /
+ * 128 / 256, bf16 and fp16 q, groups 1 / 4 / 8, page sizes 16 / 64, the sweep's layouts,
+ * forms, sinks, windows and CTA counts (gqa_sweep_opts), q_len mixes over cached prefixes,
+ * and fp8 output on two of them; then a long request whose tiles must be cut and merged. */
+static void context_fp8_kv_matches_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     tt_rng rng = gt_test_rng(14);
-    int32_t q[2] = {100, 1}, kv[2] = {300, 50};
+    int n_split = 0;
+    for (int k = 0; k < 12; k++) {
+        const int32_t d = DIMS[k % 3], g = k % 4 == 3 ? 8 : k % 2 ? 4 : 1;
+        const int32_t hkv = g == 8 ? 1 : 2, ps = PAGES[(k / 3) & 1];
+        gqa_opts o = ctx_default_opts(g * hkv, hkv, d, ps);
+        o.kv_dtype = FI_DTYPE_E4M3;
+        o.dtype = k & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
+        gqa_sweep_opts(&o, k + 5, ps);
+        o.o_dtype = k % 5 == 4 ? FI_DTYPE_E4M3 : 0;
+        int32_t q[3], kv[3];
+        for (int32_t b = 0; b < 3; b++) {
+            q[b] = Q_MIX[(k + b) % 5];
+            kv[b] = q[b] + (b == 0 ? 0 : tt_rng_int(&rng, 1, 900));
+        }
+        n_split += run_and_check(&o, q, kv, 3, &rng, 2).groups > 0;
+    }
+    /* 8 tiles (one per KV head) of a long request over the device's CTAs: must be cut */
     gqa_opts o = ctx_default_opts(32, 8, 128, 64);
     o.kv_dtype = FI_DTYPE_E4M3;
-    ctx_case x;
-    init_or_fail(&x, &o, q, kv, 2, 0, &rng);
-    poison_or_fail(&x);
-    fi_attn_args a = gqa_case_args(&x.g);
-    expect_status(&x, &a, FI_ERR_UNSUPPORTED_DTYPE, "fp8 e4m3 KV (first version: refused)");
-    expect_untouched(&x);
-    ctx_case_free(&x);
+    int32_t q[2] = {32, 1}, kv[2] = {11000, 700};
+    const split_stats s = run_and_check(&o, q, kv, 2, &rng, 2);
+    print_message("  13 fp8 KV cases: %d of the first 12 with merged splits, the last %d groups\n",
+                  n_split, s.groups);
+    assert_true(s.groups > 0); /* the long request's tiles were cut and merged */
+}
 
+/* ---- NVFP4 KV: not in this family yet ------------------------------------------------------ */
+
+/* Flip when the family runs it: the caps refuse NVFP4 KV for the context kind, and fi_run
+ * refuses NVFP4 k / v views on a bf16 plan. */
+static void context_nvfp4_kv_refused_until_supported(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(15);
+    int32_t q[2] = {100, 1}, kv[2] = {300, 50};
+    gqa_opts o = ctx_default_opts(32, 8, 128, 64);
     o.kv_dtype = FI_DTYPE_E2M1;
     fi_caps caps = gqa_caps(&o, 2, 101, 16);
     assert_int_equal(fi_caps_validate(&caps), FI_ERR_UNSUPPORTED_DTYPE);
     o.kv_dtype = 0;
+    ctx_case x;
     init_or_fail(&x, &o, q, kv, 2, 0, &rng);
     poison_or_fail(&x);
-    a = gqa_case_args(&x.g);
+    fi_attn_args a = gqa_case_args(&x.g);
     a.k.dtype = a.v.dtype = FI_DTYPE_E2M1; /* D / 2 bytes a row, no block scales */
     a.k.shape[3] = a.v.shape[3] = 64;
     expect_status(&x, &a, FI_ERR_UNSUPPORTED_DTYPE, "NVFP4 KV views on a bf16 plan");
@@ -548,11 +575,10 @@ static void context_fp8_and_nvfp4_kv_refused_until_supported(void **state) {
 
 /* 16/4 heads D 128, page 16, HND (K, V) pair, sinks, 8 CTAs: a 40-row block over 1500 keys
  * cut into merged pieces beside a short request; every row checked. */
-static void sanitize_small_case(void **state) {
-    (void)state;
-    REQUIRE_GPU();
+static void sanitize_case(fi_dtype kv_dtype) {
     tt_rng rng = gt_test_rng(15);
     gqa_opts o = ctx_default_opts(16, 4, 128, 16);
+    o.kv_dtype = kv_dtype;
     o.num_ctas = 8;
     o.sinks = 1;
     o.layout = GQA_HND;
@@ -565,13 +591,26 @@ static void sanitize_small_case(void **state) {
     gt_check(&g, 1);
     ctx_case_free(&x);
 }
+static void sanitize_small_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    sanitize_case(0);
+}
+/* The same with an fp8 e4m3 cache (the producer's register path, ordinary stores). */
+static void sanitize_small_case_fp8_kv(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    sanitize_case(FI_DTYPE_E4M3);
+}
 
 int main(void) {
     gt_begin("test_context_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sanitize_small_case),
+        cmocka_unit_test(sanitize_small_case_fp8_kv),
         cmocka_unit_test(context_bad_tensors_return_their_status_and_write_nothing),
-        cmocka_unit_test(context_fp8_and_nvfp4_kv_refused_until_supported),
+        cmocka_unit_test(context_nvfp4_kv_refused_until_supported),
+        cmocka_unit_test(context_fp8_kv_matches_reference),
         cmocka_unit_test(context_matches_reference_every_shape),
         cmocka_unit_test(context_window_left_and_sinks_match_reference),
         cmocka_unit_test(context_non_causal_matches_reference),

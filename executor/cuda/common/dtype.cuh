@@ -115,6 +115,25 @@ __device__ __forceinline__ uint4 e4m3x8_to_f16x8(uint2 x) {
     return make_uint4(e4m3x2_to_f16x2(x.x), e4m3x2_hi_to_f16x2(x.x), e4m3x2_to_f16x2(x.y),
                       e4m3x2_hi_to_f16x2(x.y));
 }
+/* Eight fp16 values as eight bf16, rounded to nearest (exact for fp16 values of at most 8
+ * significant bits, e.g. every converted e4m3 value; NaN stays NaN). */
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t x) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&x));
+    const __nv_bfloat162 b = __float22bfloat162_rn(f);
+    return *reinterpret_cast<const uint32_t *>(&b);
+}
+/* Eight e4m3 values (as e4m3x8_to_f16x8) as eight bf16 (exact). */
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 x) {
+    const uint4 h = e4m3x8_to_f16x8(x);
+    return make_uint4(f16x2_to_bf16x2(h.x), f16x2_to_bf16x2(h.y), f16x2_to_bf16x2(h.z),
+                      f16x2_to_bf16x2(h.w));
+}
+/* Eight e4m3 values as eight T (bf16 or fp16), exact. */
+template <typename T> __device__ __forceinline__ uint4 e4m3x8_to(uint2 x);
+template <> __device__ __forceinline__ uint4 e4m3x8_to<__half>(uint2 x) { return e4m3x8_to_f16x8(x); }
+template <> __device__ __forceinline__ uint4 e4m3x8_to<__nv_bfloat16>(uint2 x) {
+    return e4m3x8_to_bf16x8(x);
+}
 /* Eight bf16 values as eight fp16, rounded to nearest (exact for |x| in [2^-14, 65504]:
  * fp16 has the more mantissa bits; smaller values become fp16 subnormals, larger inf). */
 __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t x) {

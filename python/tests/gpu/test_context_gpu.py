@@ -5,7 +5,7 @@ groups): head_dim 64 / 128 / 256, groups 1 / 4 / 8, page sizes 16 / 64, HND and 
 tensor and (K, V) pairs, 3-D block tables, cached prefixes, q_len 1 decodes beside long
 chunks (and q_len 0 / kv_len 0 requests), fp8 output, device-resident lengths, the
 recorded repeat path, CUDA graph capture + replay with lengths changed by re-planning,
-and NotImplementedError for fp8 / NVFP4 KV and NVFP4 output.  Outputs are poisoned (NaN)
+fp8 e4m3 KV caches, and NotImplementedError for e5m2 / NVFP4 KV and NVFP4 output.  Outputs are poisoned (NaN)
 first: every row up to cum_seq_lens_q[-1] must be written, the rows past it not."""
 import math
 import os
@@ -90,7 +90,9 @@ class Case:
     column, shuffled pages), query with spare rows, lengths (CPU int32) and the arrays."""
 
     def __init__(self, seed, q_lens, kv_lens, H, Hkv, D, ps, layout="HND", form="tuple",
-                 dtype=torch.bfloat16, spare_rows=5, lengths_on=DEV):
+                 dtype=torch.bfloat16, spare_rows=5, lengths_on=DEV, kv_dtype=None):
+        """kv_dtype: None (query's) or torch.float8_e4m3fn: the caches hold fp8 values and
+        K / V (the reference's) the same values in dtype (exact)."""
         gc, gd = _gens(seed)
         self.q_lens, self.kv_lens = list(q_lens), list(kv_lens)
         self.H, self.D, self.layout, self.dtype = H, D, layout, dtype
@@ -99,11 +101,16 @@ class Case:
         num_pages = B * P + 3
         self.K = torch.randn(num_pages, ps, Hkv, D, generator=gd, device=DEV).to(dtype)
         self.V = torch.randn(num_pages, ps, Hkv, D, generator=gd, device=DEV).to(dtype)
+        if kv_dtype is not None:
+            self.K, self.V = (x.to(kv_dtype).to(dtype) for x in (self.K, self.V))
         perm = (lambda x: x.transpose(1, 2).contiguous()) if layout == "HND" else (lambda x: x)
         if form == "tuple":
             self.kv = (perm(self.K), perm(self.V))
         else:
             self.kv = torch.stack([perm(self.K), perm(self.V)], 1)
+        if kv_dtype is not None:
+            self.kv = (tuple(x.to(kv_dtype) for x in self.kv) if form == "tuple"
+                       else self.kv.to(kv_dtype))
         self.bt = torch.randperm(num_pages, generator=gc)[:B * P].to(torch.int32).reshape(
             B, P).to(DEV)
         self.T = sum(q_lens)
@@ -185,6 +192,24 @@ def test_long_chunk_beside_decodes_and_empty_requests(ws, dtype):
     ref = c.ref(128 ** -0.5)
     c.check(out, ref)
     assert (out[c.T - 3:c.T] == 0).all()
+
+
+@pytest.mark.parametrize("D,group,ps,layout,form,dtype", [
+    (128, 4, 64, "HND", "tuple", torch.bfloat16), (64, 1, 16, "NHD", "single", torch.float16),
+    (256, 8, 16, "HND", "single", torch.bfloat16), (128, 8, 32, "NHD", "tuple", torch.float16)])
+def test_fp8_kv_cache_matches_reference(ws, D, group, ps, layout, form, dtype):
+    """fp8 e4m3 caches (the reference reads the same values): the MIXED batch of prefills,
+    cached prefixes and decodes, sinks on two cases; the dequantisation scales folded into
+    bmm1_scale (k_scale) and bmm2_scale (v_scale) as the reference API asks."""
+    Hkv = 2
+    c = Case(5000 + D + group, [q for q, _ in MIXED], [q + p for q, p in MIXED], Hkv * group,
+             Hkv, D, ps, layout, form, dtype, kv_dtype=torch.float8_e4m3fn)
+    sk = (torch.randn(Hkv * group, generator=_gens(8)[0]) * 2).to(DEV) if group > 1 else None
+    k_scale, v_scale = 0.5, 1.5
+    bmm1 = k_scale / math.sqrt(D)
+    out = c.poisoned_out()
+    c.run(ws, bmm1, v_scale, out=out, sinks=sk)
+    c.check(out, c.ref(bmm1, v_scale, sinks=sk))
 
 
 @pytest.mark.parametrize("how", ["out", "out_dtype"])
@@ -304,15 +329,15 @@ def test_graph_capture_replay_with_changing_lengths(ws, lengths_on):
         c.check(out, c.ref(0.09))
 
 
-@pytest.mark.parametrize("what", ["fp8_kv", "kv_block_scales", "nvfp4_out", "uint8_kv"])
+@pytest.mark.parametrize("what", ["e5m2_kv", "kv_block_scales", "nvfp4_out", "uint8_kv"])
 def test_not_implemented_on_gpu_writes_nothing(ws, what):
     c = Case(9000, [20, 1], [20, 40], 8, 2, 128, 16, "HND", "tuple")
     out = torch.full(c.q.shape, 3.0, dtype=c.dtype, device=DEV)
     kw = {}
     name = "NVFP4"
-    if what == "fp8_kv":
-        c.kv = tuple(x.to(torch.float8_e4m3fn) for x in c.kv)
-        name = "fp8"
+    if what == "e5m2_kv":
+        c.kv = tuple(x.to(torch.float8_e5m2) for x in c.kv)
+        name = "e5m2"
     elif what == "kv_block_scales":
         c.kv = tuple(torch.zeros(x.shape[:-1] + (64,), dtype=torch.uint8, device=DEV)
                      for x in c.kv)

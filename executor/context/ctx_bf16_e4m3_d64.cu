@@ -1,0 +1,9 @@
+/* executor/context/ctx_bf16_e4m3_d64.cu - context family, bf16 q / out, fp8 e4m3 KV,
+ * head_dim 64 (one instantiation). */
+#include "executor/context/ctx_launch.h"
+#include "executor/context/ctx_tile.cuh"
+#include "executor/cuda/persistent/kernel.cuh"
+
+cudaError_t fi_ctx_launch_bf16_e4m3_d64(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream) {
+    return fi::launch_persistent<fictx::CtxFamily<__nv_bfloat16, 64, __nv_fp8_e4m3>>(p, enable_pdl, stream);
+}
