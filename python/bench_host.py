@@ -10,7 +10,8 @@ Shapes: MLA decode B x len, 128 heads, bf16, page 64 (indptr / block-table forms
 (xqa_batch_decode_with_kv_cache) B x len, 32 / 8 heads, head_dim 128, bf16, page 64, NHD
 single tensor.  Rows:
   C fi_run, C fi_plan_update     ctypes calls with the descriptors fiattn built (the floor)
-  fiattn / FlashInfer MLA wrapper plan (CPU index arrays) and run; FlashInfer fa2 and fa3
+  fiattn / FlashInfer MLA wrapper plan (CPU index arrays; fiattn also device arrays) and
+  run; FlashInfer fa2 and fa3
   fiattn trtllm_batch_decode_with_kv_cache_mla (plan + run; CPU seq_lens, then CUDA)
   fiattn / FlashInfer xqa_batch_decode_with_kv_cache (fiattn: CPU seq_lens, then CUDA)
   (both functional APIs also with CUDA seq_lens under fiattn.device_planning())
@@ -236,6 +237,15 @@ def fiattn_rows(torch, fiattn, C, E, x, ws, ws_g, calls, rows):
     rows.append(dict(api="fiattn", call="BatchMLAPagedAttentionWrapper.run", host=run,
                      over=run - c_run, graph=gr, inside=python_inside_us(
                          torch, C, lambda: w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out), calls)))
+    # FlashInfer's usual form: the index arrays on the device (one copy to the host each, one
+    # stream synchronisation for the four); then back to the CPU arrays' plan
+    dargs = tuple(a.to(x.qn.device) if isinstance(a, torch.Tensor) else a for a in x.plan_args)
+    w.plan(*dargs)
+    plan_dev = host_us(torch, lambda: w.plan(*dargs), calls)
+    rows.append(dict(api="fiattn", call="BatchMLAPagedAttentionWrapper.plan (device arrays)",
+                     host=plan_dev, over=plan_dev - c_plan,
+                     inside=python_inside_us(torch, C, lambda: w.plan(*dargs), calls)))
+    w.plan(*x.plan_args)
 
     def functional(sl, ws_):
         return lambda: fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(
