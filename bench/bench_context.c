@@ -358,7 +358,8 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--tflops")) g.tflops = atof(val);
         else if (!strcmp(a, "--layout")) g.layout = !strcmp(val, "nhd") ? GQA_NHD : GQA_HND;
         else if (!strcmp(a, "--variant")) g.variant = atoi(val);
-        else if (!strcmp(a, "--kv")) g.kv_dtype = !strcmp(val, "e4m3") ? FI_DTYPE_E4M3 : 0;
+        else if (!strcmp(a, "--kv") && (!strcmp(val, "e4m3") || !strcmp(val, "bf16")))
+            g.kv_dtype = !strcmp(val, "e4m3") ? FI_DTYPE_E4M3 : 0;
         else {
             fprintf(stderr, "bench_context: unknown option %s\n", a);
             usage();

@@ -237,8 +237,8 @@ def fiattn_rows(torch, fiattn, C, E, x, ws, ws_g, calls, rows):
     rows.append(dict(api="fiattn", call="BatchMLAPagedAttentionWrapper.run", host=run,
                      over=run - c_run, graph=gr, inside=python_inside_us(
                          torch, C, lambda: w.run(x.qn, x.qp, x.ckv, x.kpe, out=x.out), calls)))
-    # FlashInfer's usual form: the index arrays on the device (one copy to the host each, one
-    # stream synchronisation for the four); then back to the CPU arrays' plan
+    # FlashInfer's usual form: the index arrays on the device (each copied to the host
+    # synchronously); then back to the CPU arrays' plan
     dargs = tuple(a.to(x.qn.device) if isinstance(a, torch.Tensor) else a for a in x.plan_args)
     w.plan(*dargs)
     plan_dev = host_us(torch, lambda: w.plan(*dargs), calls)

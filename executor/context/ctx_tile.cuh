@@ -189,18 +189,20 @@ __device__ __forceinline__ void produce_rows(const fi_gqa_params &p, const fi_gq
 /* ---- fp8 e4m3 KV: through registers, converted to T into the same panels ---------------- */
 
 /* A lane takes 16 e4m3 bytes of a token row: D / 16 lanes a token, 512 / D tokens a warp
- * pass, the warp's kTokPerWarp tokens in kPasses passes (D 64 / 128 / 256: 4 / 8 / 8). */
+ * pass, the warp's kTokPerWarp tokens in kPasses passes (D 64 / 128 / 256: 4 / 8 / 8),
+ * kChunk passes of loads in registers at a time (the producer's register budget). */
 template <int D> struct F8Geo {
     static constexpr int kLanesPerTok = D / 16;
     static constexpr int kTokPerPass = 32 / kLanesPerTok;
     static constexpr int kPasses = Geo<D>::kTokPerWarp / kTokPerPass;
+    static constexpr int kChunk = D == 256 ? 2 : 4;
     static_assert(Geo<D>::kTokPerWarp % kTokPerPass == 0, "fp8 producer split");
+    static_assert(kPasses % kChunk == 0, "fp8 producer chunks");
 };
 
 /* K or V (view kv, this KV head's base `base`, bytes) rows of block b, passes
  * [pass0, pass0 + kChunk) of warp pw's kTokPerWarp tokens, into v; tokens past the item
  * read as zero (as produce_rows zero-fills). */
-template <int D> constexpr int kF8Chunk = D == 256 ? 2 : 4;
 template <int D>
 __device__ __forceinline__ void load_rows_e4m3(const fi_gqa_params &p, const fi_gqa_paged &kv,
                                                const uint8_t *base, const fi_work_item &it,
@@ -211,7 +213,7 @@ __device__ __forceinline__ void load_rows_e4m3(const fi_gqa_params &p, const fi_
     const int j = lane / F::kLanesPerTok, c = lane % F::kLanesPerTok;
     const int t0 = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * pw;
 #pragma unroll
-    for (int u = 0; u < kF8Chunk<D>; ++u) {
+    for (int u = 0; u < F8Geo<D>::kChunk; ++u) {
         const int tok = (pass0 + u) * F::kTokPerPass + j, t = t0 + tok;
         const int64_t page = __shfl_sync(0xffffffffu, pg, tok);
         const uint8_t *src = base + page * kv.stride_page +
@@ -231,14 +233,14 @@ __device__ __forceinline__ void store_rows_e4m3(uint32_t dst0, int pt, int pass0
     const uint32_t dst = dst0 + (c >> 2) * G::kKPanel;
     const int col = (2 * c & 7) * 8;
 #pragma unroll
-    for (int u = 0; u < kF8Chunk<D>; ++u) {
+    for (int u = 0; u < F8Geo<D>::kChunk; ++u) {
         const int row = G::kTokPerWarp * pw + (pass0 + u) * F::kTokPerPass + j;
         st_shared16(dst + sw128(row, col), e4m3x8_to<T>(make_uint2(v[u].x, v[u].y)));
         st_shared16(dst + sw128(row, col + 8), e4m3x8_to<T>(make_uint2(v[u].z, v[u].w)));
     }
 }
 
-/* K or V of block b from an fp8 cache into ring slot dst once `empty` is free, kF8Chunk
+/* K or V of block b from an fp8 cache into ring slot dst once `empty` is free, kChunk
  * passes at a time through registers (the first chunk's loads travel while the consumers
  * finish the slot), then a proxy fence (ordinary stores, read by wgmma) and the arrival. */
 template <typename T, int D>
@@ -246,9 +248,9 @@ __device__ __forceinline__ void produce_half_e4m3(const fi_gqa_params &p, const 
                                                   const uint8_t *base, const fi_work_item &it,
                                                   int b, int pt, int32_t pg, uint32_t dst,
                                                   uint32_t empty, uint32_t full, uint32_t parity) {
-    uint4 v[kF8Chunk<D>];
+    uint4 v[F8Geo<D>::kChunk];
 #pragma unroll
-    for (int pass0 = 0; pass0 < F8Geo<D>::kPasses; pass0 += kF8Chunk<D>) {
+    for (int pass0 = 0; pass0 < F8Geo<D>::kPasses; pass0 += F8Geo<D>::kChunk) {
         load_rows_e4m3<D>(p, kv, base, it, b, pt, pg, pass0, v);
         if (pass0 == 0)
             mbar_wait(empty, parity);

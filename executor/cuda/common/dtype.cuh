@@ -115,7 +115,7 @@ __device__ __forceinline__ uint4 e4m3x8_to_f16x8(uint2 x) {
     return make_uint4(e4m3x2_to_f16x2(x.x), e4m3x2_hi_to_f16x2(x.x), e4m3x2_to_f16x2(x.y),
                       e4m3x2_hi_to_f16x2(x.y));
 }
-/* Eight fp16 values as eight bf16, rounded to nearest (exact for fp16 values of at most 8
+/* Two fp16 values as two bf16, rounded to nearest (exact for fp16 values of at most 8
  * significant bits, e.g. every converted e4m3 value; NaN stays NaN). */
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t x) {
     const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&x));

@@ -5,8 +5,9 @@ groups): head_dim 64 / 128 / 256, groups 1 / 4 / 8, page sizes 16 / 64, HND and 
 tensor and (K, V) pairs, 3-D block tables, cached prefixes, q_len 1 decodes beside long
 chunks (and q_len 0 / kv_len 0 requests), fp8 output, device-resident lengths, the
 recorded repeat path, CUDA graph capture + replay with lengths changed by re-planning,
-fp8 e4m3 KV caches, and NotImplementedError for e5m2 / NVFP4 KV and NVFP4 output.  Outputs are poisoned (NaN)
-first: every row up to cum_seq_lens_q[-1] must be written, the rows past it not."""
+fp8 e4m3 KV caches, and NotImplementedError for e5m2 / NVFP4 KV and NVFP4 output.
+Outputs are poisoned (NaN) first: every row up to cum_seq_lens_q[-1] must be written, the
+rows past it not."""
 import math
 import os
 import sys
