@@ -18,7 +18,7 @@
  *    D 256: 64 tokens, 2 stages (192 KB with Q).
  *  - Producer warpgroup: every copy, as 16-byte cp.async through the page table (a
  *    token's page looked up per token: any page size, NHD / HND / pair strides, [B, 2, P]
- *    tables), K then V of a block each completing on its own "full" mbarrier, so the
+ *    tables; each token's row address computed once a block, token_row), K then V of a block each completing on its own "full" mbarrier, so the
  *    scores start before V lands; tokens past the item's range and Q rows past the tile
  *    are zero-filled (P = 0 must not meet NaN bit patterns).  It runs ahead across items.
  *    An fp8 e4m3 cache (KV = __nv_fp8_e4m3) is read into registers instead (16 bytes a
@@ -164,25 +164,39 @@ __device__ __forceinline__ int32_t block_page(const fi_gqa_params &p, const fi_w
     return lane < G::kTokPerWarp && t < it.kv_end ? p.c.page_table[row + (t >> p.c.page_shift)] : 0;
 }
 
-/* K or V (view kv, this KV head's base `base`) rows of block b into the block's panels at
- * dst0: warp pw copies its kTokPerWarp tokens, kTokPerPass tokens x kChunks 16-byte
- * chunks a pass; pg: this lane's block_page. */
+/* Where warp pw's tokens of block b start in K or V (view kv, this KV head's base `base`):
+ * lane l < kTokPerWarp returns token kTokPerWarp pw + l's row (pg: its block_page), and
+ * bit l of *in says the token lies inside the item (tokens past it get zero-filled rows).
+ * Computed once a block, so a 16-byte copy costs a shuffle of the row and an add, not a
+ * 64-bit page x stride product (the copies' address arithmetic took more issue slots
+ * than the consumers' softmax). */
 template <typename T, int D>
-__device__ __forceinline__ void produce_rows(const fi_gqa_params &p, const fi_gqa_paged &kv,
-                                             const T *base, const fi_work_item &it, uint32_t dst0,
-                                             int b, int pt, int32_t pg) {
+__device__ __forceinline__ const T *token_row(const fi_gqa_params &p, const fi_gqa_paged &kv,
+                                              const T *base, const fi_work_item &it, int b, int pt,
+                                              int32_t pg, uint32_t *in) {
+    using G = Geo<D>;
+    const int lane = pt & 31;
+    const int t = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * (pt >> 5) + lane;
+    *in = __ballot_sync(0xffffffffu, lane < G::kTokPerWarp && t < it.kv_end);
+    return base + (int64_t)pg * kv.stride_page + (int64_t)(t & (p.c.page_size - 1)) * kv.stride_tok;
+}
+
+/* K or V rows of block b into the block's panels at dst0: warp pw copies its kTokPerWarp
+ * tokens (rows and in-item bits from token_row), kTokPerPass tokens x kChunks 16-byte
+ * chunks a pass. */
+template <typename T, int D>
+__device__ __forceinline__ void produce_rows(const T *row, uint32_t in, uint32_t dst0, int pt) {
     using G = Geo<D>;
     const int lane = pt & 31, pw = pt >> 5;
     const int j = lane / G::kChunks, c = lane % G::kChunks;
-    const int t0 = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * pw;
     const uint32_t dst = dst0 + (c >> 3) * G::kKPanel;
 #pragma unroll 4
     for (int pass = 0; pass < G::kTokPerWarp / G::kTokPerPass; ++pass) {
-        const int tok = pass * G::kTokPerPass + j, t = t0 + tok;
-        const int64_t page = __shfl_sync(0xffffffffu, pg, tok);
-        const bool in = t < it.kv_end;
-        const T *src = base + page * kv.stride_page + (int64_t)(t & (p.c.page_size - 1)) * kv.stride_tok + c * 8;
-        cp_async16(dst + sw128(G::kTokPerWarp * pw + tok, (c & 7) * 8), in ? src : base, in ? 16 : 0);
+        const int tok = pass * G::kTokPerPass + j;
+        const T *src = reinterpret_cast<const T *>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row), tok));
+        cp_async16(dst + sw128(G::kTokPerWarp * pw + tok, (c & 7) * 8), src + c * 8,
+                   (in >> tok) & 1u ? 16 : 0);
     }
 }
 
@@ -312,18 +326,17 @@ __device__ __forceinline__ void issue_pv(float *O, const uint32_t *P, uint32_t s
     wg_commit();
 }
 
-/* Softmax of one block (tokens t0 ..) of the thread's two rows: mask (only when the block
- * crosses a row's bounds lo / hi: warp vote), the new running max m (in / out, scaled
- * log2 units), S replaced by P = exp2(bmm1 log2e S - m) in fp32, rs = this thread's part
- * of rowsum(P), alpha = exp2(m_old - m_new).  kPos (bmm1_scale > 0, uniform): the max is
+/* Softmax of one block (tokens t0 ..) of the thread's two rows: kMask, the per-score
+ * test against the rows' bounds lo / hi; the new running max m (in / out, scaled log2
+ * units), S replaced by P = exp2(bmm1 log2e S - m) in fp32, rs = this thread's part of
+ * rowsum(P), alpha = exp2(m_old - m_new).  kPos (bmm1_scale > 0, uniform): the max is
  * taken on raw scores and each P costs one FFMA and one exp2, as in FlashAttention-3;
  * otherwise the scores are scaled first (a negative or zero scale). */
-template <int N, bool kPos>
-__device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
-                                              const int *lo, const int *hi, float *m, float *alpha,
-                                              float *rs) {
+template <int N, bool kPos, bool kMask>
+__device__ __forceinline__ void softmax_body(const RunCtx &ctx, const Lane &ln, float *S, int t0,
+                                             const int *lo, const int *hi, float *m, float *alpha,
+                                             float *rs) {
     const float sl = ctx.scale_log2;
-    const bool mask = __any_sync(0xffffffffu, !keys_inside(lo, hi, t0, t0 + N - 1));
     float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
     for (int j = 0; j < N / 8; ++j)
@@ -331,7 +344,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
         for (int e = 0; e < 4; ++e) {
             const int i = e >> 1;
             float v = kPos ? S[4 * j + e] : S[4 * j + e] * sl;
-            if (mask) {
+            if (kMask) {
                 const int t = t0 + 8 * j + 2 * ln.q4 + (e & 1);
                 v = t < lo[i] || t > hi[i] ? -CUDART_INF_F : v;
             }
@@ -349,6 +362,19 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
             S[4 * j + e] = pv;
             rs[e >> 1] += pv;
         }
+}
+
+/* softmax_body with the mask test only on a block that crosses a row's bounds (warp vote).
+ * Two whole bodies behind a uniform branch: with the test written as a select inside one
+ * body, the compiler computed it (five instructions a score) on every block. */
+template <int N, bool kPos>
+__device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
+                                              const int *lo, const int *hi, float *m, float *alpha,
+                                              float *rs) {
+    if (__any_sync(0xffffffffu, !keys_inside(lo, hi, t0, t0 + N - 1)))
+        softmax_body<N, kPos, true>(ctx, ln, S, t0, lo, hi, m, alpha, rs);
+    else
+        softmax_body<N, kPos, false>(ctx, ln, S, t0, lo, hi, m, alpha, rs);
 }
 
 /* P (packed 16-bit pairs, the wgmma A-fragment order) from the fp32 P in S. */
@@ -431,11 +457,14 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
                                             G::empty_v(s0, cur.st), G::full_v(s0, cur.st),
                                             cur.ph ^ 1u);
                 } else {
+                    uint32_t kin, vin;
+                    const T *kr = token_row<T, D>(p, p.g.k, kb, it, b, pt, pk, &kin);
+                    const T *vr = token_row<T, D>(p, p.g.v, vb, it, b, pt, pv, &vin);
                     mbar_wait(G::empty_k(s0, cur.st), cur.ph ^ 1u);
-                    produce_rows<T, D>(p, p.g.k, kb, it, dst, b, pt, pk);
+                    produce_rows<T, D>(kr, kin, dst, pt);
                     cp_async_mbar_arrive(G::full_k(s0, cur.st));
                     mbar_wait(G::empty_v(s0, cur.st), cur.ph ^ 1u);
-                    produce_rows<T, D>(p, p.g.v, vb, it, dst + G::kKBytes, b, pt, pv);
+                    produce_rows<T, D>(vr, vin, dst + G::kKBytes, pt);
                     cp_async_mbar_arrive(G::full_v(s0, cur.st));
                 }
                 cur.next();
