@@ -4,6 +4,6 @@
 #include "executor/context/ctx_tile.cuh"
 #include "executor/cuda/persistent/kernel.cuh"
 
-cudaError_t fi_ctx_launch_bf16_e4m3_d64(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream) {
+cudaError_t fi_ctx_launch_bf16_e4m3_d64(const fi_ctx_params &p, int enable_pdl, cudaStream_t stream) {
     return fi::launch_persistent<fictx::CtxFamily<__nv_bfloat16, 64, __nv_fp8_e4m3>>(p, enable_pdl, stream);
 }

@@ -3,6 +3,6 @@
 #include "executor/context/ctx_tile.cuh"
 #include "executor/cuda/persistent/kernel.cuh"
 
-cudaError_t fi_ctx_launch_f16_d64(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream) {
+cudaError_t fi_ctx_launch_f16_d64(const fi_ctx_params &p, int enable_pdl, cudaStream_t stream) {
     return fi::launch_persistent<fictx::CtxFamily<__half, 64>>(p, enable_pdl, stream);
 }

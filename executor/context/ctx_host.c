@@ -3,8 +3,13 @@
  * run, and its fi_family record (registered in executor/core/registry.c).  Its tensors
  * and parameter block are the GQA family's (executor/gqa/gqa_host.h): q [q_tokens, H_q,
  * D], k / v [num_pages, page_size, H_kv, D] views in any NHD / HND / one-tensor / (K, V)
- * pair strides, block_tables [B, P] or [B, 2, P].
+ * pair strides, block_tables [B, P] or [B, 2, P]; its parameter block adds the views' TMA
+ * tensor maps (executor/context/ctx_params.h).
  */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <string.h>
+
 #include "executor/context/ctx_launch.h"
 #include "executor/core/family.h"
 #include "executor/gqa/gqa_host.h"
@@ -28,15 +33,82 @@ static fi_status ctx_check_caps(const fi_caps *caps, const fi_variant *v) {
     return FI_OK;
 }
 
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                   const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                   const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* The driver's cuTensorMapEncodeTiled through the runtime (no link to libcuda), looked up
+ * once; NULL without a driver that has it (then every block goes by cp.async).  Two host
+ * threads racing here both store the same pointer. */
+static encode_tiled_fn encode_tiled(void) {
+    static encode_tiled_fn fn;
+    if (!fn) {
+        void *f = NULL;
+        enum cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (encode_tiled_fn)f;
+        else
+            (void)cudaGetLastError(); /* leave no sticky error for the caller's next call */
+    }
+    return fn;
+}
+
+/* The tensor map of a paged view v (16-bit dtype dt, [>= num_pages, page_size, H_kv, D]
+ * in elements, any order of the outer axes): dims innermost first [D, page_size, H_kv,
+ * pages], boxes of 64 x box x 1 x 1, 128-byte swizzle.  Host work only.  0 on success;
+ * -1 when TMA cannot take the view (strides not 16-byte multiples, base misaligned). */
+static int encode_view(CUtensorMap *m, const fi_tensor *t, const fi_gqa_paged *v, fi_dtype dt,
+                       const fi_caps *caps, int32_t box) {
+    const encode_tiled_fn fn = encode_tiled();
+    if (!fn || (uintptr_t)v->data % 16 != 0)
+        return -1;
+    const cuuint64_t dims[4] = {(cuuint64_t)caps->head_dim_qk, (cuuint64_t)caps->page_size,
+                                (cuuint64_t)caps->num_kv_heads, (cuuint64_t)t->shape[0]};
+    const cuuint64_t strides[3] = {(cuuint64_t)v->stride_tok * 2, (cuuint64_t)v->stride_head * 2,
+                                   (cuuint64_t)v->stride_page * 2};
+    const cuuint32_t boxdim[4] = {64, (cuuint32_t)box, 1, 1}, unit[4] = {1, 1, 1, 1};
+    for (int i = 0; i < 3; i++)
+        if (strides[i] == 0 || strides[i] % 16 != 0 || strides[i] >= ((cuuint64_t)1 << 40))
+            return -1;
+    const CUresult r =
+        fn(m, dt == FI_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+           (void *)v->data, dims, strides, boxdim, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+/* The GQA family's parameters, then the k / v tensor maps where TMA can take them: KV in
+ * the q dtype, page_size >= 8 (a box starts on a 1024-byte swizzle atom: 8 rows of 128
+ * bytes), boxes of min(page_size, the kernel's block: 128 tokens, 64 at head_dim 256). */
 static fi_status ctx_prepare(const fi_plan *plan, const fi_attn_args *a,
                              const fi_exec_common *common, void *params) {
-    const fi_status st = ctx_check_caps(&plan->caps, plan->variant);
-    return st != FI_OK ? st : fi_gqa_fill_params(plan, a, common, params);
+    const fi_caps *caps = &plan->caps;
+    fi_status st = ctx_check_caps(caps, plan->variant);
+    fi_gqa_params g;
+    if (st != FI_OK || (st = fi_gqa_fill_params(plan, a, common, &g)) != FI_OK)
+        return st;
+    fi_ctx_params p;
+    memset(&p, 0, sizeof p);
+    p.c = g.c;
+    p.g = g.g;
+    const int32_t block = caps->head_dim_qk <= 128 ? 128 : 64;
+    const int32_t box = caps->page_size < block ? caps->page_size : block;
+    if (caps->kv_dtype == caps->q_dtype && box >= 8 &&
+        encode_view(&p.tma_k, &a->k, &p.g.k, caps->kv_dtype, caps, box) == 0 &&
+        encode_view(&p.tma_v, &a->v, &p.g.v, caps->kv_dtype, caps, box) == 0)
+        p.tma_box = box;
+    memcpy(params, &p, sizeof p);
+    return FI_OK;
 }
+
+_Static_assert(sizeof(fi_ctx_params) <= FI_FAMILY_MAX_PARAMS, "context parameters");
 
 const fi_family fi_family_context = {
     .name = "context_wgmma_sm90",
-    .params_bytes = sizeof(fi_gqa_params),
+    .params_bytes = sizeof(fi_ctx_params),
     .prepare = ctx_prepare,
     .launch = fi_ctx_launch,
 };

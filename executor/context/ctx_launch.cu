@@ -11,7 +11,7 @@
     }
 
 extern "C" int fi_ctx_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
-    const fi_gqa_params &p = *static_cast<const fi_gqa_params *>(params);
+    const fi_ctx_params &p = *static_cast<const fi_ctx_params *>(params);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (p.g.kv_kind == 0 && dtype == FI_DTYPE_BF16)
         FI_CTX_BY_DIM(bf16)

@@ -3,7 +3,7 @@
  * (ctx_launch.cu), which family.h's `launch` points at. */
 #pragma once
 
-#include "executor/gqa/gqa_params.h"
+#include "executor/context/ctx_params.h"
 #include "fiattn.h"
 
 /* The tile height of the family's kernels (executor/context/ctx_tile.cuh): its registry
@@ -13,7 +13,7 @@
 #ifdef __cplusplus
 #include <cuda_runtime.h>
 #define FI_CTX_DECLARE(tag)                                                                  \
-    cudaError_t fi_ctx_launch_##tag(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream);
+    cudaError_t fi_ctx_launch_##tag(const fi_ctx_params &p, int enable_pdl, cudaStream_t stream);
 FI_CTX_DECLARE(bf16_d64)
 FI_CTX_DECLARE(bf16_d128)
 FI_CTX_DECLARE(bf16_d256)
@@ -30,7 +30,7 @@ FI_CTX_DECLARE(f16_e4m3_d256)
 extern "C" {
 #endif
 
-/* fi_family.launch of the context family: params is a fi_gqa_params (its head_dim and
+/* fi_family.launch of the context family: params is a fi_ctx_params (its head_dim and
  * kv_kind (0: the q dtype, 1: fp8 e4m3) pick the instantiation); dtype (q) bf16 or fp16,
  * else (or NVFP4 KV) cudaErrorInvalidValue.  See executor/core/family.h. */
 int fi_ctx_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);

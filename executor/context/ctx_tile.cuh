@@ -14,11 +14,16 @@
  * How (one CTA = 2 consumer warpgroups + 1 producer warpgroup, one CTA per SM):
  *  - Shared memory: Q (128 rows x D) and a ring of kStages KV blocks (kBlockN tokens of K
  *    and of V), all as panels of [rows][64 elements] in the 128-byte swizzle wgmma reads
- *    (executor/cuda/common/wgmma.cuh).  D 64 / 128: blocks of 128 tokens (4 / 2 stages);
+ *    (executor/cuda/common/wgmma.cuh).  D 64 / 128: blocks of 128 tokens (4 / 3 stages);
  *    D 256: 64 tokens, 2 stages (192 KB with Q).
- *  - Producer warpgroup: every copy, as 16-byte cp.async through the page table (a
- *    token's page looked up per token: any page size, NHD / HND / pair strides, [B, 2, P]
- *    tables; each token's row address computed once a block, token_row), K then V of a block each completing on its own "full" mbarrier, so the
+ *  - Producer warpgroup: K then V of each block.  A 16-bit cache's whole blocks by TMA
+ *    (the host's tensor maps of the k / v views: boxes of up to 128 tokens of one page x 64
+ *    dims, issued by warp 0's lanes, the 128-byte swizzle done by the copy engine: the
+ *    producer's issue slots no longer compete with the consumers').  The rest (an item's
+ *    ragged end, pages under 8 tokens, strides TMA cannot take) as 16-byte cp.async
+ *    through the page table (a token's page looked up per token: any page size, NHD / HND
+ *    / pair strides, [B, 2, P] tables; each token's row address computed once a block,
+ *    token_row), K then V of a block each completing on its own "full" mbarrier, so the
  *    scores start before V lands; tokens past the item's range and Q rows past the tile
  *    are zero-filled (P = 0 must not meet NaN bit patterns).  It runs ahead across items.
  *    An fp8 e4m3 cache (KV = __nv_fp8_e4m3) is read into registers instead (16 bytes a
@@ -51,7 +56,6 @@
 #include "executor/cuda/common/wgmma.cuh"
 #include "executor/cuda/merge/split_merge.cuh"
 #include "executor/context/ctx_launch.h"
-#include "executor/gqa/gqa_params.h"
 #include "plan/mask.h"
 
 namespace fictx {
@@ -135,7 +139,7 @@ template <int N> __device__ __forceinline__ void pin_u32(uint32_t *r) {
 /* Q rows of item it (row r = (q - q_begin) * nh + h - head_begin) into the Q panels; rows
  * past the tile zero-filled. */
 template <typename T, int D>
-__device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_item &it,
+__device__ __forceinline__ void produce_q(const fi_ctx_params &p, const fi_work_item &it,
                                           const fi_request_info &rq, uint32_t s0, int pt) {
     using G = Geo<D>;
     const int nh = it.head_end - it.head_begin;
@@ -156,7 +160,7 @@ __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_
 /* Page of token kTokPerWarp pw + lane of block b (lanes < kTokPerWarp and in range; else
  * 0), from page-table row `row` (K's, or V's of a [B, 2, P] table). */
 template <int D>
-__device__ __forceinline__ int32_t block_page(const fi_gqa_params &p, const fi_work_item &it,
+__device__ __forceinline__ int32_t block_page(const fi_ctx_params &p, const fi_work_item &it,
                                               int64_t row, int b, int pt) {
     using G = Geo<D>;
     const int lane = pt & 31;
@@ -171,7 +175,7 @@ __device__ __forceinline__ int32_t block_page(const fi_gqa_params &p, const fi_w
  * 64-bit page x stride product (the copies' address arithmetic took more issue slots
  * than the consumers' softmax). */
 template <typename T, int D>
-__device__ __forceinline__ const T *token_row(const fi_gqa_params &p, const fi_gqa_paged &kv,
+__device__ __forceinline__ const T *token_row(const fi_ctx_params &p, const fi_gqa_paged &kv,
                                               const T *base, const fi_work_item &it, int b, int pt,
                                               int32_t pg, uint32_t *in) {
     using G = Geo<D>;
@@ -200,6 +204,48 @@ __device__ __forceinline__ void produce_rows(const T *row, uint32_t in, uint32_t
     }
 }
 
+/* ---- TMA: whole blocks of a 16-bit cache by tensor map ---------------------------------- */
+
+/* Whether block b of item it comes by TMA: maps exist (p.tma_box > 0: ctx_host.c) and its
+ * kBlockN tokens lie inside the item from a multiple of the box (then each box lies inside
+ * one page: pages are aligned power-of-two runs of tokens, a multiple of the box).  Other
+ * blocks (an item's ragged end, a split not on a box boundary) take cp.async, which
+ * zero-fills the tokens past the item. */
+template <int D>
+__device__ __forceinline__ bool tma_block(const fi_ctx_params &p, const fi_work_item &it, int b) {
+    const int t0 = it.kv_begin + b * Geo<D>::kBlockN;
+    return p.tma_box > 0 && t0 % p.tma_box == 0 && t0 + Geo<D>::kBlockN <= it.kv_end;
+}
+
+/* The block's boxes, kBlockN / tma_box along the tokens x kPanels along D (<= 32: tma_box
+ * >= 8 at D <= 128, >= 8 of 64 tokens x 4 panels at D 256); lane pt < boxes of warp 0
+ * copies box pt.  Page of lane pt's box, from page-table row `row` (else 0). */
+template <int D>
+__device__ __forceinline__ int32_t tma_page(const fi_ctx_params &p, int64_t row, int t0, int pt) {
+    const int per = Geo<D>::kBlockN / p.tma_box;
+    const int t = t0 + p.tma_box * (pt % per);
+    return pt < per * Geo<D>::kPanels ? p.c.page_table[row + (t >> p.c.page_shift)] : 0;
+}
+
+/* K or V (map) of the block at tokens t0.. of KV head kvh into the panels at dst0: each
+ * copying lane adds its box's bytes to `full`'s transaction count, then issues it; every
+ * producer thread arrives (the barrier counts kProducerThreads arrivals on either path,
+ * and completes when the boxes have landed too). */
+template <int D>
+__device__ __forceinline__ void produce_tma(const fi_ctx_params &p, const CUtensorMap *map, int kvh,
+                                            int t0, uint32_t dst0, uint32_t full, int pt, int32_t page) {
+    using G = Geo<D>;
+    const int box = p.tma_box, per = G::kBlockN / box;
+    if (pt < per * G::kPanels) {
+        const int grp = pt % per, panel = pt / per;
+        const int t = t0 + box * grp;
+        mbar_expect_tx_only(full, (uint32_t)box * 128);
+        tma_load_4d(dst0 + panel * G::kKPanel + grp * box * 128, map, panel * 64,
+                    t & (p.c.page_size - 1), kvh, page, full);
+    }
+    mbar_arrive(full);
+}
+
 /* ---- fp8 e4m3 KV: through registers, converted to T into the same panels ---------------- */
 
 /* A lane takes 16 e4m3 bytes of a token row: D / 16 lanes a token, 512 / D tokens a warp
@@ -218,7 +264,7 @@ template <int D> struct F8Geo {
  * [pass0, pass0 + kChunk) of warp pw's kTokPerWarp tokens, into v; tokens past the item
  * read as zero (as produce_rows zero-fills). */
 template <int D>
-__device__ __forceinline__ void load_rows_e4m3(const fi_gqa_params &p, const fi_gqa_paged &kv,
+__device__ __forceinline__ void load_rows_e4m3(const fi_ctx_params &p, const fi_gqa_paged &kv,
                                                const uint8_t *base, const fi_work_item &it,
                                                int b, int pt, int32_t pg, int pass0, uint4 *v) {
     using G = Geo<D>;
@@ -258,7 +304,7 @@ __device__ __forceinline__ void store_rows_e4m3(uint32_t dst0, int pt, int pass0
  * passes at a time through registers (the first chunk's loads travel while the consumers
  * finish the slot), then a proxy fence (ordinary stores, read by wgmma) and the arrival. */
 template <typename T, int D>
-__device__ __forceinline__ void produce_half_e4m3(const fi_gqa_params &p, const fi_gqa_paged &kv,
+__device__ __forceinline__ void produce_half_e4m3(const fi_ctx_params &p, const fi_gqa_paged &kv,
                                                   const uint8_t *base, const fi_work_item &it,
                                                   int b, int pt, int32_t pg, uint32_t dst,
                                                   uint32_t empty, uint32_t full, uint32_t parity) {
@@ -387,7 +433,7 @@ __device__ __forceinline__ void pack_p(uint32_t *P, const float *S) {
 
 /* Store the thread's two rows, all D columns (store_acc_rows): T, or fp8 e4m3 x o_scale. */
 template <typename T, int D>
-__device__ __forceinline__ void store_rows(const fi_gqa_params &p, const RunCtx &ctx,
+__device__ __forceinline__ void store_rows(const fi_ctx_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
                                            int nh, int M, const Lane &ln, const float *O,
                                            const float *m, const float *l) {
@@ -403,7 +449,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
     static constexpr bool kF8 = std::is_same<KV, __nv_fp8_e4m3>::value;
     static_assert(kF8 || std::is_same<KV, T>::value, "KV: the q dtype or fp8 e4m3");
     static constexpr int N = G::kBlockN;
-    using Params = fi_gqa_params;
+    using Params = fi_ctx_params;
     using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads, false>; /* all merges after the items */
     static constexpr int kThreads = fictx::kThreads;
     static constexpr int kProducerWarps = fictx::kProducerWarps;
@@ -415,7 +461,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
         const uint32_t s0 = smem_u32(smem);
         if (threadIdx.x == 0) {
             for (int st = 0; st < G::kStages; ++st) {
-                mbar_init(G::full_k(s0, st), kProducerThreads); /* cp.async arrivals */
+                mbar_init(G::full_k(s0, st), kProducerThreads); /* every producer thread */
                 mbar_init(G::full_v(s0, st), kProducerThreads);
                 mbar_init(G::empty_k(s0, st), 8);               /* the consumer warps */
                 mbar_init(G::empty_v(s0, st), 8);
@@ -428,7 +474,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
     }
 
     /* The producer warpgroup: Q, then K and V of every block, of every item of the CTA. */
-    static __device__ void produce(const fi_gqa_params &p, const fi_cta_start &cs, unsigned char *smem) {
+    static __device__ void produce(const fi_ctx_params &p, const fi_cta_start &cs, unsigned char *smem) {
         setmaxnreg_dec<kF8 ? G::kProducerRegsF8 : G::kProducerRegs>();
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
@@ -445,9 +491,20 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
             const int64_t krow = rq.page_row_offset, vrow = krow + (split ? ppr : 0);
             const int nblk = blocks_of<N>(it);
             for (int b = 0; b < nblk; ++b) {
+                const uint32_t dst = G::stage(s0, cur.st);
+                if (!kF8 && tma_block<D>(p, it, b)) {
+                    const int t0 = it.kv_begin + b * N;
+                    const int32_t pk = tma_page<D>(p, krow, t0, pt);
+                    const int32_t pv = split ? tma_page<D>(p, vrow, t0, pt) : pk;
+                    mbar_wait(G::empty_k(s0, cur.st), cur.ph ^ 1u);
+                    produce_tma<D>(p, &p.tma_k, kvh, t0, dst, G::full_k(s0, cur.st), pt, pk);
+                    mbar_wait(G::empty_v(s0, cur.st), cur.ph ^ 1u);
+                    produce_tma<D>(p, &p.tma_v, kvh, t0, dst + G::kKBytes, G::full_v(s0, cur.st), pt, pv);
+                    cur.next();
+                    continue;
+                }
                 const int32_t pk = block_page<D>(p, it, krow, b, pt);
                 const int32_t pv = split ? block_page<D>(p, it, vrow, b, pt) : pk;
-                const uint32_t dst = G::stage(s0, cur.st);
                 if constexpr (kF8) {
                     const uint8_t *kb8 = reinterpret_cast<const uint8_t *>(kb);
                     const uint8_t *vb8 = reinterpret_cast<const uint8_t *>(vb);
@@ -473,7 +530,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
     }
 
     /* One item on both consumer warpgroups (schedule: the header comment). */
-    static __device__ bool run_item(const fi_gqa_params &p, const RunCtx &ctx, const fi_work_item &it,
+    static __device__ bool run_item(const fi_ctx_params &p, const RunCtx &ctx, const fi_work_item &it,
                                     const fi_request_info &rq, unsigned char *smem, bool first,
                                     State &cur) {
         const Lane ln = lane_of(threadIdx.x);
@@ -491,7 +548,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
     static __device__ __forceinline__ void turn_end(const Lane &ln) { nbar_arrive(kTurnBar + (ln.w ^ 1), 256); }
 
     template <bool kPos>
-    static __device__ __forceinline__ bool item(const fi_gqa_params &p, const RunCtx &ctx,
+    static __device__ __forceinline__ bool item(const fi_ctx_params &p, const RunCtx &ctx,
                                                 const fi_work_item &it, const fi_request_info &rq,
                                                 unsigned char *smem, const Lane &ln, State &cur) {
         const uint32_t s0 = smem_u32(smem);

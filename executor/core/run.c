@@ -96,7 +96,7 @@ static fi_status run_here(const fi_plan *plan, const fi_attn_args *args, void *s
     fi_status st = common_fill(plan, args, &common);
     if (st != FI_OK)
         return st;
-    alignas(16) unsigned char params[FI_FAMILY_MAX_PARAMS];
+    alignas(64) unsigned char params[FI_FAMILY_MAX_PARAMS]; /* tensor maps (ctx_params.h) */
     if (v->family->params_bytes > sizeof params)
         return FI_ERR_UNSUPPORTED_VARIANT; /* a registration bug, refused rather than overrun */
     if ((st = v->family->prepare(plan, args, &common, params)) != FI_OK)
