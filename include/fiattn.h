@@ -104,6 +104,8 @@ typedef enum fi_status {
                                              table, window_left != -1, device planning */
     FI_ERR_SPARSE_TOP_K_MISMATCH = 46,    /* sparse plan: batch.max_pages_per_seq (the row
                                              length of the top-k table) != caps.sparse_top_k */
+    FI_ERR_SKIP_SOFTMAX_UNSUPPORTED = 47, /* fi_run: skip_softmax_threshold_scale_factor > 0
+                                             for a kind other than FI_KIND_CONTEXT */
 } fi_status;
 
 /* Documented limits of fi_caps (each violation has its own status above).  They keep every

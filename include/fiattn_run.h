@@ -101,6 +101,29 @@ typedef struct fi_attn_args {
                                       scales, fp8 e4m3 bytes [num_pages, page_size, H_kv,
                                       D / 16] (any permutation of the first three axes, as
                                       k / v); absent (data NULL) otherwise */
+    /* Appended in 0.3 (zero-initialised: exact attention, no statistics): */
+    float skip_softmax_threshold_scale_factor; /* FI_KIND_CONTEXT only; 0: exact.  > 0: skip-
+                                      softmax sparsity (BLASST, arXiv 2512.12087; TensorRT-
+                                      LLM's skip softmax): a KV block of 128 keys (64 at
+                                      head_dim 256) is skipped for a 64-row half tile when
+                                      every row r has exp(m_block(r) - m_run(r)) < factor /
+                                      kv_len (logits scaled by bmm1_scale; m_block the
+                                      block's max, m_run the row's running max before it,
+                                      kv_len the request's; a row with no key in the block
+                                      counts as below): its exponentials and P V are not
+                                      computed.  The rows' dropped probability mass is at
+                                      most factor each (at most kv_len keys below factor /
+                                      kv_len times the row's max term).  Which blocks exist
+                                      depends on the plan's tiles and splits.  NaN scores in
+                                      a skipped block are not propagated.  Negative, NaN or
+                                      inf: FI_ERR_INVALID_ARGUMENT; > 0 for another kind:
+                                      FI_ERR_SKIP_SOFTMAX_UNSUPPORTED.  The CPU references
+                                      (fi_ref_run, fi_naive_attention) ignore it: exact. */
+    unsigned long long *skip_softmax_stats; /* optional device uint64 [2], 8-byte aligned
+                                      (else FI_ERR_MISALIGNED_POINTER): fi_run adds (half
+                                      tiles x blocks decided, of them skipped) with atomics
+                                      while the factor is > 0; the caller zeroes and reads
+                                      it (borrowed). */
 } fi_attn_args;
 
 /* Run the plan's attention on the GPU (persistent executor, in-kernel split-k merge).

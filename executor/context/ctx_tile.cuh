@@ -39,11 +39,17 @@
  *  - Online softmax in the exp2 domain, fp32, per-thread partial row sums reduced over the
  *    quad at the end; the mask is applied only to blocks that cross a row's key bounds
  *    (warp vote); O is rescaled only when some row's max moved (warp vote).
+ *  - Skip-softmax (fi_attn_args.skip_softmax_threshold_scale_factor > 0, BLASST): after a
+ *    block's scores, a warpgroup whose 64 rows all have the block's max term below
+ *    factor / kv_len of their running max (bar.red.and over its 128 threads) skips the
+ *    block's exponentials and its P V (an empty wgmma group keeps the waits' counts, the
+ *    turns and releases stay as they are).
  *  - Releases: a block goes back to the producer after both warpgroups' P V of it (8 warp
  *    arrivals on its "empty" mbarrier); Q after the item's last scores.
  * Sources: FlashAttention-3 (Shah et al. 2024: producer / consumer warpgroups, wgmma, P in
  * registers, intra-warpgroup softmax / matmul overlap); FlashAttention-2 online softmax
- * (Dao 2023); flash-decoding split-KV with an LSE merge (Dao et al. 2023).
+ * (Dao 2023); flash-decoding split-KV with an LSE merge (Dao et al. 2023); skip-softmax:
+ * BLASST (arXiv 2512.12087), TensorRT-LLM's skip softmax attention.
  */
 #pragma once
 
@@ -361,8 +367,12 @@ __device__ __forceinline__ void issue_scores(float *S, uint32_t s0, int st, int 
  * 4 packed pairs), V MN-major from the block's V panels (64-wide D panels kKPanel apart,
  * a k16 step 16 token rows = 2048 B); one commit group. */
 template <typename T, int D>
-__device__ __forceinline__ void issue_pv(float *O, const uint32_t *P, uint32_t s0, int st) {
+__device__ __forceinline__ void issue_pv(float *O, const uint32_t *P, uint32_t s0, int st, bool run = true) {
     using G = Geo<D>;
+    if (!run) { /* a skipped block (skip-softmax): an empty group keeps the waits' counts */
+        wg_commit();
+        return;
+    }
     const WgDesc dv = wg_desc_base(G::stage(s0, st) + G::kKBytes, G::kKPanel, 1024);
     wg_pin<D / 2>(O); /* rescaled before the fence (C7515) */
     wg_fence();
@@ -372,6 +382,23 @@ __device__ __forceinline__ void issue_pv(float *O, const uint32_t *P, uint32_t s
     wg_commit();
 }
 
+/* Skip-softmax for one item (fi_attn_args.skip_softmax_threshold_scale_factor): on when
+ * the factor is > 0; thr = log2(factor / kv_len), the bound on a block's max term under
+ * the running max (log2 units); bar: the warpgroup's named barrier (4 + w) that ANDs the
+ * rows' verdicts. */
+struct Skip {
+    bool on;
+    float thr;
+    int bar;
+};
+__device__ __forceinline__ Skip skip_of(const fi_exec_common &c, const fi_request_info &rq, const Lane &ln) {
+    Skip k;
+    k.on = c.skip_softmax_factor > 0.f;
+    k.thr = k.on ? log2f(c.skip_softmax_factor) - log2f((float)max(rq.kv_len, 1)) : 0.f;
+    k.bar = 4 + ln.w;
+    return k;
+}
+
 /* Softmax of one block (tokens t0 ..) of the thread's two rows: kMask, the per-score
  * test against the rows' bounds lo / hi; the new running max m (in / out, scaled log2
  * units), S replaced by P = exp2(bmm1 log2e S - m) in fp32, rs = this thread's part of
@@ -379,9 +406,9 @@ __device__ __forceinline__ void issue_pv(float *O, const uint32_t *P, uint32_t s
  * taken on raw scores and each P costs one FFMA and one exp2, as in FlashAttention-3;
  * otherwise the scores are scaled first (a negative or zero scale). */
 template <int N, bool kPos, bool kMask>
-__device__ __forceinline__ void softmax_body(const RunCtx &ctx, const Lane &ln, float *S, int t0,
+__device__ __forceinline__ bool softmax_body(const RunCtx &ctx, const Lane &ln, float *S, int t0,
                                              const int *lo, const int *hi, float *m, float *alpha,
-                                             float *rs) {
+                                             float *rs, const Skip &sk) {
     const float sl = ctx.scale_log2;
     float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
@@ -397,6 +424,20 @@ __device__ __forceinline__ void softmax_body(const RunCtx &ctx, const Lane &ln, 
             S[4 * j + e] = v;
             mloc[i] = fmaxf(mloc[i], v);
         }
+    if (sk.on) { /* skip-softmax: every row of the warpgroup below its running max by thr */
+        bool below = true;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float bm = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
+            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
+            below = below && (bm == -CUDART_INF_F || (kPos ? bm * sl : bm) - m[i] < sk.thr);
+        }
+        if (uniform((int)nbar_and(sk.bar, 128, below))) {
+            alpha[0] = alpha[1] = 1.f;
+            rs[0] = rs[1] = 0.f;
+            return true;
+        }
+    }
     float mu[2];
     row_max_step<kPos>(mloc, sl, m, alpha, mu, rs);
 #pragma unroll
@@ -408,19 +449,21 @@ __device__ __forceinline__ void softmax_body(const RunCtx &ctx, const Lane &ln, 
             S[4 * j + e] = pv;
             rs[e >> 1] += pv;
         }
+    return false;
 }
 
 /* softmax_body with the mask test only on a block that crosses a row's bounds (warp vote).
  * Two whole bodies behind a uniform branch: with the test written as a select inside one
- * body, the compiler computed it (five instructions a score) on every block. */
+ * body, the compiler computed it (five instructions a score) on every block.  Returns
+ * whether skip-softmax skipped the block (uniform over the warpgroup; then S is not P,
+ * alpha = 1, rs = 0). */
 template <int N, bool kPos>
-__device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
+__device__ __forceinline__ bool softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
                                               const int *lo, const int *hi, float *m, float *alpha,
-                                              float *rs) {
+                                              float *rs, const Skip &sk) {
     if (__any_sync(0xffffffffu, !keys_inside(lo, hi, t0, t0 + N - 1)))
-        softmax_body<N, kPos, true>(ctx, ln, S, t0, lo, hi, m, alpha, rs);
-    else
-        softmax_body<N, kPos, false>(ctx, ln, S, t0, lo, hi, m, alpha, rs);
+        return softmax_body<N, kPos, true>(ctx, ln, S, t0, lo, hi, m, alpha, rs, sk);
+    return softmax_body<N, kPos, false>(ctx, ln, S, t0, lo, hi, m, alpha, rs, sk);
 }
 
 /* P (packed 16-bit pairs, the wgmma A-fragment order) from the fp32 P in S. */
@@ -563,6 +606,9 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
             O[i] = 0.f;
         wg_pin<D / 2>(O);
         float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};
+        const Skip sk = skip_of(p.c, rq, ln);
+        bool skipped = false; /* the previous block's: its P V is not issued */
+        int n_skipped = 0;
         const State c0 = cur;
         auto stage_of = [&](int b) { return (c0.st + b) % G::kStages; };
         auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / G::kStages) & 1); };
@@ -582,7 +628,8 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
                     mbar_arrive(G::qempty(s0));
             }
             float alpha[2];
-            softmax_block<N, kPos>(ctx, ln, S, it.kv_begin, lo, hi, m, alpha, l);
+            skipped = softmax_block<N, kPos>(ctx, ln, S, it.kv_begin, lo, hi, m, alpha, l, sk);
+            n_skipped += skipped;
             pack_p<T, N>(P, S);
         } else if (ln.lane == 0) {
             mbar_arrive(G::qempty(s0));
@@ -594,7 +641,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
             fence_proxy_async();
             turn_begin(ln);
             issue_scores<T, D>(S, s0, stb, ln.w);           /* group 1: S_b */
-            issue_pv<T, D>(O, P, s0, stp);                  /* group 2: P_{b-1} V_{b-1} */
+            issue_pv<T, D>(O, P, s0, stp, !skipped);        /* group 2: P_{b-1} V_{b-1} */
             turn_end(ln);
             wg_wait<1>();                                   /* S_b done */
             wg_pin<N / 2>(S);
@@ -604,7 +651,8 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
                     mbar_arrive(G::qempty(s0));
             }
             float alpha[2], rs[2];
-            softmax_block<N, kPos>(ctx, ln, S, it.kv_begin + b * N, lo, hi, m, alpha, rs);
+            skipped = softmax_block<N, kPos>(ctx, ln, S, it.kv_begin + b * N, lo, hi, m, alpha, rs, sk);
+            n_skipped += skipped;
             wg_wait<0>();                                   /* P_{b-1} V_{b-1} done */
             wg_pin<D / 2>(O);
             pin_u32<N / 4>(P);
@@ -629,7 +677,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
             mbar_wait(G::full_v(s0, stl), parity_of(nblk - 1));
             fence_proxy_async();
             turn_begin(ln);
-            issue_pv<T, D>(O, P, s0, stl);
+            issue_pv<T, D>(O, P, s0, stl, !skipped);
             turn_end(ln);
             wg_wait<0>();
             wg_pin<D / 2>(O);
@@ -646,6 +694,10 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
             l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
         }
         store_rows<T, D>(p, ctx, it, rq, nh, M, ln, O, m, l);
+        if (sk.on && p.c.skip_softmax_stats && (threadIdx.x & 127) == 0) {
+            atomicAdd(p.c.skip_softmax_stats, (unsigned long long)nblk);
+            atomicAdd(p.c.skip_softmax_stats + 1, (unsigned long long)n_skipped);
+        }
         if (it.out_slot < 0)
             return false;
         return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + G::kOffFlag),

@@ -47,6 +47,10 @@ typedef struct fi_exec_common {
     int32_t num_ctas;                  /* grid size */
     int32_t tile_rows;                 /* partial slot height (the output width is the
                                           family's SplitMerge parameter) */
+    /* Skip-softmax (context family only; fi_attn_args' fields of the same names). */
+    float skip_softmax_factor;         /* 0: exact */
+    int32_t reserved;
+    unsigned long long *skip_softmax_stats; /* optional [2]: blocks decided, skipped */
 } fi_exec_common;
 
 #endif /* FIATTN_EXECUTOR_EXEC_PARAMS_H */

@@ -46,6 +46,13 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
         return st;
     if (!(a->o_scale >= 0.f) || a->o_scale > 3.4e38f) /* negative, NaN or inf */
         return FI_ERR_INVALID_ARGUMENT;
+    const float skip = a->skip_softmax_threshold_scale_factor;
+    if (!(skip >= 0.f) || skip > 3.4e38f) /* negative, NaN or inf */
+        return FI_ERR_INVALID_ARGUMENT;
+    if (skip > 0.f && caps->kind != FI_KIND_CONTEXT)
+        return FI_ERR_SKIP_SOFTMAX_UNSUPPORTED;
+    if ((uintptr_t)a->skip_softmax_stats % 8 != 0)
+        return FI_ERR_MISALIGNED_POINTER;
     if ((st = fi_check_f32_pointer(a->sinks)) != FI_OK ||
         (st = fi_check_f32_pointer(a->bmm1_scale_ptr)) != FI_OK ||
         (st = fi_check_f32_pointer(a->bmm2_scale_ptr)) != FI_OK)
@@ -79,6 +86,8 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     x.o_fp8 = caps->o_dtype == FI_DTYPE_E4M3;
     x.num_ctas = L->num_ctas;
     x.tile_rows = L->tile_rows;
+    x.skip_softmax_factor = skip;
+    x.skip_softmax_stats = a->skip_softmax_stats;
     *c = x;
     return FI_OK;
 }

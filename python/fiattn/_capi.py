@@ -156,6 +156,9 @@ class fi_attn_args(ctypes.Structure):
         ("o_scale", ctypes.c_float),
         ("k_sf", fi_tensor),
         ("v_sf", fi_tensor),
+        # appended in 0.3
+        ("skip_softmax_threshold_scale_factor", ctypes.c_float),
+        ("skip_softmax_stats", ctypes.c_void_p),
     ]
 
 

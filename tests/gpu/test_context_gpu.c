@@ -27,6 +27,8 @@
  *       build/tests/gpu/test_context_gpu
  * (the filter is a cmocka glob over test names).
  */
+#include <math.h>
+
 #include "gpu/context_gpu_case.h"
 #include "gpu/gpu_test_common.h"
 
@@ -498,6 +500,13 @@ static void context_bad_tensors_return_their_status_and_write_nothing(void **sta
     expect_status(&x, &a, FI_ERR_UNSUPPORTED_DTYPE, "k / v NVFP4 under bf16 KV caps");
     a = good; a.bmm1_scale_ptr = (const float *)((uintptr_t)c->d_scales + 2);
     expect_status(&x, &a, FI_ERR_MISALIGNED_POINTER, "bmm1_scale_ptr + 2 bytes");
+    a = good; a.skip_softmax_threshold_scale_factor = -1.f;
+    expect_status(&x, &a, FI_ERR_INVALID_ARGUMENT, "skip_softmax factor -1");
+    a = good; a.skip_softmax_threshold_scale_factor = NAN;
+    expect_status(&x, &a, FI_ERR_INVALID_ARGUMENT, "skip_softmax factor NaN");
+    a = good; a.skip_softmax_threshold_scale_factor = 1.f;
+    a.skip_softmax_stats = (unsigned long long *)((uintptr_t)c->d_scales + 4);
+    expect_status(&x, &a, FI_ERR_MISALIGNED_POINTER, "skip_softmax_stats + 4 bytes");
     expect_untouched(&x);
 
     /* not planned: a device plan before its first update, and a host-only plan */
@@ -571,6 +580,96 @@ static void context_nvfp4_kv_refused_until_supported(void **state) {
     ctx_case_free(&x);
 }
 
+/* ---- skip-softmax (skip_softmax_threshold_scale_factor) -------------------------------- */
+
+/* Plant keys every query row attends to: dims [0, 32) of every q row and of the K rows of
+ * each request's first 64 tokens set to 2 (the rest of the data random in [-1, 1]), so
+ * those keys' logits stand about 11 nats (32 x 4 x bmm1_scale 1/sqrt(128)) above the
+ * others', whose blocks then fall under factor / kv_len of the running max. */
+static void plant_dominant_keys(ctx_case *x) {
+    gqa_case *c = &x->g;
+    const int64_t D = c->o.head_dim, Hq = c->o.heads_q, Hkv = c->o.heads_kv, ps = c->o.page_size;
+    const uint16_t two = gc_from_f32(c->o.dtype, 2.f);
+    for (int64_t t = 0; t < (int64_t)c->tokens; t++)
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t d = 0; d < 32; d++)
+                c->h_q[(t * Hq + h) * D + d] = two;
+    for (int32_t b = 0; b < c->B; b++) {
+        const int32_t *pages = ctx_request_pages(c, b, 0);
+        for (int64_t t = 0; t < 64 && t < c->fb.kv_lens[b]; t++)
+            for (int64_t h = 0; h < Hkv; h++) {
+                const int64_t row = ((int64_t)pages[t / ps] * ps + t % ps) * Hkv + h;
+                uint16_t *k = (uint16_t *)(c->h_k + row * c->row_bytes);
+                for (int64_t d = 0; d < 32; d++)
+                    k[d] = two;
+            }
+    }
+}
+
+/* Run the case with the skip factor (stats counted into d_stats, zeroed first) and
+ * download; fails the test on an error. */
+static void run_skip(ctx_case *x, float factor, unsigned long long *d_stats, unsigned long long *stats) {
+    gqa_case *c = &x->g;
+    char msg[MSG];
+    assert_int_equal(cudaMemset(d_stats, 0, 16), cudaSuccess);
+    fi_attn_args a = gqa_case_args(c);
+    a.skip_softmax_threshold_scale_factor = factor;
+    a.skip_softmax_stats = d_stats;
+    if (gqa_case_run_args(c, &a, msg, sizeof msg) || gqa_case_download(c, msg, sizeof msg))
+        fail_msg("skip factor %g: %s", (double)factor, msg);
+    assert_int_equal(cudaMemcpy(stats, d_stats, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+/* Factor absent (0): the dense kernel, nothing counted.  A factor too small to skip a
+ * block with a key (1e-30): the same bytes; every block decided, and skipped only where no
+ * row of the half tile has a key in it (exact: such a block adds nothing).  Factor 1 on
+ * planted data: many more blocks skipped, the output within the bf16 tolerance of the
+ * exact fp64 truth (a row's dropped mass is under factor / 64 of its sum: 64 dominant
+ * keys); the fractions and errors reported.  32/8 heads, D 128, page 64, two requests over cached
+ * prefixes, 24 CTAs (splits merged). */
+static void context_skip_softmax_skips_dominated_blocks(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(16);
+    gqa_opts o = ctx_default_opts(32, 8, 128, 64);
+    o.num_ctas = 24;
+    int32_t q[2] = {1000, 700}, kv[2] = {2000, 1500};
+    ctx_case x;
+    char msg[MSG];
+    init_or_fail(&x, &o, q, kv, 2, 0, &rng);
+    gqa_case *c = &x.g;
+    plant_dominant_keys(&x);
+    if (gqa_case_upload(c, msg, sizeof msg) || gqa_case_set_layout(c, c->o.layout, c->o.kv_form, msg, sizeof msg) ||
+        ctx_case_reference(&x, msg, sizeof msg))
+        fail_msg("planted case: %s", msg);
+    unsigned long long *d_stats = NULL, st[2];
+    assert_int_equal(cudaMalloc((void **)&d_stats, 16), cudaSuccess);
+    double wo[3], wl;
+    run_skip(&x, 0.f, d_stats, st);
+    assert_true(st[0] == 0 && st[1] == 0); /* off: nothing counted */
+    if (ctx_case_compare(&x, &wo[0], &wl, msg, sizeof msg)) fail_msg("dense: %s", msg);
+    const size_t n = c->out_bytes;
+    unsigned char *dense = malloc(n);
+    assert_non_null(dense);
+    memcpy(dense, c->h_out, n);
+    run_skip(&x, 1e-30f, d_stats, st);
+    assert_true(st[0] > 0);
+    assert_memory_equal(dense, c->h_out, n);
+    if (ctx_case_compare(&x, &wo[1], &wl, msg, sizeof msg)) fail_msg("factor 1e-30: %s", msg);
+    const unsigned long long decided = st[0], empty = st[1];
+    run_skip(&x, 1.f, d_stats, st);
+    assert_true(st[0] == decided);
+    assert_true(st[1] - empty > (decided - empty) / 4); /* a quarter of the rest at least */
+    if (ctx_case_compare(&x, &wo[2], &wl, msg, sizeof msg)) fail_msg("factor 1: %s", msg);
+    print_message("  skip-softmax: %llu half-tile blocks decided, %llu without keys (skipped "
+                  "at 1e-30, bitwise the dense output); factor 1: %llu skipped (%.1f%% of those "
+                  "with keys), worst row error %.2e (dense %.2e)\n", decided, empty, st[1],
+                  100.0 * (double)(st[1] - empty) / (double)(decided - empty), wo[2], wo[0]);
+    free(dense);
+    cudaFree(d_stats);
+    ctx_case_free(&x);
+}
+
 /* ---- one small split case, for compute-sanitizer memcheck / racecheck -------------------- */
 
 /* 16/4 heads D 128, page 16, HND (K, V) pair, sinks, 8 CTAs: a 40-row block over 1500 keys
@@ -608,6 +707,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sanitize_small_case),
         cmocka_unit_test(sanitize_small_case_fp8_kv),
+        cmocka_unit_test(context_skip_softmax_skips_dominated_blocks),
         cmocka_unit_test(context_bad_tensors_return_their_status_and_write_nothing),
         cmocka_unit_test(context_nvfp4_kv_refused_until_supported),
         cmocka_unit_test(context_fp8_kv_matches_reference),

@@ -80,6 +80,21 @@ __device__ __forceinline__ void nbar_sync(int id, int count) {
 __device__ __forceinline__ void nbar_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+/* A named barrier that also ANDs v over its count threads: every one gets the result. */
+__device__ __forceinline__ bool nbar_and(int id, int count, bool v) {
+    uint32_t r;
+    asm volatile(
+        "{\n"
+        ".reg .pred p, q;\n"
+        "setp.ne.u32 p, %1, 0;\n"
+        "bar.red.and.pred q, %2, %3, p;\n"
+        "selp.u32 %0, 1, 0, q;\n"
+        "}\n"
+        : "=r"(r)
+        : "r"((uint32_t)v), "r"(id), "r"(count)
+        : "memory");
+    return r != 0;
+}
 
 /* threadIdx.x / 128 as a value the compiler knows to be warp-uniform (ptxas serialises
  * wgmma on paths it cannot prove uniform). */
