@@ -410,6 +410,9 @@ static void gqa_bad_tensors_return_their_status_and_write_nothing(void **state) 
     const fi_attn_args good = gqa_case_args(&c);
     const gt_case g = gt(&c);
     gt_expect_paged_tensor_statuses(&g, &good);
+    fi_attn_args a = good;
+    a.skip_softmax_threshold_scale_factor = 1.f; /* context attention only */
+    expect_status(&c, &a, FI_ERR_SKIP_SOFTMAX_UNSUPPORTED, "skip-softmax factor on GQA decode");
     expect_untouched(&c);
 
     /* not planned: a device plan before its first update, and a host-only plan */
