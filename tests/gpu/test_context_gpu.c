@@ -492,7 +492,7 @@ static void context_bad_tensors_return_their_status_and_write_nothing(void **sta
     expect_status(&x, &a, FI_ERR_SHAPE_MISMATCH, "block_tables [B, 1, P] under a 2-D plan");
     a = good; a.page_table.stride[0] = c->P + 1;
     expect_status(&x, &a, FI_ERR_BAD_STRIDE, "block_tables row stride P + 1");
-    /* KV of the dtypes the first version does not run, on this bf16 plan */
+    /* KV views of another dtype than this bf16 plan's (every KV dtype has its plan) */
     a = good; a.k.dtype = a.v.dtype = FI_DTYPE_E4M3;
     expect_status(&x, &a, FI_ERR_UNSUPPORTED_DTYPE, "k / v fp8 e4m3 under bf16 KV caps");
     a = good; a.k.dtype = a.v.dtype = FI_DTYPE_E2M1; a.k.shape[3] = a.v.shape[3] = 64;
