@@ -485,6 +485,10 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
             cp_async_mbar_arrive(G::qfull(s0));
             cur.qph ^= 1u;
             const int kvh = it.head_begin / p.g.group;
+            /* this KV head's rows: T elements, or (quantised caches) bytes and scale rows;
+             * the path not taken is dead code */
+            const T *kb = static_cast<const T *>(p.g.k.data) + (int64_t)kvh * p.g.k.stride_head;
+            const T *vb = static_cast<const T *>(p.g.v.data) + (int64_t)kvh * p.g.v.stride_head;
             const RowSrc kq = row_src(p.g.k, p.g.k_sf, kvh), vq = row_src(p.g.v, p.g.v_sf, kvh);
             const int64_t krow = rq.page_row_offset, vrow = krow + (split ? ppr : 0);
             const int nblk = blocks_of<N>(it);
@@ -499,8 +503,6 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
                                              G::empty_v(s0, cur.st), G::full_v(s0, cur.st),
                                              cur.ph ^ 1u);
                 } else {
-                    const T *kb = static_cast<const T *>(p.g.k.data) + (int64_t)kvh * p.g.k.stride_head;
-                    const T *vb = static_cast<const T *>(p.g.v.data) + (int64_t)kvh * p.g.v.stride_head;
                     mbar_wait(G::empty_k(s0, cur.st), cur.ph ^ 1u);
                     produce_rows<T, D>(p, p.g.k, kb, it, dst, b, pt, pk);
                     cp_async_mbar_arrive(G::full_k(s0, cur.st));
