@@ -26,7 +26,9 @@
  *       build/tests/gpu/test_context_gpu
  *   FI_GPU_TEST_FILTER=sanitize_small_case compute-sanitizer --tool racecheck \
  *       build/tests/gpu/test_context_gpu
- * (the filter is a cmocka glob over test names).
+ * and the same with sanitize_small_case_fp8_kv / sanitize_small_case_nvfp4_kv (the
+ * producer's register path; sanitize_small_case* runs all three).  The filter is a cmocka
+ * glob over test names.
  */
 #include "gpu/context_gpu_case.h"
 #include "gpu/gpu_test_common.h"
