@@ -33,15 +33,20 @@
  * sees) / time: Q K^T and P V, 2 flops a multiply-add, causal keys counted once (an 8k
  * causal prompt at 32 heads: 4 x 128 x 32 x 8192 x 8193 / 2 = 549.8 GFLOP); %mma = that
  * over the bf16 cuBLAS rate measured by bench/ceilings in the same run (--tflops or env
- * FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it; nan when not given).
+ * FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it; nan when not given).  GB/s = the
+ * bytes the batch must read and write, each once: every request's kv_len keys x H_kv x 2
+ * (K and V) x a row's bytes (D x 2 for bf16, D for fp8, D / 2 values + D / 16 block scales
+ * for NVFP4) + q + out; a context case is matmul-bound, so this says how far the KV format
+ * moves the bytes, not a bandwidth the kernel is after.
  *
- * --kv e4m3: the KV cache in fp8 e4m3 (q and out bf16; the case ids get "_fp8kv").
+ * --kv e4m3: the KV cache in fp8 e4m3 (q and out bf16; the case ids get "_fp8kv");
+ * --kv nvfp4: NVFP4 (e2m1 values + e4m3 block scales per 16; the case ids get "_nvfp4kv").
  *
  * Usage: bench_context [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--ctas N]
- *                      [--trace-step S] [--tflops X] [--layout hnd|nhd] [--kv bf16|e4m3]
- *                      [--check]
+ *                      [--trace-step S] [--tflops X] [--layout hnd|nhd]
+ *                      [--kv bf16|e4m3|nvfp4] [--check]
  * Output: a table on stdout, and machine-readable lines on stderr
- *   "result <case> <mode> us <x> TFLOPs <x> mma_frac <x>".
+ *   "result <case> <mode> us <x> TFLOPs <x> mma_frac <x> GBps <x>".
  * No GPU: prints "skip" and exits 0.
  */
 #include <math.h>
@@ -83,7 +88,7 @@ typedef struct cfg {
     bench_cfg b;
     double tflops;     /* bf16 mma ceiling (bench/ceilings), 0: unknown */
     gqa_layout layout; /* --layout hnd | nhd */
-    fi_dtype kv_dtype; /* --kv: 0 (the q dtype) or FI_DTYPE_E4M3 */
+    fi_dtype kv_dtype; /* --kv: 0 (the q dtype), FI_DTYPE_E4M3 or FI_DTYPE_E2M1 (NVFP4) */
     int check;         /* --check: sampled rows against the fp64 reference */
     int variant;       /* --variant: caps.variant (1: the walk only, the list schedule's A/B) */
 } cfg;
@@ -203,35 +208,47 @@ static fi_status two_launch_run(const void *ctx, void *const *buf, int chained,
 
 /* ---- report ------------------------------------------------------------------------------- */
 
-/* What a table row needs: the case's name, its FLOPs (ctx_case_flops), the options. */
+/* Bytes the case must move, each once (file comment): the requests' K and V rows (values,
+ * and NVFP4's block scales), q and out. */
+static double case_bytes(const gqa_case *c) {
+    double keys = 0;
+    for (int32_t b = 0; b < c->B; b++) keys += c->fb.kv_lens[b];
+    const double row = (double)c->row_bytes + (double)c->sf_w;
+    return keys * c->o.heads_kv * 2.0 * row + (double)c->n_q * 2 + (double)c->out_bytes;
+}
+
+/* What a table row needs: the case's name, its FLOPs (ctx_case_flops) and bytes
+ * (case_bytes), the options. */
 typedef struct row_ctx {
     const char *name;
-    double flops;
+    double flops, bytes;
     const cfg *g;
 } row_ctx;
 
 /* One table row (stdout) and its result line (stderr): median seconds s of a mode. */
 static void print_row(const void *ctx, const char *mode, double s) {
     const row_ctx *r = (const row_ctx *)ctx;
-    const double tf = r->flops / s / 1e12;
+    const double tf = r->flops / s / 1e12, gbps = r->bytes / s / 1e9;
     const double mf = r->g->tflops > 0 ? tf / r->g->tflops : NAN;
-    printf("| %-36s | %-5s | %9.1f | %8.1f | %6.1f%% |\n", r->name, mode, s * 1e6, tf, mf * 100);
-    fprintf(stderr, "result %s %s us %.2f TFLOPs %.2f mma_frac %.4f\n", r->name, mode, s * 1e6,
-            tf, mf);
+    printf("| %-36s | %-5s | %9.1f | %8.1f | %6.1f%% | %7.0f |\n", r->name, mode, s * 1e6, tf,
+           mf * 100, gbps);
+    fprintf(stderr, "result %s %s us %.2f TFLOPs %.2f mma_frac %.4f GBps %.1f\n", r->name, mode,
+            s * 1e6, tf, mf, gbps);
 }
 
 static const bench_table TABLE = {
-    {"| case                                 | mode  | median us |  TFLOP/s | %mma    |",
-     "|--------------------------------------|-------|-----------|----------|---------|"},
+    {"| case                                 | mode  | median us |  TFLOP/s | %mma    |    GB/s |",
+     "|--------------------------------------|-------|-----------|----------|---------|---------|"},
     print_row, NULL};
 
 /* Time in (after its check passed) and report it as name. */
-static int time_and_report(const char *name, const bench_inputs *in, double flops, const cfg *g,
-                           void *flush, size_t flush_bytes, int *header_done, double *b2b) {
+static int time_and_report(const char *name, const bench_inputs *in, double flops,
+                           double bytes, const cfg *g, void *flush, size_t flush_bytes,
+                           int *header_done, double *b2b) {
     char msg[MSG];
     bench_times t;
     const int rc = bench_time_modes(in, &g->b, flush, flush_bytes, NULL, &t, msg, sizeof msg);
-    const row_ctx r = {name, flops, g};
+    const row_ctx r = {name, flops, bytes, g};
     bench_table tab = TABLE;
     tab.ctx = &r;
     bench_report(name, rc, msg, &t, &g->b, &tab, header_done);
@@ -271,7 +288,8 @@ static int run_two_launch(const bench_case *bc, ctx_case *x, const cfg *g, doubl
     if (rc)
         printf("# %s: CHECK FAILED, not timed: %s\n", name, msg);
     else
-        rc = time_and_report(name, &in, flops, g, flush, flush_bytes, header_done, &b2b);
+        rc = time_and_report(name, &in, flops, case_bytes(&x->g), g, flush, flush_bytes,
+                             header_done, &b2b);
     if (!rc && one_b2b > 0)
         printf("# %s: one launch %.1f us, two launches %.1f us (b2b): %.2fx\n", bc->name,
                one_b2b * 1e6, b2b * 1e6, b2b / one_b2b);
@@ -295,7 +313,10 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     o.variant = g->variant;
     o.kv_dtype = g->kv_dtype;
     char name_buf[96];
-    snprintf(name_buf, sizeof name_buf, "%s%s", bc->name, g->kv_dtype ? "_fp8kv" : "");
+    snprintf(name_buf, sizeof name_buf, "%s%s", bc->name,
+             g->kv_dtype == FI_DTYPE_E4M3   ? "_fp8kv"
+             : g->kv_dtype == FI_DTYPE_E2M1 ? "_nvfp4kv"
+                                            : "");
     bench_case named = *bc;
     named.name = name_buf;
     bc = &named;
@@ -323,7 +344,8 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
                                                   : "CHECK FAILED", msg);
     } else {
         const bench_inputs in = gqa_bench_inputs(&x.g);
-        rc = time_and_report(bc->name, &in, flops, g, flush, flush_bytes, header_done, &b2b);
+        rc = time_and_report(bc->name, &in, flops, case_bytes(&x.g), g, flush, flush_bytes,
+                             header_done, &b2b);
     }
     if (bc->shape == SHAPE_MIXED &&
         run_two_launch(bc, &x, g, flops, rc ? 0 : b2b, flush, flush_bytes, &ref_done, header_done))
@@ -337,7 +359,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
 static void usage(void) {
     fprintf(stderr, "usage: bench_context [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
                     "[--ctas N] [--trace-step S] [--tflops X] [--layout hnd|nhd] [--variant N] "
-                    "[--kv bf16|e4m3] [--check]\n");
+                    "[--kv bf16|e4m3|nvfp4] [--check]\n");
 }
 
 int main(int argc, char **argv) {
@@ -358,8 +380,12 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--tflops")) g.tflops = atof(val);
         else if (!strcmp(a, "--layout")) g.layout = !strcmp(val, "nhd") ? GQA_NHD : GQA_HND;
         else if (!strcmp(a, "--variant")) g.variant = atoi(val);
-        else if (!strcmp(a, "--kv") && (!strcmp(val, "e4m3") || !strcmp(val, "bf16")))
-            g.kv_dtype = !strcmp(val, "e4m3") ? FI_DTYPE_E4M3 : 0;
+        else if (!strcmp(a, "--kv") && !strcmp(val, "bf16"))
+            g.kv_dtype = 0;
+        else if (!strcmp(a, "--kv") && !strcmp(val, "e4m3"))
+            g.kv_dtype = FI_DTYPE_E4M3;
+        else if (!strcmp(a, "--kv") && !strcmp(val, "nvfp4"))
+            g.kv_dtype = FI_DTYPE_E2M1;
         else {
             fprintf(stderr, "bench_context: unknown option %s\n", a);
             usage();

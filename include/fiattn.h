@@ -196,8 +196,8 @@ typedef struct fi_caps {
  * positive max_batch, max_q_tokens, num_pages, num_qo_heads, num_kv_heads, page_size and
  * num_ctas >= 0 (0 is resolved later, against the device); the FI_LIMIT_* limits; heads
  * (H_q <= FI_LIMIT_QO_HEADS), head dims, page size and dtypes (q, kv: F32 (CPU reference),
- * F16, BF16, E4M3, E5M2; kv also E2M1 (NVFP4) for FI_KIND_GQA_DECODE only; out: F32, F16,
- * BF16, E4M3 (fp8 output of the GQA decode family, with fi_attn_args.o_scale; the CPU
+ * F16, BF16, E4M3, E5M2; kv also E2M1 (NVFP4) for FI_KIND_GQA_DECODE and FI_KIND_CONTEXT;
+ * out: F32, F16, BF16, E4M3 (fp8 output of the GQA decode family, with fi_attn_args.o_scale; the CPU
  * references return FI_ERR_UNSUPPORTED_DTYPE for an E4M3 out tensor)); the plan bound the
  * caps imply (workspace/layout.h: tiles + num_ctas - 1 items) <= FI_LIMIT_PLAN_ITEMS.
  * Which executor runs which dtypes: fiattn_run.h (fi_run) and fiattn_ref.h (CPU

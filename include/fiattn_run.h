@@ -142,9 +142,10 @@ typedef struct fi_attn_args {
  * matmuls (Hopper has no fp4 tensor cores); k_sf / v_sf absent: FI_ERR_NULL_ARGUMENT, not
  * E4M3: FI_ERR_UNSUPPORTED_DTYPE, wrong shape: FI_ERR_SHAPE_MISMATCH; k_sf / v_sf given
  * for another KV dtype: FI_ERR_INVALID_ARGUMENT); FI_KIND_CONTEXT (prefill, chunked prefill and
- * mixed prefill + decode batches: head_dim 64 / 128 / 256, q bf16 / fp16, KV the q dtype
- * (fp8 / NVFP4 KV: FI_ERR_UNSUPPORTED_DTYPE), out the q dtype or fp8 e4m3, the GQA
- * family's k / v views and page tables; wgmma tiles of 128 rows, executor/context/).
+ * mixed prefill + decode batches: head_dim 64 / 128 / 256, q bf16 / fp16, KV the q dtype,
+ * fp8 e4m3 or NVFP4 (the GQA family's k / v views, k_sf / v_sf and their statuses;
+ * converted exactly to the q dtype before the matmuls), out the q dtype or fp8 e4m3, the
+ * GQA family's page tables; wgmma tiles of 128 rows, executor/context/).
  * Algorithms: FlashAttention-2 online softmax and warp tiling (Dao 2023), flash-decoding
  * split-KV with an LSE-weighted merge (Dao et al. 2023), FlashMLA-style persistent decode;
  * GQA: the producer / consumer mbarrier pipeline of FlashAttention-3 (Shah et al. 2024)

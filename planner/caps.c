@@ -7,7 +7,8 @@
  *   CONTEXT     as GQA_DECODE
  *   page_size   {1,16,32,64,128} for every kind
  *   dtypes      q, kv: F32 (CPU reference), F16, BF16, E4M3 (xqa_mla), E5M2; kv also E2M1
- *               (NVFP4) for GQA_DECODE; o: F32, F16, BF16
+ *               (NVFP4) for GQA_DECODE and CONTEXT (the GPU families; no MLA body
+ *               dequantises it); o: F32, F16, BF16
  *   variant     a row of the tile table (plan/variant.h) for (kind, variant)
  *   limits      FI_LIMIT_* of fiattn.h: max_batch, max_q_tokens, num_pages, num_ctas, H_q,
  *               sparse_top_k, and the plan bound derived from them (workspace/layout.h)
@@ -75,7 +76,7 @@ fi_status fi_caps_validate(const fi_caps *caps) {
         return FI_ERR_UNSUPPORTED_PAGE_SIZE;
     if (!in_dtype_ok(caps->q_dtype) ||
         !(in_dtype_ok(caps->kv_dtype) ||
-          (caps->kv_dtype == FI_DTYPE_E2M1 && caps->kind == FI_KIND_GQA_DECODE)) ||
+          (caps->kv_dtype == FI_DTYPE_E2M1 && caps->kind != FI_KIND_MLA_DECODE)) ||
         !out_dtype_ok(caps->o_dtype))
         return FI_ERR_UNSUPPORTED_DTYPE;
     /* Sparse top-k (DeepSeek sparse attention) is defined for MLA decode only. */

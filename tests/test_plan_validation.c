@@ -550,7 +550,7 @@ static void caps_over_limits_are_refused(void **state) {
 }
 
 /* Input dtypes: E5M2 is accepted like E4M3 (the CPU references read both); E2M1 (NVFP4)
- * only as the KV dtype of GQA decode; nothing else. */
+ * only as the KV dtype of GQA decode and context attention; nothing else. */
 static void caps_dtypes_follow_the_documented_sets(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 15};
@@ -563,7 +563,7 @@ static void caps_dtypes_follow_the_documented_sets(void **state) {
         t = c;
         t.kv_dtype = FI_DTYPE_E2M1;
         assert_int_equal(fi_caps_validate(&t),
-                         c.kind == FI_KIND_GQA_DECODE ? FI_OK : FI_ERR_UNSUPPORTED_DTYPE);
+                         c.kind != FI_KIND_MLA_DECODE ? FI_OK : FI_ERR_UNSUPPORTED_DTYPE);
         t = c;
         t.q_dtype = FI_DTYPE_E2M1;
         assert_int_equal(fi_caps_validate(&t), FI_ERR_UNSUPPORTED_DTYPE);

@@ -21,5 +21,9 @@ extern "C" int fi_ctx_launch(const void *params, fi_dtype dtype, int enable_pdl,
         FI_CTX_BY_DIM(bf16_e4m3)
     if (p.g.kv_kind == 1 && dtype == FI_DTYPE_F16)
         FI_CTX_BY_DIM(f16_e4m3)
+    if (p.g.kv_kind == 2 && dtype == FI_DTYPE_BF16)
+        FI_CTX_BY_DIM(bf16_nvfp4)
+    if (p.g.kv_kind == 2 && dtype == FI_DTYPE_F16)
+        FI_CTX_BY_DIM(f16_nvfp4)
     return (int)cudaErrorInvalidValue;
 }

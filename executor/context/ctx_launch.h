@@ -1,5 +1,5 @@
 /* executor/context/ctx_launch.h - the context family's instantiations (one per .cu: q
- * dtype x KV dtype (the q dtype, or fp8 e4m3) x head_dim) and its C ABI launcher
+ * dtype x KV dtype (the q dtype, fp8 e4m3 or NVFP4) x head_dim) and its C ABI launcher
  * (ctx_launch.cu), which family.h's `launch` points at. */
 #pragma once
 
@@ -26,13 +26,19 @@ FI_CTX_DECLARE(bf16_e4m3_d256)
 FI_CTX_DECLARE(f16_e4m3_d64)
 FI_CTX_DECLARE(f16_e4m3_d128)
 FI_CTX_DECLARE(f16_e4m3_d256)
+FI_CTX_DECLARE(bf16_nvfp4_d64)
+FI_CTX_DECLARE(bf16_nvfp4_d128)
+FI_CTX_DECLARE(bf16_nvfp4_d256)
+FI_CTX_DECLARE(f16_nvfp4_d64)
+FI_CTX_DECLARE(f16_nvfp4_d128)
+FI_CTX_DECLARE(f16_nvfp4_d256)
 #undef FI_CTX_DECLARE
 extern "C" {
 #endif
 
 /* fi_family.launch of the context family: params is a fi_ctx_params (its head_dim and
- * kv_kind (0: the q dtype, 1: fp8 e4m3) pick the instantiation); dtype (q) bf16 or fp16,
- * else (or NVFP4 KV) cudaErrorInvalidValue.  See executor/core/family.h. */
+ * kv_kind (0: the q dtype, 1: fp8 e4m3, 2: NVFP4) pick the instantiation); dtype (q) bf16
+ * or fp16, else cudaErrorInvalidValue.  See executor/core/family.h. */
 int fi_ctx_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
 
 #ifdef __cplusplus

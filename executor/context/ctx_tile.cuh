@@ -26,10 +26,13 @@
  *    token_row), K then V of a block each completing on its own "full" mbarrier, so the
  *    scores start before V lands; tokens past the item's range and Q rows past the tile
  *    are zero-filled (P = 0 must not meet NaN bit patterns).  It runs ahead across items.
- *    An fp8 e4m3 cache (KV = __nv_fp8_e4m3) is read into registers instead (16 bytes a
- *    lane, issued before the slot's wait), converted to T exactly (every e4m3 value is a
- *    bf16 and an fp16 value) and stored into the same panels with ordinary stores, a
- *    proxy fence and a plain arrival; the consumers cannot tell the two apart.
+ *    A quantised cache is read into registers instead (16 value bytes a lane, issued
+ *    before the slot's wait), converted to T exactly and stored into the same panels
+ *    with ordinary stores, a proxy fence and a plain arrival; the consumers cannot tell
+ *    the paths apart.  fp8 e4m3 (KV = __nv_fp8_e4m3): every e4m3 value is a bf16 and an
+ *    fp16 value.  NVFP4 (KV = fi::nvfp4): e2m1 values two a byte with an e4m3 scale per
+ *    16 (the scale rows k_sf / v_sf beside the cache), every product a bf16 and an fp16
+ *    value (executor/cuda/common/dtype.cuh, e2m1x8_to_f16x8).
  *  - Consumers: warpgroup w owns tile rows [64 w, 64 w + 64) with all D output columns in
  *    registers; both read every KV block, which is loaded once for the 128 rows.  In a
  *    warpgroup, block b's scores S_b = Q K_b^T (wgmma from shared memory) are issued, then
@@ -98,10 +101,11 @@ template <int D> struct Geo {
      * registers = 64512, so 128 P + 256 C must stay within it or the consumers' increase
      * waits forever. */
     static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 64512, "register pool");
-    /* An fp8 cache's producer holds its loads in registers (load_rows_e4m3). */
-    static constexpr int kProducerRegsF8 = D == 256 ? 72 : 104;
-    static constexpr int kConsumerRegsF8 = D == 256 ? 216 : 200;
-    static_assert(128 * kProducerRegsF8 + 256 * kConsumerRegsF8 <= 64512, "register pool");
+    /* A quantised cache's producer (fp8 e4m3, NVFP4) holds its loads in registers
+     * (load_rows_q). */
+    static constexpr int kProducerRegsQ = D == 256 ? 72 : 104;
+    static constexpr int kConsumerRegsQ = D == 256 ? 216 : 200;
+    static_assert(128 * kProducerRegsQ + 256 * kConsumerRegsQ <= 64512, "register pool");
     static constexpr int kTokPerWarp = kBlockN / kProducerWarps; /* a producer warp's tokens */
     static constexpr int kChunks = D / 8;                        /* 16-byte chunks a row */
     static constexpr int kTokPerPass = 32 / kChunks;             /* rows a warp copies at once */
@@ -252,75 +256,141 @@ __device__ __forceinline__ void produce_tma(const fi_ctx_params &p, const CUtens
     mbar_arrive(full);
 }
 
-/* ---- fp8 e4m3 KV: through registers, converted to T into the same panels ---------------- */
+/* ---- quantised KV (fp8 e4m3, NVFP4): through registers, converted to T into the panels -- */
 
-/* A lane takes 16 e4m3 bytes of a token row: D / 16 lanes a token, 512 / D tokens a warp
- * pass, the warp's kTokPerWarp tokens in kPasses passes (D 64 / 128 / 256: 4 / 8 / 8),
- * kChunk passes of loads in registers at a time (the producer's register budget). */
-template <int D> struct F8Geo {
+/* Where a KV head's rows of one cache (K or V) are: the value rows (bytes) and, for NVFP4,
+ * the block-scale rows; their strides (bytes) stay in the parameter views, so they are
+ * read from the constant bank rather than held in the producer's registers. */
+struct RowSrc {
+    const uint8_t *base, *sf;
+    const fi_gqa_paged *kv, *sfv;
+};
+__device__ __forceinline__ RowSrc row_src(const fi_gqa_paged &kv, const fi_gqa_paged &sf, int kvh) {
+    const uint8_t *b = static_cast<const uint8_t *>(kv.data) + (int64_t)kvh * kv.stride_head;
+    const uint8_t *s = static_cast<const uint8_t *>(sf.data) + (int64_t)kvh * sf.stride_head;
+    return RowSrc{b, s, &kv, &sf};
+}
+
+/* A quantised cache's row format, as the producer reads it: a lane takes kLanesPerTok-th
+ * of a token row (16 value bytes; for NVFP4 also the scale bytes of those 32 values), 32 /
+ * kLanesPerTok tokens a warp pass, kChunk passes of loads in registers at a time (the
+ * producer's register budget), and store<T> writes a lane's values, converted, as T into
+ * row `row` of the block's panels.  fp8 e4m3: 16 values a lane; NVFP4: 32 values (two
+ * scale blocks) a lane. */
+template <typename KV, int D> struct RowFmt;
+template <int D> struct RowFmt<__nv_fp8_e4m3, D> {
     static constexpr int kLanesPerTok = D / 16;
-    static constexpr int kTokPerPass = 32 / kLanesPerTok;
-    static constexpr int kPasses = Geo<D>::kTokPerWarp / kTokPerPass;
     static constexpr int kChunk = D == 256 ? 2 : 4;
-    static_assert(Geo<D>::kTokPerWarp % kTokPerPass == 0, "fp8 producer split");
-    static_assert(kPasses % kChunk == 0, "fp8 producer chunks");
+    struct Reg {
+        uint4 v;
+    };
+    static __device__ __forceinline__ Reg zero() { return Reg{make_uint4(0, 0, 0, 0)}; }
+    /* row / sf: the token's value row and (unused) scale row; c: the lane's part */
+    static __device__ __forceinline__ Reg load(const uint8_t *row, const uint8_t *, int c) {
+        return Reg{__ldg(reinterpret_cast<const uint4 *>(row + 16 * c))};
+    }
+    /* lane c's 16 values are 16-byte chunks 2 c and 2 c + 1 of the row: one panel */
+    template <typename T>
+    static __device__ __forceinline__ void store(uint32_t dst0, int row, int c, const Reg &r) {
+        const uint32_t dst = dst0 + (c >> 2) * Geo<D>::kKPanel;
+        const int col = (2 * c & 7) * 8;
+        st_shared16(dst + sw128(row, col), e4m3x8_to<T>(make_uint2(r.v.x, r.v.y)));
+        st_shared16(dst + sw128(row, col + 8), e4m3x8_to<T>(make_uint2(r.v.z, r.v.w)));
+    }
+};
+template <int D> struct RowFmt<nvfp4, D> {
+    static constexpr int kLanesPerTok = D / 32;
+    static constexpr int kChunk = D == 128 ? 4 : 2; /* of 2 / 4 / 4 passes */
+    struct Reg {
+        uint4 v;     /* 32 e2m1 values */
+        uint32_t sf; /* their two e4m3 block scales (bytes 0, 1) */
+    };
+    static __device__ __forceinline__ Reg zero() { return Reg{make_uint4(0, 0, 0, 0), 0u}; }
+    /* The scale row is D / 16 bytes, its base and strides multiples of it (gqa_host.c), so
+     * the lane's two scale bytes are one aligned 16-bit load. */
+    static __device__ __forceinline__ Reg load(const uint8_t *row, const uint8_t *sf, int c) {
+        return Reg{__ldg(reinterpret_cast<const uint4 *>(row + 16 * c)),
+                   (uint32_t)__ldg(reinterpret_cast<const unsigned short *>(sf + 2 * c))};
+    }
+    /* lane c's 32 values are 16-byte chunks 4 c .. 4 c + 3 of the T row: half a panel */
+    template <typename T>
+    static __device__ __forceinline__ void store(uint32_t dst0, int row, int c, const Reg &r) {
+        const uint32_t dst = dst0 + (c >> 1) * Geo<D>::kKPanel;
+        const int col = (c & 1) * 32;
+        const __half2 s = sf_pair(r.sf & 0xffu, r.sf >> 8); /* (scale 0, scale 1) x 64 */
+        const __half2 s0 = __low2half2(s), s1 = __high2half2(s);
+        st_shared16(dst + sw128(row, col), e2m1x8_to<T>(r.v.x, s0));
+        st_shared16(dst + sw128(row, col + 8), e2m1x8_to<T>(r.v.y, s0));
+        st_shared16(dst + sw128(row, col + 16), e2m1x8_to<T>(r.v.z, s1));
+        st_shared16(dst + sw128(row, col + 24), e2m1x8_to<T>(r.v.w, s1));
+    }
 };
 
-/* K or V (view kv, this KV head's base `base`, bytes) rows of block b, passes
- * [pass0, pass0 + kChunk) of warp pw's kTokPerWarp tokens, into v; tokens past the item
- * read as zero (as produce_rows zero-fills). */
-template <int D>
-__device__ __forceinline__ void load_rows_e4m3(const fi_ctx_params &p, const fi_gqa_paged &kv,
-                                               const uint8_t *base, const fi_work_item &it,
-                                               int b, int pt, int32_t pg, int pass0, uint4 *v) {
+/* The split of a warp's kTokPerWarp tokens of a block into passes (D 64 / 128 / 256: fp8
+ * 4 / 8 / 8, NVFP4 2 / 4 / 4) and chunks of passes. */
+template <typename KV, int D> struct RegGeo {
+    using Fmt = RowFmt<KV, D>;
+    static constexpr int kLanesPerTok = Fmt::kLanesPerTok;
+    static constexpr int kTokPerPass = 32 / kLanesPerTok;
+    static constexpr int kPasses = Geo<D>::kTokPerWarp / kTokPerPass;
+    static constexpr int kChunk = Fmt::kChunk;
+    static_assert(Geo<D>::kTokPerWarp % kTokPerPass == 0, "register producer split");
+    static_assert(kPasses % kChunk == 0, "register producer chunks");
+};
+
+/* K or V rows (src) of block b, passes [pass0, pass0 + kChunk) of warp pw's kTokPerWarp
+ * tokens, into r; tokens past the item read as zero (as produce_rows zero-fills; NVFP4:
+ * values and scales 0, so no NaN scale meets them). */
+template <typename KV, int D>
+__device__ __forceinline__ void load_rows_q(const fi_ctx_params &p, const RowSrc &src,
+                                            const fi_work_item &it, int b, int pt, int32_t pg,
+                                            int pass0, typename RowFmt<KV, D>::Reg *r) {
     using G = Geo<D>;
-    using F = F8Geo<D>;
+    using R = RegGeo<KV, D>;
     const int lane = pt & 31, pw = pt >> 5;
-    const int j = lane / F::kLanesPerTok, c = lane % F::kLanesPerTok;
+    const int j = lane / R::kLanesPerTok, c = lane % R::kLanesPerTok;
     const int t0 = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * pw;
 #pragma unroll
-    for (int u = 0; u < F8Geo<D>::kChunk; ++u) {
-        const int tok = (pass0 + u) * F::kTokPerPass + j, t = t0 + tok;
+    for (int u = 0; u < R::kChunk; ++u) {
+        const int tok = (pass0 + u) * R::kTokPerPass + j, t = t0 + tok;
         const int64_t page = __shfl_sync(0xffffffffu, pg, tok);
-        const uint8_t *src = base + page * kv.stride_page +
-                             (int64_t)(t & (p.c.page_size - 1)) * kv.stride_tok + 16 * c;
-        v[u] = t < it.kv_end ? __ldg(reinterpret_cast<const uint4 *>(src)) : make_uint4(0, 0, 0, 0);
+        const int64_t slot = t & (p.c.page_size - 1);
+        r[u] = t < it.kv_end
+                   ? RowFmt<KV, D>::load(src.base + page * src.kv->stride_page + slot * src.kv->stride_tok,
+                                         src.sf + page * src.sfv->stride_page + slot * src.sfv->stride_tok, c)
+                   : RowFmt<KV, D>::zero();
     }
 }
 
-/* The rows load_rows_e4m3 read, as T, into the block's panels at dst0 (lane c's 16 values
- * are the 16-byte chunks 2 c and 2 c + 1 of the row: one panel). */
-template <typename T, int D>
-__device__ __forceinline__ void store_rows_e4m3(uint32_t dst0, int pt, int pass0, const uint4 *v) {
-    using G = Geo<D>;
-    using F = F8Geo<D>;
+/* The rows load_rows_q read, as T, into the block's panels at dst0. */
+template <typename T, typename KV, int D>
+__device__ __forceinline__ void store_rows_q(uint32_t dst0, int pt, int pass0,
+                                             const typename RowFmt<KV, D>::Reg *r) {
+    using R = RegGeo<KV, D>;
     const int lane = pt & 31, pw = pt >> 5;
-    const int j = lane / F::kLanesPerTok, c = lane % F::kLanesPerTok;
-    const uint32_t dst = dst0 + (c >> 2) * G::kKPanel;
-    const int col = (2 * c & 7) * 8;
+    const int j = lane / R::kLanesPerTok, c = lane % R::kLanesPerTok;
 #pragma unroll
-    for (int u = 0; u < F8Geo<D>::kChunk; ++u) {
-        const int row = G::kTokPerWarp * pw + (pass0 + u) * F::kTokPerPass + j;
-        st_shared16(dst + sw128(row, col), e4m3x8_to<T>(make_uint2(v[u].x, v[u].y)));
-        st_shared16(dst + sw128(row, col + 8), e4m3x8_to<T>(make_uint2(v[u].z, v[u].w)));
-    }
+    for (int u = 0; u < R::kChunk; ++u)
+        RowFmt<KV, D>::template store<T>(dst0, Geo<D>::kTokPerWarp * pw + (pass0 + u) * R::kTokPerPass + j,
+                                         c, r[u]);
 }
 
-/* K or V of block b from an fp8 cache into ring slot dst once `empty` is free, kChunk
+/* K or V of block b from a quantised cache into ring slot dst once `empty` is free, kChunk
  * passes at a time through registers (the first chunk's loads travel while the consumers
  * finish the slot), then a proxy fence (ordinary stores, read by wgmma) and the arrival. */
-template <typename T, int D>
-__device__ __forceinline__ void produce_half_e4m3(const fi_ctx_params &p, const fi_gqa_paged &kv,
-                                                  const uint8_t *base, const fi_work_item &it,
-                                                  int b, int pt, int32_t pg, uint32_t dst,
-                                                  uint32_t empty, uint32_t full, uint32_t parity) {
-    uint4 v[F8Geo<D>::kChunk];
+template <typename T, typename KV, int D>
+__device__ __forceinline__ void produce_half_q(const fi_ctx_params &p, const RowSrc &src,
+                                               const fi_work_item &it, int b, int pt, int32_t pg,
+                                               uint32_t dst, uint32_t empty, uint32_t full,
+                                               uint32_t parity) {
+    using R = RegGeo<KV, D>;
+    typename RowFmt<KV, D>::Reg r[R::kChunk];
 #pragma unroll
-    for (int pass0 = 0; pass0 < F8Geo<D>::kPasses; pass0 += F8Geo<D>::kChunk) {
-        load_rows_e4m3<D>(p, kv, base, it, b, pt, pg, pass0, v);
+    for (int pass0 = 0; pass0 < R::kPasses; pass0 += R::kChunk) {
+        load_rows_q<KV, D>(p, src, it, b, pt, pg, pass0, r);
         if (pass0 == 0)
             mbar_wait(empty, parity);
-        store_rows_e4m3<T, D>(dst, pt, pass0, v);
+        store_rows_q<T, KV, D>(dst, pt, pass0, r);
     }
     fence_proxy_async();
     mbar_arrive(full);
@@ -485,18 +555,19 @@ __device__ __forceinline__ void store_rows(const fi_ctx_params &p, const RunCtx 
                          [&](int64_t off, float x, float y) { store_out2<T>(c, off, x, y); });
 }
 
-/* The family: q / out dtype T (bf16, fp16; the matmuls' too), KV element KV (T, or fp8 e4m3
- * converted to T by the producer, exactly), head_dim D. */
+/* The family: q / out dtype T (bf16, fp16; the matmuls' too), KV element KV (T; or fp8
+ * e4m3 or NVFP4 (fi::nvfp4: e2m1 bytes + k_sf / v_sf block scales), converted to T by the
+ * producer, exactly), head_dim D. */
 template <typename T, int D, typename KV = T> struct CtxFamily {
     using G = Geo<D>;
-    static constexpr bool kF8 = std::is_same<KV, __nv_fp8_e4m3>::value;
-    static_assert(kF8 || std::is_same<KV, T>::value, "KV: the q dtype or fp8 e4m3");
+    static constexpr bool kQuant = std::is_same<KV, __nv_fp8_e4m3>::value || std::is_same<KV, nvfp4>::value;
+    static_assert(kQuant || std::is_same<KV, T>::value, "KV: the q dtype, fp8 e4m3 or NVFP4");
     static constexpr int N = G::kBlockN;
     using Params = fi_ctx_params;
     using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads, false>; /* all merges after the items */
     static constexpr int kThreads = fictx::kThreads;
     static constexpr int kProducerWarps = fictx::kProducerWarps;
-    static constexpr int kConsumerRegs = kF8 ? G::kConsumerRegsF8 : G::kConsumerRegs;
+    static constexpr int kConsumerRegs = kQuant ? G::kConsumerRegsQ : G::kConsumerRegs;
     static constexpr size_t kSmemBytes = G::kSmemBytes;
     using State = Cursor<G::kStages>;
 
@@ -518,7 +589,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
 
     /* The producer warpgroup: Q, then K and V of every block, of every item of the CTA. */
     static __device__ void produce(const fi_ctx_params &p, const fi_cta_start &cs, unsigned char *smem) {
-        setmaxnreg_dec<kF8 ? G::kProducerRegsF8 : G::kProducerRegs>();
+        setmaxnreg_dec<kQuant ? G::kProducerRegsQ : G::kProducerRegs>();
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
         const int split = p.c.header->kv_split_pages, ppr = p.c.header->pages_per_row;
@@ -529,13 +600,16 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
             cp_async_mbar_arrive(G::qfull(s0));
             cur.qph ^= 1u;
             const int kvh = it.head_begin / p.g.group;
-            const KV *kb = static_cast<const KV *>(p.g.k.data) + (int64_t)kvh * p.g.k.stride_head;
-            const KV *vb = static_cast<const KV *>(p.g.v.data) + (int64_t)kvh * p.g.v.stride_head;
+            /* this KV head's rows: T elements, or (quantised caches) bytes and scale rows;
+             * the path not taken is dead code */
+            const T *kb = static_cast<const T *>(p.g.k.data) + (int64_t)kvh * p.g.k.stride_head;
+            const T *vb = static_cast<const T *>(p.g.v.data) + (int64_t)kvh * p.g.v.stride_head;
+            const RowSrc kq = row_src(p.g.k, p.g.k_sf, kvh), vq = row_src(p.g.v, p.g.v_sf, kvh);
             const int64_t krow = rq.page_row_offset, vrow = krow + (split ? ppr : 0);
             const int nblk = blocks_of<N>(it);
             for (int b = 0; b < nblk; ++b) {
                 const uint32_t dst = G::stage(s0, cur.st);
-                if (!kF8 && tma_block<D>(p, it, b)) {
+                if (!kQuant && tma_block<D>(p, it, b)) {
                     const int t0 = it.kv_begin + b * N;
                     const int32_t pk = tma_page<D>(p, krow, t0, pt);
                     const int32_t pv = split ? tma_page<D>(p, vrow, t0, pt) : pk;
@@ -548,14 +622,12 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
                 }
                 const int32_t pk = block_page<D>(p, it, krow, b, pt);
                 const int32_t pv = split ? block_page<D>(p, it, vrow, b, pt) : pk;
-                if constexpr (kF8) {
-                    const uint8_t *kb8 = reinterpret_cast<const uint8_t *>(kb);
-                    const uint8_t *vb8 = reinterpret_cast<const uint8_t *>(vb);
-                    produce_half_e4m3<T, D>(p, p.g.k, kb8, it, b, pt, pk, dst, G::empty_k(s0, cur.st),
-                                            G::full_k(s0, cur.st), cur.ph ^ 1u);
-                    produce_half_e4m3<T, D>(p, p.g.v, vb8, it, b, pt, pv, dst + G::kKBytes,
-                                            G::empty_v(s0, cur.st), G::full_v(s0, cur.st),
-                                            cur.ph ^ 1u);
+                if constexpr (kQuant) {
+                    produce_half_q<T, KV, D>(p, kq, it, b, pt, pk, dst, G::empty_k(s0, cur.st),
+                                             G::full_k(s0, cur.st), cur.ph ^ 1u);
+                    produce_half_q<T, KV, D>(p, vq, it, b, pt, pv, dst + G::kKBytes,
+                                             G::empty_v(s0, cur.st), G::full_v(s0, cur.st),
+                                             cur.ph ^ 1u);
                 } else {
                     uint32_t kin, vin;
                     const T *kr = token_row<T, D>(p, p.g.k, kb, it, b, pt, pk, &kin);

@@ -1,8 +1,8 @@
 /*
  * executor/gqa/gqa_consume.cuh - what both GQA consumer paths share (gqa_rows16.cuh,
- * gqa_swap.cuh): a consumer warp's place in the item, the fp8 / NVFP4 conversions into
- * fp16 fragments, the rows' key bounds, the fixed-order team sum, the output store of two
- * elements, and the Q conversion for fp16 matmuls.
+ * gqa_swap.cuh): a consumer warp's place in the item, the rows' key bounds, the
+ * fixed-order team sum, the output store of two elements, and the Q conversion for fp16
+ * matmuls (the fp8 / NVFP4 conversions they share: executor/cuda/common/dtype.cuh).
  */
 #pragma once
 
@@ -33,22 +33,6 @@ __device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: p
     uint32_t r;
     asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(r) : "r"(x), "r"(sel));
     return r;
-}
-
-/* NVFP4: e2m1 nibbles as fp8 e4m3 bytes (exact: sign to bit 7, the 3 magnitude bits to
- * bits 4..2, so every value comes out x 2^-6; the block scale carries the 2^6 back).  x:
- * one nibble in the low half of each byte. */
-__device__ __forceinline__ uint32_t e2m1_bytes_to_e4m3(uint32_t x) {
-    return ((x & 0x08080808u) << 4) | ((x & 0x07070707u) << 2);
-}
-/* Block scales (e4m3 bytes a, b) as an fp16 pair x 64 (<= 448 x 64: in range). */
-__device__ __forceinline__ __half2 sf_pair(uint32_t a, uint32_t b) {
-    const uint32_t h = e4m3x2_to_f16x2(a | (b << 8));
-    return __hmul2(*reinterpret_cast<const __half2 *>(&h), __floats2half2_rn(64.f, 64.f));
-}
-__device__ __forceinline__ uint32_t hmul2u(uint32_t x, __half2 s) {
-    const __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&x), s);
-    return *reinterpret_cast<const uint32_t *>(&r);
 }
 
 /* Row r of the team's warps w0 .. w0 + W - 1 (sM / sL: a warp's 16 row maxima and sums,

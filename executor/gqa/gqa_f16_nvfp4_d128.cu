@@ -4,5 +4,5 @@
 #include "executor/gqa/gqa_family.cuh"
 
 cudaError_t fi_gqa_launch_f16_nvfp4_d128(const fi_gqa_params &p, int enable_pdl, cudaStream_t stream) {
-    return fi::launch_persistent<figqa::GqaFamily<__half, figqa::nvfp4, 128>>(p, enable_pdl, stream);
+    return fi::launch_persistent<figqa::GqaFamily<__half, fi::nvfp4, 128>>(p, enable_pdl, stream);
 }

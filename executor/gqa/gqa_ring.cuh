@@ -80,9 +80,6 @@ template <int D, int RB, int SF = 0> struct Geo {
     }
 };
 
-/* NVFP4 KV: e2m1 values two a byte (low nibble first) with an fp8 e4m3 scale per 16. */
-struct nvfp4 {};
-
 /* The KV element: its row and scale bytes, its kind, and the type the tensor cores take
  * it in (fp8 e4m3 and e2m1 x e4m3 convert exactly to fp16, so those caches run fp16
  * matmuls, q included). */

@@ -108,23 +108,53 @@ def sf_dtypes():
     return (t.uint8,) + tuple(getattr(t, n) for n in ("float8_e4m3fn",) if hasattr(t, n))
 
 
-def fill_sf(args, kv_cache_sf, kv_layout, device, kpart, head_dim):
+def fill_paged_kv(args, kpart, vpart, scales, kv_layout, device, head_dim,
+                  sf_names=("kv_cache_sf", "k_cache_sf", "v_cache_sf")):
+    """Check unpack_kv's K / V views against head_dim and fill args.k / v, and for an NVFP4
+    cache (uint8 / float4_e2m1fn_x2: last dim head_dim / 2 bytes) its block scales `scales`
+    (fill_sf; sf_names: the argument's name and its tuple members' names, for messages).
+    Raises ValueError: a last dim that is not head_dim (NVFP4: head_dim / 2), an NVFP4 cache
+    without scales, scales with another cache; fill_sf's errors.
+    Returns (nvfp4, the scale parts to keep alive until the call returns, or ())."""
+    nvfp4 = kpart[0].dtype in nvfp4_dtypes()
+    W = head_dim // 2 if nvfp4 else head_dim
+    if kpart[1][3] != W or vpart[1][3] != W:
+        what = "head_dim / 2 bytes (NVFP4)" if nvfp4 else "head_dim"
+        raise ValueError(f"fiattn: the caches' last dim ({kpart[1][3]}, {vpart[1][3]}) must be "
+                         f"{what} = {W} (query head_dim {head_dim})")
+    if nvfp4 and scales is None:
+        raise ValueError(f"fiattn: a {kpart[0].dtype} KV cache is NVFP4 (two e2m1 values a "
+                         f"byte) and needs its block scales, {sf_names[0]}")
+    if not nvfp4 and scales is not None:
+        raise ValueError(f"fiattn: {sf_names[0]} belongs to an NVFP4 (uint8) KV cache, this "
+                         f"one is {kpart[0].dtype}")
+    if not nvfp4:
+        fill_kv(args, kpart, vpart)
+        return False, ()
+    # bytes: shape and strides as given, dtype E2M1
+    args.k.set(kpart[0].data_ptr() + kpart[3], C.FI_DTYPE_E2M1, kpart[1], kpart[2])
+    args.v.set(vpart[0].data_ptr() + vpart[3], C.FI_DTYPE_E2M1, vpart[1], vpart[2])
+    return True, fill_sf(args, scales, kv_layout, device, kpart, head_dim, sf_names)
+
+
+def fill_sf(args, kv_cache_sf, kv_layout, device, kpart, head_dim,
+            names=("kv_cache_sf", "k_cache_sf", "v_cache_sf")):
     """Check the NVFP4 block scales against the KV views and fill args.k_sf / v_sf.
 
     kv_cache_sf: the kv_cache forms with head_dim / 16 scale bytes as the last dim:
     [num_pages, 1 or 2, page_size, H_kv, D / 16] (NHD) / [num_pages, 1 or 2, H_kv, page_size,
     D / 16] (HND), or a (k_sf, v_sf) tuple of 4-D tensors; uint8 or float8_e4m3fn.
+    names: the argument's name and its tuple members' names (messages).
     Raises TypeError / ValueError (dtype, dims, a shape that disagrees with the cache), or
-    FiattnValueError with the status fi_run returns for a layout the GQA family cannot read
-    (gqa_check_sf: FI_ERR_MISALIGNED_POINTER for a base, FI_ERR_BAD_STRIDE for an outer
+    FiattnValueError with the status fi_run returns for a layout the GPU families cannot
+    read (gqa_check_sf: FI_ERR_MISALIGNED_POINTER for a base, FI_ERR_BAD_STRIDE for an outer
     stride, not a multiple of the D / 16-byte row), so CPU and GPU calls fail alike.
     Returns the two parts (kept alive by the caller until the call returns)."""
     from .errors import error_for_status
-    ksf, vsf = unpack_kv(kv_cache_sf, kv_layout, device, sf_dtypes(),
-                         ("kv_cache_sf", "k_cache_sf", "v_cache_sf"))
+    ksf, vsf = unpack_kv(kv_cache_sf, kv_layout, device, sf_dtypes(), names)
     row = head_dim // 16
     want = [kpart[1][0], kpart[1][1], kpart[1][2], row]
-    for (x, sh, st, off), name in ((ksf, "k_cache_sf"), (vsf, "v_cache_sf")):
+    for (x, sh, st, off), name in ((ksf, names[1]), (vsf, names[2])):
         if sh[0] < want[0] or sh[1:] != want[1:]:
             raise ValueError(f"fiattn: {name} must be [num_pages >= {want[0]}, page_size "
                              f"{want[1]}, H_kv {want[2]}, head_dim / 16 = {row}] (in the "
@@ -137,8 +167,8 @@ def fill_sf(args, kv_cache_sf, kv_layout, device, kpart, head_dim):
             status = C.FI_ERR_BAD_STRIDE
         if status is not None:
             sname = C.status_name(status)
-            raise error_for_status(status, sname, f"fiattn: {name}: {sname} (the GQA family "
-                                   f"reads {row}-byte scale rows: base address and page / "
+            raise error_for_status(status, sname, f"fiattn: {name}: {sname} (the GPU families "
+                                   f"read {row}-byte scale rows: base address and page / "
                                    f"token / head strides must be multiples of {row} bytes; "
                                    f"got base %{row} = {base % row}, strides {st[:3]})")
     for ft, (x, sh, st, off) in ((args.k_sf, ksf), (args.v_sf, vsf)):

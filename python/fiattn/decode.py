@@ -26,7 +26,7 @@ from . import _capi as C
 from . import _engine as E
 from ._common import (NUM, check_block_tables, check_lengths, finite_scalar, fill_tensor, flat,
                       num_ctas_for, require_device, set_pdl, set_scale, set_sinks, sig_arg)
-from ._paged import fill_kv, fill_sf, nvfp4_dtypes, record_paged_call, unpack_kv
+from ._paged import fill_paged_kv, nvfp4_dtypes, record_paged_call, unpack_kv
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
 from .errors import error_for_status
 
@@ -249,19 +249,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     B = rows // qlen
     kpart, vpart = unpack_kv(kv_cache, kv_layout, device,
                              float_dtypes() + fp8_dtypes() + nvfp4_dtypes())
-    nvfp4 = kpart[0].dtype in nvfp4_dtypes()
-    num_pages, page_size, Hkv, Dk = kpart[1]
-    W = D // 2 if nvfp4 else D
-    if Dk != W or vpart[1][3] != W:
-        what = "head_dim / 2 bytes (NVFP4)" if nvfp4 else "head_dim"
-        raise ValueError(f"fiattn: the caches' last dim ({Dk}, {vpart[1][3]}) must be "
-                         f"{what} = {W} (query head_dim {D})")
-    if nvfp4 and kv_cache_sf is None:
-        raise ValueError(f"fiattn: a {kpart[0].dtype} kv_cache is NVFP4 (two e2m1 values a "
-                         f"byte) and needs its block scales, kv_cache_sf")
-    if not nvfp4 and kv_cache_sf is not None:
-        raise ValueError(f"fiattn: kv_cache_sf belongs to an NVFP4 (uint8) kv_cache, this one "
-                         f"is {kpart[0].dtype}")
+    num_pages, page_size, Hkv, _ = kpart[1]
     if H % Hkv:
         raise ValueError(f"fiattn: {H} query heads are not a multiple of {Hkv} KV heads")
     check_block_tables(block_tables, "block_tables", device, B)
@@ -284,14 +272,8 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
         check_causal_mask(mask, qlen)
     args = C.fi_attn_args()
     fill_tensor(args.q, query, [rows, H, D], query.stride())
+    nvfp4, sf_parts = fill_paged_kv(args, kpart, vpart, kv_cache_sf, kv_layout, device, D)
     kv_fi = C.FI_DTYPE_E2M1 if nvfp4 else fi_dtype(kpart[0].dtype)
-    if nvfp4:  # bytes: shape and strides as given, dtype E2M1
-        args.k.set(kpart[0].data_ptr() + kpart[3], kv_fi, kpart[1], kpart[2])
-        args.v.set(vpart[0].data_ptr() + vpart[3], kv_fi, vpart[1], vpart[2])
-        sf_parts = fill_sf(args, kv_cache_sf, kv_layout, device, kpart, D)
-    else:
-        fill_kv(args, kpart, vpart)
-        sf_parts = ()
     fill_tensor(args.page_table, block_tables, list(block_tables.shape), block_tables.stride())
     args.page_table.dtype = C.FI_DTYPE_I32
     fill_tensor(args.out, out, [rows, H, D], out.stride())

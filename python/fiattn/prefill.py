@@ -19,6 +19,12 @@ Algorithm: fiattn's host planner cuts every request into query tiles x KV chunks
 balances them over a persistent grid (split-k pieces merged in the same launch, in split
 order: deterministic); the GPU context family runs the plan (fi_run, FI_KIND_CONTEXT);
 CPU tensors run the same plan on the C reference executor (fi_ref_run).
+
+NVFP4 KV (the reference's kv_block_scales): values e2m1 packed two a byte (uint8, last dim
+head_dim / 2, low nibble = the even element), one e4m3 block scale per 16 elements
+(kv_block_scales, last dim head_dim / 16); element = e2m1 x scale, converted exactly to the
+query's dtype in the kernel.  The tensor-wide second level (global) scale of NVFP4 is not
+an argument: as in the reference, fold K's into bmm1_scale and V's into bmm2_scale.
 """
 import os
 
@@ -27,7 +33,7 @@ from . import _engine as E
 from ._common import (NUM, check_block_tables, check_lengths, fill_tensor, finite_scalar, flat,
                       last_i32, num_ctas_for, require_device, set_pdl, set_scale, set_sinks,
                       sig_arg)
-from ._paged import fill_kv, nvfp4_dtypes, record_paged_call, unpack_kv
+from ._paged import fill_paged_kv, nvfp4_dtypes, record_paged_call, unpack_kv
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
 from .errors import FiattnNotImplementedError
 
@@ -68,8 +74,10 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
             through its strides (page and head strides free, head_dim contiguous).  dtype:
             query's or fp8 e4m3 on the GPU (converted exactly to the query's dtype for the
             matmuls; its dequantisation scale folded into bmm1_scale / bmm2_scale by the
-            caller; NVFP4 (uint8) KV: NotImplementedError); fp32 / fp16 / bf16 / fp8 on the
-            CPU.  page_size 16 / 32 / 64 / 128 (the CPU also 1).
+            caller), or NVFP4 on the GPU: uint8 (or float4_e2m1fn_x2) with last dim
+            head_dim / 2 bytes, two e2m1 values a byte, low nibble first, kv_block_scales
+            required; fp32 / fp16 / bf16 / fp8 on the CPU (NVFP4 there:
+            FiattnNotImplementedError).  page_size 16 / 32 / 64 / 128 (the CPU also 1).
         workspace_buffer: CUDA buffer (any dtype) for the plan and split partials, >=
             fiattn.workspace_size("context", ...) bytes (about 18 MiB at 32 heads, d128,
             16k query tokens, 132 CTAs; WorkspaceTooSmallError otherwise), 256-byte aligned,
@@ -106,7 +114,17 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
         enable_pdl: programmatic dependent launch; None = on for CUDA.
         sinks: optional float32 [num_qo_heads] (or a one-element list of it) on the query's
             device: per-head logits added to the softmax denominator only.
-        kv_block_scales: NVFP4 KV only: NotImplementedError when given.
+        kv_block_scales: NVFP4 KV only (ValueError with another cache, or when an NVFP4
+            cache comes without them): the e4m3 block scales, one per 16 elements of
+            head_dim: a tuple (k_scales, v_scales) of [num_pages, H_kv, page_size,
+            head_dim / 16] (HND) / [num_pages, page_size, H_kv, head_dim / 16] (NHD), or
+            one tensor [num_pages, 2, ...] (K at [:, 0], V at [:, 1]) in kv_cache's
+            layout; float8_e4m3fn or uint8 (e4m3 bits); on the query's device.  Element d
+            of a row = e2m1(d) x scale[d // 16].  Read in place through strides (no copy,
+            NHD included): base and page / token / head strides must be multiples of
+            head_dim / 16 bytes (FiattnValueError FI_ERR_MISALIGNED_POINTER /
+            FI_ERR_BAD_STRIDE otherwise); a shape that disagrees with the cache:
+            ValueError; another dtype: TypeError.
         skip_softmax_threshold_scale_factor: accepted; fiattn computes the exact softmax
             (the limit of a zero threshold: no tile is skipped).
         uses_shared_paged_kv_idx: see block_tables.
@@ -118,8 +136,9 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
         FiattnValueError for a batch the planner refuses (fi_status name + request:
         lengths not matching, q_len > kv_len, more pages than the table row holds, ...);
         WorkspaceTooSmallError; NotImplementedError (FiattnNotImplementedError where the C
-        library says so) for NVFP4 output or KV, e5m2 KV on the GPU, a dtype combination
-        the executor lacks; FiattnError for runtime failures.  Nothing is written on error.
+        library says so) for NVFP4 output, NVFP4 KV on the CPU, e5m2 KV on the GPU, a
+        dtype combination the executor lacks; FiattnError for runtime failures.  Nothing
+        is written on error.
 
     CUDA graphs: plan outside the capture, capture the call, then before each replay write
     the step's lengths into the same cum_seq_lens_q / cum_seq_lens_kv / seq_lens tensors
@@ -134,14 +153,15 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
     allocates nothing unless out is None.
     """
     key = None
-    if (type(bmm1_scale) in NUM and type(bmm2_scale) in NUM and kv_block_scales is None
-            and o_sf_scale is None and o_sf_vec_size is None):
+    if (type(bmm1_scale) in NUM and type(bmm2_scale) in NUM and o_sf_scale is None
+            and o_sf_vec_size is None):
         sig = E.tensor_sig
         try:
             key = ("context", sig(query), sig_arg(kv_cache, sig), sig(block_tables),
                    sig(seq_lens), sig(cum_seq_lens_q), sig(cum_seq_lens_kv),
-                   None if out is None else sig(out), sig_arg(sinks, sig), out_dtype,
-                   batch_size, window_left, kv_layout, enable_pdl, uses_shared_paged_kv_idx)
+                   None if out is None else sig(out), sig_arg(sinks, sig),
+                   sig_arg(kv_block_scales, sig), out_dtype, batch_size, window_left,
+                   kv_layout, enable_pdl, uses_shared_paged_kv_idx)
             entry, fast = E.lookup(workspace_buffer, key)
         except (AttributeError, TypeError):
             key = fast = None
@@ -150,7 +170,8 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
             a.bmm1_scale = finite_scalar(bmm1_scale, "bmm1_scale")
             a.bmm2_scale = finite_scalar(bmm2_scale, "bmm2_scale")
             ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens, cum_seq_lens_q,
-                                               cum_seq_lens_kv) + flat(sinks) + (out,))
+                                               cum_seq_lens_kv) + flat(sinks)
+                  + flat(kv_block_scales) + (out,))
             return E.fast_call(entry, fast, ts)
     return _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
                     bmm2_scale, batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out,
@@ -158,14 +179,10 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
                     kv_block_scales, uses_shared_paged_kv_idx, key)
 
 
-def _not_nvfp4(out, out_dtype, o_sf_scale, o_sf_vec_size, kv_block_scales):
-    """FiattnNotImplementedError for the NVFP4 forms of the reference: output (out_dtype
-    "nvfp4", an FP4Tensor out: .data + .scale, o_sf_scale / o_sf_vec_size) and KV
-    (kv_block_scales)."""
+def _not_nvfp4_out(out, out_dtype, o_sf_scale, o_sf_vec_size):
+    """FiattnNotImplementedError for the NVFP4 output forms of the reference (out_dtype
+    "nvfp4", an FP4Tensor out: .data + .scale, o_sf_scale / o_sf_vec_size)."""
     t = torch()
-    if kv_block_scales is not None:
-        raise FiattnNotImplementedError(
-            "fiattn: NVFP4 KV cache (kv_block_scales) is not implemented for context attention")
     fp4_out = out is not None and not isinstance(out, t.Tensor) and hasattr(out, "scale")
     if (isinstance(out_dtype, str) and out_dtype == "nvfp4") or fp4_out or (
             o_sf_scale is not None or o_sf_vec_size is not None):
@@ -205,20 +222,13 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     check_tensor(query, "query", float_dtypes() + fp8_dtypes(), None, 3)
     device = query.device
     require_device(device)
-    _not_nvfp4(out, out_dtype, o_sf_scale, o_sf_vec_size, kv_block_scales)
+    _not_nvfp4_out(out, out_dtype, o_sf_scale, o_sf_vec_size)
     o_dt = _out_dtype(query, out, out_dtype)
     rows, H, D = query.shape
     B = int(batch_size)
     kpart, vpart = unpack_kv(kv_cache, kv_layout, device,
                              float_dtypes() + fp8_dtypes() + nvfp4_dtypes())
-    kv_dt = kpart[0].dtype
-    if kv_dt in nvfp4_dtypes():
-        raise FiattnNotImplementedError(
-            f"fiattn: NVFP4 KV cache ({kv_dt}: two e2m1 values a byte) is not implemented for "
-            f"context attention")
-    num_pages, page_size, Hkv, Dk = kpart[1]
-    if Dk != D or vpart[1][3] != D:
-        raise ValueError(f"fiattn: head_dim of query ({D}) and caches ({Dk}, {vpart[1][3]}) differ")
+    num_pages, page_size, Hkv, _ = kpart[1]
     if H % Hkv:
         raise ValueError(f"fiattn: {H} query heads are not a multiple of {Hkv} KV heads")
     split = not uses_shared_paged_kv_idx
@@ -242,13 +252,15 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
             raise ValueError(f"fiattn: out must be {(rows, H, D)}, got {tuple(out.shape)}")
     args = C.fi_attn_args()
     fill_tensor(args.q, query, [rows, H, D], query.stride())
-    fill_kv(args, kpart, vpart)
+    nvfp4, sf_parts = fill_paged_kv(args, kpart, vpart, kv_block_scales, kv_layout, device, D,
+                                    ("kv_block_scales", "k_scales", "v_scales"))
+    kv_fi = C.FI_DTYPE_E2M1 if nvfp4 else fi_dtype(kpart[0].dtype)
     fill_tensor(args.page_table, block_tables, list(block_tables.shape), block_tables.stride())
     args.page_table.dtype = C.FI_DTYPE_I32
     fill_tensor(args.out, out, [rows, H, D], out.stride())
     keep = (set_scale(args, "bmm1_scale", bmm1_scale, device, "bmm1_scale"),
             set_scale(args, "bmm2_scale", bmm2_scale, device, "bmm2_scale"),
-            set_sinks(args, sinks, H, device))
+            set_sinks(args, sinks, H, device), sf_parts)
     args.o_scale = 1.0  # the reference folds an fp8 output's scale into bmm2_scale
     set_pdl(args, enable_pdl, device)
     caps = C.fi_caps()
@@ -256,8 +268,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     caps.num_pages, caps.page_size = num_pages, page_size
     caps.num_qo_heads, caps.num_kv_heads = H, Hkv
     caps.head_dim_qk = caps.head_dim_vo = D
-    caps.q_dtype, caps.kv_dtype, caps.o_dtype = fi_dtype(query.dtype), fi_dtype(kv_dt), fi_dtype(
-        out.dtype)
+    caps.q_dtype, caps.kv_dtype, caps.o_dtype = fi_dtype(query.dtype), kv_fi, fi_dtype(out.dtype)
     caps.num_ctas = num_ctas_for(device)
 
     b = C.fi_batch()
@@ -285,7 +296,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
             raise E.q_rows_error(total, rows)
         return b, total, (bt, hl, hq, hk)
 
-    dts = (query.dtype, kv_dt, out.dtype)
+    dts = (query.dtype, "nvfp4" if nvfp4 else kpart[0].dtype, out.dtype)
     if rows == 0:  # nothing to compute (an empty tensor has no address): the batch checked
         if not (device.type == "cuda" and E.cuda().capturing()):
             with E.plan_only():
@@ -296,14 +307,16 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
         if not built:  # never planned here (a captured call): the slow path stays
             return
         # the tensor order of the fast path: query, kv_cache (1 or 2), block_tables,
-        # seq_lens, cum_seq_lens_q, cum_seq_lens_kv, sinks (0 or 1), out
+        # seq_lens, cum_seq_lens_q, cum_seq_lens_kv, sinks (0 or 1), kv_block_scales (0, 1
+        # or 2), out
         ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens, cum_seq_lens_q,
-                                           cum_seq_lens_kv) + flat(sinks) + (out,))
+                                           cum_seq_lens_kv) + flat(sinks)
+              + flat(kv_block_scales) + (out,))
         lens = tuple((field, x, slot) for (field, slot), x in
                      zip(_LENS, (cum_seq_lens_q, cum_seq_lens_kv)))
         record_paged_call(entry, key, args, b, ts, kpart, vpart, block_tables, seq_lens,
-                          sinks, rows, rows, out_alloc, _FAMILY, dts, device, lens=lens,
-                          total_from=0)
+                          sinks, rows, rows, out_alloc, _FAMILY, dts, device, sf_parts,
+                          lens=lens, total_from=0)
     E.launch(workspace_buffer, caps, B, max(rows, 1), device, make_batch, args, _FAMILY, dts,
              rows, record=record if key is not None and B > 0 else None)
     del keep

@@ -1,7 +1,8 @@
-"""NVFP4 KV in xqa_batch_decode_with_kv_cache (kv_cache_sf) without a GPU: the mapping of
-the reference's forms onto fi_attn_args (k / v as E2M1 bytes, k_sf / v_sf as E4M3 rows),
+"""NVFP4 KV in xqa_batch_decode_with_kv_cache (kv_cache_sf) and
+trtllm_batch_context_with_kv_cache (kv_block_scales) without a GPU: the mapping of the
+reference's forms onto fi_attn_args (k / v as E2M1 bytes, k_sf / v_sf as E4M3 rows),
 argument validation, the layout statuses, the CPU reference's refusal, and the torch
-dequantisation the GPU test compares against."""
+dequantisation the GPU tests compare against."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -77,13 +78,9 @@ def _desc(ft):
     return ft.data, ft.dtype, list(ft.shape[:ft.ndim]), list(ft.stride[:ft.ndim])
 
 
-@pytest.mark.parametrize("layout,form", [("NHD", "single"), ("HND", "single"),
-                                         ("NHD", "tuple"), ("HND", "tuple")])
-def test_nvfp4_forms_map_onto_e2m1_kv_and_e4m3_scale_rows(rec, layout, form):
-    g = torch.Generator().manual_seed(1)
-    q, kv, sf, bt, lens = _inputs(g, layout, form)
-    _call(q, kv, sf, bt, lens, layout)
-    a, caps = rec.args[-1], rec.caps[-1]
+def _assert_nvfp4_mapping(a, caps, kv, sf, layout, form):
+    """The recorded args / caps describe _inputs' cache (kv) and scales (sf) in place: k / v
+    E2M1 byte views [P, PS, HKV, D / 2], k_sf / v_sf E4M3 views [P, PS, HKV, D / 16]."""
     assert caps.kv_dtype == C.FI_DTYPE_E2M1 and caps.head_dim_qk == caps.head_dim_vo == D
     assert (caps.num_pages, caps.page_size, caps.num_kv_heads) == (P, PS, HKV)
     kvs = kv.unbind(1) if form == "single" else kv
@@ -96,6 +93,17 @@ def test_nvfp4_forms_map_onto_e2m1_kv_and_e4m3_scale_rows(rec, layout, form):
         addr, sh, st = _logical(x, layout)
         assert _desc(ft) == (addr, C.FI_DTYPE_E4M3, sh, st)
         assert sh == [P, PS, HKV, D // 16]
+
+
+@pytest.mark.parametrize("layout,form", [("NHD", "single"), ("HND", "single"),
+                                         ("NHD", "tuple"), ("HND", "tuple")])
+def test_nvfp4_forms_map_onto_e2m1_kv_and_e4m3_scale_rows(rec, layout, form):
+    g = torch.Generator().manual_seed(1)
+    q, kv, sf, bt, lens = _inputs(g, layout, form)
+    _call(q, kv, sf, bt, lens, layout)
+    a = rec.args[-1]
+    assert rec.caps[-1].kind == C.FI_KIND_GQA_DECODE
+    _assert_nvfp4_mapping(a, rec.caps[-1], kv, sf, layout, form)
     assert a.bmm1_scale == pytest.approx(0.3) and a.bmm2_scale == pytest.approx(0.7)
 
 
@@ -193,3 +201,77 @@ def test_reference_dequantisation_known_values():
     assert x.shape == (1, 32)
     assert x[0, :4].tolist() == [0.25, 0.5, -0.25, -3.0]
     assert x[0, 16].item() == 12.0 and x[0, 17].item() == 0.0
+
+
+# ---- context attention (trtllm_batch_context_with_kv_cache, kv_block_scales) --------------
+
+def _ctx_call(q, kv, sf, bt, lens, layout="HND", out=None, ws=None):
+    """Context call over _inputs' batch as prefill chunks: q_len 1 each (the first B rows of
+    q), kv_len lens; bt [B, 3]."""
+    n = bt.shape[0]
+    cq = torch.arange(n + 1, dtype=torch.int32)
+    ck = torch.cat([torch.zeros(1, dtype=torch.int32), lens.cumsum(0).to(torch.int32)])
+    return fiattn.prefill.trtllm_batch_context_with_kv_cache(
+        q, kv, torch.empty(1) if ws is None else ws, bt, lens, 1, 48, 0.3, 0.7, n, cq, ck,
+        out=out, kv_layout=layout, kv_block_scales=sf)
+
+
+@pytest.mark.parametrize("layout,form", [("HND", "single"), ("NHD", "tuple")])
+def test_context_nvfp4_forms_map_onto_e2m1_kv_and_e4m3_scale_rows(rec, layout, form):
+    g = torch.Generator().manual_seed(11)
+    q, kv, sf, bt, lens = _inputs(g, layout, form)
+    _ctx_call(q, kv, sf, bt, lens, layout)
+    assert rec.caps[-1].kind == C.FI_KIND_CONTEXT
+    _assert_nvfp4_mapping(rec.args[-1], rec.caps[-1], kv, sf, layout, form)
+
+
+def test_context_nvfp4_repeat_call_refreshes_scale_addresses(rec):
+    g = torch.Generator().manual_seed(12)
+    q, kv, sf, bt, lens = _inputs(g, "HND", "tuple")
+    ws = torch.empty(1, dtype=torch.uint8)
+    _ctx_call(q, kv, sf, bt, lens, ws=ws)
+    e = E.cached_entry(ws)
+    fast = next(iter(e.memo.values()))
+    sf2 = tuple(x.clone() for x in sf)  # same layout, new addresses: the record is reused
+    _ctx_call(q, kv, sf2, bt, lens, ws=ws)
+    a = rec.args[-1]
+    assert len(e.memo) == 1 and next(iter(e.memo.values())) is fast
+    assert a.k_sf.data == sf2[0].data_ptr() and a.v_sf.data == sf2[1].data_ptr()
+
+
+def test_context_nvfp4_not_on_the_cpu_reference():
+    g = torch.Generator().manual_seed(13)
+    q, kv, sf, bt, lens = _inputs(g, "HND", "single")
+    out = torch.zeros(q.shape)
+    with pytest.raises(fiattn.FiattnNotImplementedError, match="FI_ERR_UNSUPPORTED_DTYPE") as ei:
+        _ctx_call(q, kv, sf, bt, lens, out=out)
+    assert "nvfp4" in str(ei.value)
+    assert (out == 0).all()
+
+
+def test_context_nvfp4_argument_errors():
+    g = torch.Generator().manual_seed(14)
+    q, kv, sf, bt, lens = _inputs(g, "HND", "single")
+    out = torch.full(q.shape, 5.0)
+    with pytest.raises(ValueError, match="needs its block scales, kv_block_scales"):
+        _ctx_call(q, kv, None, bt, lens, out=out)
+    with pytest.raises(ValueError, match="kv_block_scales belongs to an NVFP4"):
+        _ctx_call(q, torch.randn(P, 2, HKV, PS, D), sf, bt, lens, out=out)
+    with pytest.raises(ValueError, match="head_dim / 2"):
+        _ctx_call(q, torch.zeros(P, 2, HKV, PS, D, dtype=torch.uint8), sf, bt, lens, out=out)
+    with pytest.raises(ValueError, match="k_scales must be .*head_dim / 16"):
+        _ctx_call(q, kv, sf[..., :2].contiguous(), bt, lens, out=out)
+    with pytest.raises(ValueError, match="page_size"):
+        _ctx_call(q, kv, sf[:, :, :, :8].contiguous(), bt, lens, out=out)
+    with pytest.raises(TypeError, match="kv_block_scales"):
+        _ctx_call(q, kv, sf.float(), bt, lens, out=out)
+    with pytest.raises(ValueError, match="kv_block_scales as a tuple"):
+        _ctx_call(q, kv, (sf[:, 0],), bt, lens, out=out)
+    row = D // 16
+    buf = torch.zeros(sf.numel() + row, dtype=torch.uint8)
+    with pytest.raises(fiattn.FiattnValueError, match="FI_ERR_MISALIGNED_POINTER"):
+        _ctx_call(q, kv, buf[1:1 + sf.numel()].view(sf.shape), bt, lens, out=out)
+    wide = torch.zeros(P, 2, HKV, PS, row + 1, dtype=torch.uint8)[..., :row]
+    with pytest.raises(fiattn.FiattnValueError, match="FI_ERR_BAD_STRIDE"):
+        _ctx_call(q, kv, wide, bt, lens, out=out)
+    assert (out == 5.0).all()

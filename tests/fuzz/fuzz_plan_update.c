@@ -14,7 +14,8 @@
  * In-set caps use another row of the kind's tile table (caps.variant: 32-row tiles, the
  * data-parallel partition of the device planner's rows, the context walk) in about 1 of 4
  * inputs.  Caps outside the sets include each FI_LIMIT_* exceeded, a variant naming no row
- * (FI_ERR_UNSUPPORTED_VARIANT) and NVFP4 KV for other kinds than GQA decode; batch mutations include cum_seq_lens for a decode kind and a row length
+ * (FI_ERR_UNSUPPORTED_VARIANT) and NVFP4 KV for MLA decode (GQA decode and context take it);
+ * batch mutations include cum_seq_lens for a decode kind and a row length
  * making B x P overflow int32 (with the table far shorter than declared).
  * Sparse top-k (fiattn.h fi_caps.sparse_top_k, docs/DESIGN.md 3a): MLA decode caps get
  * K = 1..64 (sometimes 0, dense) in about 4 of 10 inputs; out of the set, K < 0 or
@@ -175,7 +176,7 @@ static fi_caps fuzz_caps(tt_fz *f, int *in_set, int *want) {
         case 11: c.max_q_tokens = FI_LIMIT_MAX_Q_TOKENS + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_MAX_Q_TOKENS); break;
         case 12: c.num_pages = FI_LIMIT_NUM_PAGES + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_NUM_PAGES); break;
         case 13: c.num_ctas = FI_LIMIT_NUM_CTAS + tt_fz_int(f, 1, INT32_MAX - FI_LIMIT_NUM_CTAS); break;
-        case 14: c.kv_dtype = FI_DTYPE_E2M1; *in_set = c.kind == FI_KIND_GQA_DECODE; break;
+        case 14: c.kv_dtype = FI_DTYPE_E2M1; *in_set = c.kind == FI_KIND_GQA_DECODE || c.kind == FI_KIND_CONTEXT; break;
         /* sparse_top_k out of range, or K > 0 on a kind without sparse top-k */
         case 15:
             c.sparse_top_k = tt_fz_chance(f, 32) ? INT32_MIN : -tt_fz_int(f, 1, 3);

@@ -23,7 +23,8 @@
  *     sit where they sat (causal: kv_len - q_len + i1 keys; non-causal: kv_len keys and the
  *     window shifted by q_len - i1, one call per block when windowed), on the canonical
  *     host cache through the request's own page-table row (no copy, no dequantisation: the
- *     reference reads bf16 / fp16 / e4m3 itself);
+ *     reference reads bf16 / fp16 / e4m3 itself; an NVFP4 cache, which it does not read, is
+ *     dequantised once to fp32, e2m1 x e4m3 scale, by gqa_case_dequantised_kv);
  *   - request lengths from the bundled trace (prefill with and without a cached prefix,
  *     mixed prefill chunks + decodes) and the FLOPs of a batch.
  * Tolerances are the decode case's (gqa_case_tol): per (token, head) row ||out - ref|| /
@@ -273,12 +274,20 @@ static inline int32_t ctx_sub_batch(const gqa_case *c, const ctx_block *bl, int3
     return cq[nb];
 }
 
-/* The fp64 truth of blocks bl[nb] (one fi_naive_attention call, file comment) into
- * c->ref_out / c->ref_lse at the blocks' token rows. */
-static inline int ctx_reference_call(gqa_case *c, const ctx_block *bl, int32_t nb,
-                                     int32_t window_left, char *msg, size_t cap) {
+/* The host cache the reference reads: the canonical K / V arrays [num_pages, page_size,
+ * H_kv, w] of dtype dt (the case's own, or an NVFP4 cache dequantised to fp32). */
+typedef struct ctx_ref_kv {
+    const void *k, *v;
+    fi_dtype dt;
+    int64_t w;
+} ctx_ref_kv;
+
+/* The fp64 truth of blocks bl[nb] (one fi_naive_attention call, file comment) on cache kc
+ * into c->ref_out / c->ref_lse at the blocks' token rows. */
+static inline int ctx_reference_call(gqa_case *c, const ctx_ref_kv *kc, const ctx_block *bl,
+                                     int32_t nb, int32_t window_left, char *msg, size_t cap) {
     const int64_t Hq = c->o.heads_q, Hkv = c->o.heads_kv, D = c->o.head_dim,
-                  ps = c->o.page_size, NP = c->num_pages;
+                  ps = c->o.page_size, NP = c->num_pages, W = kc->w;
     if (nb <= 0) return 0;
     int32_t *cq = (int32_t *)malloc(sizeof(int32_t) * (size_t)(nb + 1));
     int32_t *ck = (int32_t *)malloc(sizeof(int32_t) * (size_t)(nb + 1));
@@ -299,6 +308,7 @@ static inline int ctx_reference_call(gqa_case *c, const ctx_block *bl, int32_t n
         fi_caps caps = gqa_caps(&c->o, nb, rows, c->num_pages);
         caps.max_batch = nb;
         caps.max_q_tokens = rows;
+        caps.kv_dtype = kc->dt;
         caps.o_dtype = FI_DTYPE_F32;
         caps.num_ctas = 1;
         caps.variant = 0;
@@ -306,13 +316,13 @@ static inline int ctx_reference_call(gqa_case *c, const ctx_block *bl, int32_t n
         memset(&a, 0, sizeof a);
         const int halves = sub.kv_split_pages ? 2 : 1;
         int64_t qs[3] = {rows, Hq, D}, qst[3] = {Hq * D, D, 1};
-        int64_t ks[4] = {NP, ps, Hkv, c->W}, kst[4] = {ps * Hkv * c->W, Hkv * c->W, c->W, 1};
+        int64_t ks[4] = {NP, ps, Hkv, W}, kst[4] = {ps * Hkv * W, Hkv * W, W, 1};
         int64_t ts[3] = {nb, halves, P}, tst[3] = {halves * (int64_t)P, P, 1};
         int64_t t2[2] = {nb, P}, t2s[2] = {P, 1};
         int64_t ls[2] = {rows, Hq}, lst[2] = {Hq, 1};
         a.q = fi_tensor_make(q, c->o.dtype, 3, qs, qst);
-        a.k = fi_tensor_make(c->h_k, c->o.kv_dtype, 4, ks, kst);
-        a.v = fi_tensor_make(c->h_v, c->o.kv_dtype, 4, ks, kst);
+        a.k = fi_tensor_make((void *)kc->k, kc->dt, 4, ks, kst);
+        a.v = fi_tensor_make((void *)kc->v, kc->dt, 4, ks, kst);
         a.page_table = halves == 2 ? fi_tensor_make(tbl, FI_DTYPE_I32, 3, ts, tst)
                                    : fi_tensor_make(tbl, FI_DTYPE_I32, 2, t2, t2s);
         a.out = fi_tensor_make(out, FI_DTYPE_F32, 3, qs, qst);
@@ -351,14 +361,25 @@ static inline int ctx_reference_call(gqa_case *c, const ctx_block *bl, int32_t n
 static inline int ctx_case_reference(ctx_case *x, char *msg, size_t cap) {
     gqa_case *c = &x->g;
     const fi_batch *bt = &c->fb.batch;
-    if (bt->causal || bt->window_left < 0)
-        return ctx_reference_call(c, x->blocks, x->n_blocks, bt->window_left, msg, cap);
-    for (int32_t k = 0; k < x->n_blocks; k++) {
-        const ctx_block *bl = &x->blocks[k];
-        const int32_t shift = c->fb.q_lens[bl->b] - bl->i1;
-        if (ctx_reference_call(c, bl, 1, bt->window_left + shift, msg, cap)) return -1;
+    ctx_ref_kv kc = {c->h_k, c->h_v, c->o.kv_dtype, c->W};
+    float *dk = NULL, *dv = NULL;
+    if (c->o.kv_dtype == FI_DTYPE_E2M1) {
+        if (gqa_case_dequantised_kv(c, &dk, &dv, msg, cap)) return -1;
+        kc = (ctx_ref_kv){dk, dv, FI_DTYPE_F32, c->o.head_dim};
     }
-    return 0;
+    int rc = 0;
+    if (bt->causal || bt->window_left < 0) {
+        rc = ctx_reference_call(c, &kc, x->blocks, x->n_blocks, bt->window_left, msg, cap);
+    } else {
+        for (int32_t k = 0; k < x->n_blocks && !rc; k++) {
+            const ctx_block *bl = &x->blocks[k];
+            const int32_t shift = c->fb.q_lens[bl->b] - bl->i1;
+            rc = ctx_reference_call(c, &kc, bl, 1, bt->window_left + shift, msg, cap);
+        }
+    }
+    free(dk);
+    free(dv);
+    return rc;
 }
 
 /* Every output element finite and every lse what its request allows (no poison left):

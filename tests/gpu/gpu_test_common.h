@@ -594,6 +594,47 @@ static inline void gt_expect_untouched(const gt_case *g) {
     }
 }
 
+/* The refusals of an NVFP4 plan's block scales (k_sf / v_sf, executor/gqa/gqa_host.c,
+ * shared by GQA decode and context) and of its packed k / v row width, on a plan whose KV
+ * is E2M1: each member of good (the case's own arguments) broken alone gets its status,
+ * before any launch.  good must run first (else every status below would be the family's
+ * refusal); out and lse are poisoned after it and must stay untouched. */
+static inline void gt_expect_nvfp4_scale_statuses(const gt_case *g, const fi_attn_args *good) {
+    const fi_caps *caps = fi_plan_caps(g->plan);
+    const long long Hkv = caps->num_kv_heads, D = caps->head_dim_qk, ps = caps->page_size;
+    const long long other_heads = Hkv > 1 ? Hkv / 2 : 2;
+    char msg[768];
+    assert_int_equal(caps->kv_dtype, FI_DTYPE_E2M1);
+    if (gt_run_args(g, good, msg, sizeof msg)) {
+        g->f->free(g->c);
+        fail_msg("%sgood NVFP4 arguments: %s",
+                 gt_unsupported_prefix(g, msg, "NOT SUPPORTED BY THE GPU FAMILY YET: "), msg);
+    }
+    assert_int_equal(gc_poison(&g->io, g->stream, msg, sizeof msg), 0);
+    GT_EXPECT_EDIT(g, good, (memset(&a_.k_sf, 0, sizeof a_.k_sf)), FI_ERR_NULL_ARGUMENT,
+                   "NVFP4 without k_sf");
+    GT_EXPECT_EDIT(g, good, (memset(&a_.v_sf, 0, sizeof a_.v_sf)), FI_ERR_NULL_ARGUMENT,
+                   "NVFP4 without v_sf");
+    GT_EXPECT_EDIT(g, good, a_.k_sf.shape[3] = D / 8, FI_ERR_SHAPE_MISMATCH,
+                   "k_sf last dim D / 8 = %lld", D / 8);
+    GT_EXPECT_EDIT(g, good, a_.v_sf.shape[2] = other_heads, FI_ERR_SHAPE_MISMATCH,
+                   "v_sf %lld heads under H_kv %lld", other_heads, Hkv);
+    GT_EXPECT_EDIT(g, good, a_.k_sf.shape[1] = 2 * ps, FI_ERR_SHAPE_MISMATCH,
+                   "k_sf page_size %lld under %lld", 2 * ps, ps);
+    GT_EXPECT_EDIT(g, good, a_.k_sf.ndim = 3, FI_ERR_SHAPE_MISMATCH, "k_sf 3-D");
+    GT_EXPECT_EDIT(g, good, a_.k_sf.dtype = FI_DTYPE_BF16, FI_ERR_UNSUPPORTED_DTYPE, "k_sf bf16");
+    GT_EXPECT_EDIT(g, good, a_.v_sf.dtype = FI_DTYPE_E2M1, FI_ERR_UNSUPPORTED_DTYPE,
+                   "v_sf E2M1 (scales are e4m3)");
+    GT_EXPECT_EDIT(g, good, a_.v_sf.stride[3] = 2, FI_ERR_BAD_STRIDE, "v_sf last stride 2");
+    GT_EXPECT_EDIT(g, good, a_.k_sf.data = (uint8_t *)good->k_sf.data + 2,
+                   FI_ERR_MISALIGNED_POINTER, "k_sf + 2 bytes (rows of %lld bytes)", D / 16);
+    GT_EXPECT_EDIT(g, good, a_.k.shape[3] = D, FI_ERR_SHAPE_MISMATCH,
+                   "NVFP4 k last dim D = %lld (must be D / 2 bytes)", D);
+    GT_EXPECT_EDIT(g, good, a_.v.dtype = FI_DTYPE_E4M3, FI_ERR_UNSUPPORTED_DTYPE,
+                   "v fp8 e4m3 under NVFP4 caps");
+    gt_expect_untouched(g);
+}
+
 /* The plan states fi_run refuses whatever the arguments: a device plan before its first
  * update (FI_ERR_NOT_PLANNED) and a host-only plan, planned for batch but without a
  * workspace (FI_ERR_HOST_PLAN).  good: arguments valid for caps. */

@@ -523,6 +523,29 @@ static inline float gqa_kv_value(const gqa_case *c, int which, int64_t r, int64_
     }
 }
 
+/* The whole canonical K and V ([n_rows, D], row r = (page, token, head)) dequantised to
+ * fp32 (gqa_kv_value: NVFP4 as e2m1 x e4m3 scale) into *k / *v, malloc'd for the caller to
+ * free.  0, or -1 and a message (nothing allocated then). */
+static inline int gqa_case_dequantised_kv(const gqa_case *c, float **k, float **v, char *msg,
+                                          size_t cap) {
+    const int64_t D = c->o.head_dim, n = c->n_rows * D;
+    *k = (float *)malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    *v = (float *)malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!*k || !*v) {
+        free(*k);
+        free(*v);
+        *k = *v = NULL;
+        gc_msg(msg, cap, "host allocation failed (dequantised KV, %lld values)", (long long)n);
+        return -1;
+    }
+    for (int64_t r = 0; r < c->n_rows; r++)
+        for (int64_t d = 0; d < D; d++) {
+            (*k)[r * D + d] = gqa_kv_value(c, 0, r, d);
+            (*v)[r * D + d] = gqa_kv_value(c, 1, r, d);
+        }
+    return 0;
+}
+
 /* The fp64 truth of requests [b0, b1) into ref_out / ref_lse at their token rows: each
  * request alone, its pages gathered (in page-table order) into a compact fp32 cache.
  * Decode cases (2-D block_tables); context cases: ctx_case_reference (context_gpu_case.h). */

@@ -17,15 +17,18 @@
  *
  * Before the GPU family lands fi_run returns FI_ERR_UNSUPPORTED_KIND and every test fails
  * saying "NOT SUPPORTED BY THE GPU FAMILY YET".  fp8 e4m3 KV is checked against the
- * reference like every other case (context_fp8_kv_matches_reference); NVFP4 KV is not in
- * the family yet: context_nvfp4_kv_refused_until_supported pins the refusal.
+ * reference like every other case (context_fp8_kv_matches_reference); NVFP4 KV against
+ * the reference run on the dequantised cache (context_nvfp4_kv_matches_dequantised_reference),
+ * its bad block scales by context_nvfp4_bad_scale_tensors_return_their_status.
  *
  * Run one test only (e.g. under compute-sanitizer):
  *   FI_GPU_TEST_FILTER=sanitize_small_case compute-sanitizer --tool memcheck \
  *       build/tests/gpu/test_context_gpu
  *   FI_GPU_TEST_FILTER=sanitize_small_case compute-sanitizer --tool racecheck \
  *       build/tests/gpu/test_context_gpu
- * (the filter is a cmocka glob over test names).
+ * and the same with sanitize_small_case_fp8_kv / sanitize_small_case_nvfp4_kv (the
+ * producer's register path; sanitize_small_case* runs all three).  The filter is a cmocka
+ * glob over test names.
  */
 #include <math.h>
 
@@ -493,7 +496,7 @@ static void context_bad_tensors_return_their_status_and_write_nothing(void **sta
     expect_status(&x, &a, FI_ERR_SHAPE_MISMATCH, "block_tables [B, 1, P] under a 2-D plan");
     a = good; a.page_table.stride[0] = c->P + 1;
     expect_status(&x, &a, FI_ERR_BAD_STRIDE, "block_tables row stride P + 1");
-    /* KV of the dtypes the first version does not run, on this bf16 plan */
+    /* KV views of another dtype than this bf16 plan's (every KV dtype has its plan) */
     a = good; a.k.dtype = a.v.dtype = FI_DTYPE_E4M3;
     expect_status(&x, &a, FI_ERR_UNSUPPORTED_DTYPE, "k / v fp8 e4m3 under bf16 KV caps");
     a = good; a.k.dtype = a.v.dtype = FI_DTYPE_E2M1; a.k.shape[3] = a.v.shape[3] = 64;
@@ -525,58 +528,104 @@ static void context_bad_tensors_return_their_status_and_write_nothing(void **sta
  * 128 / 256, bf16 and fp16 q, groups 1 / 4 / 8, page sizes 16 / 64, the sweep's layouts,
  * forms, sinks, windows and CTA counts (gqa_sweep_opts), q_len mixes over cached prefixes,
  * and fp8 output on two of them; then a long request whose tiles must be cut and merged. */
+/* Case k (0..11) of the quantised-KV sweeps (fp8 e4m3, NVFP4): D 64 / 128 / 256 (k % 3),
+ * group 1 / 4 / 8 over 2 or 1 KV heads, page size 16 / 64, bf16 / fp16 by k's parity, the
+ * every-shape sweep's options of index k + sweep (gqa_sweep_opts); three requests of q_len
+ * Q_MIX[(k + qstep b) % 5] into q, request 0 without a cached prefix, the others with 1 ..
+ * 900 keys before their rows, into kv. */
+static gqa_opts quant_kv_case(int k, fi_dtype kv_dtype, int sweep, int qstep, int32_t *q,
+                              int32_t *kv, tt_rng *rng) {
+    const int32_t d = DIMS[k % 3], g = k % 4 == 3 ? 8 : k % 2 ? 4 : 1;
+    const int32_t hkv = g == 8 ? 1 : 2, ps = PAGES[(k / 3) & 1];
+    gqa_opts o = ctx_default_opts(g * hkv, hkv, d, ps);
+    o.kv_dtype = kv_dtype;
+    o.dtype = k & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
+    gqa_sweep_opts(&o, k + sweep, ps);
+    for (int32_t b = 0; b < 3; b++) {
+        q[b] = Q_MIX[(k + qstep * b) % 5];
+        kv[b] = q[b] + (b == 0 ? 0 : tt_rng_int(rng, 1, 900));
+    }
+    return o;
+}
+
+/* 8 tiles (one per KV head, 32/8 heads D 128) of an 11000-key request beside a decode, on
+ * the device's CTAs: the tiles must be cut and merged.  Its plan's split figures. */
+static split_stats quant_kv_long_request(fi_dtype kv_dtype, int sinks, tt_rng *rng) {
+    gqa_opts o = ctx_default_opts(32, 8, 128, 64);
+    o.kv_dtype = kv_dtype;
+    o.sinks = sinks;
+    int32_t q[2] = {32, 1}, kv[2] = {11000, 700};
+    return run_and_check(&o, q, kv, 2, rng, 2);
+}
+
 static void context_fp8_kv_matches_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     tt_rng rng = gt_test_rng(14);
     int n_split = 0;
     for (int k = 0; k < 12; k++) {
-        const int32_t d = DIMS[k % 3], g = k % 4 == 3 ? 8 : k % 2 ? 4 : 1;
-        const int32_t hkv = g == 8 ? 1 : 2, ps = PAGES[(k / 3) & 1];
-        gqa_opts o = ctx_default_opts(g * hkv, hkv, d, ps);
-        o.kv_dtype = FI_DTYPE_E4M3;
-        o.dtype = k & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
-        gqa_sweep_opts(&o, k + 5, ps);
-        o.o_dtype = k % 5 == 4 ? FI_DTYPE_E4M3 : 0;
         int32_t q[3], kv[3];
-        for (int32_t b = 0; b < 3; b++) {
-            q[b] = Q_MIX[(k + b) % 5];
-            kv[b] = q[b] + (b == 0 ? 0 : tt_rng_int(&rng, 1, 900));
-        }
+        gqa_opts o = quant_kv_case(k, FI_DTYPE_E4M3, 5, 1, q, kv, &rng);
+        o.o_dtype = k % 5 == 4 ? FI_DTYPE_E4M3 : 0;
         n_split += run_and_check(&o, q, kv, 3, &rng, 2).groups > 0;
     }
-    /* 8 tiles (one per KV head) of a long request over the device's CTAs: must be cut */
-    gqa_opts o = ctx_default_opts(32, 8, 128, 64);
-    o.kv_dtype = FI_DTYPE_E4M3;
-    int32_t q[2] = {32, 1}, kv[2] = {11000, 700};
-    const split_stats s = run_and_check(&o, q, kv, 2, &rng, 2);
+    const split_stats s = quant_kv_long_request(FI_DTYPE_E4M3, 0, &rng);
     print_message("  13 fp8 KV cases: %d of the first 12 with merged splits, the last %d groups\n",
                   n_split, s.groups);
     assert_true(s.groups > 0); /* the long request's tiles were cut and merged */
 }
 
-/* ---- NVFP4 KV: not in this family yet ------------------------------------------------------ */
+/* ---- NVFP4 KV ------------------------------------------------------------------------------- */
 
-/* Flip when the family runs it: the caps refuse NVFP4 KV for the context kind, and fi_run
- * refuses NVFP4 k / v views on a bf16 plan. */
-static void context_nvfp4_kv_refused_until_supported(void **state) {
+/* NVFP4 caches (random bytes: every e2m1 pair, signs and zeros included; random e4m3 block
+ * scales per 16 values, k_sf / v_sf packed in the cache's own layout and form) against the
+ * fp64 reference run on the same cache dequantised to fp32 (e2m1 x scale: the kernel's
+ * conversion is exact, so the bound is the 16-bit cache's, 1e-2 a row): D 64 / 128 / 256,
+ * bf16 and fp16 q, groups 1 / 4 / 8, page sizes 16 / 64, the sweep's layouts, one tensor /
+ * (K, V) pair, sinks, windows and CTA counts (gqa_sweep_opts), [B, 2, P] tables, q_len mixes
+ * over cached prefixes, fp8 output on two; then a long request whose tiles must be cut and
+ * merged. */
+static void context_nvfp4_kv_matches_dequantised_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = gt_test_rng(15);
-    int32_t q[2] = {100, 1}, kv[2] = {300, 50};
-    gqa_opts o = ctx_default_opts(32, 8, 128, 64);
+    tt_rng rng = gt_test_rng(16);
+    int n_split = 0, n_win = 0, n_sinks = 0, n_pair = 0, n_hnd = 0;
+    for (int k = 0; k < 12; k++) {
+        int32_t q[3], kv[3];
+        gqa_opts o = quant_kv_case(k, FI_DTYPE_E2M1, 7, 2, q, kv, &rng);
+        o.o_dtype = k % 5 == 2 ? FI_DTYPE_E4M3 : 0;
+        o.kv_split_pages = k % 4 == 1;
+        n_split += run_and_check(&o, q, kv, 3, &rng, 2).groups > 0;
+        n_win += o.windowed;
+        n_sinks += o.sinks;
+        n_pair += o.kv_form == GQA_KV_PAIR;
+        n_hnd += o.layout == GQA_HND;
+    }
+    const split_stats s = quant_kv_long_request(FI_DTYPE_E2M1, 1, &rng);
+    print_message("  13 NVFP4 KV cases: of the first 12 %d with merged splits, %d windowed, %d "
+                  "with sinks, %d (K, V) pairs, %d HND; the last %d groups\n",
+                  n_split, n_win, n_sinks, n_pair, n_hnd, s.groups);
+    assert_true(n_win > 0 && n_sinks > 0 && n_pair > 0 && n_pair < 12 && n_hnd > 0 && n_hnd < 12);
+    assert_true(s.groups > 0); /* the long request's tiles were cut and merged */
+}
+
+/* An NVFP4 plan refuses broken block scales and k / v rows of the wrong width, each with its
+ * status and nothing written (the shared checks, gt_expect_nvfp4_scale_statuses); the
+ * case's own arguments run before and after. */
+static void context_nvfp4_bad_scale_tensors_return_their_status(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(17);
+    gqa_opts o = ctx_default_opts(32, 8, 128, 16);
     o.kv_dtype = FI_DTYPE_E2M1;
-    fi_caps caps = gqa_caps(&o, 2, 101, 16);
-    assert_int_equal(fi_caps_validate(&caps), FI_ERR_UNSUPPORTED_DTYPE);
-    o.kv_dtype = 0;
+    o.kv_form = GQA_KV_PAIR;
+    int32_t q[3] = {100, 1, 40}, kv[3] = {300, 50, 40};
     ctx_case x;
-    init_or_fail(&x, &o, q, kv, 2, 0, &rng);
-    poison_or_fail(&x);
-    fi_attn_args a = gqa_case_args(&x.g);
-    a.k.dtype = a.v.dtype = FI_DTYPE_E2M1; /* D / 2 bytes a row, no block scales */
-    a.k.shape[3] = a.v.shape[3] = 64;
-    expect_status(&x, &a, FI_ERR_UNSUPPORTED_DTYPE, "NVFP4 KV views on a bf16 plan");
-    expect_untouched(&x);
+    init_or_fail(&x, &o, q, kv, 3, 0, &rng);
+    const fi_attn_args good = gqa_case_args(&x.g);
+    const gt_case g = gt(&x);
+    gt_expect_nvfp4_scale_statuses(&g, &good);
+    gt_check(&g, 1);
     ctx_case_free(&x);
 }
 
@@ -701,16 +750,24 @@ static void sanitize_small_case_fp8_kv(void **state) {
     REQUIRE_GPU();
     sanitize_case(FI_DTYPE_E4M3);
 }
+/* The same with an NVFP4 cache (the register path with the block-scale rows). */
+static void sanitize_small_case_nvfp4_kv(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    sanitize_case(FI_DTYPE_E2M1);
+}
 
 int main(void) {
     gt_begin("test_context_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sanitize_small_case),
         cmocka_unit_test(sanitize_small_case_fp8_kv),
+        cmocka_unit_test(sanitize_small_case_nvfp4_kv),
         cmocka_unit_test(context_skip_softmax_skips_dominated_blocks),
         cmocka_unit_test(context_bad_tensors_return_their_status_and_write_nothing),
-        cmocka_unit_test(context_nvfp4_kv_refused_until_supported),
+        cmocka_unit_test(context_nvfp4_bad_scale_tensors_return_their_status),
         cmocka_unit_test(context_fp8_kv_matches_reference),
+        cmocka_unit_test(context_nvfp4_kv_matches_dequantised_reference),
         cmocka_unit_test(context_matches_reference_every_shape),
         cmocka_unit_test(context_window_left_and_sinks_match_reference),
         cmocka_unit_test(context_non_causal_matches_reference),

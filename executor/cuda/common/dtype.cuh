@@ -4,6 +4,8 @@
  *                accumulate (PTX ISA, "mma" for sm_80+).
  *   OutStore<O>  the output element (bf16, fp16, fp8 e4m3 with a scale): store 2 or 4
  *                consecutive fp32 values rounded to nearest (even).
+ *   Exact conversions of quantised KV to the 16-bit types: fp8 e4m3, NVFP4 (e2m1 values
+ *                with an e4m3 scale per 16).
  */
 #pragma once
 
@@ -122,17 +124,57 @@ __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t x) {
     const __nv_bfloat162 b = __float22bfloat162_rn(f);
     return *reinterpret_cast<const uint32_t *>(&b);
 }
-/* Eight e4m3 values (as e4m3x8_to_f16x8) as eight bf16 (exact). */
-__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 x) {
-    const uint4 h = e4m3x8_to_f16x8(x);
+/* Eight fp16 values as eight T (bf16 or fp16): exact for values of at most 8 significant
+ * bits (the converted e4m3 and e2m1 x e4m3 values below). */
+template <typename T> __device__ __forceinline__ uint4 f16x8_to(uint4 h);
+template <> __device__ __forceinline__ uint4 f16x8_to<__half>(uint4 h) { return h; }
+template <> __device__ __forceinline__ uint4 f16x8_to<__nv_bfloat16>(uint4 h) {
     return make_uint4(f16x2_to_bf16x2(h.x), f16x2_to_bf16x2(h.y), f16x2_to_bf16x2(h.z),
                       f16x2_to_bf16x2(h.w));
 }
 /* Eight e4m3 values as eight T (bf16 or fp16), exact. */
-template <typename T> __device__ __forceinline__ uint4 e4m3x8_to(uint2 x);
-template <> __device__ __forceinline__ uint4 e4m3x8_to<__half>(uint2 x) { return e4m3x8_to_f16x8(x); }
-template <> __device__ __forceinline__ uint4 e4m3x8_to<__nv_bfloat16>(uint2 x) {
-    return e4m3x8_to_bf16x8(x);
+template <typename T> __device__ __forceinline__ uint4 e4m3x8_to(uint2 x) {
+    return f16x8_to<T>(e4m3x8_to_f16x8(x));
+}
+
+/* ---- NVFP4: e2m1 values, two a byte (low nibble first), an e4m3 scale per 16 values ---- */
+
+/* The KV element tag of an NVFP4 cache (its tensors are described in bytes). */
+struct nvfp4 {};
+
+/* e2m1 nibbles as fp8 e4m3 bytes (exact: sign to bit 7, the 3 magnitude bits to bits
+ * 4..2, so every value comes out x 2^-6; the block scale carries the 2^6 back).  x: one
+ * nibble in the low half of each byte. */
+__device__ __forceinline__ uint32_t e2m1_bytes_to_e4m3(uint32_t x) {
+    return ((x & 0x08080808u) << 4) | ((x & 0x07070707u) << 2);
+}
+/* Block scales (e4m3 bytes a, b) as an fp16 pair x 64 (<= 448 x 64: in range). */
+__device__ __forceinline__ __half2 sf_pair(uint32_t a, uint32_t b) {
+    const uint32_t h = e4m3x2_to_f16x2(a | (b << 8));
+    return __hmul2(*reinterpret_cast<const __half2 *>(&h), __floats2half2_rn(64.f, 64.f));
+}
+__device__ __forceinline__ uint32_t hmul2u(uint32_t x, __half2 s) {
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&x), s);
+    return *reinterpret_cast<const uint32_t *>(&r);
+}
+/* Eight e2m1 values (the 4 bytes of w, low nibble first) times their block scale s2 (both
+ * halves the scale x 64: sf_pair), as eight fp16 in element order.  Exact: an e2m1 value
+ * is 0, 0.5, 1, 1.5, 2, 3, 4 or 6 (2 significant bits) and an e4m3 scale has at most 4, so
+ * a product has at most 6 significant bits, is a multiple of 2^-10 (0.5 x the smallest
+ * e4m3 subnormal 2^-9) and at most 6 x 448 = 2688 in magnitude: an fp16 value (11 bits,
+ * normal from 2^-14) and a bf16 value (8 bits, fp32's range), so the one rounding of
+ * the fp16 multiply (and of f16x8_to<bf16>) changes nothing.  The factors are exact too:
+ * e2m1 x 2^-6 >= 2^-7 and scale x 64 in [2^-3, 28672]. */
+__device__ __forceinline__ uint4 e2m1x8_to_f16x8(uint32_t w, __half2 s2) {
+    const uint32_t ev = e2m1_bytes_to_e4m3(w), od = e2m1_bytes_to_e4m3(w >> 4);
+    const uint32_t a = __byte_perm(ev, od, 0x5140u); /* elements 0, 1, 2, 3 */
+    const uint32_t b = __byte_perm(ev, od, 0x7362u); /* elements 4, 5, 6, 7 */
+    return make_uint4(hmul2u(e4m3x2_to_f16x2(a), s2), hmul2u(e4m3x2_hi_to_f16x2(a), s2),
+                      hmul2u(e4m3x2_to_f16x2(b), s2), hmul2u(e4m3x2_hi_to_f16x2(b), s2));
+}
+/* The same as eight T (bf16 or fp16), exact. */
+template <typename T> __device__ __forceinline__ uint4 e2m1x8_to(uint32_t w, __half2 s2) {
+    return f16x8_to<T>(e2m1x8_to_f16x8(w, s2));
 }
 /* Eight bf16 values as eight fp16, rounded to nearest (exact for |x| in [2^-14, 65504]:
  * fp16 has the more mantissa bits; smaller values become fp16 subnormals, larger inf). */

@@ -5,7 +5,8 @@ groups): head_dim 64 / 128 / 256, groups 1 / 4 / 8, page sizes 16 / 64, HND and 
 tensor and (K, V) pairs, 3-D block tables, cached prefixes, q_len 1 decodes beside long
 chunks (and q_len 0 / kv_len 0 requests), fp8 output, device-resident lengths, the
 recorded repeat path, CUDA graph capture + replay with lengths changed by re-planning,
-fp8 e4m3 KV caches, and NotImplementedError for e5m2 / NVFP4 KV and NVFP4 output.
+fp8 e4m3 KV caches, NVFP4 KV caches (kv_block_scales) against the reference run on their
+fp64 dequantisation, and NotImplementedError for e5m2 KV and NVFP4 output.
 Outputs are poisoned (NaN) first: every row up to cum_seq_lens_q[-1] must be written, the
 rows past it not."""
 import math
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import fiattn  # noqa: E402
-from reference import rel_err  # noqa: E402
+from reference import nvfp4_dequant, rel_err  # noqa: E402
 from test_gpu import _capture  # noqa: E402  (call once on a side stream, then capture)
 
 DEV = "cuda"
@@ -93,22 +94,36 @@ class Case:
     def __init__(self, seed, q_lens, kv_lens, H, Hkv, D, ps, layout="HND", form="tuple",
                  dtype=torch.bfloat16, spare_rows=5, lengths_on=DEV, kv_dtype=None):
         """kv_dtype: None (query's) or torch.float8_e4m3fn: the caches hold fp8 values and
-        K / V (the reference's) the same values in dtype (exact)."""
+        K / V (the reference's) the same values in dtype (exact); "nvfp4": the caches hold
+        random e2m1 bytes (uint8, head_dim / 2) with random e4m3 block scales (self.sf,
+        uint8 [.., head_dim / 16] in the same layout and form, passed as kv_block_scales),
+        K / V their dequantisation in dtype (exact: every e2m1 x e4m3 product is)."""
         gc, gd = _gens(seed)
         self.q_lens, self.kv_lens = list(q_lens), list(kv_lens)
         self.H, self.D, self.layout, self.dtype = H, D, layout, dtype
         B = len(q_lens)
         P = max((k + ps - 1) // ps for k in kv_lens) + 1
         num_pages = B * P + 3
-        self.K = torch.randn(num_pages, ps, Hkv, D, generator=gd, device=DEV).to(dtype)
-        self.V = torch.randn(num_pages, ps, Hkv, D, generator=gd, device=DEV).to(dtype)
-        if kv_dtype is not None:
-            self.K, self.V = (x.to(kv_dtype).to(dtype) for x in (self.K, self.V))
+        self.sf = None
         perm = (lambda x: x.transpose(1, 2).contiguous()) if layout == "HND" else (lambda x: x)
-        if form == "tuple":
-            self.kv = (perm(self.K), perm(self.V))
+
+        def api_form(k, v):
+            return (perm(k), perm(v)) if form == "tuple" else torch.stack([perm(k), perm(v)], 1)
+        if kv_dtype == "nvfp4":
+            vals = [torch.randint(0, 256, (num_pages, ps, Hkv, D // 2), dtype=torch.uint8,
+                                  generator=gc) for _ in range(2)]
+            sfs = [torch.randint(0x18, 0x31, (num_pages, ps, Hkv, D // 16), dtype=torch.uint8,
+                                 generator=gc) for _ in range(2)]
+            self.K, self.V = (nvfp4_dequant(x, s).to(dtype).to(DEV) for x, s in zip(vals, sfs))
+            self.kv = api_form(*(x.to(DEV) for x in vals))
+            self.sf = api_form(*(s.to(DEV) for s in sfs))
+            kv_dtype = None
         else:
-            self.kv = torch.stack([perm(self.K), perm(self.V)], 1)
+            self.K = torch.randn(num_pages, ps, Hkv, D, generator=gd, device=DEV).to(dtype)
+            self.V = torch.randn(num_pages, ps, Hkv, D, generator=gd, device=DEV).to(dtype)
+            if kv_dtype is not None:
+                self.K, self.V = (x.to(kv_dtype).to(dtype) for x in (self.K, self.V))
+            self.kv = api_form(self.K, self.V)
         if kv_dtype is not None:
             self.kv = (tuple(x.to(kv_dtype) for x in self.kv) if form == "tuple"
                        else self.kv.to(kv_dtype))
@@ -127,6 +142,8 @@ class Case:
         return torch.full(self.q.shape, float("nan"), device=DEV).to(dt)
 
     def run(self, ws, bmm1, bmm2=1.0, out=None, bt=None, **kw):
+        if self.sf is not None:
+            kw.setdefault("kv_block_scales", self.sf)
         return fiattn.prefill.trtllm_batch_context_with_kv_cache(
             self.q, self.kv, ws, self.bt if bt is None else bt, self.sl, max(self.q_lens),
             max(self.kv_lens), bmm1, bmm2, len(self.q_lens), self.cq, self.ck, out=out,
@@ -330,7 +347,58 @@ def test_graph_capture_replay_with_changing_lengths(ws, lengths_on):
         c.check(out, c.ref(0.09))
 
 
-@pytest.mark.parametrize("what", ["e5m2_kv", "kv_block_scales", "nvfp4_out", "uint8_kv"])
+@pytest.mark.parametrize("D,group,ps,layout,form,dtype,window", [
+    (128, 4, 64, "HND", "tuple", torch.bfloat16, -1),
+    (64, 1, 16, "NHD", "single", torch.float16, -1),
+    (256, 8, 16, "HND", "single", torch.bfloat16, 100),
+    (128, 8, 32, "NHD", "tuple", torch.float16, 37)])
+def test_nvfp4_kv_cache_matches_dequantised_reference(ws, D, group, ps, layout, form, dtype,
+                                                      window):
+    """NVFP4 caches with kv_block_scales (as a (k_scales, v_scales) tuple and as one [pages,
+    2, ...] tensor, HND and NHD): the MIXED batch of prefills, cached prefixes and decodes,
+    sinks on three cases, windows on two, against the fp64 reference on the dequantised
+    cache; the tensor-wide (global) scales folded into bmm1_scale / bmm2_scale as the
+    reference API asks.  Then the recorded repeat path on new scale values."""
+    Hkv = 2
+    c = Case(6000 + D + group, [q for q, _ in MIXED], [q + p for q, p in MIXED], Hkv * group,
+             Hkv, D, ps, layout, form, dtype, kv_dtype="nvfp4")
+    sk = (torch.randn(Hkv * group, generator=_gens(9)[0]) * 2).to(DEV) if group > 1 else None
+    k_global, v_global = 0.25, 0.75
+    bmm1 = k_global / math.sqrt(D)
+    out = c.poisoned_out()
+    c.run(ws, bmm1, v_global, out=out, sinks=sk, window_left=window)
+    c.check(out, c.ref(bmm1, v_global, sinks=sk, window_left=window))
+    # the same call again with other scale bytes in place (the recorded path): V's scales
+    # halved where even, so the reference changes
+    sfs = c.sf if form == "tuple" else c.sf.unbind(1)
+    sfs[1].sub_(((sfs[1] & 1) == 0).to(torch.uint8) * 8)  # e4m3 exponent - 1: x 0.5
+    canon = sfs[1] if layout == "NHD" else sfs[1].transpose(1, 2)
+    vbytes = c.kv[1] if form == "tuple" else c.kv.unbind(1)[1]
+    vbytes = vbytes if layout == "NHD" else vbytes.transpose(1, 2)
+    c.V = nvfp4_dequant(vbytes.cpu(), canon.cpu()).to(dtype).to(DEV)
+    out2 = c.poisoned_out()
+    c.run(ws, bmm1, v_global, out=out2, sinks=sk, window_left=window)
+    c.check(out2, c.ref(bmm1, v_global, sinks=sk, window_left=window))
+
+
+def test_nvfp4_misaligned_scales_and_missing_scales_raise_before_launch(ws):
+    c = Case(9100, [20, 1], [20, 40], 8, 2, 128, 16, "HND", "tuple", kv_dtype="nvfp4")
+    out = torch.full(c.q.shape, 3.0, dtype=c.dtype, device=DEV)
+    row = 128 // 16
+    k_sf = c.sf[0]
+    buf = torch.zeros(k_sf.numel() + row, dtype=torch.uint8, device=DEV)
+    shifted = buf[1:1 + k_sf.numel()].view(k_sf.shape)
+    with pytest.raises(fiattn.FiattnValueError, match="FI_ERR_MISALIGNED_POINTER"):
+        c.run(ws, 0.1, out=out, kv_block_scales=(shifted, c.sf[1]))
+    with pytest.raises(ValueError, match="needs its block scales"):
+        c.run(ws, 0.1, out=out, kv_block_scales=None)
+    with pytest.raises(ValueError, match="k_scales must be"):
+        c.run(ws, 0.1, out=out, kv_block_scales=(k_sf[..., :4], c.sf[1]))
+    torch.cuda.synchronize()
+    assert (out == 3.0).all()
+
+
+@pytest.mark.parametrize("what", ["e5m2_kv", "nvfp4_out"])
 def test_not_implemented_on_gpu_writes_nothing(ws, what):
     c = Case(9000, [20, 1], [20, 40], 8, 2, 128, 16, "HND", "tuple")
     out = torch.full(c.q.shape, 3.0, dtype=c.dtype, device=DEV)
@@ -339,17 +407,9 @@ def test_not_implemented_on_gpu_writes_nothing(ws, what):
     if what == "e5m2_kv":
         c.kv = tuple(x.to(torch.float8_e5m2) for x in c.kv)
         name = "e5m2"
-    elif what == "kv_block_scales":
-        c.kv = tuple(torch.zeros(x.shape[:-1] + (64,), dtype=torch.uint8, device=DEV)
-                     for x in c.kv)
-        kw["kv_block_scales"] = tuple(torch.zeros(x.shape[:-1] + (8,), dtype=torch.uint8,
-                                                  device=DEV) for x in c.kv)
-    elif what == "nvfp4_out":
+    else:
         kw["out_dtype"] = "nvfp4"
         out = None
-    else:
-        c.kv = tuple(torch.zeros(x.shape[:-1] + (64,), dtype=torch.uint8, device=DEV)
-                     for x in c.kv)
     with pytest.raises(NotImplementedError, match=name):
         c.run(ws, 0.1, out=out, **kw)
     torch.cuda.synchronize()

@@ -1,0 +1,9 @@
+/* executor/context/ctx_f16_nvfp4_d256.cu - context family, fp16 q / out, NVFP4 KV (e2m1 +
+ * e4m3 block scales), head_dim 256 (one instantiation). */
+#include "executor/context/ctx_launch.h"
+#include "executor/context/ctx_tile.cuh"
+#include "executor/cuda/persistent/kernel.cuh"
+
+cudaError_t fi_ctx_launch_f16_nvfp4_d256(const fi_ctx_params &p, int enable_pdl, cudaStream_t stream) {
+    return fi::launch_persistent<fictx::CtxFamily<__half, 256, fi::nvfp4>>(p, enable_pdl, stream);
+}
