@@ -338,27 +338,41 @@ template <typename KV, int D> struct RegGeo {
     static_assert(kPasses % kChunk == 0, "register producer chunks");
 };
 
-/* K or V rows (src) of block b, passes [pass0, pass0 + kChunk) of warp pw's kTokPerWarp
- * tokens, into r; tokens past the item read as zero (as produce_rows zero-fills; NVFP4:
- * values and scales 0, so no NaN scale meets them). */
-template <typename KV, int D>
-__device__ __forceinline__ void load_rows_q(const fi_ctx_params &p, const RowSrc &src,
-                                            const fi_work_item &it, int b, int pt, int32_t pg,
-                                            int pass0, typename RowFmt<KV, D>::Reg *r) {
+/* Where warp pw's tokens of block b are in a quantised cache (src; pg: this lane's
+ * block_page): lane l < kTokPerWarp returns token kTokPerWarp pw + l's value row, *sf its
+ * scale row (NVFP4; unused for fp8), and bit l of *in says the token lies inside the item.
+ * Once a block, so a load costs shuffles of the rows, not 64-bit stride products (as
+ * token_row for the 16-bit cp.async path). */
+template <int D>
+__device__ __forceinline__ const uint8_t *quant_row(const fi_ctx_params &p, const RowSrc &src,
+                                                   const fi_work_item &it, int b, int pt, int32_t pg,
+                                                   const uint8_t **sf, uint32_t *in) {
     using G = Geo<D>;
+    const int lane = pt & 31;
+    const int t = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * (pt >> 5) + lane;
+    *in = __ballot_sync(0xffffffffu, lane < G::kTokPerWarp && t < it.kv_end);
+    const int64_t slot = t & (p.c.page_size - 1);
+    *sf = src.sf + (int64_t)pg * src.sfv->stride_page + slot * src.sfv->stride_tok;
+    return src.base + (int64_t)pg * src.kv->stride_page + slot * src.kv->stride_tok;
+}
+
+/* Passes [pass0, pass0 + kChunk) of warp pw's kTokPerWarp tokens (rows and in-item bits
+ * from quant_row) into r; tokens past the item read as zero (as produce_rows zero-fills;
+ * NVFP4: values and scales 0, so no NaN scale meets them). */
+template <typename KV, int D>
+__device__ __forceinline__ void load_rows_q(const uint8_t *row, const uint8_t *sf, uint32_t in,
+                                            int pt, int pass0, typename RowFmt<KV, D>::Reg *r) {
     using R = RegGeo<KV, D>;
-    const int lane = pt & 31, pw = pt >> 5;
+    const int lane = pt & 31;
     const int j = lane / R::kLanesPerTok, c = lane % R::kLanesPerTok;
-    const int t0 = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * pw;
 #pragma unroll
     for (int u = 0; u < R::kChunk; ++u) {
-        const int tok = (pass0 + u) * R::kTokPerPass + j, t = t0 + tok;
-        const int64_t page = __shfl_sync(0xffffffffu, pg, tok);
-        const int64_t slot = t & (p.c.page_size - 1);
-        r[u] = t < it.kv_end
-                   ? RowFmt<KV, D>::load(src.base + page * src.kv->stride_page + slot * src.kv->stride_tok,
-                                         src.sf + page * src.sfv->stride_page + slot * src.sfv->stride_tok, c)
-                   : RowFmt<KV, D>::zero();
+        const int tok = (pass0 + u) * R::kTokPerPass + j;
+        const uint8_t *vr = reinterpret_cast<const uint8_t *>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row), tok));
+        const uint8_t *sr = reinterpret_cast<const uint8_t *>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(sf), tok));
+        r[u] = (in >> tok) & 1u ? RowFmt<KV, D>::load(vr, sr, c) : RowFmt<KV, D>::zero();
     }
 }
 
@@ -385,9 +399,12 @@ __device__ __forceinline__ void produce_half_q(const fi_ctx_params &p, const Row
                                                uint32_t parity) {
     using R = RegGeo<KV, D>;
     typename RowFmt<KV, D>::Reg r[R::kChunk];
+    const uint8_t *sf;
+    uint32_t in;
+    const uint8_t *row = quant_row<D>(p, src, it, b, pt, pg, &sf, &in);
 #pragma unroll
     for (int pass0 = 0; pass0 < R::kPasses; pass0 += R::kChunk) {
-        load_rows_q<KV, D>(p, src, it, b, pt, pg, pass0, r);
+        load_rows_q<KV, D>(row, sf, in, pt, pass0, r);
         if (pass0 == 0)
             mbar_wait(empty, parity);
         store_rows_q<T, KV, D>(dst, pt, pass0, r);
