@@ -26,6 +26,7 @@ head_dim / 2, low nibble = the even element), one e4m3 block scale per 16 elemen
 query's dtype in the kernel.  The tensor-wide second level (global) scale of NVFP4 is not
 an argument: as in the reference, fold K's into bmm1_scale and V's into bmm2_scale.
 """
+import math
 import os
 
 from . import _capi as C
@@ -125,8 +126,13 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
             head_dim / 16 bytes (FiattnValueError FI_ERR_MISALIGNED_POINTER /
             FI_ERR_BAD_STRIDE otherwise); a shape that disagrees with the cache:
             ValueError; another dtype: TypeError.
-        skip_softmax_threshold_scale_factor: accepted; fiattn computes the exact softmax
-            (the limit of a zero threshold: no tile is skipped).
+        skip_softmax_threshold_scale_factor: None or 0: exact attention.  A float > 0:
+            skip-softmax sparsity (BLASST, arXiv 2512.12087, as TensorRT-LLM's skip softmax):
+            for each 64-row half of a 128-row tile, a block of 128 keys (64 at head_dim
+            256) whose max term is under factor / kv_len of every row's running max
+            (kv_len: the request's) is skipped (no exponentials, no P V); a row loses at
+            most `factor` of its softmax mass relative to its largest term.  Larger is
+            faster and less exact.  Negative, NaN or inf: ValueError.
         uses_shared_paged_kv_idx: see block_tables.
 
     Returns: out, [num_tokens, num_qo_heads, head_dim].
@@ -152,6 +158,7 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
     scalar scales and the lengths refreshed; the lengths still checked by the planner); it
     allocates nothing unless out is None.
     """
+    skip = _skip_factor(skip_softmax_threshold_scale_factor)
     key = None
     if (type(bmm1_scale) in NUM and type(bmm2_scale) in NUM and o_sf_scale is None
             and o_sf_vec_size is None):
@@ -169,6 +176,7 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
             a = fast.args
             a.bmm1_scale = finite_scalar(bmm1_scale, "bmm1_scale")
             a.bmm2_scale = finite_scalar(bmm2_scale, "bmm2_scale")
+            a.skip_softmax_threshold_scale_factor = skip
             ts = ((query,) + flat(kv_cache) + (block_tables, seq_lens, cum_seq_lens_q,
                                                cum_seq_lens_kv) + flat(sinks)
                   + flat(kv_block_scales) + (out,))
@@ -176,7 +184,19 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
     return _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
                     bmm2_scale, batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out,
                     out_dtype, o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks,
-                    kv_block_scales, uses_shared_paged_kv_idx, key)
+                    kv_block_scales, uses_shared_paged_kv_idx, key, skip)
+
+
+def _skip_factor(f):
+    """skip_softmax_threshold_scale_factor as the C field: None -> 0.0 (exact); else a
+    finite float >= 0 (ValueError otherwise)."""
+    if f is None:
+        return 0.0
+    v = float(f)
+    if not math.isfinite(v) or v < 0.0:
+        raise ValueError(f"fiattn: skip_softmax_threshold_scale_factor must be a finite float "
+                         f">= 0, got {f!r}")
+    return v
 
 
 def _not_nvfp4_out(out, out_dtype, o_sf_scale, o_sf_vec_size):
@@ -216,7 +236,7 @@ def _out_dtype(query, out, out_dtype):
 def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale, bmm2_scale,
              batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out, out_dtype,
              o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks, kv_block_scales,
-             uses_shared_paged_kv_idx, key):
+             uses_shared_paged_kv_idx, key, skip=0.0):
     """The checked call; records a FastCall under `key` (when not None) on success."""
     t = torch()
     check_tensor(query, "query", float_dtypes() + fp8_dtypes(), None, 3)
@@ -262,6 +282,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
             set_scale(args, "bmm2_scale", bmm2_scale, device, "bmm2_scale"),
             set_sinks(args, sinks, H, device), sf_parts)
     args.o_scale = 1.0  # the reference folds an fp8 output's scale into bmm2_scale
+    args.skip_softmax_threshold_scale_factor = skip
     set_pdl(args, enable_pdl, device)
     caps = C.fi_caps()
     caps.kind = C.FI_KIND_CONTEXT

@@ -238,3 +238,19 @@ def test_plan_only_plans_without_writing(ws):
         with fiattn.plan_only():
             assert _call(q, kv, ws, bt, sl, cq, ck, out) is out
         assert E.cached_entry(ws).planned and (out == 5.0).all()
+
+
+def test_skip_softmax_factor_checked_and_exact_on_the_reference(ws):
+    """skip_softmax_threshold_scale_factor: negative, NaN or inf raise ValueError before any
+    C call (out untouched); on CPU tensors the C reference executor computes exact attention
+    whatever the factor (the GPU family is the one that skips)."""
+    g = torch.Generator().manual_seed(31)
+    q_lens, kv_lens = [5, 1], [40, 17]
+    q, kv, KV, bt, sl, cq, ck = _case(g, q_lens, kv_lens)
+    for bad in (-1.0, float("nan"), float("inf")):
+        out = torch.full_like(q, 7.0)
+        with pytest.raises(ValueError):
+            _call(q, kv, ws, bt, sl, cq, ck, out=out, skip_softmax_threshold_scale_factor=bad)
+        assert torch.all(out == 7.0)
+    out = _call(q, kv, ws, bt, sl, cq, ck, skip_softmax_threshold_scale_factor=5.0)
+    assert rel_err(out[:sum(q_lens)].double(), _ref(q, KV, bt, q_lens, kv_lens, 0.125)) < TOL

@@ -398,6 +398,33 @@ def test_nvfp4_misaligned_scales_and_missing_scales_raise_before_launch(ws):
     assert (out == 3.0).all()
 
 
+def test_skip_softmax(ws):
+    """skip_softmax_threshold_scale_factor: None and a factor too small to skip a block
+    with a key give the same bytes; on keys every query row attends to (dims 0-31 of the
+    queries and of each request's first 64 keys set to 2: ~11 nats above the rest), factor
+    1 skips blocks and stays within the tolerance of the exact reference; a negative
+    factor raises before the call."""
+    c = Case(4100, [700, 1, 300], [1500, 900, 300], 32, 8, 128, 64, "HND", "tuple")
+    c.q[:, :, :32] = 2.0
+    for b, kv in enumerate(c.kv_lens):
+        for t in range(min(kv, 64)):
+            c.K[c.bt[b, t // 64], t % 64, :, :32] = 2.0
+    c.kv = (c.K.transpose(1, 2).contiguous(), c.V.transpose(1, 2).contiguous())
+    scale = 1.0 / math.sqrt(128)
+    ref = c.ref(scale)
+    dense = c.run(ws, scale, out=c.poisoned_out())
+    c.check(dense, ref)
+    tiny = c.run(ws, scale, out=c.poisoned_out(), skip_softmax_threshold_scale_factor=1e-30)
+    torch.cuda.synchronize()
+    assert torch.equal(dense.view(torch.int16), tiny.view(torch.int16))
+    out = c.poisoned_out()
+    c.run(ws, scale, out=out, skip_softmax_threshold_scale_factor=1.0)
+    c.check(out, ref)
+    assert not torch.equal(dense.view(torch.int16), out.view(torch.int16)), "nothing skipped"
+    with pytest.raises(ValueError):
+        c.run(ws, scale, out=out, skip_softmax_threshold_scale_factor=-1.0)
+
+
 @pytest.mark.parametrize("what", ["e5m2_kv", "nvfp4_out"])
 def test_not_implemented_on_gpu_writes_nothing(ws, what):
     c = Case(9000, [20, 1], [20, 40], 8, 2, 128, 16, "HND", "tuple")
