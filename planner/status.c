@@ -51,6 +51,7 @@ const char *fi_status_name(fi_status status) {
     FI_NAME(FI_ERR_PLAN_ON_DEVICE)
     FI_NAME(FI_ERR_SPARSE_UNSUPPORTED)
     FI_NAME(FI_ERR_SPARSE_TOP_K_MISMATCH)
+    FI_NAME(FI_ERR_UNSUPPORTED_SF_VEC_SIZE)
 #undef FI_NAME
     }
     return "FI_STATUS_UNKNOWN";

@@ -766,7 +766,7 @@ static void snapshot_sees_every_view_region(void **state) {
 
 static void status_names_are_unique_and_total(void **state) {
     (void)state;
-    for (int s = 0; s <= FI_ERR_SPARSE_TOP_K_MISMATCH; s++) {
+    for (int s = 0; s <= FI_ERR_UNSUPPORTED_SF_VEC_SIZE; s++) {
         const char *n = fi_status_name((fi_status)s);
         assert_non_null(n);
         assert_string_not_equal(n, "FI_STATUS_UNKNOWN");
@@ -790,7 +790,9 @@ static void status_names_are_unique_and_total(void **state) {
     assert_int_equal(FI_ERR_SPARSE_UNSUPPORTED, 45);
     assert_int_equal(FI_ERR_SPARSE_TOP_K_MISMATCH, 46);
     assert_string_equal(fi_status_name(FI_ERR_SPARSE_TOP_K_MISMATCH), "FI_ERR_SPARSE_TOP_K_MISMATCH");
-    assert_string_equal(fi_status_name((fi_status)47), "FI_STATUS_UNKNOWN");
+    assert_int_equal(FI_ERR_UNSUPPORTED_SF_VEC_SIZE, 47);
+    assert_string_equal(fi_status_name(FI_ERR_UNSUPPORTED_SF_VEC_SIZE), "FI_ERR_UNSUPPORTED_SF_VEC_SIZE");
+    assert_string_equal(fi_status_name((fi_status)48), "FI_STATUS_UNKNOWN");
 }
 
 int main(void) {

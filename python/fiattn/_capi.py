@@ -156,6 +156,10 @@ class fi_attn_args(ctypes.Structure):
         ("o_scale", ctypes.c_float),
         ("k_sf", fi_tensor),
         ("v_sf", fi_tensor),
+        # appended in 0.4 (NVFP4 out)
+        ("o_sf", fi_tensor),
+        ("o_sf_scale", ctypes.c_float),
+        ("o_sf_vec_size", ctypes.c_int32),
     ]
 
 
