@@ -116,10 +116,9 @@ __device__ __forceinline__ float logaddexp(float a, float b) {
  * = (col & 7) / 2, j < kCols / 8; so block b (columns 16 b .. + 15 past col & ~7) is j =
  * 2 b and 2 b + 1 over the quad's lanes (nvfp4_quad_block).  Codes of j = 2 b land in byte
  * q4 of the block's 8, those of j = 2 b + 1 in byte 4 + q4; lane q4 = 0 writes the scale.
- * The quad calls it together (its lanes share the row).  Not inlined, v in local memory:
- * inlined beside the tile body's accumulators it made the context kernels spill (d256 and
- * the fp8-KV rows, 150-500 bytes) on every path, NVFP4 or not; out of line the copy of a
- * row costs only the NVFP4 epilogue. */
+ * The quad calls it together (its lanes share the row).  Out of line, v in local memory,
+ * to keep the quantisation's code beside the tile body's accumulators small (inline or
+ * not, the context kernels still spill with it: docs/DESIGN.md 9d). */
 template <int kCols>
 __device__ __noinline__ void store_nvfp4_row(const fi_exec_common &c, int64_t tok, int h, int col,
                                              const float *v) {
@@ -187,9 +186,7 @@ __device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const Ru
 
 /* store_acc_rows for an unsplit item (it.out_slot < 0) whose out is NVFP4 (c.o_fp4): the
  * same rows and scaling (bmm2, sink), the rows' values first copied out of O into local
- * memory, then each row stored by store_nvfp4_row.  Why the copy: O must not be live
- * across that out-of-line call (ptxas would spill it, on every path of the kernel), and
- * inline the quantisation made the context kernels spill as well. */
+ * memory, then each row stored by store_nvfp4_row, so O is not live across that call. */
 template <int kCols>
 __device__ __forceinline__ void store_acc_rows_nvfp4(const fi_exec_common &c, const RunCtx &ctx,
                                                      const fi_work_item &it, const fi_request_info &rq,
