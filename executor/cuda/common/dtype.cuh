@@ -142,10 +142,15 @@ __device__ __forceinline__ uint32_t e2m1_code(float v) {
 /* The block scale of amax under global scale g: the e4m3 byte (RN, satfinite: past 448
  * it stays 448; NaN stays NaN) and the factor g / s the block's values are multiplied by
  * before e2m1_code (0 when s is 0: an all-zero block, or one below the smallest e4m3). */
+__device__ __forceinline__ float rcp_approx_ftz(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
 __device__ __forceinline__ uint32_t nvfp4_scale(float amax, float g, float *mul) {
-    const __nv_fp8_e4m3 s(__fmul_rn(__fdiv_rn(amax, 6.f), g));
+    const __nv_fp8_e4m3 s(__fmul_rn(g, __fmul_rn(amax, rcp_approx_ftz(6.f))));
     const float sf = static_cast<float>(s);
-    *mul = sf == 0.f ? 0.f : __fdiv_rn(g, sf);
+    *mul = sf == 0.f ? 0.f : rcp_approx_ftz(__fmul_rn(sf, rcp_approx_ftz(g)));
     return s.__x;
 }
 

@@ -111,34 +111,6 @@ __device__ __forceinline__ float logaddexp(float a, float b) {
     return m + logf(expf(a - m) + expf(b - m));
 }
 
-/* One accumulator row of a thread as NVFP4 (fi_exec_common.o_fp4): v[2 j + {0, 1}] are
- * columns col0 + 8 j + {0, 1} of row (tok, h), col0 = (col & ~7) + 2 q4 for the lane's q4
- * = (col & 7) / 2, j < kCols / 8; so block b (columns 16 b .. + 15 past col & ~7) is j =
- * 2 b and 2 b + 1 over the quad's lanes (nvfp4_quad_block).  Codes of j = 2 b land in byte
- * q4 of the block's 8, those of j = 2 b + 1 in byte 4 + q4; lane q4 = 0 writes the scale.
- * The quad calls it together (its lanes share the row).  Out of line, v in local memory,
- * to keep the quantisation's code beside the tile body's accumulators small (inline or
- * not, the context kernels still spill with it: docs/DESIGN.md 9d). */
-template <int kCols>
-__device__ __noinline__ void store_nvfp4_row(const fi_exec_common &c, int64_t tok, int h, int col,
-                                             const float *v) {
-    static_assert(kCols % 16 == 0, "NVFP4 blocks of 16 columns");
-    const int base = col & ~7, q4 = (col & 7) >> 1;
-    uint8_t *ob = static_cast<uint8_t *>(c.out) +
-                  ((tok * c.out_stride_tok + h * c.out_stride_head + base) >> 1) + q4;
-    uint8_t *sb = c.o_sf + tok * c.o_sf_stride_tok + h * c.o_sf_stride_head + (base >> 4);
-#pragma unroll 1
-    for (int b = 0; b < kCols / 16; ++b) {
-        const float x[4] = {v[4 * b], v[4 * b + 1], v[4 * b + 2], v[4 * b + 3]};
-        uint32_t sf;
-        const uint32_t codes = nvfp4_quad_block(x, c.o_sf_scale, &sf);
-        ob[8 * b] = (uint8_t)codes;
-        ob[8 * b + 4] = (uint8_t)(codes >> 8);
-        if (q4 == 0)
-            sb[b] = (uint8_t)sf;
-    }
-}
-
 /* Store a thread's two rows r0 and r0 + 8 of a wgmma accumulator O (columns 8 j + 2 q4
  * + {0, 1} in O[4 j + 2 i ..], j < kCols / 8) at output column col of item it (M rows, nh
  * heads a query row, q-major): unsplit, out = bmm2 * O / l * exp(lse_keys - lse) with lse
@@ -185,38 +157,45 @@ __device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const Ru
 }
 
 /* store_acc_rows for an unsplit item (it.out_slot < 0) whose out is NVFP4 (c.o_fp4): the
- * same rows and scaling (bmm2, sink), the rows' values first copied out of O into local
- * memory, then each row stored by store_nvfp4_row, so O is not live across that call. */
+ * same rows and scaling (bmm2, sink); block b of a row (columns 16 b .. 16 b + 15 past
+ * col & ~7) is O[4 j + 2 i + {0, 1}] of j = 2 b and 2 b + 1 over the quad's lanes (lane q4
+ * holds columns 8 j + 2 q4 + {0, 1}: nvfp4_quad_block), so its codes land in bytes 8 b +
+ * q4 (j = 2 b) and 8 b + 4 + q4 (j = 2 b + 1) of the row; lane q4 = 0 writes the scale.
+ * Unrolled with constant indices into O: nothing goes through local memory. */
 template <int kCols>
 __device__ __forceinline__ void store_acc_rows_nvfp4(const fi_exec_common &c, const RunCtx &ctx,
                                                      const fi_work_item &it, const fi_request_info &rq,
                                                      int nh, int M, int r0, int col, bool lse_writer,
                                                      const float *O, const float *m, const float *l) {
-    float v[2][kCols / 4];
-    int64_t tok[2];
-    int hh[2];
-    float lse[2];
+    static_assert(kCols % 16 == 0, "NVFP4 blocks of 16 columns");
+    const int base = col & ~7, q4 = (col & 7) >> 1;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        const int r = min(r0 + 8 * i, M - 1); /* a row past M: computed, not stored */
+        const bool store = r0 + 8 * i < M; /* a row past M: computed, not stored */
+        const int r = min(r0 + 8 * i, M - 1);
         const float lse_keys = l[i] == 0.f ? -CUDART_INF_F : (m[i] + log2f(l[i])) * kLn2;
-        hh[i] = it.head_begin + r % nh;
-        tok[i] = (int64_t)rq.q_offset + it.q_begin + r / nh;
-        lse[i] = c.sinks ? logaddexp(lse_keys, c.sinks[hh[i]]) : lse_keys;
-        const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse[i]);
+        const int h = it.head_begin + r % nh;
+        const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+        const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
+        const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse);
+        uint8_t *ob = static_cast<uint8_t *>(c.out) +
+                      ((tok * c.out_stride_tok + h * c.out_stride_head + base) >> 1) + q4;
+        uint8_t *sb = c.o_sf + tok * c.o_sf_stride_tok + h * c.o_sf_stride_head + (base >> 4);
 #pragma unroll
-        for (int j = 0; j < kCols / 8; ++j) {
-            v[i][2 * j] = O[4 * j + 2 * i] * f;
-            v[i][2 * j + 1] = O[4 * j + 2 * i + 1] * f;
+        for (int b = 0; b < kCols / 16; ++b) {
+            const float x[4] = {O[8 * b + 2 * i] * f, O[8 * b + 2 * i + 1] * f,
+                                O[8 * b + 4 + 2 * i] * f, O[8 * b + 4 + 2 * i + 1] * f};
+            uint32_t sf;
+            const uint32_t codes = nvfp4_quad_block(x, c.o_sf_scale, &sf);
+            if (store) {
+                ob[8 * b] = (uint8_t)codes;
+                ob[8 * b + 4] = (uint8_t)(codes >> 8);
+                if (q4 == 0)
+                    sb[b] = (uint8_t)sf;
+            }
         }
-    }
-#pragma unroll 1
-    for (int i = 0; i < 2; ++i) {
-        if (r0 + 8 * i >= M)
-            continue; /* the quad shares the row: uniform over it */
-        store_nvfp4_row<kCols>(c, tok[i], hh[i], col, v[i]);
-        if (c.lse && lse_writer)
-            c.lse[tok[i] * c.lse_stride_tok + hh[i] * c.lse_stride_head] = lse[i];
+        if (store && c.lse && lse_writer)
+            c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
     }
 }
 
