@@ -155,11 +155,14 @@ __device__ __forceinline__ uint32_t nvfp4_scale(float amax, float g, float *mul)
 }
 
 /* A block of 16 outputs held as 4 values a lane by the 4 lanes of an aligned quad (lanes
- * 4k .. 4k + 3; all four call it together, the rest of the warp may be elsewhere): the
- * block's scale byte (the same in all four lanes) into *sf, and the lane's 4 codes, value
- * k's code in bits 4k .. 4k + 3. */
+ * 4k .. 4k + 3): the block's scale byte (the same in all four lanes) into *sf, and the
+ * lane's 4 codes, value k's code in bits 4k .. 4k + 3.  kWarp: the whole warp calls it
+ * together (the tile epilogue: a full shuffle mask; a per-lane quad mask there made ptxas
+ * spill 160 bytes in the head_dim 256 kernels); else the quad's four lanes do and the rest
+ * of the warp may be elsewhere (the split merge). */
+template <bool kWarp = false>
 __device__ __forceinline__ uint32_t nvfp4_quad_block(const float *v, float g, uint32_t *sf) {
-    const unsigned quad = 0xfu << (threadIdx.x & 28u);
+    const unsigned quad = kWarp ? 0xffffffffu : 0xfu << (threadIdx.x & 28u);
     float amax = fmax_nan(fmax_nan(fabsf(v[0]), fabsf(v[1])), fmax_nan(fabsf(v[2]), fabsf(v[3])));
     amax = fmax_nan(amax, __shfl_xor_sync(quad, amax, 1));
     amax = fmax_nan(amax, __shfl_xor_sync(quad, amax, 2));

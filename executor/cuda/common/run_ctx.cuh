@@ -186,7 +186,7 @@ __device__ __forceinline__ void store_acc_rows_nvfp4(const fi_exec_common &c, co
             const float x[4] = {O[8 * b + 2 * i] * f, O[8 * b + 2 * i + 1] * f,
                                 O[8 * b + 4 + 2 * i] * f, O[8 * b + 4 + 2 * i + 1] * f};
             uint32_t sf;
-            const uint32_t codes = nvfp4_quad_block(x, c.o_sf_scale, &sf);
+            const uint32_t codes = nvfp4_quad_block<true>(x, c.o_sf_scale, &sf);
             if (store) {
                 ob[8 * b] = (uint8_t)codes;
                 ob[8 * b + 4] = (uint8_t)(codes >> 8);
