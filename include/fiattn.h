@@ -106,6 +106,9 @@ typedef enum fi_status {
                                              length of the top-k table) != caps.sparse_top_k */
     FI_ERR_SKIP_SOFTMAX_UNSUPPORTED = 47, /* fi_run: skip_softmax_threshold_scale_factor > 0
                                              for a kind other than FI_KIND_CONTEXT */
+    FI_ERR_UNSUPPORTED_SF_VEC_SIZE = 48,  /* fi_run, NVFP4 out: fi_attn_args.o_sf_vec_size
+                                             neither 0 nor 16 (one scale a 16-element block
+                                             is the only NVFP4 block size) */
 } fi_status;
 
 /* Documented limits of fi_caps (each violation has its own status above).  They keep every
@@ -149,7 +152,8 @@ typedef enum fi_dtype {
     FI_DTYPE_E5M2 = 6,  /* fp8 e5m2 */
     FI_DTYPE_E2M1 = 7,  /* NVFP4 values (fp4 e2m1), two per byte, low nibble first; a tensor
                            of them is described in bytes (last dim head_dim / 2, strides in
-                           bytes); its block scales travel in fi_attn_args.k_sf / v_sf */
+                           bytes); its block scales travel in fi_attn_args.k_sf / v_sf (KV)
+                           or o_sf (out, FI_KIND_CONTEXT) */
 } fi_dtype;
 
 /* Capacity of a plan: fixes the workspace layout, the persistent grid and every bound.
@@ -198,7 +202,8 @@ typedef struct fi_caps {
  * (H_q <= FI_LIMIT_QO_HEADS), head dims, page size and dtypes (q, kv: F32 (CPU reference),
  * F16, BF16, E4M3, E5M2; kv also E2M1 (NVFP4) for FI_KIND_GQA_DECODE and FI_KIND_CONTEXT;
  * out: F32, F16, BF16, E4M3 (fp8 output of the GQA decode family, with fi_attn_args.o_scale; the CPU
- * references return FI_ERR_UNSUPPORTED_DTYPE for an E4M3 out tensor)); the plan bound the
+ * references return FI_ERR_UNSUPPORTED_DTYPE for an E4M3 out tensor), and E2M1 (NVFP4, with
+ * fi_attn_args.o_sf) for FI_KIND_CONTEXT only (GPU only)); the plan bound the
  * caps imply (workspace/layout.h: tiles + num_ctas - 1 items) <= FI_LIMIT_PLAN_ITEMS.
  * Which executor runs which dtypes: fiattn_run.h (fi_run) and fiattn_ref.h (CPU
  * references: F32 / F16 / BF16 / E4M3 / E5M2 inputs, not E2M1).

@@ -124,6 +124,29 @@ typedef struct fi_attn_args {
                                       tiles x blocks decided, of them skipped) with atomics
                                       while the factor is > 0; the caller zeroes and reads
                                       it (borrowed). */
+    /* Appended in 0.3 too (zero-initialised args keep the behaviour above): NVFP4 out, caps.o_dtype
+     * FI_DTYPE_E2M1, FI_KIND_CONTEXT on the GPU only.  out is then e2m1 codes, bytes
+     * [q_tokens, H_q, D / 2] (two a byte, low nibble first: element 2 k in bits 0..3 of byte
+     * k); each block of 16 consecutive elements of a row (token, head) has one fp8 e4m3
+     * scale s, and with the global scale g = o_sf_scale (TensorRT-LLM's NVFP4 recipe, the
+     * trtllm-gen kernels' o_sf_scale; exact fp32 division where it takes approximate
+     * reciprocals):
+     *   amax = max |x_i| over the block's 16 outputs x_i (fp32, NaN if any x_i is NaN)
+     *   s    = e4m3((amax / 6) * g)      round to nearest even, saturated to 448
+     *   q_i  = e2m1(x_i * (g / s))       nearest even; |.| > 6 saturates to 6; 0 when s = 0
+     *   so x_i ~ q_i * s / g             (dequantise: code value x scale / o_sf_scale)
+     * each step one IEEE fp32 operation in this order.  Error, while 2^-6 <= (amax / 6) g
+     * <= 448 (s normal, not saturated): |q_i s / g - x_i| <= max(s / g, |x_i|) / 4 (half an
+     * e2m1 step; s / g <= (amax / 6)(1 + 2^-4), fp32 roundings aside).  Non-
+     * finite outputs: a NaN in a block makes its scale NaN (e4m3 0x7f: the whole block reads
+     * back NaN); +-inf saturates (its block's scale 448, the inf element +-6). */
+    fi_tensor o_sf;                /* NVFP4 out: the block scales, fp8 e4m3 bytes [>= q_tokens,
+                                      H_q, D / 16], plain row-major (strides in bytes, last 1)
+                                      -- the linear layout, not the 128 x 4 swizzled one of
+                                      FlashInfer's trtllm-gen output; absent otherwise */
+    float o_sf_scale;              /* NVFP4 out: the global scale g, finite and > 0 */
+    int32_t o_sf_vec_size;         /* NVFP4 out: elements a block scale; 0 is read as 16, the
+                                      only size (else FI_ERR_UNSUPPORTED_SF_VEC_SIZE) */
 } fi_attn_args;
 
 /* Run the plan's attention on the GPU (persistent executor, in-kernel split-k merge).
@@ -144,8 +167,14 @@ typedef struct fi_attn_args {
  * for another KV dtype: FI_ERR_INVALID_ARGUMENT); FI_KIND_CONTEXT (prefill, chunked prefill and
  * mixed prefill + decode batches: head_dim 64 / 128 / 256, q bf16 / fp16, KV the q dtype,
  * fp8 e4m3 or NVFP4 (the GQA family's k / v views, k_sf / v_sf and their statuses;
- * converted exactly to the q dtype before the matmuls), out the q dtype or fp8 e4m3, the
- * GQA family's page tables; wgmma tiles of 128 rows, executor/context/).
+ * converted exactly to the q dtype before the matmuls), out the q dtype, fp8 e4m3 or NVFP4
+ * (E2M1 out [q_tokens, H_q, D / 2] bytes with o_sf / o_sf_scale, the format above; checked
+ * in this order: o_sf_vec_size not 0 / 16: FI_ERR_UNSUPPORTED_SF_VEC_SIZE; o_sf_scale not
+ * finite > 0: FI_ERR_INVALID_ARGUMENT; o_sf absent: FI_ERR_NULL_ARGUMENT; not E4M3:
+ * FI_ERR_UNSUPPORTED_DTYPE; not [>= q_tokens, H_q, D / 16]: FI_ERR_SHAPE_MISMATCH; last
+ * stride not 1 or a negative stride: FI_ERR_BAD_STRIDE; o_sf given for another out dtype:
+ * FI_ERR_INVALID_ARGUMENT), the GQA family's page tables; wgmma tiles of 128 rows,
+ * executor/context/).
  * Algorithms: FlashAttention-2 online softmax and warp tiling (Dao 2023), flash-decoding
  * split-KV with an LSE-weighted merge (Dao et al. 2023), FlashMLA-style persistent decode;
  * GQA: the producer / consumer mbarrier pipeline of FlashAttention-3 (Shah et al. 2024)

@@ -29,9 +29,11 @@ static int in_dtype_ok(fi_dtype d) {
            d == FI_DTYPE_E5M2;
 }
 
-static int out_dtype_ok(fi_dtype d) {
-    /* E4M3: fp8 output with fi_attn_args.o_scale (the GQA decode family stores it). */
-    return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16 || d == FI_DTYPE_E4M3;
+static int out_dtype_ok(fi_dtype d, fi_kind kind) {
+    /* E4M3: fp8 output with fi_attn_args.o_scale (the GQA decode family stores it); E2M1:
+     * NVFP4 output with fi_attn_args.o_sf, context attention only. */
+    return d == FI_DTYPE_F32 || d == FI_DTYPE_F16 || d == FI_DTYPE_BF16 || d == FI_DTYPE_E4M3 ||
+           (d == FI_DTYPE_E2M1 && kind == FI_KIND_CONTEXT);
 }
 
 fi_status fi_caps_validate(const fi_caps *caps) {
@@ -77,7 +79,7 @@ fi_status fi_caps_validate(const fi_caps *caps) {
     if (!in_dtype_ok(caps->q_dtype) ||
         !(in_dtype_ok(caps->kv_dtype) ||
           (caps->kv_dtype == FI_DTYPE_E2M1 && caps->kind != FI_KIND_MLA_DECODE)) ||
-        !out_dtype_ok(caps->o_dtype))
+        !out_dtype_ok(caps->o_dtype, caps->kind))
         return FI_ERR_UNSUPPORTED_DTYPE;
     /* Sparse top-k (DeepSeek sparse attention) is defined for MLA decode only. */
     if (caps->sparse_top_k > 0 && caps->kind != FI_KIND_MLA_DECODE)

@@ -550,7 +550,8 @@ static void caps_over_limits_are_refused(void **state) {
 }
 
 /* Input dtypes: E5M2 is accepted like E4M3 (the CPU references read both); E2M1 (NVFP4)
- * only as the KV dtype of GQA decode and context attention; nothing else. */
+ * only as the KV dtype of GQA decode and context attention, and as the output of context
+ * attention; nothing else. */
 static void caps_dtypes_follow_the_documented_sets(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 15};
@@ -568,8 +569,12 @@ static void caps_dtypes_follow_the_documented_sets(void **state) {
         t.q_dtype = FI_DTYPE_E2M1;
         assert_int_equal(fi_caps_validate(&t), FI_ERR_UNSUPPORTED_DTYPE);
         t = c;
-        t.o_dtype = tt_rng_int(&rng, 0, 1) ? FI_DTYPE_E5M2 : FI_DTYPE_E2M1;
+        t.o_dtype = FI_DTYPE_E5M2;
         assert_int_equal(fi_caps_validate(&t), FI_ERR_UNSUPPORTED_DTYPE);
+        t = c;
+        t.o_dtype = FI_DTYPE_E2M1; /* NVFP4 out: context attention only */
+        assert_int_equal(fi_caps_validate(&t),
+                         c.kind == FI_KIND_CONTEXT ? FI_OK : FI_ERR_UNSUPPORTED_DTYPE);
         t = c;
         t.kv_dtype = (fi_dtype)(8 + tt_rng_int(&rng, 0, 100));
         assert_int_equal(fi_caps_validate(&t), FI_ERR_UNSUPPORTED_DTYPE);
@@ -766,7 +771,7 @@ static void snapshot_sees_every_view_region(void **state) {
 
 static void status_names_are_unique_and_total(void **state) {
     (void)state;
-    for (int s = 0; s <= FI_ERR_SKIP_SOFTMAX_UNSUPPORTED; s++) {
+    for (int s = 0; s <= FI_ERR_UNSUPPORTED_SF_VEC_SIZE; s++) {
         const char *n = fi_status_name((fi_status)s);
         assert_non_null(n);
         assert_string_not_equal(n, "FI_STATUS_UNKNOWN");
@@ -792,7 +797,9 @@ static void status_names_are_unique_and_total(void **state) {
     assert_string_equal(fi_status_name(FI_ERR_SPARSE_TOP_K_MISMATCH), "FI_ERR_SPARSE_TOP_K_MISMATCH");
     assert_int_equal(FI_ERR_SKIP_SOFTMAX_UNSUPPORTED, 47);
     assert_string_equal(fi_status_name(FI_ERR_SKIP_SOFTMAX_UNSUPPORTED), "FI_ERR_SKIP_SOFTMAX_UNSUPPORTED");
-    assert_string_equal(fi_status_name((fi_status)48), "FI_STATUS_UNKNOWN");
+    assert_int_equal(FI_ERR_UNSUPPORTED_SF_VEC_SIZE, 48);
+    assert_string_equal(fi_status_name(FI_ERR_UNSUPPORTED_SF_VEC_SIZE), "FI_ERR_UNSUPPORTED_SF_VEC_SIZE");
+    assert_string_equal(fi_status_name((fi_status)49), "FI_STATUS_UNKNOWN");
 }
 
 int main(void) {

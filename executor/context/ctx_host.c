@@ -19,7 +19,8 @@
 /* What the tile body runs: D 64 / 128 / 256 (qk == vo), q bf16 or fp16, KV the q dtype,
  * fp8 e4m3 or NVFP4 (e2m1 bytes with k_sf / v_sf block scales, checked by
  * fi_gqa_fill_params; a per-tensor dequantisation scale is folded into bmm1 / bmm2 by the
- * caller), out the q dtype or fp8 e4m3, 128-row tiles. */
+ * caller), out the q dtype, fp8 e4m3 or NVFP4 (E2M1 with o_sf, checked by fi_run's common
+ * block), 128-row tiles. */
 static fi_status ctx_check_caps(const fi_caps *caps, const fi_variant *v) {
     const int32_t d = caps->head_dim_qk;
     if (d != caps->head_dim_vo || (d != 64 && d != 128 && d != 256))
@@ -29,7 +30,7 @@ static fi_status ctx_check_caps(const fi_caps *caps, const fi_variant *v) {
     if ((dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16) ||
         (kv != dt && kv != FI_DTYPE_E4M3 && kv != FI_DTYPE_E2M1))
         return FI_ERR_UNSUPPORTED_DTYPE;
-    if (caps->o_dtype != dt && caps->o_dtype != FI_DTYPE_E4M3)
+    if (caps->o_dtype != dt && caps->o_dtype != FI_DTYPE_E4M3 && caps->o_dtype != FI_DTYPE_E2M1)
         return FI_ERR_UNSUPPORTED_DTYPE;
     if (v->tile_rows != FI_CTX_TILE_ROWS)
         return FI_ERR_UNSUPPORTED_VARIANT; /* a registry row this tile body cannot run */

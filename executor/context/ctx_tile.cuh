@@ -561,15 +561,19 @@ __device__ __forceinline__ void pack_p(uint32_t *P, const float *S) {
         P[i] = Dt<T>::pack(S[2 * i], S[2 * i + 1]);
 }
 
-/* Store the thread's two rows, all D columns (store_acc_rows): T, or fp8 e4m3 x o_scale. */
+/* Store the thread's two rows, all D columns (store_acc_rows): T, fp8 e4m3 x o_scale, or
+ * NVFP4 (c.o_fp4: a quad of lanes a 16-column block, store_nvfp4_row). */
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(const fi_ctx_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
                                            int nh, int M, const Lane &ln, const float *O,
                                            const float *m, const float *l) {
     const fi_exec_common &c = p.c;
-    store_acc_rows<D, D>(c, ctx, it, rq, nh, M, ln.r0, 2 * ln.q4, ln.q4 == 0, O, m, l,
-                         [&](int64_t off, float x, float y) { store_out2<T>(c, off, x, y); });
+    if (c.o_fp4 && it.out_slot < 0) /* uniform over the item */
+        store_acc_rows_nvfp4<D>(c, ctx, it, rq, nh, M, ln.r0, 2 * ln.q4, ln.q4 == 0, O, m, l);
+    else
+        store_acc_rows<D, D>(c, ctx, it, rq, nh, M, ln.r0, 2 * ln.q4, ln.q4 == 0, O, m, l,
+                             [&](int64_t off, float x, float y) { store_out2<T>(c, off, x, y); });
 }
 
 /* The family: q / out dtype T (bf16, fp16; the matmuls' too), KV element KV (T; or fp8
@@ -581,7 +585,7 @@ template <typename T, int D, typename KV = T> struct CtxFamily {
     static_assert(kQuant || std::is_same<KV, T>::value, "KV: the q dtype, fp8 e4m3 or NVFP4");
     static constexpr int N = G::kBlockN;
     using Params = fi_ctx_params;
-    using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads, false>; /* all merges after the items */
+    using Merge = SplitMerge<D, kRows, OutDynFp4<T>, kThreads, false>; /* all merges after the items */
     static constexpr int kThreads = fictx::kThreads;
     static constexpr int kProducerWarps = fictx::kProducerWarps;
     static constexpr int kConsumerRegs = kQuant ? G::kConsumerRegsQ : G::kConsumerRegs;

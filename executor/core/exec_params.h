@@ -43,6 +43,12 @@ typedef struct fi_exec_common {
     float o_scale;                     /* fp8 outputs only: stored = fp8(out * o_scale); else 1 */
     int32_t o_fp8;                     /* 1: out is fp8 e4m3 (families whose output type is
                                           chosen at run time: fi::OutDyn); else 0 */
+    int32_t o_fp4;                     /* 1: out is NVFP4 (the context family, fi::OutDynFp4):
+                                          e2m1 codes at out, strides above in e2m1 elements
+                                          (twice the byte strides), scales at o_sf; else 0 */
+    float o_sf_scale;                  /* NVFP4 out: the global scale g (fiattn_run.h) */
+    uint8_t *o_sf;                     /* NVFP4 out: e4m3 block scales [q_tokens, H_q, D / 16] */
+    int64_t o_sf_stride_tok, o_sf_stride_head; /* in bytes */
     /* Fixed shapes. */
     int32_t num_ctas;                  /* grid size */
     int32_t tile_rows;                 /* partial slot height (the output width is the

@@ -25,6 +25,26 @@ static void *ws_at(void *workspace, size_t offset) {
     return (unsigned char *)workspace + offset;
 }
 
+/* NVFP4 out (caps.o_dtype E2M1; fiattn_run.h, o_sf): the block-size, global-scale and
+ * scale-tensor rules, in the order fi_run documents them.  The scale bytes are written one
+ * at a time, so any base and non-negative strides serve. */
+static fi_status check_nvfp4_out(const fi_attn_args *a, int64_t rows, int64_t H, int64_t d) {
+    if (a->o_sf_vec_size != 0 && a->o_sf_vec_size != 16)
+        return FI_ERR_UNSUPPORTED_SF_VEC_SIZE;
+    if (!(a->o_sf_scale > 0.f) || a->o_sf_scale > 3.4e38f) /* 0, negative, NaN or inf */
+        return FI_ERR_INVALID_ARGUMENT;
+    const fi_tensor *t = &a->o_sf;
+    if (!t->data)
+        return FI_ERR_NULL_ARGUMENT;
+    if (t->dtype != FI_DTYPE_E4M3)
+        return FI_ERR_UNSUPPORTED_DTYPE;
+    if (t->ndim != 3 || t->shape[0] < rows || t->shape[1] != H || t->shape[2] != d / 16)
+        return FI_ERR_SHAPE_MISMATCH;
+    if (t->stride[2] != 1 || t->stride[0] < 0 || t->stride[1] < 0)
+        return FI_ERR_BAD_STRIDE;
+    return FI_OK;
+}
+
 /* Check what every family shares and fill the common block. */
 static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec_common *c) {
     const fi_caps *caps = &plan->caps;
@@ -36,8 +56,14 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
         return FI_ERR_UNSUPPORTED_PAGE_SIZE;
     if (a->out.data && a->out.dtype != caps->o_dtype)
         return FI_ERR_UNSUPPORTED_DTYPE;
-    if ((st = fi_check_rows(&a->out, rows, H, caps->head_dim_vo, FI_LAYOUT_DEVICE)) != FI_OK)
+    const int fp4 = caps->o_dtype == FI_DTYPE_E2M1; /* out in bytes: D / 2 a row */
+    if ((st = fi_check_rows(&a->out, rows, H, fp4 ? caps->head_dim_vo / 2 : caps->head_dim_vo,
+                            FI_LAYOUT_DEVICE)) != FI_OK)
         return st;
+    if (fp4 && (st = check_nvfp4_out(a, rows, H, caps->head_dim_vo)) != FI_OK)
+        return st;
+    if (!fp4 && a->o_sf.data) /* block scales belong to NVFP4 out only */
+        return FI_ERR_INVALID_ARGUMENT;
     if ((st = fi_check_page_table(plan, &a->page_table)) != FI_OK)
         return st;
     if (plan->on_device && a->page_table.data != plan->device_page_table)
@@ -72,8 +98,9 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     x.page_size = caps->page_size;
     x.page_shift = shift;
     x.out = a->out.data;
-    x.out_stride_tok = a->out.stride[0];
-    x.out_stride_head = a->out.stride[1];
+    /* NVFP4: strides in e2m1 elements, so a column offset adds to them (exec_params.h) */
+    x.out_stride_tok = a->out.stride[0] * (fp4 ? 2 : 1);
+    x.out_stride_head = a->out.stride[1] * (fp4 ? 2 : 1);
     x.lse = (float *)a->lse.data;
     x.lse_stride_tok = a->lse.data ? a->lse.stride[0] : 0;
     x.lse_stride_head = a->lse.data ? a->lse.stride[1] : 0;
@@ -84,6 +111,13 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     x.sinks = a->sinks;
     x.o_scale = a->o_scale != 0.f ? 1.0f / a->o_scale : 1.0f; /* the kernels multiply */
     x.o_fp8 = caps->o_dtype == FI_DTYPE_E4M3;
+    x.o_fp4 = fp4;
+    if (fp4) {
+        x.o_sf = (uint8_t *)a->o_sf.data;
+        x.o_sf_stride_tok = a->o_sf.stride[0];
+        x.o_sf_stride_head = a->o_sf.stride[1];
+        x.o_sf_scale = a->o_sf_scale;
+    }
     x.num_ctas = L->num_ctas;
     x.tile_rows = L->tile_rows;
     x.skip_softmax_factor = skip;

@@ -32,12 +32,13 @@ from .errors import (FiattnError, FiattnNotImplementedError, FiattnValueError,
                      WorkspaceTooSmallError)
 from . import decode, merge, mla, prefill, xqa  # noqa: E402  (no torch import at load)
 from .merge import merge_state, merge_states
+from .prefill import FP4Tensor
 
 __all__ = ["capi", "library_path", "status_name", "workspace_size", "clear_plan_cache",
            "plan_only", "device_planning", "device_plan_status", "release_workspace",
            "FiattnError", "FiattnNotImplementedError",
            "FiattnValueError", "WorkspaceTooSmallError", "decode", "merge", "mla",
-           "prefill", "xqa", "merge_state", "merge_states", "__version__"]
+           "prefill", "xqa", "merge_state", "merge_states", "FP4Tensor", "__version__"]
 
 _KINDS = {"mla_decode": capi.FI_KIND_MLA_DECODE, "gqa_decode": capi.FI_KIND_GQA_DECODE,
           "context": capi.FI_KIND_CONTEXT}

@@ -159,6 +159,10 @@ class fi_attn_args(ctypes.Structure):
         # appended in 0.3
         ("skip_softmax_threshold_scale_factor", ctypes.c_float),
         ("skip_softmax_stats", ctypes.c_void_p),
+        # appended in 0.3 (NVFP4 out)
+        ("o_sf", fi_tensor),
+        ("o_sf_scale", ctypes.c_float),
+        ("o_sf_vec_size", ctypes.c_int32),
     ]
 
 

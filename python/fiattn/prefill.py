@@ -38,7 +38,33 @@ from ._paged import fill_paged_kv, nvfp4_dtypes, record_paged_call, unpack_kv
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
 from .errors import FiattnNotImplementedError
 
-__all__ = ["trtllm_batch_context_with_kv_cache"]
+__all__ = ["trtllm_batch_context_with_kv_cache", "FP4Tensor"]
+
+
+class FP4Tensor:
+    """An NVFP4 tensor, as FlashInfer's ``flashinfer.utils.FP4Tensor`` (same constructor):
+    what trtllm_batch_context_with_kv_cache returns for out_dtype="nvfp4", and the
+    preallocated `out` it accepts.
+
+    Attributes:
+        data: uint8 [num_tokens, num_qo_heads, head_dim // 2], two e2m1 codes a byte, low
+            nibble first (element 2k in bits 0..3 of byte k).
+        scale: float8_e4m3fn [>= scale_start_index + num_tokens, num_qo_heads * head_dim //
+            16], one scale a block of 16 consecutive elements of a (token, head) row, row
+            (scale_start_index + token), column head * head_dim // 16 + block.  fiattn
+            writes this plain row-major (linear) layout; FlashInfer's trtllm-gen kernels
+            write the 128 x 4 swizzled layout of the same shape, so these bytes are not
+            interchangeable with theirs.
+        scale_start_index: the scale row of token 0 (FlashInfer's, for outputs of several
+            calls sharing one scale tensor).
+        original_shape: the unpacked shape (the query's), or None.
+    Dequantised value: e2m1(code) x float(scale) / o_sf_scale (include/fiattn_run.h)."""
+
+    def __init__(self, data, scale, scale_start_index=0, original_shape=None):
+        self.data = data
+        self.scale = scale
+        self.scale_start_index = scale_start_index
+        self.original_shape = original_shape
 
 _FAMILY = "context (prefill)"
 # pinned host buffers (PlanEntry.host_i32 slots) of the arrays the host planner reads
@@ -106,11 +132,20 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
         window_left: -1, or keys p - window_left .. p for the row at position p.
         out: optional [num_tokens, num_qo_heads, head_dim], written in place (rows up to
             cum_seq_lens_q[-1]); dtype out_dtype when given; the query's dtype or fp8 e4m3
-            on the GPU, fp32 / fp16 / bf16 on the CPU.  Allocated when None.
-        out_dtype: None (out's dtype, else query's; bf16 for an fp8 query), a torch dtype
-            or its name ("bfloat16", "float8_e4m3fn", ...); "nvfp4": NotImplementedError.
+            on the GPU, fp32 / fp16 / bf16 on the CPU.  Or an FP4Tensor (NVFP4 output, GPU
+            only): data uint8 [num_tokens, num_qo_heads, head_dim // 2] (last dim
+            contiguous), scale float8_e4m3fn [>= scale_start_index + num_tokens,
+            num_qo_heads * head_dim // 16] (last dim contiguous; the linear layout, see
+            FP4Tensor), both on the query's device.  Allocated when None.
+        out_dtype: None (out's dtype, else query's; bf16 for an fp8 query; "nvfp4" for an
+            FP4Tensor out), a torch dtype or its name ("bfloat16", "float8_e4m3fn", ...),
+            or "nvfp4" (NVFP4 output, GPU only: on CPU tensors NotImplementedError).
             ValueError when it disagrees with out's dtype.
-        o_sf_scale, o_sf_vec_size: NVFP4 output only: NotImplementedError when given.
+        o_sf_scale: NVFP4 output: the global scale g, a finite float > 0 (required):
+            block scale s = e4m3((amax / 6) x g), codes e2m1(x x g / s) (fiattn_run.h,
+            TensorRT-LLM's recipe), so x ~ e2m1 x s / g.  ValueError when missing or not
+            positive; with another output NotImplementedError ("NVFP4") when given.
+        o_sf_vec_size: NVFP4 output: None or 16 (ValueError otherwise).
         kv_layout: "HND" (default) or "NHD".
         enable_pdl: programmatic dependent launch; None = on for CUDA.
         sinks: optional float32 [num_qo_heads] (or a one-element list of it) on the query's
@@ -135,14 +170,16 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
             faster and less exact.  Negative, NaN or inf: ValueError.
         uses_shared_paged_kv_idx: see block_tables.
 
-    Returns: out, [num_tokens, num_qo_heads, head_dim].
+    Returns: out, [num_tokens, num_qo_heads, head_dim]; for NVFP4 output an FP4Tensor
+        (data, scale, scale_start_index, original_shape = query.shape): the one passed as
+        out, or a new one (scale [num_tokens, num_qo_heads * head_dim // 16], start 0).
 
     Raises: TypeError / ValueError before any C call (dtype, device, shape, a last dim not
         contiguous, out_dtype vs out, cum_seq_lens_q[-1] > num_tokens);
         FiattnValueError for a batch the planner refuses (fi_status name + request:
         lengths not matching, q_len > kv_len, more pages than the table row holds, ...);
         WorkspaceTooSmallError; NotImplementedError (FiattnNotImplementedError where the C
-        library says so) for NVFP4 output, NVFP4 KV on the CPU, e5m2 KV on the GPU, a
+        library says so) for NVFP4 KV or NVFP4 output on the CPU, e5m2 KV on the GPU, a
         dtype combination the executor lacks; FiattnError for runtime failures.  Nothing
         is written on error.
 
@@ -199,16 +236,58 @@ def _skip_factor(f):
     return v
 
 
+def _is_fp4(out, out_dtype):
+    """NVFP4 output asked for: out_dtype "nvfp4", or an FP4Tensor-like out (.data + .scale:
+    fiattn's or FlashInfer's class)."""
+    fp4_out = (out is not None and not isinstance(out, torch().Tensor)
+               and hasattr(out, "data") and hasattr(out, "scale"))
+    return (isinstance(out_dtype, str) and out_dtype == "nvfp4") or fp4_out
+
+
 def _not_nvfp4_out(out, out_dtype, o_sf_scale, o_sf_vec_size):
-    """FiattnNotImplementedError for the NVFP4 output forms of the reference (out_dtype
-    "nvfp4", an FP4Tensor out: .data + .scale, o_sf_scale / o_sf_vec_size)."""
-    t = torch()
-    fp4_out = out is not None and not isinstance(out, t.Tensor) and hasattr(out, "scale")
-    if (isinstance(out_dtype, str) and out_dtype == "nvfp4") or fp4_out or (
-            o_sf_scale is not None or o_sf_vec_size is not None):
+    """FiattnNotImplementedError for the NVFP4 output arguments given for another output
+    (NVFP4 output on the CPU: _checked, after its arguments are checked)."""
+    if not _is_fp4(out, out_dtype) and (o_sf_scale is not None or o_sf_vec_size is not None):
         raise FiattnNotImplementedError(
-            "fiattn: NVFP4 output (out_dtype 'nvfp4', an FP4Tensor out, o_sf_scale / "
-            "o_sf_vec_size) is not implemented for context attention")
+            "fiattn: o_sf_scale / o_sf_vec_size belong to NVFP4 output (out_dtype 'nvfp4'); "
+            "another output has no NVFP4 block scales")
+
+
+def _fp4_out(out, out_dtype, o_sf_scale, o_sf_vec_size, shape, device):
+    """The NVFP4 output: (FP4Tensor, data, scale view [rows, H, D / 16] of its scale rows,
+    g).  ValueError / TypeError for a wrong argument (nothing written)."""
+    t = torch()
+    rows, H, D = shape
+    if out_dtype is not None and not (isinstance(out_dtype, str) and out_dtype == "nvfp4"):
+        raise ValueError(f"fiattn: out is an FP4Tensor but out_dtype is {out_dtype!r}")
+    if isinstance(out, t.Tensor):
+        raise ValueError("fiattn: out_dtype 'nvfp4' takes an FP4Tensor out (data + scale), "
+                         "got a torch.Tensor")
+    if o_sf_vec_size not in (None, 16):
+        raise ValueError(f"fiattn: o_sf_vec_size must be 16 (or None) for NVFP4 output, got "
+                         f"{o_sf_vec_size!r}")
+    if o_sf_scale is None:
+        raise ValueError("fiattn: NVFP4 output needs o_sf_scale (the global scale)")
+    g = finite_scalar(o_sf_scale, "o_sf_scale")
+    if not g > 0.0:
+        raise ValueError(f"fiattn: o_sf_scale must be > 0, got {g}")
+    nb = H * D // 16
+    if out is None:
+        data = t.empty((rows, H, D // 2), dtype=t.uint8, device=device)
+        scale = t.empty((rows, nb), dtype=t.float8_e4m3fn, device=device)
+        out = FP4Tensor(data, scale, 0, tuple(shape))
+    data, scale, start = out.data, out.scale, out.scale_start_index
+    check_tensor(data, "out.data", (t.uint8,), device, 3)
+    if tuple(data.shape) != (rows, H, D // 2):
+        raise ValueError(f"fiattn: out.data must be {(rows, H, D // 2)}, got {tuple(data.shape)}")
+    check_tensor(scale, "out.scale", (t.float8_e4m3fn,), device, 2)
+    if not isinstance(start, int) or start < 0:
+        raise ValueError(f"fiattn: out.scale_start_index must be an int >= 0, got {start!r}")
+    if scale.shape[1] != nb or scale.shape[0] < start + rows:
+        raise ValueError(f"fiattn: out.scale must be [>= {start + rows}, {nb}] (scale_start_index "
+                         f"{start} + {rows} tokens, H * head_dim / 16), got {tuple(scale.shape)}")
+    sview = scale[start:start + rows].unflatten(1, (H, D // 16))
+    return out, data, sview, g
 
 
 def _out_dtype(query, out, out_dtype):
@@ -243,8 +322,18 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     device = query.device
     require_device(device)
     _not_nvfp4_out(out, out_dtype, o_sf_scale, o_sf_vec_size)
-    o_dt = _out_dtype(query, out, out_dtype)
     rows, H, D = query.shape
+    fp4 = _is_fp4(out, out_dtype)
+    if fp4:
+        fp4_res, out, o_sf, o_sf_g = _fp4_out(out, out_dtype, o_sf_scale, o_sf_vec_size,
+                                              (rows, H, D), device)
+        if device.type != "cuda":
+            raise FiattnNotImplementedError(
+                "fiattn: NVFP4 output runs on the GPU only (the CPU reference has no NVFP4 "
+                "store)")
+        o_dt = t.uint8
+    else:
+        o_dt = _out_dtype(query, out, out_dtype)
     B = int(batch_size)
     kpart, vpart = unpack_kv(kv_cache, kv_layout, device,
                              float_dtypes() + fp8_dtypes() + nvfp4_dtypes())
@@ -261,7 +350,9 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     if not isinstance(window_left, int) or window_left < -1:
         raise ValueError(f"fiattn: window_left must be an int >= -1, got {window_left}")
     out_alloc = None
-    if out is None:
+    if fp4:
+        pass  # out is the FP4Tensor's data, checked by _fp4_out
+    elif out is None:
         if o_dt not in float_dtypes() + fp8_dtypes():
             raise TypeError(f"fiattn: out_dtype {o_dt} is not supported")
         out_alloc = ((rows, H, D), o_dt)
@@ -277,7 +368,13 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     kv_fi = C.FI_DTYPE_E2M1 if nvfp4 else fi_dtype(kpart[0].dtype)
     fill_tensor(args.page_table, block_tables, list(block_tables.shape), block_tables.stride())
     args.page_table.dtype = C.FI_DTYPE_I32
-    fill_tensor(args.out, out, [rows, H, D], out.stride())
+    if fp4:  # e2m1 codes described in bytes; scales [rows, H, D / 16] e4m3 bytes
+        args.out.set(out.data_ptr(), C.FI_DTYPE_E2M1, [rows, H, D // 2], out.stride())
+        fill_tensor(args.o_sf, o_sf, [rows, H, D // 16], o_sf.stride())
+        args.o_sf_scale = o_sf_g
+        args.o_sf_vec_size = 16
+    else:
+        fill_tensor(args.out, out, [rows, H, D], out.stride())
     keep = (set_scale(args, "bmm1_scale", bmm1_scale, device, "bmm1_scale"),
             set_scale(args, "bmm2_scale", bmm2_scale, device, "bmm2_scale"),
             set_sinks(args, sinks, H, device), sf_parts)
@@ -289,7 +386,8 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     caps.num_pages, caps.page_size = num_pages, page_size
     caps.num_qo_heads, caps.num_kv_heads = H, Hkv
     caps.head_dim_qk = caps.head_dim_vo = D
-    caps.q_dtype, caps.kv_dtype, caps.o_dtype = fi_dtype(query.dtype), kv_fi, fi_dtype(out.dtype)
+    caps.q_dtype, caps.kv_dtype = fi_dtype(query.dtype), kv_fi
+    caps.o_dtype = C.FI_DTYPE_E2M1 if fp4 else fi_dtype(out.dtype)
     caps.num_ctas = num_ctas_for(device)
 
     b = C.fi_batch()
@@ -322,7 +420,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
         if not (device.type == "cuda" and E.cuda().capturing()):
             with E.plan_only():
                 E.launch(workspace_buffer, caps, B, 1, device, make_batch, args, _FAMILY, dts, 0)
-        return out
+        return fp4_res if fp4 else out
     # recorded for repeat calls (an empty batch always takes this path)
     def record(entry, dev=None):
         if not built:  # never planned here (a captured call): the slow path stays
@@ -339,6 +437,6 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
                           sinks, rows, rows, out_alloc, _FAMILY, dts, device, sf_parts,
                           lens=lens, total_from=0)
     E.launch(workspace_buffer, caps, B, max(rows, 1), device, make_batch, args, _FAMILY, dts,
-             rows, record=record if key is not None and B > 0 else None)
+             rows, record=record if key is not None and B > 0 and not fp4 else None)
     del keep
-    return out
+    return fp4_res if fp4 else out

@@ -114,30 +114,85 @@ def test_out_dtype_rules(ws):
         _call(qh, kvh, ws, bt, sl, cq, ck, out_dtype="float17")
 
 
-class _FP4Tensor:
-    """Stands in for flashinfer.utils.FP4Tensor (packed data + block scales)."""
-
-    def __init__(self, data, scale):
-        self.data, self.scale = data, scale
+def _fp4(T, H=8, D=64, rows=None, start=0):
+    """A fiattn.FP4Tensor out for T tokens (scale rows: start + T unless given), filled 0x55."""
+    rows = start + T if rows is None else rows
+    return fiattn.FP4Tensor(torch.full((T, H, D // 2), 0x55, dtype=torch.uint8),
+                            torch.full((rows, H * D // 16), 0.5).to(torch.float8_e4m3fn), start)
 
 
 @pytest.mark.parametrize("what", ["out_dtype", "fp4_out", "o_sf_scale", "o_sf_vec_size"])
 def test_nvfp4_output_forms_are_not_implemented(ws, what):
+    """NVFP4 output with valid arguments on CPU tensors (GPU only), and its arguments given
+    for another output: NotImplementedError naming NVFP4, nothing written.  (NVFP4 KV on
+    the CPU: test_nvfp4.py.)"""
     g = torch.Generator().manual_seed(25)
     q, kv, _, bt, sl, cq, ck = _case(g, [3, 2], [3, 9])
     out = torch.full(q.shape, 5.0)
     kw = {}
     if what == "out_dtype":
-        kw["out_dtype"] = "nvfp4"
+        kw["out_dtype"], kw["o_sf_scale"], out = "nvfp4", 100.0, None
     elif what == "fp4_out":
-        out = _FP4Tensor(torch.zeros(q.shape[0], 8, 32, dtype=torch.uint8),
-                         torch.zeros(128, 32, dtype=torch.uint8))
+        out = _fp4(q.shape[0], start=5)
+        kw["o_sf_scale"] = 100.0
     else:
         kw[what] = 1.0 if what == "o_sf_scale" else 16
     with pytest.raises(NotImplementedError, match="NVFP4"):
         _call(q, kv, ws, bt, sl, cq, ck, out, **kw)
     if isinstance(out, torch.Tensor):
         assert (out == 5.0).all()
+    elif out is not None:
+        assert (out.data == 0x55).all() and (out.scale.float() == 0.5).all()
+
+
+@pytest.mark.parametrize("bad", ["no_scale", "zero_scale", "nan_scale", "vec_size", "tensor_out",
+                                 "dtype_vs_fp4", "data_shape", "data_dtype", "scale_rows",
+                                 "scale_cols", "scale_dtype", "start"])
+def test_nvfp4_argument_errors_before_any_call(ws, bad):
+    """NVFP4 output arguments are checked before any C call (so on CPU tensors too):
+    ValueError / TypeError naming what is wrong, out left as it was."""
+    g = torch.Generator().manual_seed(27)
+    q, kv, _, bt, sl, cq, ck = _case(g, [3, 2], [3, 9])
+    T = q.shape[0]
+    out, kw = _fp4(T), {"o_sf_scale": 100.0}
+    exc, match = ValueError, None
+    if bad == "no_scale":
+        del kw["o_sf_scale"]
+        match = "o_sf_scale"
+    elif bad in ("zero_scale", "nan_scale"):
+        kw["o_sf_scale"] = 0.0 if bad == "zero_scale" else float("nan")
+        match = "o_sf_scale"
+    elif bad == "vec_size":
+        kw["o_sf_vec_size"], match = 32, "o_sf_vec_size"
+    elif bad == "tensor_out":
+        out, kw["out_dtype"], match = torch.full(q.shape, 5.0), "nvfp4", "FP4Tensor"
+    elif bad == "dtype_vs_fp4":
+        kw["out_dtype"], match = torch.bfloat16, "out_dtype"
+    elif bad == "data_shape":
+        out.data, match = torch.zeros(T, 8, 64, dtype=torch.uint8), "out.data"
+    elif bad == "data_dtype":
+        out.data, exc, match = torch.zeros(T, 8, 32, dtype=torch.int8), TypeError, "out.data"
+    elif bad == "scale_rows":
+        out, match = _fp4(T, rows=T - 1), "out.scale"
+    elif bad == "scale_cols":
+        out.scale, match = torch.zeros(T, 16).to(torch.float8_e4m3fn), "out.scale"
+    elif bad == "scale_dtype":
+        out.scale, exc, match = torch.zeros(T, 32, dtype=torch.uint8), TypeError, "out.scale"
+    else:
+        out, match = _fp4(T, rows=T + 2, start=3), "out.scale"  # start + T > rows
+    with pytest.raises(exc, match=match):
+        _call(q, kv, ws, bt, sl, cq, ck, out, **kw)
+    if isinstance(out, torch.Tensor):
+        assert (out == 5.0).all()
+    elif out.data.dtype == torch.uint8 and out.data.shape == (T, 8, 32):
+        assert (out.data == 0x55).all()
+
+
+def test_fp4tensor_mirrors_the_reference_class():
+    d, s = torch.zeros(4, 2, 32, dtype=torch.uint8), torch.zeros(4, 8).to(torch.float8_e4m3fn)
+    x = fiattn.FP4Tensor(d, s)
+    assert x.data is d and x.scale is s and x.scale_start_index == 0 and x.original_shape is None
+    assert fiattn.FP4Tensor(d, s, 3, (4, 2, 64)).original_shape == (4, 2, 64)
 
 
 @pytest.mark.parametrize("bad", ["rows", "seq_lens", "q_over_kv", "table_dim1", "batch_size",

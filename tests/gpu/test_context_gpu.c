@@ -19,7 +19,10 @@
  * saying "NOT SUPPORTED BY THE GPU FAMILY YET".  fp8 e4m3 KV is checked against the
  * reference like every other case (context_fp8_kv_matches_reference); NVFP4 KV against
  * the reference run on the dequantised cache (context_nvfp4_kv_matches_dequantised_reference),
- * its bad block scales by context_nvfp4_bad_scale_tensors_return_their_status.
+ * its bad block scales by context_nvfp4_bad_scale_tensors_return_their_status.  NVFP4 out
+ * (codes + e4m3 block scales, o_sf) is decoded and held to the quantisation bound and to
+ * bit agreement with a host quantisation of the reference (tests/gpu/context_nvfp4_case.h),
+ * on unmerged and merged (split) rows.
  *
  * Run one test only (e.g. under compute-sanitizer):
  *   FI_GPU_TEST_FILTER=sanitize_small_case compute-sanitizer --tool memcheck \
@@ -33,6 +36,7 @@
 #include <math.h>
 
 #include "gpu/context_gpu_case.h"
+#include "gpu/context_nvfp4_case.h"
 #include "gpu/gpu_test_common.h"
 
 #define MSG 1024
@@ -719,6 +723,155 @@ static void context_skip_softmax_skips_dominated_blocks(void **state) {
     ctx_case_free(&x);
 }
 
+/* ---- NVFP4 out ------------------------------------------------------------------------------ */
+
+/* Build x with NVFP4 out (caps.o_dtype E2M1), run it twice (nv4_run_twice), check against
+ * the fp64 truth (nv4_compare), log the figures; the plan's split figures returned.  g:
+ * the global scale (0: one drawn from [100, 1000], keeping (amax / 6) g in e4m3's normal
+ * range for |out| ~ 0.01 .. 2). */
+static split_stats nvfp4_run_and_check(gqa_opts o, const int32_t *q, const int32_t *kv,
+                                       int32_t n, int full, float g, int32_t vec_size,
+                                       int32_t min_splits, tt_rng *rng) {
+    o.o_dtype = FI_DTYPE_E2M1;
+    if (!(g > 0.0f)) g = 100.0f + 900.0f * 0.5f * (tt_rng_float(rng) + 1.0f);
+    ctx_case x;
+    char msg[MSG], name[MSG];
+    init_or_fail(&x, &o, q, kv, n, full, rng);
+    const split_stats s = plan_split_stats(x.g.plan);
+    if (min_splits > 0) {
+        const gt_case gc = gt(&x);
+        gt_require_splits(&gc, min_splits);
+    }
+    ctx_case_name(&x, name, sizeof name);
+    nv4_stats st;
+    if (nv4_run_twice(&x, g, vec_size, msg, sizeof msg) || ctx_case_reference(&x, msg, sizeof msg) ||
+        nv4_compare(&x, g, &st, msg, sizeof msg)) {
+        ctx_case_free(&x);
+        fail_msg("%sNVFP4 out, g %g: %s\n  case: %s", unsupported(msg) ? NOT_YET : "", g, msg,
+                 name);
+    }
+    print_message("  nvfp4 out g %.1f: %lld blocks, scale bytes off the host's %lld, codes "
+                  "off %lld / %lld, worst error / bound %.2f; %s\n", g, (long long)st.blocks,
+                  (long long)st.scale_flips, (long long)st.code_flips, (long long)st.elems,
+                  st.worst, name);
+    ctx_case_free(&x);
+    return s;
+}
+
+/* NVFP4 out (two e2m1 codes a byte + an e4m3 scale a 16-element block, global scale g):
+ * D 64 / 128 / 256, bf16 and fp16 q, groups 1 / 4 / 8, sinks, HND / NHD, q_len mixes over
+ * cached prefixes on the device's CTAs (mostly unsplit rows) and on few CTAs; then long
+ * requests on few CTAs whose tiles must be cut (merged rows quantised by the merge), every
+ * row checked. */
+static void context_nvfp4_out_matches_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(16);
+    for (int k = 0; k < 6; k++) {
+        const int32_t d = DIMS[k % 3], grp = k % 3 == 2 ? 8 : k & 1 ? 4 : 1;
+        const int32_t hkv = grp == 8 ? 1 : 2;
+        gqa_opts o = ctx_default_opts(grp * hkv, hkv, d, PAGES[k & 1]);
+        o.dtype = k & 2 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
+        o.sinks = k & 1;
+        o.layout = k & 2 ? GQA_HND : GQA_NHD;
+        o.num_ctas = k >= 3 ? 7 : 0;
+        int32_t q[3], kv[3];
+        for (int32_t b = 0; b < 3; b++) {
+            q[b] = Q_MIX[(k + b) % 5];
+            kv[b] = q[b] + (b == 0 ? 0 : tt_rng_int(&rng, 1, 900));
+        }
+        nvfp4_run_and_check(o, q, kv, 3, 0, 0.0f, k & 1 ? 16 : 0, 0, &rng);
+    }
+    /* merged rows: short blocks over long KV on 8 CTAs, the walk schedule (which splits) */
+    static const int32_t M[3][4] = {{16, 2, 128, 64}, {32, 8, 64, 16}, {16, 2, 256, 32}};
+    int n_merged = 0;
+    for (int k = 0; k < 3; k++) {
+        gqa_opts o = ctx_default_opts(M[k][0], M[k][1], M[k][2], M[k][3]);
+        o.num_ctas = 8;
+        o.variant = 1;
+        o.sinks = k != 1;
+        int32_t q[2] = {16 + 8 * k, 3}, kv[2];
+        kv[0] = tt_rng_int(&rng, 5000, 7000);
+        kv[1] = tt_rng_int(&rng, 3, 400);
+        n_merged += nvfp4_run_and_check(o, q, kv, 2, 1, 0.0f, 16, 2, &rng).groups > 0;
+    }
+    assert_int_equal(n_merged, 3);
+}
+
+/* Bad NVFP4 arguments: each its status, nothing launched (out, scales and lse untouched);
+ * the good arguments run first. */
+static void context_nvfp4_out_bad_arguments_return_their_status(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(17);
+    gqa_opts o = ctx_default_opts(16, 4, 128, 16);
+    o.o_dtype = FI_DTYPE_E2M1;
+    int32_t q[2] = {70, 1}, kv[2] = {90, 300};
+    ctx_case x;
+    char msg[MSG];
+    init_or_fail(&x, &o, q, kv, 2, 0, &rng);
+    gqa_case *c = &x.g;
+    if (nv4_run_twice(&x, 200.0f, 16, msg, sizeof msg)) {
+        ctx_case_free(&x);
+        fail_msg("%sgood NVFP4 arguments: %s", unsupported(msg) ? NOT_YET : "", msg);
+    }
+    poison_or_fail(&x);
+    const fi_attn_args good = nv4_args(c, 200.0f, 16);
+    fi_attn_args a;
+    a = good; a.o_sf_vec_size = 32;
+    expect_status(&x, &a, FI_ERR_UNSUPPORTED_SF_VEC_SIZE, "o_sf_vec_size 32");
+    a = good; a.o_sf_vec_size = 8;
+    expect_status(&x, &a, FI_ERR_UNSUPPORTED_SF_VEC_SIZE, "o_sf_vec_size 8");
+    a = good; a.o_sf_scale = 0.0f;
+    expect_status(&x, &a, FI_ERR_INVALID_ARGUMENT, "o_sf_scale 0");
+    a = good; a.o_sf_scale = -2.0f;
+    expect_status(&x, &a, FI_ERR_INVALID_ARGUMENT, "o_sf_scale -2");
+    a = good; a.o_sf_scale = NAN;
+    expect_status(&x, &a, FI_ERR_INVALID_ARGUMENT, "o_sf_scale NaN");
+    a = good; a.o_sf_scale = INFINITY;
+    expect_status(&x, &a, FI_ERR_INVALID_ARGUMENT, "o_sf_scale inf");
+    a = good; a.o_sf.data = NULL;
+    expect_status(&x, &a, FI_ERR_NULL_ARGUMENT, "o_sf missing");
+    a = good; a.o_sf.dtype = FI_DTYPE_BF16;
+    expect_status(&x, &a, FI_ERR_UNSUPPORTED_DTYPE, "o_sf bf16");
+    a = good; a.o_sf.shape[2] = 16;
+    expect_status(&x, &a, FI_ERR_SHAPE_MISMATCH, "o_sf [.., D / 8]");
+    a = good; a.o_sf.shape[1] = 8;
+    expect_status(&x, &a, FI_ERR_SHAPE_MISMATCH, "o_sf 8 heads under H_q 16");
+    a = good; a.o_sf.shape[0] = c->tokens - 1;
+    expect_status(&x, &a, FI_ERR_SHAPE_MISMATCH, "o_sf a token short");
+    a = good; a.o_sf.ndim = 2; a.o_sf.shape[1] = 16 * 8;
+    expect_status(&x, &a, FI_ERR_SHAPE_MISMATCH, "o_sf 2-D [T, H D / 16]");
+    a = good; a.o_sf.stride[2] = 2;
+    expect_status(&x, &a, FI_ERR_BAD_STRIDE, "o_sf last stride 2");
+    a = good; a.o_sf.stride[1] = -8;
+    expect_status(&x, &a, FI_ERR_BAD_STRIDE, "o_sf negative head stride");
+    a = good; a.out.dtype = FI_DTYPE_BF16;
+    expect_status(&x, &a, FI_ERR_UNSUPPORTED_DTYPE, "out bf16 under an NVFP4 plan");
+    a = good; a.out.shape[2] = 128;
+    expect_status(&x, &a, FI_ERR_SHAPE_MISMATCH, "out [.., D] elements, not D / 2 bytes");
+    a = good; a.out.stride[2] = 2;
+    expect_status(&x, &a, FI_ERR_BAD_STRIDE, "out last stride 2");
+    expect_untouched(&x);
+    /* block scales on a plan whose out is not NVFP4; NVFP4 out for another kind */
+    ctx_case y;
+    o.o_dtype = 0;
+    init_or_fail(&y, &o, q, kv, 2, 0, &rng);
+    poison_or_fail(&y);
+    a = gqa_case_args(&y.g);
+    a.o_sf = good.o_sf;
+    a.o_sf_scale = 1.0f;
+    expect_status(&y, &a, FI_ERR_INVALID_ARGUMENT, "o_sf given for bf16 out");
+    expect_untouched(&y);
+    ctx_case_free(&y);
+    gqa_opts od = o;
+    od.kind = FI_KIND_GQA_DECODE;
+    od.o_dtype = FI_DTYPE_E2M1;
+    fi_caps caps = gqa_caps(&od, 2, 2, 16);
+    assert_int_equal(fi_caps_validate(&caps), FI_ERR_UNSUPPORTED_DTYPE);
+    ctx_case_free(&x);
+}
+
 /* ---- one small split case, for compute-sanitizer memcheck / racecheck -------------------- */
 
 /* 16/4 heads D 128, page 16, HND (K, V) pair, sinks, 8 CTAs: a 40-row block over 1500 keys
@@ -756,6 +909,20 @@ static void sanitize_small_case_nvfp4_kv(void **state) {
     REQUIRE_GPU();
     sanitize_case(FI_DTYPE_E2M1);
 }
+/* The same with NVFP4 out (the quad's shuffles and byte stores in the tile's epilogue and
+ * in the merge), every row checked. */
+static void sanitize_small_case_nvfp4_out(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(18);
+    gqa_opts o = ctx_default_opts(16, 4, 128, 16);
+    o.num_ctas = 8;
+    o.sinks = 1;
+    o.layout = GQA_HND;
+    o.kv_form = GQA_KV_PAIR;
+    int32_t q[2] = {40, 3}, kv[2] = {1500, 700};
+    nvfp4_run_and_check(o, q, kv, 2, 1, 0.0f, 16, 2, &rng);
+}
 
 int main(void) {
     gt_begin("test_context_gpu");
@@ -764,6 +931,9 @@ int main(void) {
         cmocka_unit_test(sanitize_small_case_fp8_kv),
         cmocka_unit_test(sanitize_small_case_nvfp4_kv),
         cmocka_unit_test(context_skip_softmax_skips_dominated_blocks),
+        cmocka_unit_test(sanitize_small_case_nvfp4_out),
+        cmocka_unit_test(context_nvfp4_out_bad_arguments_return_their_status),
+        cmocka_unit_test(context_nvfp4_out_matches_reference),
         cmocka_unit_test(context_bad_tensors_return_their_status_and_write_nothing),
         cmocka_unit_test(context_nvfp4_bad_scale_tensors_return_their_status),
         cmocka_unit_test(context_fp8_kv_matches_reference),

@@ -6,6 +6,9 @@
  *                consecutive fp32 values rounded to nearest (even).
  *   Exact conversions of quantised KV to the 16-bit types: fp8 e4m3, NVFP4 (e2m1 values
  *                with an e4m3 scale per 16).
+ *   nvfp4_*      NVFP4 output (e2m1 values with an fp8 e4m3 scale a block of 16, the
+ *                scale taken from the block's amax): the quantisation of one block spread
+ *                over the 4 lanes of a quad.
  */
 #pragma once
 
@@ -13,6 +16,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
+
+#include "executor/cuda/common/ptx.cuh"
 
 namespace fi {
 
@@ -68,6 +73,9 @@ template <> struct OutStore<__nv_fp8_e4m3> {
 /* An output type chosen at run time: T (bf16 / fp16), or fp8 e4m3 when the common block's
  * o_fp8 is set (one instantiation serves both; the branch is uniform over the grid). */
 template <typename T> struct OutDyn {};
+/* OutDyn<T>, or NVFP4 when the common block's o_fp4 is set (the context family: its split
+ * merge quantises merged rows a 16-element block at a time, SplitMerge::write_merged). */
+template <typename T> struct OutDynFp4 {};
 
 /* Store 4 consecutive fp32 outputs at element offset `off` of c.out ([.., D] rows of O or,
  * for OutDyn<T>, of T or fp8 e4m3). */
@@ -75,9 +83,18 @@ template <typename O, typename C>
 __device__ __forceinline__ void store_out4(const C &c, int64_t off, float4 v) {
     OutStore<O>::store4(static_cast<O *>(c.out) + off, v, c.o_scale);
 }
-template <typename O> struct is_out_dyn { static constexpr bool value = false; };
+template <typename O> struct is_out_dyn {
+    static constexpr bool value = false;
+    static constexpr bool nvfp4 = false;
+};
 template <typename T> struct is_out_dyn<OutDyn<T>> {
     static constexpr bool value = true;
+    static constexpr bool nvfp4 = false;
+    using type = T;
+};
+template <typename T> struct is_out_dyn<OutDynFp4<T>> {
+    static constexpr bool value = true;
+    static constexpr bool nvfp4 = true; /* fi_exec_common.o_fp4 may be set */
     using type = T;
 };
 template <typename T, typename C>
@@ -98,6 +115,82 @@ __device__ __forceinline__ void store_out2(const C &c, int64_t off, float x, flo
     } else {
         *reinterpret_cast<uint32_t *>(static_cast<T *>(c.out) + off) = Dt<T>::pack(x, y);
     }
+}
+
+/* ---- NVFP4 output (fi_exec_common.o_fp4; the format: include/fiattn_run.h, o_sf) ------
+ * Per block of 16 consecutive outputs x_i of a row, with the global scale g = o_sf_scale
+ * (TensorRT-LLM's NVFP4 recipe, its cvt_warp_fp16_to_fp4, with exact division where it
+ * takes approximate reciprocals):
+ *   amax = max_i |x_i|  (NaN if any x_i is NaN)
+ *   s    = e4m3_rn_satfinite((amax / 6) * g)             the stored scale byte
+ *   q_i  = e2m1_rn_satfinite(x_i * (g / s))  (q_i = 0 when s = 0)
+ * so x_i ~ q_i * s / g.  Every step is one IEEE fp32 operation in this order (no fused
+ * multiply-add), so a host can repeat it bit for bit (tests/gpu/context_nvfp4_case.h). */
+
+/* The 4-bit e2m1 code (sign bit 3, magnitude code 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6) of v,
+ * rounded to nearest, ties to the even code, magnitudes past 6 saturated to 6 (Hopper has
+ * no cvt to e2m1: the conversion sm_100 does in one instruction).  A tie sits between an
+ * even and an odd code, so the thresholds alternate '>' (tie stays at the even code below)
+ * and '>=' (tie goes to the even code above).  NaN gives code 0 or 8 (its block's scale is
+ * NaN, nvfp4_scale). */
+__device__ __forceinline__ uint32_t e2m1_code(float v) {
+    const float a = fabsf(v);
+    const uint32_t m = (uint32_t)(a > 0.25f) + (uint32_t)(a >= 0.75f) + (uint32_t)(a > 1.25f) +
+                       (uint32_t)(a >= 1.75f) + (uint32_t)(a > 2.5f) + (uint32_t)(a >= 3.5f) +
+                       (uint32_t)(a > 5.f);
+    return m | ((__float_as_uint(v) >> 28) & 8u);
+}
+
+/* The block scale of amax under global scale g: the e4m3 byte (RN, satfinite: past 448
+ * it stays 448; NaN stays NaN) and the factor g / s the block's values are multiplied by
+ * before e2m1_code (0 when s is 0: an all-zero block, or one below the smallest e4m3). */
+__device__ __forceinline__ float rcp_approx_ftz(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t nvfp4_scale(float amax, float g, float *mul) {
+    const __nv_fp8_e4m3 s(__fmul_rn(g, __fmul_rn(amax, rcp_approx_ftz(6.f))));
+    const float sf = static_cast<float>(s);
+    *mul = sf == 0.f ? 0.f : rcp_approx_ftz(__fmul_rn(sf, rcp_approx_ftz(g)));
+    return s.__x;
+}
+
+/* A block of 16 outputs held as 4 values a lane by the 4 lanes of an aligned quad (lanes
+ * 4k .. 4k + 3): the block's scale byte (the same in all four lanes) into *sf, and the
+ * lane's 4 codes, value k's code in bits 4k .. 4k + 3.  kWarp: the whole warp calls it
+ * together (the tile epilogue: a full shuffle mask; a per-lane quad mask there made ptxas
+ * spill 160 bytes in the head_dim 256 kernels); else the quad's four lanes do and the rest
+ * of the warp may be elsewhere (the split merge). */
+template <bool kWarp = false>
+__device__ __forceinline__ uint32_t nvfp4_quad_block(const float *v, float g, uint32_t *sf) {
+    const unsigned quad = kWarp ? 0xffffffffu : 0xfu << (threadIdx.x & 28u);
+    float amax = fmax_nan(fmax_nan(fabsf(v[0]), fabsf(v[1])), fmax_nan(fabsf(v[2]), fabsf(v[3])));
+    amax = fmax_nan(amax, __shfl_xor_sync(quad, amax, 1));
+    amax = fmax_nan(amax, __shfl_xor_sync(quad, amax, 2));
+    float mul;
+    *sf = nvfp4_scale(amax, g, &mul);
+    uint32_t codes = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+        codes |= e2m1_code(__fmul_rn(v[k], mul)) << (4 * k);
+    return codes;
+}
+
+/* Store 4 consecutive outputs (columns 4 c4 .. 4 c4 + 3 of row (tok, h)) as NVFP4, the
+ * quad holding c4 = 4 b .. 4 b + 3 storing block b together (nvfp4_quad_block): two code
+ * bytes at c.out (strides in e2m1 elements: twice the byte strides), the scale byte by the
+ * block's first lane. */
+template <typename C>
+__device__ __forceinline__ void store_nvfp4_4(const C &c, int64_t tok, int h, int c4, float4 t) {
+    const float v[4] = {t.x, t.y, t.z, t.w};
+    uint32_t sf;
+    const uint32_t codes = nvfp4_quad_block(v, c.o_sf_scale, &sf);
+    const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head + 4 * c4;
+    *reinterpret_cast<uint16_t *>(static_cast<uint8_t *>(c.out) + (off >> 1)) = (uint16_t)codes;
+    if ((c4 & 3) == 0)
+        static_cast<uint8_t *>(c.o_sf)[tok * c.o_sf_stride_tok + h * c.o_sf_stride_head + (c4 >> 2)] =
+            (uint8_t)sf;
 }
 
 /* fp8 e4m3 -> fp16 (exact: every e4m3 value is an fp16 value; NaN stays NaN). */

@@ -8,6 +8,7 @@
 #include <math_constants.h>
 
 #include "executor/core/exec_params.h"
+#include "executor/cuda/common/dtype.cuh"
 #include "executor/cuda/common/ptx.cuh"
 #include "plan/mask.h"
 
@@ -116,7 +117,8 @@ __device__ __forceinline__ float logaddexp(float a, float b) {
  * = logaddexp(lse_keys, sink) through store(element offset, x, y); split, the fp32 partial
  * O / l and lse_keys (no sink, no bmm2) into the item's slot, rows of kWidth floats.
  * lse_writer: the one thread of a row that writes its LSE.  m, l: the rows' running max
- * (log2 units) and full sums.  Shared by the wgmma tile bodies (MLA, context). */
+ * (log2 units) and full sums.  Shared by the wgmma tile bodies (MLA, context); NVFP4 out of
+ * an unsplit item: store_acc_rows_nvfp4. */
 template <int kCols, int kWidth, class Store>
 __device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const RunCtx &ctx,
                                                const fi_work_item &it, const fi_request_info &rq,
@@ -151,6 +153,49 @@ __device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const Ru
             if (c.lse && lse_writer)
                 c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
         }
+    }
+}
+
+/* store_acc_rows for an unsplit item (it.out_slot < 0) whose out is NVFP4 (c.o_fp4): the
+ * same rows and scaling (bmm2, sink); block b of a row (columns 16 b .. 16 b + 15 past
+ * col & ~7) is O[4 j + 2 i + {0, 1}] of j = 2 b and 2 b + 1 over the quad's lanes (lane q4
+ * holds columns 8 j + 2 q4 + {0, 1}: nvfp4_quad_block), so its codes land in bytes 8 b +
+ * q4 (j = 2 b) and 8 b + 4 + q4 (j = 2 b + 1) of the row; lane q4 = 0 writes the scale.
+ * Unrolled with constant indices into O: nothing goes through local memory. */
+template <int kCols>
+__device__ __forceinline__ void store_acc_rows_nvfp4(const fi_exec_common &c, const RunCtx &ctx,
+                                                     const fi_work_item &it, const fi_request_info &rq,
+                                                     int nh, int M, int r0, int col, bool lse_writer,
+                                                     const float *O, const float *m, const float *l) {
+    static_assert(kCols % 16 == 0, "NVFP4 blocks of 16 columns");
+    const int base = col & ~7, q4 = (col & 7) >> 1;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const bool store = r0 + 8 * i < M; /* a row past M: computed, not stored */
+        const int r = min(r0 + 8 * i, M - 1);
+        const float lse_keys = l[i] == 0.f ? -CUDART_INF_F : (m[i] + log2f(l[i])) * kLn2;
+        const int h = it.head_begin + r % nh;
+        const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+        const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
+        const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse);
+        uint8_t *ob = static_cast<uint8_t *>(c.out) +
+                      ((tok * c.out_stride_tok + h * c.out_stride_head + base) >> 1) + q4;
+        uint8_t *sb = c.o_sf + tok * c.o_sf_stride_tok + h * c.o_sf_stride_head + (base >> 4);
+#pragma unroll
+        for (int b = 0; b < kCols / 16; ++b) {
+            const float x[4] = {O[8 * b + 2 * i] * f, O[8 * b + 2 * i + 1] * f,
+                                O[8 * b + 4 + 2 * i] * f, O[8 * b + 4 + 2 * i + 1] * f};
+            uint32_t sf;
+            const uint32_t codes = nvfp4_quad_block<true>(x, c.o_sf_scale, &sf);
+            if (store) {
+                ob[8 * b] = (uint8_t)codes;
+                ob[8 * b + 4] = (uint8_t)(codes >> 8);
+                if (q4 == 0)
+                    sb[b] = (uint8_t)sf;
+            }
+        }
+        if (store && c.lse && lse_writer)
+            c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
     }
 }
 

@@ -2,7 +2,8 @@
  * executor/cuda/merge/split_merge.cuh - the in-kernel split-KV merge every family shares,
  * templated on the output width W (64..1024, a multiple of 4), the tile height Rows (16 to
  * 128: the partial slot's rows), the output element O (bf16, fp16, fp8 e4m3 with
- * fi_exec_common.o_scale, or OutDyn<T>: T or fp8 chosen by fi_exec_common.o_fp8) and the
+ * fi_exec_common.o_scale, OutDyn<T>: T or fp8 chosen by fi_exec_common.o_fp8, or
+ * OutDynFp4<T>: those or NVFP4 by fi_exec_common.o_fp4, a quad of threads a block) and the
  * number of threads that run it (the family's kThreads: barrier 1 over those).  It reads only the common block
  * (executor/core/exec_params.h) and the plan region.
  *
@@ -49,6 +50,10 @@ template <int W, int Rows, typename O, int Threads, bool kSolo = true> struct Sp
     static __device__ __forceinline__ bool solo(const fi_merge_group &grp) {
         return kSolo && merge_is_solo(grp);
     }
+    /* merge_slice cuts NVFP4 outputs on block bounds and gives each unit one thread. */
+    static __device__ __forceinline__ bool fp4_slices(const fi_exec_common &c) {
+        return is_out_dyn<O>::nvfp4 && c.o_fp4;
+    }
 
     /* Row statistics over the splits, rows rr < R: sRow[rr] = max_s lse(s, rr) and
      * sRow[Rows + rr] = sum_s exp(lse(s, rr) - max); a warp a row, lanes stride the
@@ -80,7 +85,9 @@ template <int W, int Rows, typename O, int Threads, bool kSolo = true> struct Sp
 
     /* Write one merged float4 (dims 4*c4 .. +3) of group row r: t = sum_s w_s O_s (keys
      * only); sRow[rr] / sRow[Rows + rr] are the row's max and sum (row_stats); the sink
-     * enters through exp(lse_keys - lse).  The row's LSE is written with column 0. */
+     * enters through exp(lse_keys - lse).  The row's LSE is written with column 0.  NVFP4
+     * out: the 4 threads of an aligned quad of lanes call it together for c4 = 4 b .. 4 b
+     * + 3 of one row (merge_group's mapping, and merge_slice's with fp4_slices). */
     static __device__ __forceinline__ void write_merged(const fi_exec_common &c, const RunCtx &ctx,
                                                         const fi_merge_group &grp,
                                                         const fi_request_info &rq, int nh, int r,
@@ -94,7 +101,9 @@ template <int W, int Rows, typename O, int Threads, bool kSolo = true> struct Sp
         const float f = lse_keys == -CUDART_INF_F ? 0.f : ctx.scale2 * expf(lse_keys - lse);
         const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head + c4 * 4;
         const float4 v = make_float4(t.x * f, t.y * f, t.z * f, t.w * f);
-        if constexpr (is_out_dyn<O>::value)
+        if (is_out_dyn<O>::nvfp4 && c.o_fp4) /* with the quad of c4 = 4 b .. 4 b + 3 */
+            store_nvfp4_4(c, tok, h, c4, v);
+        else if constexpr (is_out_dyn<O>::value)
             store_out4_dyn<typename is_out_dyn<O>::type>(c, off, v);
         else
             store_out4<O>(c, off, v);
@@ -208,7 +217,11 @@ template <int W, int Rows, typename O, int Threads, bool kSolo = true> struct Sp
         const int M = (grp.q_end - grp.q_begin) * nh;
         const int ns = grp.num_splits;
         const int U = M * kF4;
-        const int u0 = (int)((int64_t)part * U / nparts), u1 = (int)((int64_t)(part + 1) * U / nparts);
+        /* NVFP4: slices of whole 16-element blocks (4 units; U is a multiple of 4) */
+        const bool fp4 = fp4_slices(c);
+        const int al = fp4 ? 4 : 1;
+        const int u0 = (int)((int64_t)part * U / nparts) / al * al,
+                  u1 = (int)((int64_t)(part + 1) * U / nparts) / al * al;
         if (u0 >= u1)
             return; /* uniform over the CTA */
         const int r_lo = u0 / kF4, R = (u1 - 1) / kF4 - r_lo + 1;
@@ -244,7 +257,9 @@ template <int W, int Rows, typename O, int Threads, bool kSolo = true> struct Sp
                           : weight_of(__ldcg(plse + (int64_t)s * c.tile_rows + rr), rr);
         };
         const int nu = u1 - u0;
-        const int K = max(1, min(ns, Threads / nu)); /* parts a unit (1 when nu >= Threads) */
+        /* parts a unit (1 when nu >= Threads); NVFP4: 1, so thread j of a round writes unit
+         * base + q * Threads + j and an aligned quad of lanes holds a block (write_merged) */
+        const int K = fp4 ? 1 : max(1, min(ns, Threads / nu));
         const int per = Threads / K;                 /* units a round, per q */
         const int k = tid % K, jt = tid / K;
         const int sa = (int)((int64_t)k * ns / K), sb = (int)((int64_t)(k + 1) * ns / K);

@@ -6,7 +6,8 @@ tensor and (K, V) pairs, 3-D block tables, cached prefixes, q_len 1 decodes besi
 chunks (and q_len 0 / kv_len 0 requests), fp8 output, device-resident lengths, the
 recorded repeat path, CUDA graph capture + replay with lengths changed by re-planning,
 fp8 e4m3 KV caches, NVFP4 KV caches (kv_block_scales) against the reference run on their
-fp64 dequantisation, and NotImplementedError for e5m2 KV and NVFP4 output.
+fp64 dequantisation, NVFP4 output (decoded against the reference within its quantisation
+bound), skip-softmax, and NotImplementedError for e5m2 KV.
 Outputs are poisoned (NaN) first: every row up to cum_seq_lens_q[-1] must be written, the
 rows past it not."""
 import math
@@ -425,7 +426,73 @@ def test_skip_softmax(ws):
         c.run(ws, scale, out=out, skip_softmax_threshold_scale_factor=-1.0)
 
 
-@pytest.mark.parametrize("what", ["e5m2_kv", "nvfp4_out"])
+_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def _nvfp4_decode(x, g, T):
+    """FP4Tensor -> fp64 [T, H, D]: e2m1(code) x scale / g (linear scale layout)."""
+    lut = torch.tensor(_E2M1, dtype=torch.float64, device=DEV)
+    d = x.data[:T]
+    codes = torch.stack([d & 0xF, d >> 4], -1).reshape(T, d.shape[1], -1).long()
+    s = x.scale[x.scale_start_index:x.scale_start_index + T].double()
+    s = s.reshape(T, d.shape[1], -1).repeat_interleave(16, dim=-1)
+    return lut[codes] * s / g
+
+
+@pytest.mark.parametrize("mode", ["alloc", "fp4_out", "merged"])
+def test_nvfp4_out_matches_reference(ws, mode):
+    """NVFP4 output: every element of the rows up to cum_seq_lens_q[-1] within half an e2m1
+    step of the fp64 reference (max(scale / g, |ref|) / 4, plus the bf16 accumulation
+    error), each block's scale within e4m3's half step of amax / 6 x g; a preallocated
+    FP4Tensor (scale_start_index 5, poisoned) returned as given, rows past the batch and
+    scale rows outside it untouched; "merged": a short block over long KV, which the planner
+    usually cuts and merges (test_context_gpu.c's NVFP4 tests require the merge)."""
+    if mode == "merged":
+        c = Case(9100, [24, 1], [7000, 300], 16, 2, 128, 64, "NHD", "tuple")
+    else:
+        c = Case(9101 + (mode == "fp4_out"), [1, 200, 37], [1, 700, 37], 32, 8,
+                 64 if mode == "alloc" else 256, 16, "HND", "single")
+    g = 300.0
+    kw = {"out_dtype": "nvfp4", "o_sf_scale": g, "o_sf_vec_size": 16}
+    T, H, D = c.T, c.H, c.D
+    rows = c.q.shape[0]
+    if mode == "fp4_out":
+        data = torch.full((rows, H, D // 2), 0xFF, dtype=torch.uint8, device=DEV)
+        scale = torch.full((rows + 9, H * D // 16), float("nan"), device=DEV).to(
+            torch.float8_e4m3fn)
+        x = c.run(ws, 0.1, out=fiattn.FP4Tensor(data, scale, 5), **kw)
+        assert x.data is data and x.scale is scale and x.scale_start_index == 5
+    else:
+        x = c.run(ws, 0.1, **kw)
+        assert isinstance(x, fiattn.FP4Tensor)
+        assert x.data.shape == (rows, H, D // 2) and x.data.dtype == torch.uint8
+        assert x.scale.shape == (rows, H * D // 16) and x.scale.dtype == torch.float8_e4m3fn
+    torch.cuda.synchronize()
+    ref = c.ref(0.1)[:T]
+    got = _nvfp4_decode(x, g, T)
+    s = x.scale[x.scale_start_index:x.scale_start_index + T].double().reshape(T, H, D // 16)
+    assert torch.isfinite(s).all(), "a scale byte left NaN (poison) or written NaN"
+    amax = ref.abs().reshape(T, H, D // 16, 16).amax(-1)
+    want = amax / 6 * g
+    normal = want >= 2.0 ** -6
+    assert ((s - want).abs() <= (0.0625 + 2e-2) * want)[normal].all()
+    bound = (torch.maximum((s / g).repeat_interleave(16, -1), ref.abs()) / 4
+             + 1.25 * 2e-2 * amax.repeat_interleave(16, -1) + 1e-30
+             + torch.where(want < 2.0 ** -9, amax, 0.0).repeat_interleave(16, -1))
+    err = (got - ref).abs()
+    assert (err <= bound).all(), f"worst error / bound {(err / bound).max().item():.3f}"
+    if mode == "fp4_out":
+        assert (x.data[T:] == 0xFF).all()  # rows past the batch
+        assert x.scale[:5].float().isnan().all() and x.scale[5 + T:].float().isnan().all()
+
+
+def test_nvfp4_out_bad_vec_size_raises_before_any_call(ws):
+    c = Case(9103, [20, 1], [20, 40], 8, 2, 128, 16, "HND", "tuple")
+    with pytest.raises(ValueError, match="o_sf_vec_size"):
+        c.run(ws, 0.1, out_dtype="nvfp4", o_sf_scale=1.0, o_sf_vec_size=32)
+
+
+@pytest.mark.parametrize("what", ["e5m2_kv"])
 def test_not_implemented_on_gpu_writes_nothing(ws, what):
     c = Case(9000, [20, 1], [20, 40], 8, 2, 128, 16, "HND", "tuple")
     out = torch.full(c.q.shape, 3.0, dtype=c.dtype, device=DEV)
@@ -434,9 +501,6 @@ def test_not_implemented_on_gpu_writes_nothing(ws, what):
     if what == "e5m2_kv":
         c.kv = tuple(x.to(torch.float8_e5m2) for x in c.kv)
         name = "e5m2"
-    else:
-        kw["out_dtype"] = "nvfp4"
-        out = None
     with pytest.raises(NotImplementedError, match=name):
         c.run(ws, 0.1, out=out, **kw)
     torch.cuda.synchronize()
