@@ -129,13 +129,13 @@ typedef struct fi_attn_args {
      * [q_tokens, H_q, D / 2] (two a byte, low nibble first: element 2 k in bits 0..3 of byte
      * k); each block of 16 consecutive elements of a row (token, head) has one fp8 e4m3
      * scale s, and with the global scale g = o_sf_scale (TensorRT-LLM's NVFP4 recipe, the
-     * trtllm-gen kernels' o_sf_scale; exact fp32 division where it takes approximate
-     * reciprocals):
+     * trtllm-gen kernels' o_sf_scale, with its approximate reciprocals rcp = rcp.approx.ftz):
      *   amax = max |x_i| over the block's 16 outputs x_i (fp32, NaN if any x_i is NaN)
-     *   s    = e4m3((amax / 6) * g)      round to nearest even, saturated to 448
-     *   q_i  = e2m1(x_i * (g / s))       nearest even; |.| > 6 saturates to 6; 0 when s = 0
+     *   s    = e4m3(g * (amax * rcp(6)))     round to nearest even, saturated to 448
+     *   q_i  = e2m1(x_i * rcp(s * rcp(g)))   nearest even; |.| > 6 saturates to 6; 0 when s = 0
      *   so x_i ~ q_i * s / g             (dequantise: code value x scale / o_sf_scale)
-     * each step one IEEE fp32 operation in this order.  Error, while 2^-6 <= (amax / 6) g
+     * each step one fp32 operation in this order (rcp within an ulp: a value on a rounding
+     * boundary may round either way).  Error, while 2^-6 <= (amax / 6) g
      * <= 448 (s normal, not saturated): |q_i s / g - x_i| <= max(s / g, |x_i|) / 4 (half an
      * e2m1 step; s / g <= (amax / 6)(1 + 2^-4), fp32 roundings aside).  Non-
      * finite outputs: a NaN in a block makes its scale NaN (e4m3 0x7f: the whole block reads

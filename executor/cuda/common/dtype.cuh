@@ -119,13 +119,14 @@ __device__ __forceinline__ void store_out2(const C &c, int64_t off, float x, flo
 
 /* ---- NVFP4 output (fi_exec_common.o_fp4; the format: include/fiattn_run.h, o_sf) ------
  * Per block of 16 consecutive outputs x_i of a row, with the global scale g = o_sf_scale
- * (TensorRT-LLM's NVFP4 recipe, its cvt_warp_fp16_to_fp4, with exact division where it
- * takes approximate reciprocals):
+ * (TensorRT-LLM's NVFP4 recipe, its cvt_warp_fp16_to_fp4, with its approximate reciprocals
+ * rcp = rcp.approx.ftz: IEEE division compiles to a slow-path call, which made ptxas spill
+ * registers around it in every context kernel):
  *   amax = max_i |x_i|  (NaN if any x_i is NaN)
- *   s    = e4m3_rn_satfinite((amax / 6) * g)             the stored scale byte
- *   q_i  = e2m1_rn_satfinite(x_i * (g / s))  (q_i = 0 when s = 0)
- * so x_i ~ q_i * s / g.  Every step is one IEEE fp32 operation in this order (no fused
- * multiply-add), so a host can repeat it bit for bit (tests/gpu/context_nvfp4_case.h). */
+ *   s    = e4m3_rn_satfinite(g * (amax * rcp(6)))        the stored scale byte
+ *   q_i  = e2m1_rn_satfinite(x_i * rcp(s * rcp(g)))  (q_i = 0 when s = 0)
+ * so x_i ~ q_i * s / g.  The host test (tests/gpu/context_nvfp4_case.h) repeats it with
+ * exact division and counts the values on a rounding boundary that land the other way. */
 
 /* The 4-bit e2m1 code (sign bit 3, magnitude code 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6) of v,
  * rounded to nearest, ties to the even code, magnitudes past 6 saturated to 6 (Hopper has
