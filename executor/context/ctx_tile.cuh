@@ -27,7 +27,7 @@
  *    scores start before V lands; tokens past the item's range and Q rows past the tile
  *    are zero-filled (P = 0 must not meet NaN bit patterns).  It runs ahead across items.
  *    A quantised cache is read into registers instead (16 value bytes a lane, issued
- *    before the slot's wait), converted to T exactly and stored into the same panels
+ *    before the slot's wait, each lane's token rows found once a block: quant_row), converted to T exactly and stored into the same panels
  *    with ordinary stores, a proxy fence and a plain arrival; the consumers cannot tell
  *    the paths apart.  fp8 e4m3 (KV = __nv_fp8_e4m3): every e4m3 value is a bf16 and an
  *    fp16 value.  NVFP4 (KV = fi::nvfp4): e2m1 values two a byte with an e4m3 scale per
@@ -49,6 +49,10 @@
  *    turns and releases stay as they are).
  *  - Releases: a block goes back to the producer after both warpgroups' P V of it (8 warp
  *    arrivals on its "empty" mbarrier); Q after the item's last scores.
+ *  - Epilogue: out as T, fp8 e4m3 (o_scale) or NVFP4 (e2m1 codes + e4m3 block scales,
+ *    store_acc_rows_nvfp4: a run-time branch, the 16-column blocks' maxima by shuffles over
+ *    the whole warp); a split item's fp32 partials go to the workspace and the shared merge
+ *    (SplitMerge<.., OutDynFp4<T>>) writes the same formats.
  * Sources: FlashAttention-3 (Shah et al. 2024: producer / consumer warpgroups, wgmma, P in
  * registers, intra-warpgroup softmax / matmul overlap); FlashAttention-2 online softmax
  * (Dao 2023); flash-decoding split-KV with an LSE merge (Dao et al. 2023); skip-softmax:
