@@ -8,7 +8,8 @@
  *   page_size   {1,16,32,64,128} for every kind
  *   dtypes      q, kv: F32 (CPU reference), F16, BF16, E4M3 (xqa_mla), E5M2; kv also E2M1
  *               (NVFP4) for GQA_DECODE and CONTEXT (the GPU families; no MLA body
- *               dequantises it); o: F32, F16, BF16
+ *               dequantises it); o: F32, F16, BF16, E4M3 (fp8 out with o_scale), and E2M1 (NVFP4
+ *               out) for CONTEXT
  *   variant     a row of the tile table (plan/variant.h) for (kind, variant)
  *   limits      FI_LIMIT_* of fiattn.h: max_batch, max_q_tokens, num_pages, num_ctas, H_q,
  *               sparse_top_k, and the plan bound derived from them (workspace/layout.h)

@@ -182,21 +182,29 @@ __device__ __forceinline__ int32_t block_page(const fi_ctx_params &p, const fi_w
     return lane < G::kTokPerWarp && t < it.kv_end ? p.c.page_table[row + (t >> p.c.page_shift)] : 0;
 }
 
-/* Where warp pw's tokens of block b start in K or V (view kv, this KV head's base `base`):
- * lane l < kTokPerWarp returns token kTokPerWarp pw + l's row (pg: its block_page), and
- * bit l of *in says the token lies inside the item (tokens past it get zero-filled rows).
- * Computed once a block, so a 16-byte copy costs a shuffle of the row and an add, not a
- * 64-bit page x stride product (the copies' address arithmetic took more issue slots
- * than the consumers' softmax). */
-template <typename T, int D>
-__device__ __forceinline__ const T *token_row(const fi_ctx_params &p, const fi_gqa_paged &kv,
-                                              const T *base, const fi_work_item &it, int b, int pt,
-                                              int32_t pg, uint32_t *in) {
+/* Lane l's token of warp pw in block b (kTokPerWarp pw + l): its slot in its page, and
+ * bit l of *in: the token lies inside the item (lanes past kTokPerWarp: 0).  The producer
+ * finds its rows from these once a block, so a 16-byte copy costs a shuffle of the row and
+ * an add, not a 64-bit page x stride product (the copies' address arithmetic took more
+ * issue slots than the consumers' softmax). */
+template <int D>
+__device__ __forceinline__ int64_t token_slot(const fi_ctx_params &p, const fi_work_item &it, int b,
+                                              int pt, uint32_t *in) {
     using G = Geo<D>;
     const int lane = pt & 31;
     const int t = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * (pt >> 5) + lane;
     *in = __ballot_sync(0xffffffffu, lane < G::kTokPerWarp && t < it.kv_end);
-    return base + (int64_t)pg * kv.stride_page + (int64_t)(t & (p.c.page_size - 1)) * kv.stride_tok;
+    return t & (p.c.page_size - 1);
+}
+
+/* Lane l's token row in K or V (view kv, this KV head's base `base`; pg: its block_page)
+ * and the in-item bits (token_slot). */
+template <typename T, int D>
+__device__ __forceinline__ const T *token_row(const fi_ctx_params &p, const fi_gqa_paged &kv,
+                                              const T *base, const fi_work_item &it, int b, int pt,
+                                              int32_t pg, uint32_t *in) {
+    const int64_t slot = token_slot<D>(p, it, b, pt, in);
+    return base + (int64_t)pg * kv.stride_page + slot * kv.stride_tok;
 }
 
 /* K or V rows of block b into the block's panels at dst0: warp pw copies its kTokPerWarp
@@ -342,20 +350,13 @@ template <typename KV, int D> struct RegGeo {
     static_assert(kPasses % kChunk == 0, "register producer chunks");
 };
 
-/* Where warp pw's tokens of block b are in a quantised cache (src; pg: this lane's
- * block_page): lane l < kTokPerWarp returns token kTokPerWarp pw + l's value row, *sf its
- * scale row (NVFP4; unused for fp8), and bit l of *in says the token lies inside the item.
- * Once a block, so a load costs shuffles of the rows, not 64-bit stride products (as
- * token_row for the 16-bit cp.async path). */
+/* As token_row for a quantised cache (src; pg: this lane's block_page): lane l's value
+ * row, *sf its scale row (NVFP4; unused for fp8), and the in-item bits. */
 template <int D>
 __device__ __forceinline__ const uint8_t *quant_row(const fi_ctx_params &p, const RowSrc &src,
                                                    const fi_work_item &it, int b, int pt, int32_t pg,
                                                    const uint8_t **sf, uint32_t *in) {
-    using G = Geo<D>;
-    const int lane = pt & 31;
-    const int t = it.kv_begin + b * G::kBlockN + G::kTokPerWarp * (pt >> 5) + lane;
-    *in = __ballot_sync(0xffffffffu, lane < G::kTokPerWarp && t < it.kv_end);
-    const int64_t slot = t & (p.c.page_size - 1);
+    const int64_t slot = token_slot<D>(p, it, b, pt, in);
     *sf = src.sf + (int64_t)pg * src.sfv->stride_page + slot * src.sfv->stride_tok;
     return src.base + (int64_t)pg * src.kv->stride_page + slot * src.kv->stride_tok;
 }
@@ -566,7 +567,7 @@ __device__ __forceinline__ void pack_p(uint32_t *P, const float *S) {
 }
 
 /* Store the thread's two rows, all D columns (store_acc_rows): T, fp8 e4m3 x o_scale, or
- * NVFP4 (c.o_fp4: a quad of lanes a 16-column block, store_nvfp4_row). */
+ * NVFP4 (c.o_fp4: a quad of lanes a 16-column block, store_acc_rows_nvfp4). */
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(const fi_ctx_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,

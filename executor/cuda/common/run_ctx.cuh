@@ -111,6 +111,31 @@ __device__ __forceinline__ float logaddexp(float a, float b) {
     return m + logf(expf(a - m) + expf(b - m));
 }
 
+/* A row's LSE over its keys (natural log) from its running max m_i (log2 units) and full
+ * sum l_i; l_i == 0 (not l_i > 0): a NaN sum keeps the row's lse NaN. */
+__device__ __forceinline__ float row_lse_keys(float m_i, float l_i) {
+    return l_i == 0.f ? -CUDART_INF_F : (m_i + log2f(l_i)) * kLn2;
+}
+
+/* Where and how an unsplit item's row r goes out: its token and head, its LSE with the
+ * sink (lse = logaddexp(lse_keys, sink)) and the factor f = bmm2 / l x exp(lse_keys - lse)
+ * that turns the row's accumulator into out (row_lse_keys, the row's full sum l_i). */
+struct OutRow {
+    int64_t tok;
+    int h;
+    float lse, f;
+};
+__device__ __forceinline__ OutRow out_row(const fi_exec_common &c, const RunCtx &ctx,
+                                          const fi_work_item &it, const fi_request_info &rq,
+                                          int nh, int r, float lse_keys, float l_i) {
+    OutRow o;
+    o.h = it.head_begin + r % nh;
+    o.tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+    o.lse = c.sinks ? logaddexp(lse_keys, c.sinks[o.h]) : lse_keys;
+    o.f = l_i == 0.f ? 0.f : ctx.scale2 / l_i * expf(lse_keys - o.lse);
+    return o;
+}
+
 /* Store a thread's two rows r0 and r0 + 8 of a wgmma accumulator O (columns 8 j + 2 q4
  * + {0, 1} in O[4 j + 2 i ..], j < kCols / 8) at output column col of item it (M rows, nh
  * heads a query row, q-major): unsplit, out = bmm2 * O / l * exp(lse_keys - lse) with lse
@@ -130,8 +155,7 @@ __device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const Ru
         const int r = r0 + 8 * i;
         if (r >= M)
             continue;
-        /* l == 0 (not l > 0): a NaN sum keeps the row's lse NaN */
-        const float lse_keys = l[i] == 0.f ? -CUDART_INF_F : (m[i] + log2f(l[i])) * kLn2;
+        const float lse_keys = row_lse_keys(m[i], l[i]);
         if (it.out_slot >= 0) {
             const float inv = l[i] == 0.f ? 0.f : 1.f / l[i];
             float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kWidth + col;
@@ -142,16 +166,13 @@ __device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const Ru
             if (lse_writer)
                 __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
         } else {
-            const int h = it.head_begin + r % nh;
-            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
-            const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
-            const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse);
-            const int64_t off = tok * c.out_stride_tok + h * c.out_stride_head + col;
+            const OutRow o = out_row(c, ctx, it, rq, nh, r, lse_keys, l[i]);
+            const int64_t off = o.tok * c.out_stride_tok + o.h * c.out_stride_head + col;
 #pragma unroll
             for (int j = 0; j < kCols / 8; ++j)
-                store(off + 8 * j, O[4 * j + 2 * i] * f, O[4 * j + 2 * i + 1] * f);
+                store(off + 8 * j, O[4 * j + 2 * i] * o.f, O[4 * j + 2 * i + 1] * o.f);
             if (c.lse && lse_writer)
-                c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
+                c.lse[o.tok * c.lse_stride_tok + o.h * c.lse_stride_head] = o.lse;
         }
     }
 }
@@ -172,15 +193,12 @@ __device__ __forceinline__ void store_acc_rows_nvfp4(const fi_exec_common &c, co
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         const bool store = r0 + 8 * i < M; /* a row past M: computed, not stored */
-        const int r = min(r0 + 8 * i, M - 1);
-        const float lse_keys = l[i] == 0.f ? -CUDART_INF_F : (m[i] + log2f(l[i])) * kLn2;
-        const int h = it.head_begin + r % nh;
-        const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
-        const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
-        const float f = l[i] == 0.f ? 0.f : ctx.scale2 / l[i] * expf(lse_keys - lse);
+        const OutRow o = out_row(c, ctx, it, rq, nh, min(r0 + 8 * i, M - 1),
+                                 row_lse_keys(m[i], l[i]), l[i]);
+        const float f = o.f;
         uint8_t *ob = static_cast<uint8_t *>(c.out) +
-                      ((tok * c.out_stride_tok + h * c.out_stride_head + base) >> 1) + q4;
-        uint8_t *sb = c.o_sf + tok * c.o_sf_stride_tok + h * c.o_sf_stride_head + (base >> 4);
+                      ((o.tok * c.out_stride_tok + o.h * c.out_stride_head + base) >> 1) + q4;
+        uint8_t *sb = c.o_sf + o.tok * c.o_sf_stride_tok + o.h * c.o_sf_stride_head + (base >> 4);
 #pragma unroll
         for (int b = 0; b < kCols / 16; ++b) {
             const float x[4] = {O[8 * b + 2 * i] * f, O[8 * b + 2 * i + 1] * f,
@@ -195,7 +213,7 @@ __device__ __forceinline__ void store_acc_rows_nvfp4(const fi_exec_common &c, co
             }
         }
         if (store && c.lse && lse_writer)
-            c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
+            c.lse[o.tok * c.lse_stride_tok + o.h * c.lse_stride_head] = o.lse;
     }
 }
 
