@@ -152,8 +152,8 @@ typedef struct fi_attn_args {
 /* Run the plan's attention on the GPU (persistent executor, in-kernel split-k merge).
  * Kinds on the GPU today (sm_90a): FI_KIND_MLA_DECODE (bf16 / fp16 q, KV and out; or an
  * fp8 e4m3 cache (one byte an element, no scales inside the rows: the quantisation scales
- * go into bmm1 / bmm2) with q fp8 e4m3 / bf16 / fp16 and out bf16, on the wgmma body with
- * fp16 matmuls (another out dtype, or the mma.sync rows: FI_ERR_UNSUPPORTED_DTYPE); and
+ * go into bmm1 / bmm2) with q fp8 e4m3 / bf16 / fp16 and out bf16, on either body with
+ * fp16 matmuls (another out dtype: FI_ERR_UNSUPPORTED_DTYPE); and
  * sparse top-k plans (fi_caps.sparse_top_k: page_table [B, q_len, K] or [B * q_len, K]
  * int32 flat slots, -1 = no key; the mma.sync rows: FI_ERR_SPARSE_UNSUPPORTED);
  * docs/DESIGN.md section 9b);

@@ -81,17 +81,16 @@ FI_HOST_DEVICE int64_t fi_variant_piece_charge(const fi_variant *v) {
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
 
 /* The row that serves (kind, variant) at num_qo_heads: variant 0 is the kind's default,
- * the row with default_special when `special` (an fp8 cache or a sparse plan), else the
+ * the row with default_special when `special` (a sparse plan), else the
  * row whose default_min_heads is the largest one <= num_qo_heads, else the row with
  * variant 0; any other variant, its own row.  NULL when there is none. */
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
                                     int32_t special);
 
-/* The row for caps->kind / variant / num_qo_heads / kv_dtype / sparse_top_k (caps
- * non-NULL), or NULL. */
+/* The row for caps->kind / variant / num_qo_heads / sparse_top_k (caps non-NULL), or
+ * NULL.  An fp8 cache follows the heads like a 16-bit one (both MLA bodies read it). */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
-    return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads,
-                             caps->kv_dtype == FI_DTYPE_E4M3 || caps->sparse_top_k > 0);
+    return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads, caps->sparse_top_k > 0);
 }
 
 #endif /* FIATTN_PLAN_VARIANT_H */

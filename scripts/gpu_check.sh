@@ -55,12 +55,14 @@ if [ "$MODE" != quick ] && [ -x "$TEST" ]; then
     done
     done
   done
-  # the fp8 cache and sparse top-k small cases (tests/gpu/test_mla_fp8_gpu.c; the wgmma body)
-  for filter in sanitize_fp8_small_case sanitize_sparse_small_case; do
+  # the fp8 cache small case on both bodies (FI_MLA_TEST_VARIANT 4: mma.sync, 3: wgmma) and
+  # the sparse top-k one (the wgmma body's only) (tests/gpu/test_mla_fp8_gpu.c)
+  for run in sanitize_fp8_small_case:4 sanitize_fp8_small_case:3 sanitize_sparse_small_case:0; do
+    filter=${run%%:*} v=${run#*:}
     for tool in memcheck racecheck; do
-      FI_GPU_TEST_FILTER=$filter timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-        build/tests/gpu/test_mla_fp8_gpu > "$OUT/san_${filter}_$tool.log" 2>&1
-      sum "$tool $filter rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${filter}_$tool.log" | tail -1)"
+      FI_MLA_TEST_VARIANT=$v FI_GPU_TEST_FILTER=$filter timeout 200 compute-sanitizer --tool $tool \
+        --error-exitcode 9 build/tests/gpu/test_mla_fp8_gpu > "$OUT/san_${filter}_v${v}_$tool.log" 2>&1
+      sum "$tool $filter variant $v rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${filter}_v${v}_$tool.log" | tail -1)"
     done
   done
 fi

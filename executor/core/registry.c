@@ -40,7 +40,7 @@ static const fi_variant k_variants[] = {
      * warpgroups, 32-token KV blocks.  The default from 32 heads on (H200, trace snapshot
      * of 128 requests: heads 32 78.0 vs 105.8 us, heads 64 101.1 vs 146.6, heads 128 B128
      * x 4096 336 vs 892; heads 16 stays on mma.sync: 171 vs 152 us at B128 x 4096).  Also
-     * the default at any head count for an fp8 cache or a sparse plan (its paths only). */
+     * the default at any head count for a sparse plan (its path only). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 3, .name = "mla_decode_wgmma", .tile_rows = 64,
      .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 32,

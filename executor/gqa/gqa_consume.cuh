@@ -29,12 +29,6 @@ __device__ __forceinline__ Lane lane_of(int tid, int M) {
     return l;
 }
 
-__device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) { /* sel: prmt selector */
-    uint32_t r;
-    asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(r) : "r"(x), "r"(sel));
-    return r;
-}
-
 /* Row r of the team's warps w0 .. w0 + W - 1 (sM / sL: a warp's 16 row maxima and sums,
  * warp-major): the team max (*mt), the sum rescaled to it (*lt), and the returned factor
  * exp2(m_own - team max) that brings this warp's O to the team max (both consumer paths'

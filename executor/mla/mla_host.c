@@ -12,14 +12,14 @@
 #include "executor/mla/mla_params.h"
 #include "plan/plan.h"
 
-/* The dtypes a tile body runs: q, KV and out all bf16 or all fp16; the wgmma body
- * (fp8_kv) also an fp8 e4m3 cache with q fp8 e4m3 / bf16 / fp16 and out bf16 (fp16
- * matmuls).  Sets p->m.kv_e4m3 / q_kind. */
-static fi_status mla_dtypes(const fi_caps *caps, int fp8_kv, fi_mla_params *p) {
+/* The dtypes both tile bodies run: q, KV and out all bf16 or all fp16, or an fp8 e4m3
+ * cache with q fp8 e4m3 / bf16 / fp16 and out bf16 (fp16 matmuls).  Sets p->m.kv_e4m3 /
+ * q_kind. */
+static fi_status mla_dtypes(const fi_caps *caps, fi_mla_params *p) {
     const fi_dtype q = caps->q_dtype;
     if ((q == FI_DTYPE_BF16 || q == FI_DTYPE_F16) && caps->kv_dtype == q && caps->o_dtype == q)
         return FI_OK;
-    if (!fp8_kv || caps->kv_dtype != FI_DTYPE_E4M3 || caps->o_dtype != FI_DTYPE_BF16)
+    if (caps->kv_dtype != FI_DTYPE_E4M3 || caps->o_dtype != FI_DTYPE_BF16)
         return FI_ERR_UNSUPPORTED_DTYPE;
     p->m.kv_e4m3 = 1;
     switch (q) {
@@ -32,7 +32,7 @@ static fi_status mla_dtypes(const fi_caps *caps, int fp8_kv, fi_mla_params *p) {
 
 /* Checks and parameter block shared by both tile bodies; max_rows / kv_block: the shape
  * the body runs (a registry row of another shape gets FI_ERR_UNSUPPORTED_VARIANT); wgmma:
- * the wgmma body, the one with fp8 caches and sparse plans. */
+ * the wgmma body, the one with sparse plans. */
 static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_exec_common *common,
                           void *params, int32_t max_rows, int32_t kv_block, int wgmma) {
     const fi_caps *caps = &plan->caps;
@@ -42,7 +42,7 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
     memset(&p, 0, sizeof p);
     if (caps->head_dim_qk != 576 || caps->head_dim_vo != 512 || caps->num_kv_heads != 1)
         return FI_ERR_UNSUPPORTED_HEAD_DIM;
-    if ((st = mla_dtypes(caps, wgmma, &p)) != FI_OK)
+    if ((st = mla_dtypes(caps, &p)) != FI_OK)
         return st;
     if (caps->sparse_top_k > 0 && !wgmma)
         return FI_ERR_SPARSE_UNSUPPORTED; /* the mma.sync body has no sparse path */
@@ -96,8 +96,7 @@ const fi_family fi_family_mla = {
     .launch = fi_mla_launch,
 };
 
-/* The wgmma tile body (mla_wg_tile.cuh): the same tensors and checks, plus fp8 caches and
- * sparse plans. */
+/* The wgmma tile body (mla_wg_tile.cuh): the same tensors and checks, plus sparse plans. */
 const fi_family fi_family_mla_wg = {
     .name = "mla_decode_wgmma_sm90",
     .params_bytes = sizeof(fi_mla_params),

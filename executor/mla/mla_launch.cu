@@ -1,10 +1,12 @@
 /* executor/mla/mla_launch.cu - C ABI of the MLA family's two tile bodies: run-time dtype ->
- * instantiation (the wgmma body's fp8 cache: its own, whatever q's dtype). */
+ * instantiation (an fp8 cache: each body's own, whatever q's dtype). */
 #include "executor/mla/mla_launch.h"
 
 extern "C" int fi_mla_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
     const fi_mla_params &p = *static_cast<const fi_mla_params *>(params);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (p.m.kv_e4m3) /* q of any kind the params name */
+        return (int)fi_mla_launch_e4m3(p, enable_pdl, s);
     switch (dtype) {
     case FI_DTYPE_BF16:
         return (int)fi_mla_launch_bf16(p, enable_pdl, s);

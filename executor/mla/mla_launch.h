@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 cudaError_t fi_mla_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
+cudaError_t fi_mla_launch_e4m3(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wg_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wg_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wg_launch_e4m3(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
@@ -16,8 +17,8 @@ extern "C" {
 #endif
 
 /* fi_family.launch of the MLA family: params is a fi_mla_params; dtype bf16 or fp16
- * (else cudaErrorInvalidValue; the wgmma launcher runs an fp8 cache (params' kv_e4m3)
- * whatever dtype says).  See executor/core/family.h. */
+ * (else cudaErrorInvalidValue; both launchers run an fp8 cache (params' kv_e4m3) whatever
+ * dtype says).  See executor/core/family.h. */
 int fi_mla_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
 /* The same for the wgmma variant (mla_wg_tile.cuh). */
 int fi_mla_wg_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);

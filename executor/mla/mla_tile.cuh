@@ -23,6 +23,11 @@
  *    halves swap row maxima through shared memory; P is written to shared memory in the
  *    input dtype; V = ckv is read with ldmatrix.trans.  KP = 2: pairs 0 and 1 take
  *    alternate blocks (two softmax states, combined in the epilogue).
+ *  - An fp8 e4m3 cache (MlaFamily<__half, __nv_fp8_e4m3>, out bf16): the same bulk copies
+ *    of 576-byte rows (592-byte pitch), ldmatrix on the fp8 bytes and an exact conversion
+ *    to fp16 in registers; Q is converted to fp16 with its 16-dim groups permuted to the
+ *    dims a lane's K word holds (load_q_f16_perm), and P V leaves the output columns
+ *    permuted (out_pair).  docs/DESIGN.md section 9b.
  *  - Online softmax in the exp2 domain, fp32; a row whose keys are all masked so far keeps
  *    m = -inf, l = 0, O = 0; NaN in q or a seen key makes the row's l, O and lse NaN.
  *  - The kernel sits at 255 registers: anything live across the KV loop changes its
@@ -39,6 +44,8 @@
 #include "executor/cuda/merge/split_merge.cuh"
 #include "executor/mla/mla_params.h"
 #include "plan/mask.h"
+
+#include <type_traits>
 
 namespace fimla {
 using namespace fi;
@@ -60,32 +67,42 @@ constexpr int kPPitch = kBlockN + 8;      /* P row: 80 B */
 constexpr size_t kSmemP = (size_t)4 * 16 * kPPitch * 2;
 constexpr size_t kSmemRed = (size_t)2 * 2 * kRows * sizeof(float); /* max and l, per half */
 constexpr size_t kSmemFixed = (kSmemP + kSmemRed + 16 + 8 * kMaxStages + 127) / 128 * 128;
-constexpr size_t kStageBytes = (size_t)kBlockN * kPitch * 2;
+constexpr size_t kStageBytes = (size_t)kBlockN * kPitch * 2; /* a 16-bit cache's stage */
+
+/* A cache element's rows in the ring: bf16 / fp16 rows of kPitch elements (1168 B); fp8
+ * e4m3 rows of 576 + 16 bytes (592 B = 148 words: the 8 rows of an ldmatrix fall on
+ * distinct banks), which the matmuls read as fp16 (kv_loop). */
+template <typename KV> struct KvRows {
+    static constexpr bool kF8 = std::is_same<KV, __nv_fp8_e4m3>::value;
+    static constexpr int kElem = kF8 ? 1 : 2;                 /* bytes an element */
+    static constexpr int kPitchB = kF8 ? kDqk + 16 : kPitch * 2; /* bytes a row */
+    static constexpr size_t kStage = (size_t)kBlockN * kPitchB;
+};
 constexpr size_t kSmemBytes = 232448; /* the sm_90 opt-in maximum per block */
 static_assert(kSmemFixed + (size_t)kRows * kPitch * 2 + 4 * kStageBytes <= kSmemBytes, "smem");
 
-/* One item's geometry and shared-memory map. */
-template <typename T> struct Item {
+/* One item's geometry and shared-memory map (T: the matmul type, KV: the cache element). */
+template <typename T, typename KV = T> struct Item {
     T *sP;        /* [4 x 16][kPPitch] P of each warp pair */
     float *sMax;  /* [2][kRows] row maxima per half (epilogue: pair maxima) */
     float *sL;    /* [2][kRows] row sums per half */
     int *sFlag;   /* [2] arrival flags (merge) */
     T *sQ;        /* [live rows][kPitch] */
-    T *sKV;       /* the ring: NS stages of kStageBytes */
+    T *sKV;       /* the ring: NS stages of KvRows<KV>::kStage bytes */
     uint32_t bar0;                /* shared address of the ring's mbarriers (8 B each) */
     int nh, M;                    /* heads of the tile, rows */
     int KP;                       /* KV blocks computed at once: 2 when M <= 16 */
     int NS, AHEAD;                /* ring stages; blocks in flight beyond the current step */
     int pw;                       /* first producer warp (0, or 4 when KP = 2) */
     int kv_begin, kv_end, nblk, nstep;
-    __device__ __forceinline__ T *stage_of(int b) const {
-        return reinterpret_cast<T *>(reinterpret_cast<unsigned char *>(sKV) + (b % NS) * kStageBytes);
+    __device__ __forceinline__ unsigned char *stage_of(int b) const {
+        return reinterpret_cast<unsigned char *>(sKV) + (b % NS) * KvRows<KV>::kStage;
     }
 };
 
-template <typename T>
-__device__ __forceinline__ Item<T> item_map(const fi_work_item &it, unsigned char *smem) {
-    Item<T> x;
+template <typename T, typename KV>
+__device__ __forceinline__ Item<T, KV> item_map(const fi_work_item &it, unsigned char *smem) {
+    Item<T, KV> x;
     x.sP = reinterpret_cast<T *>(smem);
     x.sMax = reinterpret_cast<float *>(smem + kSmemP);
     x.sL = x.sMax + 2 * kRows;
@@ -97,7 +114,7 @@ __device__ __forceinline__ Item<T> item_map(const fi_work_item &it, unsigned cha
     x.KP = x.M <= 16 ? 2 : 1;
     const size_t ring_off = kSmemFixed + (size_t)((x.M + 15) & ~15) * kPitch * 2;
     x.sKV = reinterpret_cast<T *>(smem + ring_off);
-    x.NS = min(kMaxStages, (int)((kSmemBytes - ring_off) / kStageBytes));
+    x.NS = min(kMaxStages, (int)((kSmemBytes - ring_off) / KvRows<KV>::kStage));
     x.AHEAD = x.NS - x.KP;
     x.pw = x.KP == 2 ? 4 : 0;
     x.kv_begin = it.kv_begin;
@@ -152,20 +169,24 @@ __device__ __forceinline__ int32_t fetch_page(const fi_mla_params &p, const fi_r
 }
 
 /* Every producer warp: copy its tokens of block b into the ring stage (one or two bulk
- * copies a token) and arrive on the stage's mbarrier (one arrival a producer warp a
- * phase) with the bytes it expects.  Rows past kv_end are zeroed with ordinary stores,
- * ordered before the arrival by __syncwarp (P = 0 must not meet NaN bit patterns). */
-template <typename T>
-__device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, uint32_t bar,
+ * copies a token, 16-bit or fp8 rows alike) and arrive on the stage's mbarrier (one
+ * arrival a producer warp a phase) with the bytes it expects.  Rows past kv_end are
+ * zeroed with ordinary stores, ordered before the arrival by __syncwarp (P = 0 must not
+ * meet NaN bit patterns).  The bulk copies' issue rate (~26 M a second an SM on an H200)
+ * bounds this body at heads 16: an fp8 cache's 576-byte rows take as long as 1152-byte
+ * ones (docs/perf-log.md). */
+template <typename KV>
+__device__ __forceinline__ void issue_block(const fi_mla_params &p, unsigned char *stage, uint32_t bar,
                                             int t0, int kv_end, int32_t page, int pw) {
+    using R = KvRows<KV>;
     const int lane = threadIdx.x & 31;
     const int tpw = prod_tokens(pw);
     const int j = prod_token(pw) & (kBlockN - 1);
     const int t = t0 + j;
-    T *row = stage + j * kPitch;
+    unsigned char *row = stage + j * R::kPitchB;
     if (lane < tpw && page < 0) {
 #pragma unroll 8
-        for (int c = 0; c < kChunks; ++c)
+        for (int c = 0; c < kDqk * R::kElem / 16; ++c)
             reinterpret_cast<uint4 *>(row)[c] = make_uint4(0, 0, 0, 0);
         fence_proxy_async();
     }
@@ -173,18 +194,18 @@ __device__ __forceinline__ void issue_block(const fi_mla_params &p, T *stage, ui
     if (lane == 0) {
         const int w0 = t0 + ((int)(threadIdx.x >> 5) - pw) * tpw;
         const int nv = max(0, min(tpw, kv_end - w0));
-        mbar_expect_tx(bar, (uint32_t)nv * (kDqk * 2));
+        mbar_expect_tx(bar, (uint32_t)nv * (kDqk * R::kElem));
     }
     if (lane < tpw && page >= 0) {
         const int slot = t & (p.c.page_size - 1);
-        const T *ckv = (const T *)p.m.ckv + (int64_t)page * p.m.ckv_stride_page + (int64_t)slot * p.m.ckv_stride_tok;
-        const T *kpe = (const T *)p.m.kpe + (int64_t)page * p.m.kpe_stride_page + (int64_t)slot * p.m.kpe_stride_tok;
+        const KV *ckv = (const KV *)p.m.ckv + (int64_t)page * p.m.ckv_stride_page + (int64_t)slot * p.m.ckv_stride_tok;
+        const KV *kpe = (const KV *)p.m.kpe + (int64_t)page * p.m.kpe_stride_page + (int64_t)slot * p.m.kpe_stride_tok;
         if (kpe == ckv + kDv) {
             /* Concatenated cache ([.., 576]): one copy a token. */
-            bulk_g2s(smem_u32(row), ckv, kDqk * 2, bar);
+            bulk_g2s(smem_u32(row), ckv, kDqk * R::kElem, bar);
         } else {
-            bulk_g2s(smem_u32(row), ckv, kDv * 2, bar);
-            bulk_g2s(smem_u32(row + kDv), kpe, (kDqk - kDv) * 2, bar);
+            bulk_g2s(smem_u32(row), ckv, kDv * R::kElem, bar);
+            bulk_g2s(smem_u32(row + kDv * R::kElem), kpe, (kDqk - kDv) * R::kElem, bar);
         }
     }
 }
@@ -214,13 +235,51 @@ __device__ __forceinline__ void load_q(const fi_mla_params &p, T *sQ, const fi_w
     }
 }
 
+/* An fp8 cache: the tile's Q rows converted to fp16 (from fp8 e4m3, bf16 or fp16:
+ * p.m.q_kind) into sQ with each 16-dim group stored permuted - positions 0-7 hold dims 0, 1,
+ * 4, 5, 8, 9, 12, 13 and positions 8-15 dims 2, 3, 6, 7, 10, 11, 14, 15 - so that ldmatrix
+ * hands lane q4 of a k16 step dims 4 q4 .. 4 q4 + 3, the dims its fp8 K word holds
+ * (kv_loop).  Rows >= M inside a live row group are zeroed.  Synchronous loads (Q is 1 KB
+ * a row, once an item). */
+__device__ __forceinline__ void load_q_f16_perm(const fi_mla_params &p, __half *sQ, const fi_work_item &it,
+                                                const fi_request_info &rq, int nh, int M) {
+    constexpr int kGroups = kDqk / 16; /* 36 a row: 32 of q_nope, 4 of q_pe */
+    const int qk = p.m.q_kind, esz = qk == FI_MLA_Q_E4M3 ? 1 : 2;
+    const int rows_live = (M + 15) & ~15;
+    for (int idx = threadIdx.x; idx < rows_live * kGroups; idx += kThreads) {
+        const int r = idx / kGroups, gi = idx - r * kGroups;
+        uint4 a = make_uint4(0, 0, 0, 0), b = a; /* fp16 dims 16 gi .. + 7, + 8 .. + 15 */
+        if (r < M) {
+            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
+            const int h = it.head_begin + r % nh;
+            const uint8_t *src = gi < kDv / 16
+                ? (const uint8_t *)p.m.q_nope + (tok * p.m.q_nope_stride_tok + h * p.m.q_nope_stride_head + gi * 16) * esz
+                : (const uint8_t *)p.m.q_pe + (tok * p.m.q_pe_stride_tok + h * p.m.q_pe_stride_head + (gi - kDv / 16) * 16) * esz;
+            if (qk == FI_MLA_Q_E4M3) {
+                a = e4m3x8_to_f16x8(__ldg(reinterpret_cast<const uint2 *>(src)));
+                b = e4m3x8_to_f16x8(__ldg(reinterpret_cast<const uint2 *>(src + 8)));
+            } else {
+                a = __ldg(reinterpret_cast<const uint4 *>(src));
+                b = __ldg(reinterpret_cast<const uint4 *>(src + 16));
+                if (qk == FI_MLA_Q_BF16) {
+                    a = bf16x8_to_f16x8(a);
+                    b = bf16x8_to_f16x8(b);
+                }
+            }
+        }
+        uint4 *dst = reinterpret_cast<uint4 *>(sQ + r * kPitch + gi * 16);
+        dst[0] = make_uint4(a.x, a.z, b.x, b.z); /* dims (0,1) (4,5) (8,9) (12,13) */
+        dst[1] = make_uint4(a.y, a.w, b.y, b.w); /* dims (2,3) (6,7) (10,11) (14,15) */
+    }
+}
+
 /* Prologue: the first blocks' page indices first (page -> KV is the item's critical
  * chain; Q's copies are issued while they travel), the ring's barriers (re-initialised per
  * item: no copy is pending between items), Q, the first AHEAD blocks, and the page indices
  * of the first step's refill (pg).  Ends with Q in shared memory. */
-template <typename T>
+template <typename T, typename KV>
 __device__ __forceinline__ void prologue(const fi_mla_params &p, const fi_work_item &it,
-                                         const fi_request_info &rq, const Item<T> &x,
+                                         const fi_request_info &rq, const Item<T, KV> &x,
                                          const Lane &ln, int32_t *pg, bool first) {
     const bool producer = ln.warp >= x.pw;
     int32_t pp[kMaxStages];
@@ -230,7 +289,10 @@ __device__ __forceinline__ void prologue(const fi_mla_params &p, const fi_work_i
     if (ln.tid < x.NS)
         mbar_init(x.bar0 + ln.tid * 8, kThreads / 32 - x.pw);
     mbar_init_fence();
-    load_q<T>(p, x.sQ, it, rq, x.nh, x.M);
+    if constexpr (KvRows<KV>::kF8)
+        load_q_f16_perm(p, x.sQ, it, rq, x.nh, x.M);
+    else
+        load_q<T>(p, x.sQ, it, rq, x.nh, x.M);
     cp_async_commit();
     __syncthreads(); /* barriers initialised before any copy or wait */
     pg[0] = pg[1] = -1;
@@ -238,7 +300,7 @@ __device__ __forceinline__ void prologue(const fi_mla_params &p, const fi_work_i
 #pragma unroll
         for (int b = 0; b < kMaxStages; ++b)
             if (b < x.AHEAD && b < x.nblk)
-                issue_block<T>(p, x.stage_of(b), x.bar0 + (b % x.NS) * 8, x.kv_begin + b * kBlockN,
+                issue_block<KV>(p, x.stage_of(b), x.bar0 + (b % x.NS) * 8, x.kv_begin + b * kBlockN,
                                x.kv_end, pp[b], x.pw);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
@@ -252,9 +314,9 @@ __device__ __forceinline__ void prologue(const fi_mla_params &p, const fi_work_i
 /* KV loop: step j computes block j * KP + kvp on each warp pair, after refilling the
  * stages step j-1 released (blocks AHEAD + j * KP ..) and fetching the next refill's
  * page indices. */
-template <typename T>
+template <typename T, typename KV>
 __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ctx,
-                                        const fi_request_info &rq, const Item<T> &x,
+                                        const fi_request_info &rq, const Item<T, KV> &x,
                                         const Lane &ln, const int *lo, const int *hi, int32_t *pg,
                                         Acc &a, bool first) {
     const bool producer = ln.warp >= x.pw;
@@ -274,7 +336,7 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
 #pragma unroll
             for (int i = 0; i < 2; ++i)
                 if (i < x.KP && bn + i < x.nblk)
-                    issue_block<T>(p, x.stage_of(bn + i), x.bar0 + ((bn + i) % x.NS) * 8,
+                    issue_block<KV>(p, x.stage_of(bn + i), x.bar0 + ((bn + i) % x.NS) * 8,
                                    x.kv_begin + (bn + i) * kBlockN, x.kv_end, pg[i], x.pw);
 #pragma unroll
             for (int i = 0; i < 2; ++i)
@@ -282,7 +344,7 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
         }
         const int b = j * x.KP + ln.kvp;
         const bool active = ln.live && b < x.nblk;
-        const T *stage = x.stage_of(b);
+        const unsigned char *stage = x.stage_of(b);
         const int t0 = x.kv_begin + b * kBlockN;
         if (active)
             mbar_wait(x.bar0 + (b % x.NS) * 8, (uint32_t)(b / x.NS) & 1u);
@@ -297,24 +359,53 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
 #pragma unroll
                 for (int n = 0; n < 2; ++n)
                     s[c][n][0] = s[c][n][1] = s[c][n][2] = s[c][n][3] = 0.f;
-            /* B rows: tokens wh*16 + (lane>>4)*8 + (lane&7), k offset ((lane>>3)&1)*8. */
-            const int kr = wh * 16 + (lane >> 4) * 8 + (lane & 7);
-            const uint32_t sK_a = smem_u32(stage + kr * kPitch + ((lane >> 3) & 1) * 8);
-            auto k_addr = [&](int k) -> uint32_t { return sK_a + k * 32; };
-            /* Fragments double-buffered one k-step ahead: the ldmatrix latency hides
-             * behind the previous step's mma (asm volatile keeps program order). */
-            uint32_t af[2][4], bf[2][4];
-            ldsm_x4(sQ_a, af[0]);
-            ldsm_x4(k_addr(0), bf[0]);
+            if constexpr (!KvRows<KV>::kF8) {
+                /* B rows: tokens wh*16 + (lane>>4)*8 + (lane&7), k offset ((lane>>3)&1)*8. */
+                const int kr = wh * 16 + (lane >> 4) * 8 + (lane & 7);
+                const uint32_t sK_a = smem_u32(reinterpret_cast<const T *>(stage) + kr * kPitch + ((lane >> 3) & 1) * 8);
+                auto k_addr = [&](int k) -> uint32_t { return sK_a + k * 32; };
+                /* Fragments double-buffered one k-step ahead: the ldmatrix latency hides
+                 * behind the previous step's mma (asm volatile keeps program order). */
+                uint32_t af[2][4], bf[2][4];
+                ldsm_x4(sQ_a, af[0]);
+                ldsm_x4(k_addr(0), bf[0]);
 #pragma unroll
-            for (int k = 0; k < kDqk / 16; ++k) {
-                const int c = k & 1;
-                if (k + 1 < kDqk / 16) {
-                    ldsm_x4(sQ_a + (k + 1) * 32, af[c ^ 1]);
-                    ldsm_x4(k_addr(k + 1), bf[c ^ 1]);
+                for (int k = 0; k < kDqk / 16; ++k) {
+                    const int c = k & 1;
+                    if (k + 1 < kDqk / 16) {
+                        ldsm_x4(sQ_a + (k + 1) * 32, af[c ^ 1]);
+                        ldsm_x4(k_addr(k + 1), bf[c ^ 1]);
+                    }
+                    Dt<T>::mma(s[c][0], af[c], bf[c][0], bf[c][1]);
+                    Dt<T>::mma(s[c][1], af[c], bf[c][2], bf[c][3]);
                 }
-                Dt<T>::mma(s[c][0], af[c], bf[c][0], bf[c][1]);
-                Dt<T>::mma(s[c][1], af[c], bf[c][2], bf[c][3]);
+            } else {
+                /* fp8 K: an ldmatrix x4 on the fp8 rows covers 32 dims (two k16 steps) of the
+                 * half's 16 tokens: [0] tokens 0-7 dims 0-15, [1] tokens 0-7 dims 16-31, [2] /
+                 * [3] tokens 8-15 (lane bit 3: +16 bytes, bit 4: +8 tokens).  A lane's word is
+                 * dims 4 q4 .. 4 q4 + 3 of token g: b0 its low pair, b1 its high pair, the
+                 * order load_q_f16_perm stored Q in (source: the GQA family's fp8 path). */
+                const int kr = wh * 16 + (lane >> 4) * 8 + (lane & 7);
+                const uint32_t sK_a = smem_u32(stage + kr * KvRows<KV>::kPitchB + ((lane >> 3) & 1) * 16);
+                uint32_t kb[2][4], qa[2][2][4];
+                ldsm_x4(sK_a, kb[0]);
+                ldsm_x4(sQ_a, qa[0][0]);
+                ldsm_x4(sQ_a + 32, qa[0][1]);
+#pragma unroll
+                for (int c = 0; c < kDqk / 32; ++c) {
+                    const int u = c & 1;
+                    if (c + 1 < kDqk / 32) {
+                        ldsm_x4(sK_a + (c + 1) * 32, kb[u ^ 1]);
+                        ldsm_x4(sQ_a + (2 * c + 2) * 32, qa[u ^ 1][0]);
+                        ldsm_x4(sQ_a + (2 * c + 3) * 32, qa[u ^ 1][1]);
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        Dt<T>::mma(s[h][0], qa[u][h], e4m3x2_to_f16x2(kb[u][h]), e4m3x2_hi_to_f16x2(kb[u][h]));
+                        Dt<T>::mma(s[h][1], qa[u][h], e4m3x2_to_f16x2(kb[u][2 + h]),
+                                   e4m3x2_hi_to_f16x2(kb[u][2 + h]));
+                    }
+                }
             }
             float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
             /* a block inside both rows' key ranges skips the per-score mask test */
@@ -382,23 +473,52 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
         }
         __syncthreads();
         if (active) {
-            /* V = ckv: tokens are k, dims are n; ldmatrix.trans gives the col-major B frag. */
             const int vr = ((lane >> 3) & 1) * 8 + (lane & 7);
-            const uint32_t sV_a = smem_u32(stage + vr * kPitch + wh * 256 + (lane >> 4) * 8);
-            auto v_addr = [&](int v) -> uint32_t { /* v = kk * 16 + nn */
-                return sV_a + ((v >> 4) * 16 * kPitch + (v & 15) * 16) * 2;
-            };
-            uint32_t pf[2][4], vf[2][4];
-            ldsm_x4(sP_a, pf[0]);
-            ldsm_x4(sP_a + 32, pf[1]);
-            ldsm_x4_t(v_addr(0), vf[0]);
+            if constexpr (!KvRows<KV>::kF8) {
+                /* V = ckv: tokens are k, dims are n; ldmatrix.trans gives the col-major B frag. */
+                const uint32_t sV_a = smem_u32(reinterpret_cast<const T *>(stage) + vr * kPitch + wh * 256 + (lane >> 4) * 8);
+                auto v_addr = [&](int v) -> uint32_t { /* v = kk * 16 + nn */
+                    return sV_a + ((v >> 4) * 16 * kPitch + (v & 15) * 16) * 2;
+                };
+                uint32_t pf[2][4], vf[2][4];
+                ldsm_x4(sP_a, pf[0]);
+                ldsm_x4(sP_a + 32, pf[1]);
+                ldsm_x4_t(v_addr(0), vf[0]);
 #pragma unroll
-            for (int v = 0; v < 32; ++v) {
-                const int kk = v >> 4, nn = v & 15, c = v & 1;
-                if (v + 1 < 32)
-                    ldsm_x4_t(v_addr(v + 1), vf[c ^ 1]);
-                Dt<T>::mma(a.o[2 * nn], pf[kk], vf[c][0], vf[c][1]);
-                Dt<T>::mma(a.o[2 * nn + 1], pf[kk], vf[c][2], vf[c][3]);
+                for (int v = 0; v < 32; ++v) {
+                    const int kk = v >> 4, nn = v & 15, c = v & 1;
+                    if (v + 1 < 32)
+                        ldsm_x4_t(v_addr(v + 1), vf[c ^ 1]);
+                    Dt<T>::mma(a.o[2 * nn], pf[kk], vf[c][0], vf[c][1]);
+                    Dt<T>::mma(a.o[2 * nn + 1], pf[kk], vf[c][2], vf[c][3]);
+                }
+            } else {
+                /* fp8 V: ldmatrix.trans on the fp8 rows treats byte pairs as 16-bit
+                 * elements: a lane gets tokens 2 q4, 2 q4 + 1 x bytes 2 g, 2 g + 1 of a
+                 * 16-byte piece ([0] tokens 0-7 bytes 0-15, [1] tokens 8-15, [2] / [3] bytes
+                 * 16-31); bytes2 regroups them (dim 2 g: both tokens | dim 2 g + 1: both
+                 * tokens), and the even and odd dims are two n8 tiles: a.o[4 c + 2 h + j]
+                 * holds dims 32 c + 16 h + 4 q4 + {0, 2} + j of the warp's 256 (out_pair). */
+                const uint32_t sV_a = smem_u32(stage + vr * KvRows<KV>::kPitchB + wh * 256 + (lane >> 4) * 16);
+                auto v_addr = [&](int v) -> uint32_t { /* v = kk * 8 + c */
+                    return sV_a + (v >> 3) * 16 * KvRows<KV>::kPitchB + (v & 7) * 32;
+                };
+                uint32_t pf[2][4], vf[2][4];
+                ldsm_x4(sP_a, pf[0]);
+                ldsm_x4(sP_a + 32, pf[1]);
+                ldsm_x4_t(v_addr(0), vf[0]);
+#pragma unroll
+                for (int v = 0; v < 16; ++v) {
+                    const int kk = v >> 3, c = v & 7, u = v & 1;
+                    if (v + 1 < 16)
+                        ldsm_x4_t(v_addr(v + 1), vf[u ^ 1]);
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const uint32_t lo = bytes2(vf[u][2 * h], 0x3120u), hi = bytes2(vf[u][2 * h + 1], 0x3120u);
+                        Dt<T>::mma(a.o[4 * c + 2 * h], pf[kk], e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi));
+                        Dt<T>::mma(a.o[4 * c + 2 * h + 1], pf[kk], e4m3x2_hi_to_f16x2(lo), e4m3x2_hi_to_f16x2(hi));
+                    }
+                }
             }
         }
     }
@@ -409,8 +529,8 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
  * hands its O, scaled to the common max, to pair 0 through the ring.  KP = 1: the two
  * halves of a row pair summed their own tokens under the same running max.  Leaves each
  * live thread's rows' total max in mt and sum in lt. */
-template <typename T>
-__device__ __forceinline__ void combine_pairs(const Item<T> &x, const Lane &ln, Acc &a,
+template <typename T, typename KV>
+__device__ __forceinline__ void combine_pairs(const Item<T, KV> &x, const Lane &ln, Acc &a,
                                               float *mt, float *lt) {
     const int wp = ln.wp, wh = ln.wh, g = ln.g, q4 = ln.q4;
     if (ln.live && q4 == 0) {
@@ -473,13 +593,33 @@ __device__ __forceinline__ void combine_pairs(const Item<T> &x, const Lane &ln, 
     }
 }
 
-/* Store a live thread's two rows: unsplit, out = bmm2 * O / l * exp(lse_keys - lse) with
- * lse = logaddexp(lse_keys, sink); split, the fp32 partial O / l and lse_keys (no sink,
- * no bmm2) into the item's slot. */
-template <typename T>
+/* Pair k (0 .. 31) of a thread's values of row half i: two adjacent output dims at
+ * out_lane(q4) + out_pair(k) of the warp's 256 (a constant once unrolled), and their
+ * values.  A 16-bit cache: tile k, dims 2 q4 + 8 k (+1).  An fp8 cache (kv_loop's fp8
+ * V): tiles 4 c + 2 h and + 1 at fragment column e (k = 4 c + 2 h + e), dims 4 q4 + 32 c
+ * + 16 h + 2 e (+1). */
+template <bool kF8> __device__ __forceinline__ int out_lane(int q4) { return (kF8 ? 4 : 2) * q4; }
+template <bool kF8>
+__device__ __forceinline__ int out_pair(const Acc &a, int k, int i, float &v0, float &v1) {
+    if constexpr (!kF8) {
+        v0 = a.o[k][2 * i];
+        v1 = a.o[k][2 * i + 1];
+        return 8 * k;
+    } else {
+        const int n = k & ~1, e = k & 1;
+        v0 = a.o[n][2 * i + e];
+        v1 = a.o[n + 1][2 * i + e];
+        return 16 * (k >> 1) + 2 * e;
+    }
+}
+
+/* Store a live thread's two rows: unsplit, out (TO) = bmm2 * O / l * exp(lse_keys - lse)
+ * with lse = logaddexp(lse_keys, sink); split, the fp32 partial O / l and lse_keys (no
+ * sink, no bmm2) into the item's slot; an fp8 cache's output dims: out_pair. */
+template <typename T, typename KV, typename TO>
 __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
-                                           const Item<T> &x, const Lane &ln, const Acc &a,
+                                           const Item<T, KV> &x, const Lane &ln, const Acc &a,
                                            const float *mt, const float *lt) {
     const fi_exec_common &c = p.c;
     const int wh = ln.wh, q4 = ln.q4;
@@ -493,11 +633,13 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
         const float lse_keys = l == 0.f ? -CUDART_INF_F : (mt[i] + log2f(l)) * kLn2;
         if (it.out_slot >= 0) {
             const float inv = l == 0.f ? 0.f : 1.f / l;
-            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kDv + wh * 256 + q4 * 2;
+            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kDv + wh * 256 + out_lane<KvRows<KV>::kF8>(q4);
 #pragma unroll
-            for (int n = 0; n < 32; ++n)
-                __stcg(reinterpret_cast<float2 *>(dst + n * 8),
-                       make_float2(a.o[n][2 * i] * inv, a.o[n][2 * i + 1] * inv));
+            for (int k = 0; k < 32; ++k) {
+                float v0, v1;
+                const int d = out_pair<KvRows<KV>::kF8>(a, k, i, v0, v1);
+                __stcg(reinterpret_cast<float2 *>(dst + d), make_float2(v0 * inv, v1 * inv));
+            }
             if (wh == 0 && q4 == 0)
                 __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
         } else {
@@ -505,20 +647,28 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
             const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / x.nh;
             const float lse = c.sinks ? logaddexp(lse_keys, c.sinks[h]) : lse_keys;
             const float f = l == 0.f ? 0.f : ctx.scale2 / l * expf(lse_keys - lse);
-            T *dst = (T *)c.out + tok * c.out_stride_tok + h * c.out_stride_head + wh * 256 + q4 * 2;
+            TO *dst = (TO *)c.out + tok * c.out_stride_tok + h * c.out_stride_head + wh * 256 + out_lane<KvRows<KV>::kF8>(q4);
 #pragma unroll
-            for (int n = 0; n < 32; ++n)
-                *reinterpret_cast<uint32_t *>(dst + n * 8) =
-                    Dt<T>::pack(a.o[n][2 * i] * f, a.o[n][2 * i + 1] * f);
+            for (int k = 0; k < 32; ++k) {
+                float v0, v1;
+                const int d = out_pair<KvRows<KV>::kF8>(a, k, i, v0, v1);
+                *reinterpret_cast<uint32_t *>(dst + d) = Dt<TO>::pack(v0 * f, v1 * f);
+            }
             if (c.lse && wh == 0 && q4 == 0)
                 c.lse[tok * c.lse_stride_tok + h * c.lse_stride_head] = lse;
         }
     }
 }
 
-template <typename T> struct MlaFamily {
+/* The family: matmul / P type T (bf16, fp16; fp16 for an fp8 e4m3 cache), cache element
+ * KV (T, or fp8 e4m3 with out bf16: q of any kind p.m.q_kind names, converted to fp16).
+ * Sources as the header's; the fp8 fragment maps are the GQA family's (gqa_rows16.cuh). */
+template <typename T, typename KV = T> struct MlaFamily {
+    static constexpr bool kF8 = KvRows<KV>::kF8;
+    static_assert(!kF8 || std::is_same<T, __half>::value, "an fp8 cache runs fp16 matmuls");
+    using TO = typename std::conditional<kF8, __nv_bfloat16, T>::type; /* output element */
     using Params = fi_mla_params;
-    using Merge = SplitMerge<kDv, kRows, T, kThreads>;
+    using Merge = SplitMerge<kDv, kRows, TO, kThreads>;
     static constexpr int kThreads = fimla::kThreads;
     static constexpr int kProducerWarps = 0; /* every warp loads and computes */
     static constexpr int kConsumerRegs = 0;
@@ -533,12 +683,12 @@ template <typename T> struct MlaFamily {
     static __device__ __forceinline__ bool epilogue(const fi_mla_params &p, const RunCtx &ctx,
                                                     const fi_work_item &it,
                                                     const fi_request_info &rq,
-                                                    const Item<T> &x, Acc &a) {
+                                                    const Item<T, KV> &x, Acc &a) {
         const Lane ln = lane_of(fresh_tid(), x.KP, x.M);
         float mt[2], lt[2];
-        combine_pairs<T>(x, ln, a, mt, lt);
+        combine_pairs<T, KV>(x, ln, a, mt, lt);
         if (ln.live && ln.kvp == 0)
-            store_rows<T>(p, ctx, it, rq, x, ln, a, mt, lt);
+            store_rows<T, KV, TO>(p, ctx, it, rq, x, ln, a, mt, lt);
         FI_STAMP2(3);
         bool coop = false;
         if (it.out_slot >= 0)
@@ -551,14 +701,14 @@ template <typename T> struct MlaFamily {
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx,
                                     const fi_work_item &it, const fi_request_info &rq,
                                     unsigned char *smem, bool first, State &) {
-        const Item<T> x = item_map<T>(it, smem);
+        const Item<T, KV> x = item_map<T, KV>(it, smem);
         const Lane ln = lane_of(threadIdx.x, x.KP, x.M);
         int lo[2], hi[2];
         row_bounds(ctx, it, rq, x.M, x.nh, ln.rg * 16 + ln.g, 8, lo, hi);
         int32_t pg[2];
-        prologue<T>(p, it, rq, x, ln, pg, first);
+        prologue<T, KV>(p, it, rq, x, ln, pg, first);
         Acc a;
-        kv_loop<T>(p, ctx, rq, x, ln, lo, hi, pg, a, first);
+        kv_loop<T, KV>(p, ctx, rq, x, ln, lo, hi, pg, a, first);
         return epilogue(p, ctx, it, rq, x, a);
     }
 };

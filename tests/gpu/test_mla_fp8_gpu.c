@@ -1,7 +1,8 @@
 /*
- * tests/gpu/test_mla_fp8_gpu.c - the MLA wgmma body's fp8 e4m3 KV caches and sparse top-k
- * plans (fi_run) against the fp64 reference, on the GPU machine.  Every test skips without
- * a device.
+ * tests/gpu/test_mla_fp8_gpu.c - fp8 e4m3 KV caches on both MLA bodies (the mma.sync body,
+ * the default below 32 heads, and the wgmma body) and the wgmma body's sparse top-k plans
+ * (fi_run) against the fp64 reference, on the GPU machine.  Every test skips without a
+ * device.
  *
  * fp8: caps.kv_dtype E4M3 (ckv / kpe caches of random e4m3 codes, |x| < 2), q e4m3 or
  * bf16 (fp16 in one case), out bf16; the truth is fi_naive_attention on the same bytes
@@ -19,7 +20,8 @@
  * arguments must write nothing (out / lse keep the poison bytes).
  *
  * Fresh random inputs each run; the seed is printed and FI_TEST_SEED=<seed> replays it.
- * One small case each for compute-sanitizer (split pieces and merges included):
+ * One small case each for compute-sanitizer (split pieces and merges included; the fp8
+ * one on the body FI_MLA_TEST_VARIANT names, 4 or 3, else the default: mma.sync):
  *   FI_GPU_TEST_FILTER=sanitize_fp8_small_case compute-sanitizer --tool memcheck \
  *       build/tests/gpu/test_mla_fp8_gpu
  *   FI_GPU_TEST_FILTER=sanitize_sparse_small_case compute-sanitizer --tool memcheck \
@@ -109,14 +111,14 @@ static int32_t fp8_kv_len(tt_rng *r, int32_t b, int32_t ql, int32_t ps, int caus
     return causal && v < ql ? ql : v;
 }
 
-/* One case per (heads, q_len, q dtype); options rotate over the case index: page size
- * (16 / 32 / 64 / 128), concatenated (BLOCK_TABLES) or split (INDPTR) caches, sinks, lse,
- * scales by value or by device pointer, CTAs (the device's count or 3..17: splits),
- * causal (q_len 4 also non-causal, with an empty request). */
-static void mla_fp8_matches_reference_every_shape(void **state) {
-    (void)state;
-    REQUIRE_GPU();
-    tt_rng rng = gt_test_rng(203);
+/* One case per (heads, q_len, q dtype) on registry row `variant` (0: the default rows, the
+ * mma.sync body below 32 heads and the wgmma body from 32 on; 4: the mma.sync body at every
+ * head count); options rotate over the case index: page size (16 / 32 / 64 / 128),
+ * concatenated (BLOCK_TABLES) or split (INDPTR) caches, sinks, lse, scales by value or by
+ * device pointer, CTAs (the device's count or 3..17: splits), causal (q_len 4 also
+ * non-causal, with an empty request). */
+static void fp8_every_shape(int32_t variant, uint64_t seed) {
+    tt_rng rng = gt_test_rng(seed);
     const int32_t heads[4] = {16, 32, 64, 128}, qls[3] = {1, 2, 4}, pss[4] = {16, 32, 64, 128};
     int idx = 0, n_split = 0;
     for (int ih = 0; ih < 4; ih++)
@@ -131,6 +133,7 @@ static void mla_fp8_matches_reference_every_shape(void **state) {
                 o.scale_ptr = ((idx >> 2) ^ idx) & 1;
                 o.num_ctas = idx % 3 == 0 ? 0 : 3 + (idx * 5) % 15;
                 o.contig_pages = idx % 7 == 3;
+                o.variant = variant;
                 const int32_t B = heads[ih] >= 64 ? 4 : 6; /* the fp64 reference's time */
                 int32_t q[6], kv[6];
                 for (int32_t b = 0; b < B; b++) {
@@ -146,8 +149,22 @@ static void mla_fp8_matches_reference_every_shape(void **state) {
                 gt_check(&g, idx % 4 == 0 ? 2 : 1);
                 mla_case_free(&c);
             }
-    print_message("  %d fp8 cases, %d with merged splits\n", idx, n_split);
+    print_message("  %d fp8 cases on variant %d, %d with merged splits\n", idx, (int)variant, n_split);
     assert_true(n_split > 0);
+}
+
+static void mla_fp8_matches_reference_every_shape(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    fp8_every_shape(0, 203);
+}
+
+/* The mma.sync body (row 4) reads an fp8 cache at every head count, not only where it is
+ * the default (below 32 heads). */
+static void mla_fp8_mma_sync_body_every_shape(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    fp8_every_shape(4, 208);
 }
 
 /* fp16 q over an fp8 cache (the third q type the body converts), and the wgmma row named
@@ -218,9 +235,9 @@ static void expect_refused(mla_case *c, const fi_attn_args *a, fi_status want, c
     gt_expect_untouched(&g);
 }
 
-/* An fp8 cache with out f16, on the mma.sync row (variant 4), tensors whose dtype is not
- * the caps' (k / k_rope bf16 under an fp8 cache, q bf16 under fp8 q, k e4m3 under a bf16
- * cache): FI_ERR_UNSUPPORTED_DTYPE before any launch, nothing written. */
+/* An fp8 cache with out f16 (on either body), tensors whose dtype is not the caps' (k /
+ * k_rope bf16 under an fp8 cache, q bf16 under fp8 q, k e4m3 under a bf16 cache):
+ * FI_ERR_UNSUPPORTED_DTYPE before any launch, nothing written. */
 static void mla_fp8_bad_dtypes_refused_and_nothing_written(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -235,11 +252,10 @@ static void mla_fp8_bad_dtypes_refused_and_nothing_written(void **state) {
     expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "kv e4m3 with out f16");
     mla_case_free(&c);
 
-    o = fp8_opts(BF16, 16, 16, FI_FORM_BLOCK_TABLES);
-    o.variant = 4; /* the mma.sync body: no fp8 path */
+    o.variant = 3; /* the wgmma body (the default above is the mma.sync body at heads 16) */
     open_poisoned(&c, &o, &rng);
     a = mla_case_args(&c, 1);
-    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "kv e4m3 on variant 4 (mma.sync)");
+    expect_refused(&c, &a, FI_ERR_UNSUPPORTED_DTYPE, "kv e4m3 with out f16 on variant 3 (wgmma)");
     mla_case_free(&c);
 
     o = fp8_opts(E4M3, 32, 16, FI_FORM_INDPTR);
@@ -348,6 +364,7 @@ int main(void) {
         cmocka_unit_test(sanitize_sparse_small_case),
         cmocka_unit_test(mla_fp8_bad_dtypes_refused_and_nothing_written),
         cmocka_unit_test(mla_fp8_matches_reference_every_shape),
+        cmocka_unit_test(mla_fp8_mma_sync_body_every_shape),
         cmocka_unit_test(mla_fp8_f16_q_and_explicit_wgmma_row),
         cmocka_unit_test(mla_fp8_empty_requests_write_zeros),
         cmocka_unit_test(mla_fp8_graph_decode_loop_follows_trace),

@@ -206,6 +206,13 @@ __device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t x) { /* bytes 2,
     asm("{\n.reg .b16 hi;\nmov.b32 {_, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(x));
     return r;
 }
+/* The bytes of x that prmt selector sel picks (a byte permutation: the fp8 fragments'
+ * regrouping after ldmatrix.trans). */
+__device__ __forceinline__ uint32_t bytes2(uint32_t x, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(r) : "r"(x), "r"(sel));
+    return r;
+}
 /* Eight e4m3 values (x.x bytes 0..3, x.y bytes 0..3) as eight fp16 (a 16-byte chunk). */
 __device__ __forceinline__ uint4 e4m3x8_to_f16x8(uint2 x) {
     return make_uint4(e4m3x2_to_f16x2(x.x), e4m3x2_hi_to_f16x2(x.x), e4m3x2_to_f16x2(x.y),
