@@ -67,7 +67,6 @@ constexpr int kPPitch = kBlockN + 8;      /* P row: 80 B */
 constexpr size_t kSmemP = (size_t)4 * 16 * kPPitch * 2;
 constexpr size_t kSmemRed = (size_t)2 * 2 * kRows * sizeof(float); /* max and l, per half */
 constexpr size_t kSmemFixed = (kSmemP + kSmemRed + 16 + 8 * kMaxStages + 127) / 128 * 128;
-constexpr size_t kStageBytes = (size_t)kBlockN * kPitch * 2; /* a 16-bit cache's stage */
 
 /* A cache element's rows in the ring: bf16 / fp16 rows of kPitch elements (1168 B); fp8
  * e4m3 rows of 576 + 16 bytes (592 B = 148 words: the 8 rows of an ldmatrix fall on
@@ -79,7 +78,8 @@ template <typename KV> struct KvRows {
     static constexpr size_t kStage = (size_t)kBlockN * kPitchB;
 };
 constexpr size_t kSmemBytes = 232448; /* the sm_90 opt-in maximum per block */
-static_assert(kSmemFixed + (size_t)kRows * kPitch * 2 + 4 * kStageBytes <= kSmemBytes, "smem");
+/* 64 Q rows and 4 stages of the larger (16-bit) rows fit */
+static_assert(kSmemFixed + (size_t)kRows * kPitch * 2 + 4 * KvRows<__nv_bfloat16>::kStage <= kSmemBytes, "smem");
 
 /* One item's geometry and shared-memory map (T: the matmul type, KV: the cache element). */
 template <typename T, typename KV = T> struct Item {
@@ -88,7 +88,7 @@ template <typename T, typename KV = T> struct Item {
     float *sL;    /* [2][kRows] row sums per half */
     int *sFlag;   /* [2] arrival flags (merge) */
     T *sQ;        /* [live rows][kPitch] */
-    T *sKV;       /* the ring: NS stages of KvRows<KV>::kStage bytes */
+    T *sKV;       /* the ring: NS stages of KvRows<KV>::kStage bytes (>= 2) */
     uint32_t bar0;                /* shared address of the ring's mbarriers (8 B each) */
     int nh, M;                    /* heads of the tile, rows */
     int KP;                       /* KV blocks computed at once: 2 when M <= 16 */
@@ -567,7 +567,7 @@ __device__ __forceinline__ void combine_pairs(const Item<T, KV> &x, const Lane &
          * rows g of a float2 access 8 banks apart (an unpadded 256-float row put them on
          * the same banks: 4-way conflicts). */
         constexpr int kOPitch = 256 + 8;
-        static_assert((size_t)32 * kOPitch * 4 <= 2 * kStageBytes, "sO fits the ring");
+        static_assert((size_t)32 * kOPitch * 4 <= 2 * KvRows<KV>::kStage, "sO fits 2 stages of the ring");
         float *sO = reinterpret_cast<float *>(x.sKV);
         if (wp == 1) {
 #pragma unroll
