@@ -549,12 +549,18 @@ FI_PD_STATIC int64_t pk_model(const fi_variant *v, fi_pack_scratch *s, int32_t n
 }
 
 FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
-                   const fi_layout *l) {
+                         int64_t oh_max, const fi_layout *l) {
     const int64_t n = l->num_ctas;
     const int64_t thin_max = v->pack_thin_tiles_per_cta, other_max = v->pack_max_tiles_per_cta;
     if (num_tiles == 0 || num_tiles > n * (thin_max > other_max ? thin_max : other_max))
         return 0;
-    int thin = 1; /* every tile <= 16 rows */
+    /* Thin (every tile <= 16 rows) iff the largest overhead alpha * rows + beta is at most
+     * 16 alpha + beta, where that grows with the rows (alpha > 0; beta >= 0, so every
+     * overhead is >= 0, oh_max's floor); else the rows are counted tile by tile. */
+    if (v->cost_alpha > 0 && v->cost_beta >= 0)
+        return num_tiles <=
+               n * (oh_max <= fi_variant_item_cost(v, 0, 16) ? thin_max : other_max);
+    int thin = 1;
     for (int32_t t = 0; t < num_tiles && thin; t++)
         thin = (int64_t)(tiles[t].q_end - tiles[t].q_begin) *
                    (tiles[t].head_end - tiles[t].head_begin) <= 16;
