@@ -467,20 +467,20 @@ FI_PD_STATIC int pk_layout(const fi_tile *tiles, int32_t num_tiles, const fi_lay
      * wins 12 more of scripts/plan_compare.sh's batches; docs/perf-log.md). */
     if (ns > l->max_groups || ns > l->max_slots || np > l->max_items)
         return 0;
-    /* Bucket the pieces by CTA (stable counting sort), then order each CTA's few pieces. */
+    /* Bucket the pieces by CTA (counting sort), each inserted in order among its CTA's
+     * few pieces so far: one pass over the pieces (pk_before orders any two pieces, so
+     * the order does not depend on the order they come in). */
     for (int32_t b = 0; b < n; b++)
         start[b + 1] += start[b];
     fi_copy_bytes(s->work_indptr, start, sizeof(int32_t) * (size_t)(n + 1));
-    for (int32_t i = 0; i < np; i++)
-        it[start[pc[i].bin]++] = pc[i];
-    for (int32_t i = 1; i < np; i++) { /* insertion: pieces are already grouped by CTA */
-        const fi_pack_piece v = it[i];
-        int32_t j = i;
-        while (j > 0 && pk_before(&v, &it[j - 1])) {
+    for (int32_t i = 0; i < np; i++) {
+        const int32_t b = pc[i].bin, first = s->work_indptr[b];
+        int32_t j = start[b]++;
+        while (j > first && pk_before(&pc[i], &it[j - 1])) {
             it[j] = it[j - 1];
             j--;
         }
-        it[j] = v;
+        it[j] = pc[i];
     }
     /* CTA costs and each item's end: a running sum per CTA. */
     int64_t total = 0, mx = 0;
