@@ -85,14 +85,14 @@ FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_c
 }
 
 /* Open CTAs by load, for best fit in O(1) amortised: PK_NB buckets of width T / PK_NB
- * (rounded up), each a doubly linked list, with a bitmap of the non-empty ones.  The fit
+ * (rounded up), each a singly linked list (bk_remove), with a bitmap of the non-empty ones.  The fit
  * is best to within one bucket width (T / 512). */
 #define PK_NB 512
 typedef struct pk_buckets {
     int64_t width;
     int64_t top;                         /* PK_NB * width: loads from it on, the last bucket */
     uint64_t inv;                        /* ceil(2^40 / width), for bk_index; 0: divide */
-    int32_t *head, *next, *prev, *where; /* head [PK_NB]; next / prev / where [num_ctas] */
+    int32_t *head, *next, *where; /* head [PK_NB]; next / where [num_ctas] */
     uint64_t used[PK_NB / 64];
 } pk_buckets;
 
@@ -119,7 +119,6 @@ FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
                   : 0;
     bk->head = s->bk_head;
     bk->next = s->bk_next;
-    bk->prev = s->bk_prev;
     bk->where = s->bk_where;
     for (int i = 0; i < PK_NB; i++)
         bk->head[i] = -1;
@@ -128,23 +127,24 @@ FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
 FI_PD_STATIC inline void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     const int64_t q = bk_index(bk, load[b]);
     bk->where[b] = (int32_t)q;
-    bk->prev[b] = -1;
     bk->next[b] = bk->head[q];
-    if (bk->head[q] >= 0)
-        bk->prev[bk->head[q]] = b;
     bk->head[q] = b;
     bk->used[q >> 6] |= (uint64_t)1 << (q & 63);
 }
+/* The CTA taken out of its bucket is nearly always the bucket's head (the one best fit
+ * found), so the list is singly linked and a removal past the head walks to it. */
 FI_PD_STATIC inline void bk_remove(pk_buckets *bk, int32_t b) {
     const int32_t q = bk->where[b];
-    if (bk->prev[b] >= 0)
-        bk->next[bk->prev[b]] = bk->next[b];
-    else
+    if (bk->head[q] == b) {
         bk->head[q] = bk->next[b];
-    if (bk->next[b] >= 0)
-        bk->prev[bk->next[b]] = bk->prev[b];
-    if (bk->head[q] < 0)
-        bk->used[q >> 6] &= ~((uint64_t)1 << (q & 63));
+        if (bk->head[q] < 0)
+            bk->used[q >> 6] &= ~((uint64_t)1 << (q & 63));
+        return;
+    }
+    int32_t p = bk->head[q];
+    while (bk->next[p] != b)
+        p = bk->next[p];
+    bk->next[p] = bk->next[b];
 }
 /* An open CTA with the largest load <= room (to within a bucket), or -1.  Deterministic:
  * in a bucket, the most recently inserted that fits. */
