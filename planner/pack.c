@@ -85,14 +85,14 @@ FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_c
 }
 
 /* Open CTAs by load, for best fit in O(1) amortised: PK_NB buckets of width T / PK_NB
- * (rounded up), each a doubly linked list, with a bitmap of the non-empty ones.  The fit
+ * (rounded up), each a singly linked list (bk_remove), with a bitmap of the non-empty ones.  The fit
  * is best to within one bucket width (T / 512). */
 #define PK_NB 512
 typedef struct pk_buckets {
     int64_t width;
     int64_t top;                         /* PK_NB * width: loads from it on, the last bucket */
     uint64_t inv;                        /* ceil(2^40 / width), for bk_index; 0: divide */
-    int32_t *head, *next, *prev, *where; /* head [PK_NB]; next / prev / where [num_ctas] */
+    int32_t *head, *next, *where; /* head [PK_NB]; next / where [num_ctas] */
     uint64_t used[PK_NB / 64];
 } pk_buckets;
 
@@ -119,7 +119,6 @@ FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
                   : 0;
     bk->head = s->bk_head;
     bk->next = s->bk_next;
-    bk->prev = s->bk_prev;
     bk->where = s->bk_where;
     for (int i = 0; i < PK_NB; i++)
         bk->head[i] = -1;
@@ -128,23 +127,24 @@ FI_PD_STATIC void bk_init(pk_buckets *bk, fi_pack_scratch *s, int64_t T) {
 FI_PD_STATIC inline void bk_insert(pk_buckets *bk, const int64_t *load, int32_t b) {
     const int64_t q = bk_index(bk, load[b]);
     bk->where[b] = (int32_t)q;
-    bk->prev[b] = -1;
     bk->next[b] = bk->head[q];
-    if (bk->head[q] >= 0)
-        bk->prev[bk->head[q]] = b;
     bk->head[q] = b;
     bk->used[q >> 6] |= (uint64_t)1 << (q & 63);
 }
+/* The CTA taken out of its bucket is nearly always the bucket's head (the one best fit
+ * found), so the list is singly linked and a removal past the head walks to it. */
 FI_PD_STATIC inline void bk_remove(pk_buckets *bk, int32_t b) {
     const int32_t q = bk->where[b];
-    if (bk->prev[b] >= 0)
-        bk->next[bk->prev[b]] = bk->next[b];
-    else
+    if (bk->head[q] == b) {
         bk->head[q] = bk->next[b];
-    if (bk->next[b] >= 0)
-        bk->prev[bk->next[b]] = bk->prev[b];
-    if (bk->head[q] < 0)
-        bk->used[q >> 6] &= ~((uint64_t)1 << (q & 63));
+        if (bk->head[q] < 0)
+            bk->used[q >> 6] &= ~((uint64_t)1 << (q & 63));
+        return;
+    }
+    int32_t p = bk->head[q];
+    while (bk->next[p] != b)
+        p = bk->next[p];
+    bk->next[p] = bk->next[b];
 }
 /* An open CTA with the largest load <= room (to within a bucket), or -1.  Deterministic:
  * in a bucket, the most recently inserted that fits. */
@@ -467,20 +467,20 @@ FI_PD_STATIC int pk_layout(const fi_tile *tiles, int32_t num_tiles, const fi_lay
      * wins 12 more of scripts/plan_compare.sh's batches; docs/perf-log.md). */
     if (ns > l->max_groups || ns > l->max_slots || np > l->max_items)
         return 0;
-    /* Bucket the pieces by CTA (stable counting sort), then order each CTA's few pieces. */
+    /* Bucket the pieces by CTA (counting sort), each inserted in order among its CTA's
+     * few pieces so far: one pass over the pieces (pk_before orders any two pieces, so
+     * the order does not depend on the order they come in). */
     for (int32_t b = 0; b < n; b++)
         start[b + 1] += start[b];
     fi_copy_bytes(s->work_indptr, start, sizeof(int32_t) * (size_t)(n + 1));
-    for (int32_t i = 0; i < np; i++)
-        it[start[pc[i].bin]++] = pc[i];
-    for (int32_t i = 1; i < np; i++) { /* insertion: pieces are already grouped by CTA */
-        const fi_pack_piece v = it[i];
-        int32_t j = i;
-        while (j > 0 && pk_before(&v, &it[j - 1])) {
+    for (int32_t i = 0; i < np; i++) {
+        const int32_t b = pc[i].bin, first = s->work_indptr[b];
+        int32_t j = start[b]++;
+        while (j > first && pk_before(&pc[i], &it[j - 1])) {
             it[j] = it[j - 1];
             j--;
         }
-        it[j] = v;
+        it[j] = pc[i];
     }
     /* CTA costs and each item's end: a running sum per CTA. */
     int64_t total = 0, mx = 0;
@@ -549,12 +549,18 @@ FI_PD_STATIC int64_t pk_model(const fi_variant *v, fi_pack_scratch *s, int32_t n
 }
 
 FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
-                   const fi_layout *l) {
+                         int64_t oh_max, const fi_layout *l) {
     const int64_t n = l->num_ctas;
     const int64_t thin_max = v->pack_thin_tiles_per_cta, other_max = v->pack_max_tiles_per_cta;
     if (num_tiles == 0 || num_tiles > n * (thin_max > other_max ? thin_max : other_max))
         return 0;
-    int thin = 1; /* every tile <= 16 rows */
+    /* Thin (every tile <= 16 rows) iff the largest overhead alpha * rows + beta is at most
+     * 16 alpha + beta, where that grows with the rows (alpha > 0; beta >= 0, so every
+     * overhead is >= 0, oh_max's floor); else the rows are counted tile by tile. */
+    if (v->cost_alpha > 0 && v->cost_beta >= 0)
+        return num_tiles <=
+               n * (oh_max <= fi_variant_item_cost(v, 0, 16) ? thin_max : other_max);
+    int thin = 1;
     for (int32_t t = 0; t < num_tiles && thin; t++)
         thin = (int64_t)(tiles[t].q_end - tiles[t].q_begin) *
                    (tiles[t].head_end - tiles[t].head_begin) <= 16;

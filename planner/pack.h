@@ -31,9 +31,11 @@
 /* (The default rows' limits: plan/cost_model.h FI_PACK_*_TILES_PER_CTA.) */
 
 /* 1 if the batch's tiles are packed at all (row v's limits, above), 0 if the walk's plan
- * stands unexamined.  O(tiles), stops at the first tall tile. */
+ * stands unexamined.  oh_max: the largest item overhead of a tile (cost less KV length,
+ * planner/partition.c tile_prefix).  O(1) for rows whose overhead grows with the rows
+ * (cost_alpha > 0), else O(tiles), stopping at the first tall tile. */
 FI_PD int fi_pack_wanted(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
-                   const fi_layout *l);
+                         int64_t oh_max, const fi_layout *l);
 
 /* Pack tiles[0 .. num_tiles) (tile order; a batch fi_pack_wanted accepts; row v; scratch
  * s, owned by the plan) over l->num_ctas CTAs under the smallest cap that packs (from

@@ -14,8 +14,10 @@
  *    the remaining CTAs can hold; a failed trial also guesses the cap from the room its
  *    CTAs wasted, a trial that fits returns its achieved max CTA cost (the walk under that
  *    cap is the same), so trace decode batches take 1-3 trials (4-6 for 32 requests), then
- *    one real walk (cap_walk) writes the plan.  Balance (max CTA cost / mean) on trace
- *    decode snapshots: ~1.01-1.08 (tests/test_plan_balance.c).
+ *    one real walk (cap_walk) writes the plan.  For batches that packing (pack.h) may
+ *    replace, a dry pass (cap_model) gives the walk's executor model instead, and the walk
+ *    is written only if its plan stands after packing.  Balance (max CTA cost / mean) on
+ *    trace decode snapshots: ~1.01-1.08 (tests/test_plan_balance.c).
  * 2. Global walk (fallback if no cap is found, not expected): budget
  *    B = max(ceil((total_cost + cut overhead) / num_ctas), floor); CTA c ends near the
  *    global target (c + 1) * B, choosing whichever misses it least: stop before the tile,
@@ -231,6 +233,48 @@ FI_PD_STATIC fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_t
     return FI_OK;
 }
 
+/* The largest a >= i with prefix[a] <= lim (a = i: not even the rest of tile i fits): the
+ * tiles a CTA starting in tile i takes whole under a cap.  A linear scan of up to 4 tiles
+ * (trace decode batches: 0-2 whole tiles a CTA), then galloping and bisection,
+ * O(log(a - i)) (GQA decode at 1024 requests: ~60). */
+FI_PD_STATIC inline int32_t cap_reach(const int64_t *prefix, int32_t num_tiles, int32_t i,
+                                      int64_t lim) {
+    int32_t a = i;
+    const int32_t stop = num_tiles - i < 4 ? num_tiles : i + 4;
+    while (a < stop && prefix[a + 1] <= lim)
+        a++;
+    if (a == stop && a < num_tiles) {
+        int32_t step = 1;
+        while (step <= num_tiles - a && prefix[a + step] <= lim) {
+            a += step;
+            step *= 2;
+        }
+        int32_t b = step <= num_tiles - a ? a + step - 1 : num_tiles;
+        while (a < b) {
+            const int32_t m = a + (b - a + 1) / 2;
+            if (prefix[m] <= lim)
+                a = m;
+            else
+                b = m - 1;
+        }
+    }
+    return a;
+}
+
+/* The end of a capped walk's CTA in tile t at KV position pos with rem cost units left:
+ * the cut where the CTA ends (cap_cut), -1 if none is legal; after a cut, the piece
+ * [pos, cut) is placed (*g: cost placed, *rem: left on the CTA). */
+FI_PD_STATIC FI_PD_INLINE int64_t cap_end(fi_split_grain sg, const fi_tile *t, int32_t pos,
+                                          int64_t *g, int64_t *rem) {
+    const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
+    const int64_t cut = cap_cut(sg, pos, t->kv_end, overhead, *rem);
+    if (cut >= 0) {
+        *rem -= (cut - pos) + overhead;
+        *g += cut - pos;
+    }
+    return cut;
+}
+
 /* Dry capped trial in O(num_ctas * log(tiles)): the decisions of cap_walk (each CTA takes
  * as much as fits under `cap`, cutting the tile below the cap), but whole tiles are
  * skipped with a galloping search over prefix[] (prefix sums of tile costs).
@@ -264,29 +308,8 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
             *est = cap + (total - g - room + (int64_t)(n - c) * per + n - 1) / n;
             return -1;
         }
-        /* The largest a with prefix[a] <= lim (a = i: not even the rest of tile i fits):
-         * a linear scan of up to 4 tiles (trace decode batches: 0-2 whole tiles a CTA),
-         * then galloping and bisection, O(log(a - i)) (GQA decode at 1024 requests: ~60). */
         const int64_t lim = g + cap;
-        int32_t a = i;
-        const int32_t stop = num_tiles - i < 4 ? num_tiles : i + 4;
-        while (a < stop && prefix[a + 1] <= lim)
-            a++;
-        if (a == stop && a < num_tiles) {
-            int32_t step = 1;
-            while (step <= num_tiles - a && prefix[a + step] <= lim) {
-                a += step;
-                step *= 2;
-            }
-            int32_t b = step <= num_tiles - a ? a + step - 1 : num_tiles;
-            while (a < b) {
-                const int32_t m = a + (b - a + 1) / 2;
-                if (prefix[m] <= lim)
-                    a = m;
-                else
-                    b = m - 1;
-            }
-        }
+        const int32_t a = cap_reach(prefix, num_tiles, i, lim);
         int64_t rem = cap;
         const int took = a > i;
         if (took) {
@@ -299,12 +322,8 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
             pos = tiles[i].kv_begin;
             g = prefix[i];
         }
-        const fi_tile *t = &tiles[i];
-        const int64_t overhead = t->cost - (t->kv_end - t->kv_begin);
-        const int64_t cut = cap_cut(sg, pos, t->kv_end, overhead, rem);
+        const int64_t cut = cap_end(sg, &tiles[i], pos, &g, &rem);
         if (cut >= 0) {
-            rem -= (cut - pos) + overhead;
-            g += cut - pos;
             pos = (int32_t)cut;
         } else if (!took) {
             *est = 0; /* an empty CTA: every later one would end empty too; no guess */
@@ -387,6 +406,61 @@ FI_PD_STATIC void walk_group_charges(const fi_variant *v, const int64_t *cta_cos
         }
     for (int32_t j = c0; j <= c; j++)
         extra[j] += j == last ? v->cost_merge : v->cost_arrive;
+}
+
+/* The executor model of cap_walk's plan under `cap` (its *model, fi_model_max's figure)
+ * without writing the plan: a dry walk as cap_trial's, O(num_ctas log tiles) instead of
+ * O(items), that keeps each CTA's cost (cta_cost) and charges each merge group when its
+ * last piece is placed (walk_group_charges into extra).  Why: for batches that packing
+ * replaces (GQA decode at 32 requests, MLA heads 16 at 128) the walk's plan is never used;
+ * only its cap and model are (planner/pack.h), and writing it was ~23k instructions an
+ * update.  Returns -1 if the walk does not fit or its plan would exceed a layout bound
+ * (items = tiles + cuts, groups, slots = cuts + groups): then the caller writes the walk
+ * with cap_walk, which reports what cap_walk reports.  cta_cost, extra: [num_ctas]. */
+FI_PD_STATIC int64_t cap_model(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
+                               const int64_t *prefix, int32_t num_tiles, const fi_layout *l,
+                               int64_t cap, int64_t *cta_cost, int64_t *extra) {
+    const int32_t n = l->num_ctas;
+    int32_t i = 0, c = 0, cuts = 0, ng = 0, gc0 = -1; /* gc0: CTA of the open group's first */
+    int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
+    int64_t g = 0; /* cost placed so far (cap_trial's positions in cost units) */
+    for (int32_t k = 0; k < n; k++)
+        extra[k] = 0;
+    for (; c < n && i < num_tiles; c++) {
+        const int64_t lim = g + cap;
+        const int32_t a = cap_reach(prefix, num_tiles, i, lim);
+        int64_t rem = cap;
+        const int took = a > i;
+        if (took) {
+            if (gc0 >= 0) { /* CTA c began with the rest of tile i: its group's last piece */
+                walk_group_charges(v, cta_cost, extra, gc0, c, prefix[i + 1] - g);
+                gc0 = -1;
+            }
+            rem = lim - prefix[a];
+            i = a;
+            pos = i < num_tiles ? tiles[i].kv_begin : pos;
+            g = prefix[i];
+        }
+        const int64_t cut = i < num_tiles ? cap_end(sg, &tiles[i], pos, &g, &rem) : -1;
+        if (cut >= 0) {
+            pos = (int32_t)cut;
+            cuts++;
+            if (gc0 < 0) {
+                gc0 = c;
+                ng++;
+            }
+        } else if (!took) {
+            return -1; /* an empty CTA: the rest does not fit */
+        }
+        cta_cost[c] = cap - rem;
+    }
+    if (i < num_tiles || (int64_t)num_tiles + cuts > l->max_items || ng > l->max_groups ||
+        cuts + ng > l->max_slots)
+        return -1;
+    int64_t mm = 0;
+    for (int32_t k = 0; k < c; k++)
+        mm = cta_cost[k] + extra[k] > mm ? cta_cost[k] + extra[k] : mm;
+    return mm;
 }
 
 /* The capped walk that writes the plan (the decisions of cap_trial): items in tile order,
@@ -509,13 +583,24 @@ FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi
     return FI_OK;
 }
 
-/* The contiguous walk; with extra ([num_ctas] scratch, else NULL) also its executor model in
- * *model (-1 if the walk did not compute it: the global fallback). */
-FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
-                                int64_t total_cost, int64_t *prefix, const fi_layout *l,
-                                int32_t *work_indptr, fi_work_item *items,
-                                fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
-                                int64_t *model, fi_partition_result *res, fi_error_detail *err);
+/* prefix[0 .. num_tiles]: prefix sums of the tiles' costs.  Returns the largest item
+ * overhead of a tile (its cost less its KV length: alpha * rows + beta, planner/tiles.c),
+ * 0 if none is larger. */
+FI_PD_STATIC int64_t tile_prefix(const fi_tile *tiles, int32_t num_tiles, int64_t *prefix);
+/* The capped walk's cap (the smallest that fits, by dry trials over tile_prefix's prefix
+ * and oh_max), or -1 if none is found (then the global-target fallback). */
+FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                              int64_t total_cost, const int64_t *prefix, int64_t oh_max,
+                              const fi_layout *l);
+/* The contiguous walk's plan under cap (cap_walk; cap < 0: the global-target fallback); with
+ * extra ([num_ctas] scratch, else NULL) also its executor model in *model (-1 if the walk
+ * did not compute it: the fallback). */
+FI_PD_STATIC FI_PD_OUTLINE fi_status walk_write(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                                  int64_t total_cost, int64_t cap, const fi_layout *l,
+                                  int32_t *work_indptr, fi_work_item *items,
+                                  fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
+                                  int64_t *model, fi_partition_result *res,
+                                  fi_error_detail *err);
 
 #ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_no_pack = 0;
@@ -529,33 +614,54 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
                        const fi_layout *l, int32_t *work_indptr, fi_work_item *items,
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err) {
+    const int64_t oh_max = tile_prefix(tiles, num_tiles, prefix);
     /* The walk's model is wanted when packing or the list schedule is scored against it. */
     const int packing =
-        pack && !fi_partition_test_no_pack && fi_pack_wanted(v, tiles, num_tiles, l);
+        pack && !fi_partition_test_no_pack && fi_pack_wanted(v, tiles, num_tiles, oh_max, l);
     const int listing = pack && v->partition == FI_PARTITION_LIST &&
                         fi_partition_test_list >= 0 && num_tiles <= l->max_items;
+    const int64_t cap = walk_cap(v, tiles, num_tiles, total_cost, prefix, oh_max, l);
+    /* Packing needs only the walk's cap and model, and replaces the walk's plan on most
+     * batches it is tried on, so the walk's plan is written after packing, if it stands
+     * (cap_model; GQA decode at 32 requests: 256 items not written).  The test hook that
+     * checks the model reads the walk's written plan. */
     int64_t wm = -1;
-    fi_status st = walk_partition(v, tiles, num_tiles, total_cost, prefix, l, work_indptr,
-                                  items, groups, cta_cost, packing || listing ? pack->load : NULL,
+    const int deferred = packing && cap >= 0 && !fi_partition_test_check_model &&
+                         (wm = cap_model(v, fi_split_grain_of(v), tiles, prefix, num_tiles, l,
+                                         cap, cta_cost, pack->load)) >= 0;
+    if (deferred) {
+        res->budget = cap;
+    } else {
+        fi_status st = walk_write(v, tiles, num_tiles, total_cost, cap, l, work_indptr, items,
+                                  groups, cta_cost, packing || listing ? pack->load : NULL,
                                   &wm, res, err);
-    FI_PD_STAMP(3);
-    if (st != FI_OK || !(packing || listing))
-        return st;
-    if (wm < 0 || fi_partition_test_check_model) {
-        const int64_t m = fi_model_max(v, work_indptr, l->num_ctas, items, res->num_groups,
-                                       pack->finish, pack->last);
+        if (st != FI_OK || !(packing || listing))
+            return st;
+        if (wm < 0 || fi_partition_test_check_model) {
+            const int64_t m = fi_model_max(v, work_indptr, l->num_ctas, items,
+                                           res->num_groups, pack->finish, pack->last);
 #ifndef FI_PLANNER_DEVICE_TU
-        fi_partition_test_model_mismatches += wm >= 0 && m != wm;
+            fi_partition_test_model_mismatches += wm >= 0 && m != wm;
 #endif
-        wm = m;
+            wm = m;
+        }
     }
+    FI_PD_STAMP(3);
     if (packing) {
         FI_PD_STAMP(4);
         /* The cap search starts from the walk's cap less 1/64: packing has fewer items (less
          * overhead) but charges its pieces. */
-        wm = fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack,
-                               res->budget - res->budget / 64, wm, work_indptr, items, groups,
-                               cta_cost, res);
+        const int64_t pm = fi_partition_pack(v, tiles, num_tiles, total_cost, l, pack,
+                                             res->budget - res->budget / 64, wm, work_indptr,
+                                             items, groups, cta_cost, res);
+        if (deferred && pm == wm) { /* packing did not win: the walk's plan stands */
+            int64_t unused = -1;
+            fi_status st = walk_write(v, tiles, num_tiles, total_cost, cap, l, work_indptr,
+                                      items, groups, cta_cost, NULL, &unused, res, err);
+            if (st != FI_OK)
+                return st;
+        }
+        wm = pm;
     }
     if (!listing)
         return FI_OK;
@@ -573,11 +679,20 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
     return FI_OK;
 }
 
-FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
-                                int64_t total_cost, int64_t *prefix, const fi_layout *l,
-                                int32_t *work_indptr, fi_work_item *items,
-                                fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
-                                int64_t *model, fi_partition_result *res, fi_error_detail *err) {
+FI_PD_STATIC int64_t tile_prefix(const fi_tile *tiles, int32_t num_tiles, int64_t *prefix) {
+    int64_t oh_max = 0;
+    prefix[0] = 0;
+    for (int32_t i = 0; i < num_tiles; i++) {
+        prefix[i + 1] = prefix[i] + tiles[i].cost;
+        const int64_t oh = tiles[i].cost - (tiles[i].kv_end - tiles[i].kv_begin);
+        oh_max = oh > oh_max ? oh : oh_max;
+    }
+    return oh_max;
+}
+
+FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                              int64_t total_cost, const int64_t *prefix, int64_t oh_max,
+                              const fi_layout *l) {
     const int64_t n = l->num_ctas;
     const fi_split_grain sg = fi_split_grain_of(v);
     /* The smallest cap that fits, to within tol = 1/128 of the lower bound, by dry trials
@@ -594,13 +709,6 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
      * at 1024 requests, 2 at 512, 3 at 128, 4-6 at 32 (narrow_cap).  tol 1/64 (not 1/128) saves about a
      * trial for ~0.5% worse worst-case balance. */
     enum { FI_CAP_TRIALS = 40 }; /* bound on trials: both phases are logarithmic */
-    int64_t oh_max = 0;
-    prefix[0] = 0;
-    for (int32_t i = 0; i < num_tiles; i++) {
-        prefix[i + 1] = prefix[i] + tiles[i].cost;
-        const int64_t oh = tiles[i].cost - (tiles[i].kv_end - tiles[i].kv_begin);
-        oh_max = oh > oh_max ? oh : oh_max;
-    }
     int64_t lo = (total_cost + n - 1) / n;
     /* The piece bound is below 2 floors + 2 KV tiles + oh_max (an uncuttable tile is
      * shorter than that; a cut piece's minimum is one floor + one KV tile), so it only
@@ -647,17 +755,28 @@ FI_PD_STATIC fi_status walk_partition(const fi_variant *v, const fi_tile *tiles,
             best_cap = narrow_cap(sg, tiles, prefix, num_tiles, (int32_t)n, lo, hi, tol,
                                   best_cap, FI_CAP_TRIALS - trials);
     }
-    if (best_cap >= 0) {
+    return best_cap;
+}
+
+FI_PD_STATIC FI_PD_OUTLINE fi_status walk_write(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
+                                  int64_t total_cost, int64_t cap, const fi_layout *l,
+                                  int32_t *work_indptr, fi_work_item *items,
+                                  fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
+                                  int64_t *model, fi_partition_result *res,
+                                  fi_error_detail *err) {
+    const int64_t n = l->num_ctas;
+    const fi_split_grain sg = fi_split_grain_of(v);
+    if (cap >= 0) {
         /* The real walk, writing items, groups and CTA ranges (trials were dry). */
         int fits = 0;
-        fi_status st = cap_walk(v, sg, tiles, num_tiles, l, best_cap, work_indptr, items,
-                                groups, cta_cost, extra, model, res, &fits, err);
+        fi_status st = cap_walk(v, sg, tiles, num_tiles, l, cap, work_indptr, items, groups,
+                                cta_cost, extra, model, res, &fits, err);
         if (st != FI_OK)
             return st;
         if (!fits) { /* cap_trial and cap_walk disagree: a bug, never a partial plan */
             err->status = FI_ERR_PLAN_OVER_CAPS;
             err->request = -1;
-            err->needed = best_cap;
+            err->needed = cap;
             err->limit = -1;
             err->cuda_error = 0;
             return FI_ERR_PLAN_OVER_CAPS;

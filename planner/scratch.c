@@ -52,7 +52,6 @@ FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layo
     p->suffix = (int64_t *)take(a, sizeof(int64_t) * (tiles + 1));
     p->bk_head = (int32_t *)take(a, sizeof(int32_t) * 512);
     p->bk_next = (int32_t *)take(a, sizeof(int32_t) * ctas);
-    p->bk_prev = (int32_t *)take(a, sizeof(int32_t) * ctas);
     p->bk_where = (int32_t *)take(a, sizeof(int32_t) * ctas);
     p->items = (fi_work_item *)take(a, sizeof(fi_work_item) * items);
     p->groups = (fi_merge_group *)take(a, sizeof(fi_merge_group) * groups);

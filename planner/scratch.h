@@ -60,7 +60,7 @@ typedef struct fi_pack_scratch {
     int64_t *load;         /* [num_ctas] */
     int64_t *suffix;       /* [max_tiles + 1]: cost of by_cost[i ..] */
     int32_t *bk_head;      /* [512]: CTAs by load bucket (planner/pack.c) */
-    int32_t *bk_next, *bk_prev, *bk_where; /* [num_ctas] each */
+    int32_t *bk_next, *bk_where; /* [num_ctas] each */
     /* The packing's plan before it is chosen (planner/model.h scores it first). */
     fi_work_item *items;   /* [max_items] */
     fi_merge_group *groups; /* [max_groups] */
