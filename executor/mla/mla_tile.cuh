@@ -172,9 +172,8 @@ __device__ __forceinline__ int32_t fetch_page(const fi_mla_params &p, const fi_r
  * copies a token, 16-bit or fp8 rows alike) and arrive on the stage's mbarrier (one
  * arrival a producer warp a phase) with the bytes it expects.  Rows past kv_end are
  * zeroed with ordinary stores, ordered before the arrival by __syncwarp (P = 0 must not
- * meet NaN bit patterns).  The bulk copies' issue rate (~26 M a second an SM on an H200)
- * bounds this body at heads 16: an fp8 cache's 576-byte rows take as long as 1152-byte
- * ones (docs/perf-log.md). */
+ * meet NaN bit patterns).  Not the bound at heads 16: one copy per 4 tokens ran no faster
+ * (docs/perf-log.md, 2026-11-27 evening). */
 template <typename KV>
 __device__ __forceinline__ void issue_block(const fi_mla_params &p, unsigned char *stage, uint32_t bar,
                                             int t0, int kv_end, int32_t page, int pw) {
