@@ -258,11 +258,14 @@ FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi
         return FI_OK;
     }
 #ifndef __CUDA_ARCH__
-    /* The next request's row (block-table forms): its first lines are fetched while this
-     * row is scanned (the loop's case: the table is cold after a replay). */
-    if (bt->form != FI_FORM_INDPTR && b + 1 < bt->batch_size)
+    /* A later request's row (block-table forms): its first lines are fetched while this
+     * row is scanned (the loop's case: the table is cold after a replay).  Rows are short
+     * (a few lines) and strided, so no hardware stream covers them: the fetch runs
+     * kRowsAhead rows ahead, about a memory latency at the scan's pace. */
+    enum { kRowsAhead = 8 };
+    if (bt->form != FI_FORM_INDPTR && b + kRowsAhead < bt->batch_size)
         for (int64_t k = 0; k < t->P && k < 64; k += 16)
-            __builtin_prefetch(t->table + row + t->row_stride + k);
+            __builtin_prefetch(t->table + row + kRowsAhead * t->row_stride + k);
 #endif
     fi_status st = check_pages(caps, t->table + row, *used, b, err);
     if (st == FI_OK && bt->form != FI_FORM_INDPTR && bt->kv_split_pages)
