@@ -85,14 +85,14 @@ FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_c
 }
 
 /* Open CTAs by load, for best fit in O(1) amortised: PK_NB buckets of width T / PK_NB
- * (rounded up), each a singly linked list (bk_remove), with a bitmap of the non-empty ones.  The fit
- * is best to within one bucket width (T / 512). */
+ * (rounded up), each a singly linked list (bk_remove), with a bitmap of the non-empty ones.
+ * The fit is best to within one bucket width (T / 512). */
 #define PK_NB 512
 typedef struct pk_buckets {
     int64_t width;
     int64_t top;                         /* PK_NB * width: loads from it on, the last bucket */
     uint64_t inv;                        /* ceil(2^40 / width), for bk_index; 0: divide */
-    int32_t *head, *next, *where; /* head [PK_NB]; next / where [num_ctas] */
+    int32_t *head, *next, *where;        /* head [PK_NB]; next / where [num_ctas] */
     uint64_t used[PK_NB / 64];
 } pk_buckets;
 

@@ -595,12 +595,13 @@ FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t
 /* The contiguous walk's plan under cap (cap_walk; cap < 0: the global-target fallback); with
  * extra ([num_ctas] scratch, else NULL) also its executor model in *model (-1 if the walk
  * did not compute it: the fallback). */
-FI_PD_STATIC FI_PD_OUTLINE fi_status walk_write(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
-                                  int64_t total_cost, int64_t cap, const fi_layout *l,
-                                  int32_t *work_indptr, fi_work_item *items,
-                                  fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
-                                  int64_t *model, fi_partition_result *res,
-                                  fi_error_detail *err);
+FI_PD_STATIC FI_PD_OUTLINE fi_status walk_write(const fi_variant *v, const fi_tile *tiles,
+                                                int32_t num_tiles, int64_t total_cost,
+                                                int64_t cap, const fi_layout *l,
+                                                int32_t *work_indptr, fi_work_item *items,
+                                                fi_merge_group *groups, int64_t *cta_cost,
+                                                int64_t *extra, int64_t *model,
+                                                fi_partition_result *res, fi_error_detail *err);
 
 #ifndef FI_PLANNER_DEVICE_TU
 int fi_partition_test_no_pack = 0;
@@ -758,12 +759,13 @@ FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t
     return best_cap;
 }
 
-FI_PD_STATIC FI_PD_OUTLINE fi_status walk_write(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
-                                  int64_t total_cost, int64_t cap, const fi_layout *l,
-                                  int32_t *work_indptr, fi_work_item *items,
-                                  fi_merge_group *groups, int64_t *cta_cost, int64_t *extra,
-                                  int64_t *model, fi_partition_result *res,
-                                  fi_error_detail *err) {
+FI_PD_STATIC FI_PD_OUTLINE fi_status walk_write(const fi_variant *v, const fi_tile *tiles,
+                                                int32_t num_tiles, int64_t total_cost,
+                                                int64_t cap, const fi_layout *l,
+                                                int32_t *work_indptr, fi_work_item *items,
+                                                fi_merge_group *groups, int64_t *cta_cost,
+                                                int64_t *extra, int64_t *model,
+                                                fi_partition_result *res, fi_error_detail *err) {
     const int64_t n = l->num_ctas;
     const fi_split_grain sg = fi_split_grain_of(v);
     if (cap >= 0) {
