@@ -205,6 +205,21 @@ fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream);
  *   FI_ERR_NULL_ARGUMENT; or the status fi_caps_validate gives for invalid caps. */
 fi_status fi_run_supported(const fi_caps *caps);
 
+/* Copy `bytes` bytes of host memory at src to device memory at dst, in stream order: one
+ * cudaMemcpyAsync (host to device) on `stream`.  What a caller whose page table or index
+ * arrays live in host memory uses to stage them for fi_run (the Python layer's plan() with
+ * CPU arrays) without a framework's tensor copy around it.
+ * src: pageable or pinned host memory, `bytes` long.  From pageable memory CUDA copies src
+ * into its own staging buffer before returning, without waiting for work queued earlier on
+ * the stream, so src may be reused at once; from pinned memory the copy reads src when the
+ * stream reaches it, so src must stay unchanged until then.  dst: memory of the current
+ * device, `bytes` long, written when the stream reaches the copy (work queued earlier on the
+ * stream still sees its old contents).  stream: cudaStream_t.  Not capturable from pageable
+ * memory (CUDA refuses it under stream capture: FI_ERR_CUDA).  bytes 0: nothing done, FI_OK.
+ * @return FI_OK; FI_ERR_NULL_ARGUMENT (dst or src NULL with bytes > 0); FI_ERR_CUDA
+ *   (the copy was refused: no device, an invalid pointer or stream, capture). */
+fi_status fi_copy_to_device(void *dst, const void *src, size_t bytes, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

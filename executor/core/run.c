@@ -163,3 +163,16 @@ fi_status fi_run(const fi_plan *plan, const fi_attn_args *args, void *stream) {
     fi_device_leave(prev);
     return st;
 }
+
+fi_status fi_copy_to_device(void *dst, const void *src, size_t bytes, void *stream) {
+    if (bytes == 0)
+        return FI_OK;
+    if (!dst || !src)
+        return FI_ERR_NULL_ARGUMENT;
+    const cudaError_t e =
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+    if (e == cudaSuccess)
+        return FI_OK;
+    (void)cudaGetLastError(); /* leave no sticky error for the caller's next CUDA call */
+    return FI_ERR_CUDA;
+}

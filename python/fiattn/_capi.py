@@ -220,6 +220,11 @@ def _declare(lib):
     if fn is not None:
         fn.restype = c.c_int
         fn.argtypes = [c.POINTER(fi_caps)]
+    # Optional (libraries before it lack it): host-to-device staging of index arrays.
+    fn = getattr(lib, "fi_copy_to_device", None)
+    if fn is not None:
+        fn.restype = c.c_int
+        fn.argtypes = [P, P, c.c_size_t, P]
     # Optional (the device planner, issue 17).
     fn = getattr(lib, "fi_plan_update_device", None)
     if fn is not None:

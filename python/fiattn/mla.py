@@ -76,6 +76,25 @@ def _host_i32(x):
     return x if x.is_contiguous() else x.contiguous()
 
 
+_ALL_DIRECT = (True,) * 4
+_I32 = ctypes.c_int32
+
+
+def _stage(dst, src, host, n, stream):
+    """dst[:n] = src[:n] on the device in stream order, no host synchronisation.  A CPU src
+    goes as one fi_copy_to_device of its int32 host copy `host` (from pageable memory CUDA
+    stages the bytes before the call returns); a device src, a host dst (a preallocated
+    buffer given on the CPU) or a library without that function: torch's copy."""
+    copy = (None if src.is_cuda or not dst.is_cuda
+            else getattr(C.lib(), "fi_copy_to_device", None))
+    if copy is None:
+        dst[:n].copy_(src[:n], non_blocking=True)
+        return
+    st = copy(dst.data_ptr(), host.data_ptr(), 4 * n, stream)
+    if st:
+        C.check(st, "fi_copy_to_device")
+
+
 def _check_sparse_table(bt, device, B, qlen, K):
     """The sparse top-k table: int32 [B, q_len, K] or [B * q_len, K], contiguous, on the
     query's device; entries are flat KV slots (page * page_size + offset), -1 = no key.
@@ -290,9 +309,10 @@ class _PlanRecord:
     reads in place (CPU, int32, contiguous), kv_indices' length, and the CPU path's CTA
     count setting."""
 
-    __slots__ = ("entry", "batch_size", "causal", "planned", "direct", "n_indices", "env")
+    __slots__ = ("entry", "batch_size", "causal", "planned", "direct", "n_indices", "env",
+                 "staged")
 
-    def __init__(self, entry, batch, planned, arrays):
+    def __init__(self, entry, batch, planned, arrays, staged):
         t = torch()
         self.entry = entry
         self.batch_size, self.causal = batch.batch_size, batch.causal
@@ -302,6 +322,7 @@ class _PlanRecord:
                             for x in arrays)
         self.n_indices = arrays[-1].numel()
         self.env = os.environ.get("FIATTN_CPU_CTAS") if entry.host else None
+        self.staged = staged  # kv_indices is staged into a device buffer (_table_buffer)
 
 
 class BatchMLAPagedAttentionWrapper:
@@ -351,6 +372,7 @@ class BatchMLAPagedAttentionWrapper:
         self._planned = None
         self._known_pages = 0
         self._batch = None  # fi_batch reused by every plan()
+        self._batch_rec = None  # the _PlanRecord whose batch_size / causal it holds
         self._run_memo = {}  # run() signature -> (fi_attn_args, ...), for one plan shape
         self._run_psig = None
         self._plan_memo = {}  # plan() signature -> _PlanRecord
@@ -396,7 +418,8 @@ class BatchMLAPagedAttentionWrapper:
             if len(self._plan_memo) >= 64:
                 self._plan_memo.clear()
             self._plan_memo[key] = _PlanRecord(self._entry, self._batch, self._planned,
-                                               (qo_indptr, kv_indptr, kv_len_arr, kv_indices))
+                                               (qo_indptr, kv_indptr, kv_len_arr, kv_indices),
+                                               self._planned["table"] is not kv_indices)
 
     def _plan_checked(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads,
                       page_size, causal, sm_scale, q_data_type, kv_data_type, head_dim_ckv,
@@ -484,6 +507,7 @@ class BatchMLAPagedAttentionWrapper:
         b = self._batch
         if b is None:
             b = self._batch = C.fi_batch()
+        self._batch_rec = None  # the fields below are no record's
         b.form = C.FI_FORM_INDPTR
         b.batch_size = B
         b.qo_indptr = t_qo.data_ptr()
@@ -492,11 +516,13 @@ class BatchMLAPagedAttentionWrapper:
         b.kv_len = t_kl.data_ptr()
         b.causal = 1 if causal else 0
         b.window_left = -1
-        E.plan(entry, b, device)
+        stream = None if host else E.stream_handle(device)
+        E.plan(entry, b, device, stream)
         self._entry = entry
+        table = self._kernel_table(buf, kv_indices, nnz, (qo_indptr, kv_indptr, kv_len_arr),
+                                   (t_qo, t_kvp, t_kl, t_idx), stream)
         self._set_planned(B, q_tokens, int(num_heads), int(page_size), q_dt, kv_dt, o_dt,
-                          float(sm_scale), self._kernel_table(buf, kv_indices, nnz, qo_indptr,
-                                                              kv_indptr, kv_len_arr), nnz)
+                          float(sm_scale), table, nnz)
 
     def _set_planned(self, B, q_tokens, heads, page_size, q_dt, kv_dt, o_dt, sm_scale, table,
                      nnz):
@@ -530,21 +556,23 @@ class BatchMLAPagedAttentionWrapper:
             self._bufs[name] = buf
         return buf
 
-    def _kernel_table(self, buf, kv_indices, nnz, qo_indptr, kv_indptr, kv_len_arr):
+    def _kernel_table(self, buf, kv_indices, nnz, sources, hosts, stream):
         """The page table the kernel reads, once the plan succeeded: kv_indices, or buf
         (_table_buffer) holding kv_indices[:nnz], copied in stream order without a host
         synchronisation (the runs of the previous plan read it first); under use_cuda_graph
-        the other index arrays go to their preallocated buffers too."""
+        the other index arrays go to their preallocated buffers too.  sources: the
+        caller's (qo_indptr, kv_indptr, kv_len_arr, kv_indices); hosts: their contiguous
+        int32 host copies (the planner's arrays, the same tensors where those were CPU
+        int32 already); stream: the copies' cudaStream_t."""
         if buf is None:
             return kv_indices
         if self._use_cuda_graph:
-            for name, src in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
-                              ("kv_len_arr", kv_len_arr)):
+            for name, src, host in zip(("qo_indptr", "kv_indptr", "kv_len_arr"), sources,
+                                       hosts):
                 dst = self._bufs.get(name)
                 if dst is not None and dst.numel() >= src.numel():
-                    dst[:src.numel()].copy_(src, non_blocking=True)
-        # from pageable host memory too: CUDA stages the source before the call returns
-        buf[:nnz].copy_(kv_indices[:nnz], non_blocking=True)
+                    _stage(dst, src, host, src.numel(), stream)
+        _stage(buf, kv_indices, hosts[3], nnz, stream)
         return buf
 
     def _plan_fast(self, rec, qo_indptr, kv_indptr, kv_indices, kv_len_arr, sm_scale):
@@ -564,33 +592,42 @@ class BatchMLAPagedAttentionWrapper:
             if E.cuda().device() != index:
                 E.check_current_device(index)
         arrays = (qo_indptr, kv_indptr, kv_len_arr, kv_indices)
-        if rec.direct != (True,) * 4:
+        if rec.direct != _ALL_DIRECT:
             arrays = [x if direct else _host_i32(x) for x, direct in zip(arrays, rec.direct)]
         t_qo, t_kvp, t_kl, t_idx = arrays
-        nnz = last_i32(t_kvp)
-        q_tokens = last_i32(t_qo)
+        p_qo, p_kvp = t_qo.data_ptr(), t_kvp.data_ptr()
+        last = 4 * rec.batch_size  # both indptr arrays have batch_size + 1 elements
+        nnz = _I32.from_address(p_kvp + last).value
+        q_tokens = _I32.from_address(p_qo + last).value
         scale = float(sm_scale)
         if (nnz > rec.n_indices or q_tokens > e.caps.max_q_tokens
                 or (e.captured_rows is not None and q_tokens > e.captured_rows)):
             return False  # the checked path raises or re-plans
-        buf = self._table_buffer(kv_indices, nnz)
+        buf = None
+        if rec.staged:  # the buffer _table_buffer picks, unless it must grow
+            buf = self._bufs.get("kv_indices" if self._use_cuda_graph else "kv_indices_staged")
+            if buf is None or buf.numel() < nnz:
+                buf = self._table_buffer(kv_indices, nnz)
         b = self._batch  # shared by every plan of this wrapper: this signature's fields
-        b.batch_size = rec.batch_size
-        b.causal = rec.causal
-        b.qo_indptr = t_qo.data_ptr()
-        b.kv_indptr = t_kvp.data_ptr()
+        if self._batch_rec is not rec:
+            b.batch_size = rec.batch_size
+            b.causal = rec.causal
+            self._batch_rec = rec
+        b.qo_indptr = p_qo
+        b.kv_indptr = p_kvp
         b.kv_indices = t_idx.data_ptr()
         b.kv_len = t_kl.data_ptr()
+        stream = None if e.host else E.stream_handle(device)
         try:
-            E.plan(e, b, device)
+            E.plan(e, b, device, stream)
         except FiattnError as ex:
             if ex.status == C.FI_ERR_PAGE_INDEX_OUT_OF_RANGE:
                 return False
             raise
         B, heads, page_size, q_dt, kv_dt, o_dt = rec.planned
-        self._set_planned(B, q_tokens, heads, page_size, q_dt, kv_dt, o_dt, scale,
-                          self._kernel_table(buf, kv_indices, nnz, qo_indptr, kv_indptr,
-                                             kv_len_arr), nnz)
+        table = self._kernel_table(buf, kv_indices, nnz, (qo_indptr, kv_indptr, kv_len_arr),
+                                   arrays, stream)
+        self._set_planned(B, q_tokens, heads, page_size, q_dt, kv_dt, o_dt, scale, table, nnz)
         return True
 
     def run(self, q_nope, q_pe, ckv_cache, kpe_cache, return_lse=False, *, out=None,

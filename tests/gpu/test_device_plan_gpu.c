@@ -24,6 +24,9 @@
  *       what fi_plan_update_device refuses before launching (host-only plan, bad scalars,
  *       capacities over the caps), the previous plan kept; fi_run against the declared
  *       capacities; fi_plan_get_view refused on a device plan and back after a host update.
+ *   copy_to_device_stages_pageable_bytes
+ *       fi_copy_to_device (the Python layer's staging of host index arrays): random sizes
+ *       and offsets land exactly, the pageable source overwritten right after the call.
  *
  * Fresh random inputs each run; the seed is printed and FI_TEST_SEED=<seed> replays it.
  * Run one test only (the filter is a cmocka glob over test names):
@@ -1376,6 +1379,48 @@ static void device_plan_host_checks_return_their_status(void **state) {
     host_free(&x);
 }
 
+/* fi_copy_to_device (fiattn_run.h): random sizes of random bytes from pageable memory land
+ * exactly, the source overwritten right after each call (pageable sources are staged
+ * before the call returns); bytes 0 and NULL pointers answer without a copy. */
+static void copy_to_device_stages_pageable_bytes(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(0xc0b1);
+    const size_t cap = (size_t)1 << 20;
+    unsigned char *src = (unsigned char *)malloc(cap), *back = (unsigned char *)malloc(cap),
+                  *want = (unsigned char *)malloc(cap);
+    unsigned char *d = NULL;
+    assert_non_null(src);
+    assert_non_null(back);
+    assert_non_null(want);
+    assert_int_equal(cudaMalloc((void **)&d, cap), cudaSuccess);
+    cudaStream_t s;
+    assert_int_equal(cudaStreamCreate(&s), cudaSuccess);
+    assert_int_equal(fi_copy_to_device(NULL, src, 0, s), FI_OK);
+    assert_int_equal(fi_copy_to_device(d, NULL, 4, s), FI_ERR_NULL_ARGUMENT);
+    assert_int_equal(fi_copy_to_device(NULL, src, 4, s), FI_ERR_NULL_ARGUMENT);
+    for (int it = 0; it < 50; it++) {
+        const size_t n = (size_t)tt_rng_int(&rng, 1, (int32_t)cap);
+        const size_t off = (size_t)tt_rng_int(&rng, 0, (int32_t)(cap - n));
+        for (size_t i = 0; i < n; i++)
+            src[i] = want[i] = (unsigned char)tt_rng_next(&rng);
+        assert_int_equal(cudaMemsetAsync(d, 0xa5, cap, s), cudaSuccess);
+        assert_int_equal(fi_copy_to_device(d + off, src, n, s), FI_OK);
+        memset(src, 0x5a, n); /* too late to reach the device */
+        assert_int_equal(cudaMemcpyAsync(back, d, cap, cudaMemcpyDeviceToHost, s), cudaSuccess);
+        assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+        assert_memory_equal(back + off, want, n);
+        for (size_t i = 0; i < cap; i++)
+            if (i < off || i >= off + n)
+                assert_int_equal(back[i], 0xa5);
+    }
+    cudaStreamDestroy(s);
+    cudaFree(d);
+    free(src);
+    free(back);
+    free(want);
+}
+
 int main(void) {
     gt_begin("test_device_plan_gpu");
     const struct CMUnitTest tests[] = {
@@ -1386,6 +1431,7 @@ int main(void) {
         cmocka_unit_test(device_plan_graph_loop_gqa_10000_steps),
         cmocka_unit_test(device_plan_graph_loop_mla_parallel_10000_steps),
         cmocka_unit_test(device_plan_graph_loop_gqa_parallel_10000_steps),
+        cmocka_unit_test(copy_to_device_stages_pageable_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
