@@ -53,6 +53,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_common.h"
+#include "planner/device/plan_kernel.h"
 #include "gpu/gqa_gpu_case.h"
 #include "gpu/mla_gpu_case.h"
 
@@ -444,6 +445,28 @@ static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t 
     return rc ? -1 : 0;
 }
 
+#ifdef FI_PROFILE
+/* Profiling builds: one more replay of the plan graph, then where the kernel's clock went
+ * (planner/device/plan_kernel.cu's stamp points, cycles from the kernel's first one). */
+static void dp_print_stamps(const dp_case *d) {
+    static const struct { int k; const char *what; } pt[] = {
+        {11, "wait+B"}, {0, "page scan"}, {1, "validate"}, {2, "tiles"}, {5, "partition"},
+        {7, "records"}, {8, "status"}, {10, "copy-out"}};
+    long long s[16];
+    if (cudaGraphLaunch(d->exec[G_PLAN], d->v.stream) != cudaSuccess ||
+        cudaStreamSynchronize(d->v.stream) != cudaSuccess || fi_device_plan_read_stamps(s))
+        return;
+    printf("# %s: plan kernel cycles (each step's own):", d->name);
+    long long prev = s[9];
+    for (size_t i = 0; i < sizeof pt / sizeof pt[0]; i++) {
+        if (!s[pt[i].k]) continue;
+        printf(" %s %lld", pt[i].what, s[pt[i].k] - prev);
+        prev = s[pt[i].k];
+    }
+    printf(" total %lld\n", prev - s[9]);
+}
+#endif
+
 static void dp_report(const dp_case *d, const dp_times *t, int *header) {
     if (!*header) {
         printf("| case | B | items | groups | plan us | e2e pdl us | e2e us | exec us | gap pdl us "
@@ -519,6 +542,9 @@ static int run_case(const family *f, int32_t B, const cfg *g, tt_rng *rng, int *
     if (!rc) rc = dp_time_all(&d, g, &t, msg, cap);
     if (rc) printf("# %s: FAILED: %s\n", d.name, msg);
     else dp_report(&d, &t, header);
+#ifdef FI_PROFILE
+    if (!rc) dp_print_stamps(&d);
+#endif
     fflush(stdout);
     dp_free(&d);
     return rc ? 1 : 0;

@@ -166,6 +166,13 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
                                                             unsigned smem_bytes) {
     extern __shared__ __align__(64) unsigned char smem[];
     __shared__ int32_t s_batch;
+#ifdef FI_PROFILE
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < 16; k++)
+            fi_pd_stamps[k] = 0;
+        FI_PD_STAMP(9);
+    }
+#endif
     fi::griddep_wait(); /* the lengths may come from the previous kernel */
     /* The executor may launch now: its griddepcontrol.wait holds it until this grid is done. */
     fi::griddep_launch_dependents();
@@ -174,6 +181,8 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
     if (threadIdx.x == 0)
         s_batch = p.batch_size ? *p.batch_size : p.batch.batch_size;
     __syncthreads();
+    if (threadIdx.x == 0)
+        FI_PD_STAMP(11);
     const int32_t B = s_batch;
     if (B < 0 || B > p.batch.batch_size) {
         if (threadIdx.x == 0) {
@@ -221,6 +230,11 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
     __syncthreads();
     const int32_t items = fi_stage_header(base, &l)->num_items;
     block_copy16(p.workspace, base, (fi_layout_used_bytes(&l, items) + 15) / 16 * 16);
+#ifdef FI_PROFILE
+    __syncthreads();
+    if (threadIdx.x == 0)
+        FI_PD_STAMP(10);
+#endif
 }
 
 }  // namespace fi_devplan
@@ -228,6 +242,12 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
 using fi_devplan::kThreads;
 using fi_devplan::plan_kernel;
 using fi_devplan::round64;
+
+#ifdef FI_PROFILE
+extern "C" int fi_device_plan_read_stamps(long long *host) {
+    return (int)cudaMemcpyFromSymbol(host, fi_pd_stamps, sizeof(long long) * 16);
+}
+#endif
 
 extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl,
                                      void *stream) {

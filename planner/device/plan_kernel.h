@@ -30,6 +30,13 @@ typedef struct fi_device_plan_params {
  * @return the cudaError_t of the launch (0: launched). */
 int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl, void *stream);
 
+#ifdef FI_PROFILE
+/* Profiling builds (make PROFILE=1): the SM clock stamps of the last plan, host[16]
+ * (plan_kernel.cu: FI_PD_STAMP points, 0 where a point was not reached).
+ * @return the cudaError_t of the copy. */
+int fi_device_plan_read_stamps(long long *host);
+#endif
+
 #ifdef __cplusplus
 }
 #endif
