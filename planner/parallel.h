@@ -31,9 +31,13 @@
 #define FI_PP_LEADER (FI_PP_TID == 0)
 
 #if defined(FI_PLANNER_DEVICE_TU)
+/* The warps' partial results of a reduction or scan, [32]: one buffer for both, as each
+ * ends with a barrier after its last read. */
+static __shared__ int64_t fi_pp_part[32];
+
 /* Sum / min / max of every thread's v, returned to all threads (a barrier). */
 __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
-    __shared__ int64_t part[32];
+    int64_t *part = fi_pp_part;
     for (int o = 16; o > 0; o >>= 1) {
         const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
         v = op == 0 ? v + y : op == 1 ? (y < v ? y : v) : (y > v ? y : v);
@@ -56,7 +60,7 @@ __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
 /* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread.  Each
  * thread scans a contiguous chunk; the chunk sums are scanned across warps. */
 __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
-    __shared__ int64_t warp_sum[32];
+    int64_t *warp_sum = fi_pp_part;
     const int32_t nt = blockDim.x, tid = threadIdx.x;
     const int32_t chunk = (n + nt - 1) / nt;
     const int32_t b = tid * chunk < n ? tid * chunk : n, e = b + chunk < n ? b + chunk : n;
