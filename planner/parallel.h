@@ -65,7 +65,8 @@ __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
     const int32_t chunk = (n + nt - 1) / nt;
     const int32_t b = tid * chunk < n ? tid * chunk : n, e = b + chunk < n ? b + chunk : n;
     int64_t s = 0;
-    for (int32_t i = b; i < e; i++)
+    FI_PD_NO_UNROLL
+    for (int32_t i = b; i < e; i++) /* one element a thread up to n = 512 */
         s += a[i];
     const int lane = tid & 31, w = tid >> 5, nw = (nt + 31) >> 5;
     int64_t x = s; /* inclusive scan in the warp */
@@ -83,6 +84,7 @@ __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
         total += warp_sum[i];
     }
     int64_t run = before + x - s;
+    FI_PD_NO_UNROLL
     for (int32_t i = b; i < e; i++) {
         const int64_t v = a[i];
         a[i] = run;

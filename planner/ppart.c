@@ -156,6 +156,7 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
         const int32_t g = (int32_t)pp_groups(off), first = (int32_t)pp_items(off);
         const int32_t slot = (int32_t)pp_slots(off, t);
         int32_t j = 0, start = tl->kv_begin;
+        FI_PD_NO_UNROLL
         for (int32_t c = c0; c <= c1; c++) {
             const int last = c == c1;
             if (!last && pp->cut_scan[c + 1] == pp->cut_scan[c])
@@ -184,6 +185,7 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     int64_t total = 0, max = 0;
     FI_PP_FOR(c, n) {
         int64_t cost = 0;
+        FI_PD_NO_UNROLL
         for (int32_t i = work_indptr[c]; i < work_indptr[c + 1]; i++) {
             const fi_work_item *it = &items[i];
             cost += fi_variant_item_cost(v, it->kv_end - it->kv_begin,
