@@ -79,6 +79,14 @@ FI_PD_STATIC inline int64_t pp_slots(int64_t w, int64_t t) {
     return pp_items(w) - (t - pp_groups(w));
 }
 
+/* Boundary c (0 .. n + 1) as a cut: an interior boundary distinct from the one before
+ * (equal ones leave the CTAs between them empty); n + 1, past the last, is none. */
+FI_PD_STATIC inline int64_t is_cut(const fi_ppart_scratch *pp, int32_t c, int32_t n) {
+    if (c > n || !pp->interior[c])
+        return 0;
+    return !(c > 0 && pp->btile[c] == pp->btile[c - 1] && pp->bkv[c] == pp->bkv[c - 1]);
+}
+
 FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t limit) {
     err->status = FI_ERR_PLAN_OVER_CAPS;
     err->request = -1;
@@ -97,9 +105,8 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     const fi_split_grain sg = fi_split_grain_of(v);
     fi_ppart_scratch *pp = &s->pp;
     int64_t *prefix = s->tile_prefix; /* [T + 1] */
-    FI_PP_FOR(t, T)
+    FI_PP_FOR_CHUNK(t, T)
     prefix[t] = tiles[t].cost;
-    FI_PP_SYNC();
     const int64_t S = fi_pp_scan(prefix, T);
     if (FI_PP_LEADER)
         prefix[T] = S;
@@ -119,25 +126,18 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
         }
     }
     FI_PP_SYNC();
-    /* A cut: an interior boundary distinct from the one before (equal ones leave the CTAs
-     * between them empty).  Scanned with one more entry, 0, so cut_scan[n + 1] is the
-     * total. */
-    FI_PP_FOR(c, n + 1)
-    pp->cut_scan[c] = pp->interior[c] && !(c > 0 && pp->btile[c] == pp->btile[c - 1] &&
-                                           pp->bkv[c] == pp->bkv[c - 1]);
-    if (FI_PP_LEADER)
-        pp->cut_scan[n + 1] = 0;
-    FI_PP_SYNC();
+    /* Cuts before each boundary; one more entry, 0, so cut_scan[n + 1] is the total. */
+    FI_PP_FOR_CHUNK(c, n + 2)
+    pp->cut_scan[c] = is_cut(pp, c, n);
     fi_pp_scan(pp->cut_scan, n + 2);
     /* Per tile: its k cuts give k + 1 items and, if k > 0, a merge group of k + 1 slots.
      * Items and groups are scanned as one word (pp_pack); the slots before tile t are then
      * its items before less one per uncut tile before it (pp_slots). */
-    FI_PP_FOR(t, T) {
+    FI_PP_FOR_CHUNK(t, T) {
         const int32_t c0 = first_boundary(pp->btile, n, t), c1 = first_boundary(pp->btile, n, t + 1);
         const int64_t k = pp->cut_scan[c1] - pp->cut_scan[c0];
         pp->item_off[t] = pp_pack(k + 1, k > 0);
     }
-    FI_PP_SYNC();
     const int64_t packed = fi_pp_scan(pp->item_off, T);
     const int64_t num_items = pp_items(packed), num_groups = pp_groups(packed);
     const int64_t num_slots = pp_slots(packed, T);

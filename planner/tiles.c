@@ -143,11 +143,10 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
                                         const fi_request_info *requests, int32_t batch_size,
                                         int32_t causal, int32_t window_left, int64_t *offset,
                                         fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
-                                        int64_t *total_cost, fi_error_detail *err) {
+                                        fi_error_detail *err) {
     const tile_geo g = tile_geo_of(v, caps);
-    FI_PP_FOR(b, batch_size)
+    FI_PP_FOR_CHUNK(b, batch_size)
     offset[b] = request_tile_count(&g, requests[b].q_len);
-    FI_PP_SYNC();
     const int64_t n = fi_pp_scan(offset, batch_size);
     if (n > max_tiles) { /* the first request that does not fit, as the sequential build */
         int64_t first = batch_size;
@@ -156,16 +155,15 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
             first = b;
         return over_tiles(err, (int32_t)fi_pp_min(first), max_tiles);
     }
-    int64_t total = 0;
     if (g.n_hb > 1) { /* head-chunk-major: a request's chunk-0 tiles at offset / n_hb */
         FI_PP_FOR(b, batch_size)
-        total += request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b] / g.n_hb,
-                               n / g.n_hb);
+        request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b] / g.n_hb,
+                      n / g.n_hb);
     } else {
         FI_PP_FOR(b, batch_size)
-        total += request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b], 0);
+        request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b], 0);
     }
+    FI_PP_SYNC(); /* the tiles are read by other threads next */
     *num_tiles = (int32_t)n;
-    *total_cost = fi_pp_sum(total);
     return FI_OK;
 }

@@ -420,9 +420,8 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
         }
     }
     const table_geo t = table_geo_of(caps, bt);
-    FI_PP_FOR(b, B)
+    FI_PP_FOR_CHUNK(b, B)
     q_scan[b] = fi_request_read(bt, b, t.row_stride).q_len;
-    FI_PP_SYNC();
     const int64_t total_q = fi_pp_scan(q_scan, B);
     /* Every request's rules; the lowest failing request is the one reported (the rules of
      * one request run in order, so its first broken rule is the sequential check's). */

@@ -94,14 +94,13 @@ __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, i
     const table_geo t = table_geo_of(&p.caps, &bt);
     const int64_t rows_per_request = t.row_stride > t.P ? 2 : 1; /* [B, 2, P]: K and V */
     const uint32_t limit = (uint32_t)p.caps.num_pages;
-    for (int32_t b = threadIdx.x; b < B; b += kThreads) {
+    FI_PP_FOR_CHUNK(b, B) { /* fi_pp_scan's chunks: no barrier before it */
         int64_t used;
         rows[b] = scan_row(p, bt, t, b, &used);
         useds[b] = used;
         offset[b] = used * rows_per_request;
         verdict[b] = INT64_MAX; /* no bad position yet */
     }
-    __syncthreads();
     const int64_t total = fi_pp_scan(offset, B);
     for (int64_t i = threadIdx.x; i < total; i += kThreads) {
         const int32_t lo = fi_last_le(offset, B, i); /* the request whose entries hold i */
