@@ -450,7 +450,7 @@ static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t 
  * (planner/device/plan_kernel.cu's stamp points, cycles from the kernel's first one). */
 static void dp_print_stamps(const dp_case *d) {
     static const struct { int k; const char *what; } pt[] = {
-        {11, "wait+B"}, {0, "page scan"}, {1, "validate"}, {2, "tiles"}, {5, "partition"},
+        {11, "setup"}, {0, "page scan"}, {1, "validate"}, {2, "tiles"}, {5, "partition"},
         {7, "records"}, {8, "status"}, {10, "copy-out"}};
     long long s[16];
     if (cudaGraphLaunch(d->exec[G_PLAN], d->v.stream) != cudaSuccess ||

@@ -52,6 +52,15 @@
 #define FI_PD_INLINE inline __attribute__((always_inline))
 #endif
 
+/* FI_PD_NO_UNROLL: before a loop of a few iterations (a tile's pieces, a thread's share of
+ * a scan), which nvcc would unroll into code that a cold instruction cache fetches from
+ * DRAM; nothing on the host. */
+#ifdef FI_PLANNER_DEVICE_TU
+#define FI_PD_NO_UNROLL _Pragma("unroll 1")
+#else
+#define FI_PD_NO_UNROLL
+#endif
+
 /* FI_PD_STAMP(k): in the device planner built with -DFI_PROFILE (make PROFILE=1), the
  * SM clock at point k of a plan (planner/device/plan_kernel.cu keeps them); else nothing. */
 #if defined(FI_PLANNER_DEVICE_TU) && defined(FI_PROFILE)

@@ -88,21 +88,20 @@ FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
                                        fi_error_detail *err) {
     fi_request_info *requests = fi_stage_requests(base, l);
     int32_t total_q = 0, num_tiles = 0;
-    int64_t tile_cost = 0;
     fi_status st = fi_batch_check_parallel(caps, batch, page_verdict, s->pp.batch_scan,
                                            requests, &total_q, geom, err);
     FI_PD_STAMP(1);
     if (st != FI_OK)
         return st;
-    FI_PP_SYNC();
+    /* No barrier before each next step: the check and the tiles each end with one after
+     * their last writes. */
     const int32_t nreq = fi_batch_num_requests(caps, batch, total_q);
     st = fi_tiles_build_parallel(v, caps, requests, nreq, batch->causal,
                                  batch->window_left, s->pp.batch_scan, s->tiles, l->max_tiles,
-                                 &num_tiles, &tile_cost, err);
+                                 &num_tiles, err);
     FI_PD_STAMP(2);
     if (st != FI_OK)
         return st;
-    FI_PP_SYNC();
     fi_merge_group *groups = fi_stage_groups(base, l);
     fi_partition_result r;
     st = fi_partition_parallel(v, s->tiles, num_tiles, s, l, fi_stage_work_indptr(base, l),
@@ -110,14 +109,14 @@ FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
     FI_PD_STAMP(5);
     if (st != FI_OK)
         return st;
-    /* Tails zeroed (byte-identical plans), then the start records read the items. */
+    /* Tails zeroed (byte-identical plans); no barrier before the start records, which read
+     * the items and the requests in use, none of the tails. */
     fi_request_info zr = {0, 0, 0, 0};
     FI_PP_FOR(b, l->max_batch - nreq)
     requests[nreq + b] = zr;
     fi_merge_group zg = {0, 0, 0, 0, 0, 0, 0, 0, 0};
     FI_PP_FOR(g, l->max_groups - r.num_groups)
     groups[r.num_groups + g] = zg;
-    FI_PP_SYNC();
     finish_plan(l, batch, nreq, total_q, &r, base, FI_PP_TID, FI_PP_NT);
     FI_PD_STAMP(7);
     return FI_OK;

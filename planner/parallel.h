@@ -29,11 +29,29 @@
 #define FI_PP_FOR(i, n) for (int32_t i = FI_PP_TID; i < (n); i += FI_PP_NT)
 /* Work of one thread (thread 0 on the device, the only one on the host). */
 #define FI_PP_LEADER (FI_PP_TID == 0)
+/* i over [0, n) in contiguous chunks, one a thread (fi_pp_chunk; all of [0, n) on the
+ * host): the elements that fi_pp_scan has each thread sum first, so a loop that fills a[i]
+ * right before fi_pp_scan(a, n) needs no barrier before the scan. */
+#define FI_PP_FOR_CHUNK(i, n)                                                               \
+    FI_PD_NO_UNROLL for (int32_t i = fi_pp_chunk((n), 0), i##_end = fi_pp_chunk((n), 1);   \
+                         i < i##_end; i++)
 
 #if defined(FI_PLANNER_DEVICE_TU)
+/* The start (end 0) or the end (end 1) of this thread's chunk of [0, n): ceil(n / threads)
+ * elements a thread, in thread order (n <= threads: element tid, or none). */
+__device__ __forceinline__ int32_t fi_pp_chunk(int32_t n, int end) {
+    const int32_t chunk = (n + (int32_t)blockDim.x - 1) / (int32_t)blockDim.x;
+    const int32_t b = (int32_t)threadIdx.x * chunk < n ? (int32_t)threadIdx.x * chunk : n;
+    return end == 0 ? b : b + chunk < n ? b + chunk : n;
+}
+
+/* The warps' partial results of a reduction or scan, [32]: one buffer for both, as each
+ * ends with a barrier after its last read. */
+static __shared__ int64_t fi_pp_part[32];
+
 /* Sum / min / max of every thread's v, returned to all threads (a barrier). */
 __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
-    __shared__ int64_t part[32];
+    int64_t *part = fi_pp_part;
     for (int o = 16; o > 0; o >>= 1) {
         const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
         v = op == 0 ? v + y : op == 1 ? (y < v ? y : v) : (y > v ? y : v);
@@ -53,15 +71,16 @@ __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
 #define fi_pp_min(v) fi_pp_reduce((v), 1)
 #define fi_pp_max(v) fi_pp_reduce((v), 2)
 
-/* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread.  Each
- * thread scans a contiguous chunk; the chunk sums are scanned across warps. */
+/* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread (a
+ * barrier).  Each thread scans its chunk (fi_pp_chunk: before the first barrier it reads
+ * only that, which FI_PP_FOR_CHUNK wrote); the chunk sums are scanned across warps. */
 __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
-    __shared__ int64_t warp_sum[32];
+    int64_t *warp_sum = fi_pp_part;
     const int32_t nt = blockDim.x, tid = threadIdx.x;
-    const int32_t chunk = (n + nt - 1) / nt;
-    const int32_t b = tid * chunk < n ? tid * chunk : n, e = b + chunk < n ? b + chunk : n;
+    const int32_t b = fi_pp_chunk(n, 0), e = fi_pp_chunk(n, 1);
     int64_t s = 0;
-    for (int32_t i = b; i < e; i++)
+    FI_PD_NO_UNROLL
+    for (int32_t i = b; i < e; i++) /* one element a thread up to n = 512 */
         s += a[i];
     const int lane = tid & 31, w = tid >> 5, nw = (nt + 31) >> 5;
     int64_t x = s; /* inclusive scan in the warp */
@@ -79,6 +98,7 @@ __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
         total += warp_sum[i];
     }
     int64_t run = before + x - s;
+    FI_PD_NO_UNROLL
     for (int32_t i = b; i < e; i++) {
         const int64_t v = a[i];
         a[i] = run;
@@ -88,6 +108,7 @@ __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
     return total;
 }
 #else
+FI_PD_STATIC inline int32_t fi_pp_chunk(int32_t n, int end) { return end ? n : 0; }
 FI_PD_STATIC inline int64_t fi_pp_sum(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_min(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_max(int64_t v) { return v; }

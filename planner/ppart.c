@@ -14,8 +14,9 @@
  * would leave a piece under the floor.  Every boundary is found independently, so every
  * step is a scan, a binary search or a per-element map (planner/parallel.h):
  *   prefix sums of tile costs -> n + 1 boundaries -> distinct interior boundaries are cuts
- *   -> per tile its cuts (pieces), scanned into item, group and slot offsets -> items and
- *   groups written per tile -> work_indptr per boundary -> CTA costs per CTA.
+ *   -> per tile its cuts (pieces), scanned into item and group offsets (one scan; slot
+ *   offsets follow from them) -> items and groups written per tile -> work_indptr per
+ *   boundary -> CTA costs per CTA.
  * Unlike the capped walk (partition.c) the budget is not searched: the largest CTA can
  * exceed the mean by what snapping moves (less than a floor plus one tile's fixed cost),
  * and no packing follows.  Bounds: n - 1 interior boundaries give at most n - 1 cuts, so
@@ -64,6 +65,28 @@ FI_PD_STATIC FI_PD_OUTLINE int32_t first_boundary(const int32_t *btile, int32_t 
     return lo;
 }
 
+/* A tile's items (high 32 bits) and merge groups (low) as one word, so that one scan sums
+ * both: the sums stay below 2^31 (items <= tiles + CTAs - 1 <= max_items <=
+ * FI_LIMIT_PLAN_ITEMS, groups <= tiles), so the low half never carries into the high. */
+FI_PD_STATIC inline int64_t pp_pack(int64_t items, int64_t groups) {
+    return items << 32 | groups;
+}
+FI_PD_STATIC inline int64_t pp_items(int64_t w) { return w >> 32; }
+FI_PD_STATIC inline int64_t pp_groups(int64_t w) { return w & 0xffffffff; }
+/* Slots before tile t (or in all T tiles) from the items and groups before it: a cut tile
+ * has as many slots as items, an uncut one one item and no slot. */
+FI_PD_STATIC inline int64_t pp_slots(int64_t w, int64_t t) {
+    return pp_items(w) - (t - pp_groups(w));
+}
+
+/* Boundary c (0 .. n + 1) as a cut: an interior boundary distinct from the one before
+ * (equal ones leave the CTAs between them empty); n + 1, past the last, is none. */
+FI_PD_STATIC inline int64_t is_cut(const fi_ppart_scratch *pp, int32_t c, int32_t n) {
+    if (c > n || !pp->interior[c])
+        return 0;
+    return !(c > 0 && pp->btile[c] == pp->btile[c - 1] && pp->bkv[c] == pp->bkv[c - 1]);
+}
+
 FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t limit) {
     err->status = FI_ERR_PLAN_OVER_CAPS;
     err->request = -1;
@@ -82,9 +105,8 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     const fi_split_grain sg = fi_split_grain_of(v);
     fi_ppart_scratch *pp = &s->pp;
     int64_t *prefix = s->tile_prefix; /* [T + 1] */
-    FI_PP_FOR(t, T)
+    FI_PP_FOR_CHUNK(t, T)
     prefix[t] = tiles[t].cost;
-    FI_PP_SYNC();
     const int64_t S = fi_pp_scan(prefix, T);
     if (FI_PP_LEADER)
         prefix[T] = S;
@@ -104,28 +126,21 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
         }
     }
     FI_PP_SYNC();
-    /* A cut: an interior boundary distinct from the one before (equal ones leave the CTAs
-     * between them empty). */
-    FI_PP_FOR(c, n + 1)
-    pp->cut_scan[c] = pp->interior[c] && !(c > 0 && pp->btile[c] == pp->btile[c - 1] &&
-                                           pp->bkv[c] == pp->bkv[c - 1]);
-    FI_PP_SYNC();
-    const int64_t cuts = fi_pp_scan(pp->cut_scan, n + 1);
-    if (FI_PP_LEADER)
-        pp->cut_scan[n + 1] = cuts;
-    FI_PP_SYNC();
-    /* Per tile: its cuts, then item / group / slot offsets. */
-    FI_PP_FOR(t, T) {
+    /* Cuts before each boundary; one more entry, 0, so cut_scan[n + 1] is the total. */
+    FI_PP_FOR_CHUNK(c, n + 2)
+    pp->cut_scan[c] = is_cut(pp, c, n);
+    fi_pp_scan(pp->cut_scan, n + 2);
+    /* Per tile: its k cuts give k + 1 items and, if k > 0, a merge group of k + 1 slots.
+     * Items and groups are scanned as one word (pp_pack); the slots before tile t are then
+     * its items before less one per uncut tile before it (pp_slots). */
+    FI_PP_FOR_CHUNK(t, T) {
         const int32_t c0 = first_boundary(pp->btile, n, t), c1 = first_boundary(pp->btile, n, t + 1);
         const int64_t k = pp->cut_scan[c1] - pp->cut_scan[c0];
-        pp->item_off[t] = k + 1;
-        pp->group_off[t] = k > 0;
-        pp->slot_off[t] = k > 0 ? k + 1 : 0;
+        pp->item_off[t] = pp_pack(k + 1, k > 0);
     }
-    FI_PP_SYNC();
-    const int64_t num_items = fi_pp_scan(pp->item_off, T);
-    const int64_t num_groups = fi_pp_scan(pp->group_off, T);
-    const int64_t num_slots = fi_pp_scan(pp->slot_off, T);
+    const int64_t packed = fi_pp_scan(pp->item_off, T);
+    const int64_t num_items = pp_items(packed), num_groups = pp_groups(packed);
+    const int64_t num_slots = pp_slots(packed, T);
     if (num_items > l->max_items)
         return pp_over(err, num_items, l->max_items);
     if (num_groups > l->max_groups)
@@ -137,27 +152,30 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
         const fi_tile *tl = &tiles[t];
         const int32_t c0 = first_boundary(pp->btile, n, t), c1 = first_boundary(pp->btile, n, t + 1);
         const int grouped = pp->cut_scan[c1] > pp->cut_scan[c0];
-        const int32_t g = (int32_t)pp->group_off[t], first = (int32_t)pp->item_off[t];
+        const int64_t off = pp->item_off[t];
+        const int32_t g = (int32_t)pp_groups(off), first = (int32_t)pp_items(off);
+        const int32_t slot = (int32_t)pp_slots(off, t);
         int32_t j = 0, start = tl->kv_begin;
+        FI_PD_NO_UNROLL
         for (int32_t c = c0; c <= c1; c++) {
             const int last = c == c1;
             if (!last && pp->cut_scan[c + 1] == pp->cut_scan[c])
                 continue; /* not a cut of this tile */
             const int32_t end = last ? tl->kv_end : pp->bkv[c];
-            items[first + j] = fi_tile_item(tl, start, end, grouped ? (int32_t)pp->slot_off[t] + j : -1,
+            items[first + j] = fi_tile_item(tl, start, end, grouped ? slot + j : -1,
                                             grouped ? g : -1);
             start = end;
             j++;
         }
         if (grouped)
-            groups[g] = fi_tile_group(tl, (int32_t)pp->slot_off[t], j, first);
+            groups[g] = fi_tile_group(tl, slot, j, first);
     }
     /* Where each CTA's items start: the piece its boundary begins. */
     FI_PP_FOR(c, n + 1) {
         const int32_t t = pp->btile[c];
         int64_t i = num_items;
         if (t < T) {
-            i = pp->item_off[t];
+            i = pp_items(pp->item_off[t]);
             if (pp->interior[c])
                 i += pp->cut_scan[c + 1] - pp->cut_scan[first_boundary(pp->btile, n, t)];
         }
@@ -167,6 +185,7 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     int64_t total = 0, max = 0;
     FI_PP_FOR(c, n) {
         int64_t cost = 0;
+        FI_PD_NO_UNROLL
         for (int32_t i = work_indptr[c]; i < work_indptr[c + 1]; i++) {
             const fi_work_item *it = &items[i];
             cost += fi_variant_item_cost(v, it->kv_end - it->kv_begin,

@@ -41,7 +41,7 @@ FI_PD_STATIC int64_t request_tile_count(const tile_geo *g, int32_t q_len) {
 /* Write request b's tiles (request_tile_count of them); returns their cost.  hstride 0:
  * request-major, at out[0 ..) in (KV head, q tile, head chunk) order; else head-chunk-
  * major: the tile of (KV head, q tile) i and head chunk c at out[i + c * hstride]. */
-FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, const tile_geo *g, int32_t b,
+FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, tile_geo g, int32_t b,
                                    const fi_request_info *r, int32_t causal,
                                    int32_t window_left, fi_tile *out, int64_t hstride) {
     const int32_t q_len = r->q_len, kv_len = r->kv_len;
@@ -49,16 +49,16 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, const ti
     /* Decode (one q block a request, as every GQA / MLA decode batch): the KV range and the
      * cost depend on the request only, so they are computed once for its h_kv x head-block
      * tiles (GQA decode at 1024 requests: 8192 tiles); same tiles, same order. */
-    if (hstride == 0 && q_len >= 1 && q_len <= g->q_step && g->group % g->h_step == 0) {
+    if (hstride == 0 && q_len >= 1 && q_len <= g.q_step && g.group % g.h_step == 0) {
         int32_t lo, hi, n = 0;
         fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
-        const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)q_len * g->h_step);
+        const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)q_len * g.h_step);
         /* Each tile stored as the four 8-byte words of its layout (tile_word), kept in
          * registers: fewer stores than field by field (GQA decode at 1024 requests: 8192
          * tiles), and no 16-byte reload of a tile just built in memory field by field,
          * which stalls on store forwarding (half of tile building at MLA heads 16, one tile
          * a request).  Heads stay below 2^15, so adding step to both halves never carries. */
-        const int32_t heads = g->h_kv * g->group, step = g->h_step; /* out may alias *g */
+        const int32_t heads = g.h_kv * g.group, step = g.h_step;
         uint64_t w0 = tile_word((uint32_t)b, (uint32_t)step << 16); /* heads 0 .. step */
         const uint64_t w1 = tile_word(0, (uint32_t)q_len);
         const uint64_t w2 = tile_word((uint32_t)lo, (uint32_t)hi), w3 = (uint64_t)cost;
@@ -75,17 +75,17 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, const ti
         return cost * n;
     }
     int64_t i = 0; /* (KV head, q tile) pairs so far */
-    for (int32_t kvh = 0; kvh < g->h_kv; kvh++) {
-        const int32_t h0 = kvh * g->group, h1 = h0 + g->group;
-        for (int32_t q0 = 0; q0 < q_len; q0 += g->q_step, i++) {
-            const int32_t q1 = q0 + g->q_step < q_len ? q0 + g->q_step : q_len;
+    for (int32_t kvh = 0; kvh < g.h_kv; kvh++) {
+        const int32_t h0 = kvh * g.group, h1 = h0 + g.group;
+        for (int32_t q0 = 0; q0 < q_len; q0 += g.q_step, i++) {
+            const int32_t q1 = q0 + g.q_step < q_len ? q0 + g.q_step : q_len;
             int32_t lo, hi;
             fi_tile_kv_range(causal, window_left, q_len, kv_len, q0, q1, &lo, &hi);
-            for (int32_t hb = h0, c = 0; hb < h1; hb += g->h_step, c++) {
-                const int32_t he = hb + g->h_step < h1 ? hb + g->h_step : h1;
+            for (int32_t hb = h0, c = 0; hb < h1; hb += g.h_step, c++) {
+                const int32_t he = hb + g.h_step < h1 ? hb + g.h_step : h1;
                 const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)(q1 - q0) * (he - hb));
                 const fi_tile t = {b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
-                out[hstride > 0 ? i + c * hstride : i * g->n_hb + c] = t;
+                out[hstride > 0 ? i + c * hstride : i * g.n_hb + c] = t;
                 total += cost;
             }
         }
@@ -120,7 +120,7 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
         const int64_t hstride = n / g.n_hb;
         int64_t at = 0;
         for (int32_t b = 0; b < batch_size; b++) {
-            total += request_tiles(&row, &g, b, &requests[b], causal, window_left, tiles + at, hstride);
+            total += request_tiles(&row, g, b, &requests[b], causal, window_left, tiles + at, hstride);
             at += request_tile_count(&g, requests[b].q_len) / g.n_hb;
         }
         *num_tiles = (int32_t)n;
@@ -131,7 +131,7 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
         const int64_t k = request_tile_count(&g, requests[b].q_len);
         if (n + k > max_tiles)
             return over_tiles(err, b, max_tiles);
-        total += request_tiles(&row, &g, b, &requests[b], causal, window_left, tiles + n, 0);
+        total += request_tiles(&row, g, b, &requests[b], causal, window_left, tiles + n, 0);
         n += k;
     }
     *num_tiles = (int32_t)n;
@@ -143,11 +143,10 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
                                         const fi_request_info *requests, int32_t batch_size,
                                         int32_t causal, int32_t window_left, int64_t *offset,
                                         fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
-                                        int64_t *total_cost, fi_error_detail *err) {
+                                        fi_error_detail *err) {
     const tile_geo g = tile_geo_of(v, caps);
-    FI_PP_FOR(b, batch_size)
+    FI_PP_FOR_CHUNK(b, batch_size)
     offset[b] = request_tile_count(&g, requests[b].q_len);
-    FI_PP_SYNC();
     const int64_t n = fi_pp_scan(offset, batch_size);
     if (n > max_tiles) { /* the first request that does not fit, as the sequential build */
         int64_t first = batch_size;
@@ -156,16 +155,15 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
             first = b;
         return over_tiles(err, (int32_t)fi_pp_min(first), max_tiles);
     }
-    int64_t total = 0;
     if (g.n_hb > 1) { /* head-chunk-major: a request's chunk-0 tiles at offset / n_hb */
         FI_PP_FOR(b, batch_size)
-        total += request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b] / g.n_hb,
-                               n / g.n_hb);
+        request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b] / g.n_hb,
+                      n / g.n_hb);
     } else {
         FI_PP_FOR(b, batch_size)
-        total += request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b], 0);
+        request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b], 0);
     }
+    FI_PP_SYNC(); /* the tiles are read by other threads next */
     *num_tiles = (int32_t)n;
-    *total_cost = fi_pp_sum(total);
     return FI_OK;
 }

@@ -50,11 +50,13 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
                          int32_t *num_tiles, int64_t *total_cost, fi_error_detail *err);
 
 /* fi_tiles_build for the data-parallel planner (planner/parallel.h): the same tiles in the
- * same order; offset: scratch [batch_size]. */
+ * same order, without their total cost (the partition sums them again); offset: scratch
+ * [batch_size].  Reads requests[] only after a barrier; on FI_OK the threads' last step
+ * is a barrier after every write of tiles[]. */
 FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps,
                                         const fi_request_info *requests, int32_t batch_size,
                                         int32_t causal, int32_t window_left, int64_t *offset,
                                         fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
-                                        int64_t *total_cost, fi_error_detail *err);
+                                        fi_error_detail *err);
 
 #endif

@@ -200,15 +200,15 @@ FI_PD_STATIC fi_status check_arrays(const fi_batch *bt, fi_error_detail *err) {
     return st;
 }
 
-/* Request b's rules in fiattn.h's order, q_before = the q tokens of requests 0 .. b - 1 (the
- * running-total rule).  On success *f holds its fields and *used its pages. */
+/* Request b's rules in fiattn.h's order, f its fields (fi_request_read), q_before = the q
+ * tokens of requests 0 .. b - 1 (the running-total rule).  t and f by value, nothing
+ * returned through pointers but err: in the device planner, where this is a call, a local
+ * whose address a call takes lives in local memory. */
 FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi_batch *bt,
-                                                   const table_geo *t, int32_t b,
-                                                   int64_t q_before, const int64_t *page_verdict,
-                                                   fi_request_fields *f, int64_t *used,
-                                                   fi_error_detail *err) {
-    *f = fi_request_read(bt, b, t->row_stride);
-    const int64_t q_len = f->q_len, kv_len = f->kv_len, row = f->row;
+                                                   table_geo t, int32_t b, int64_t q_before,
+                                                   const int64_t *page_verdict,
+                                                   fi_request_fields f, fi_error_detail *err) {
+    const int64_t q_len = f.q_len, kv_len = f.kv_len, row = f.row;
     switch (bt->form) {
     case FI_FORM_BLOCK_TABLES:
         break;
@@ -245,9 +245,9 @@ FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi
     const int64_t q_incl = q_before + q_len;
     if (q_incl > caps->max_q_tokens)
         return fail(err, FI_ERR_Q_TOKENS_OVER_CAPS, b, q_incl, caps->max_q_tokens);
-    *used = table_pages_used(t, kv_len);
-    if (*used > f->avail) /* INDPTR: avail >= 0, kv_indptr checked before */
-        return fail(err, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, *used, f->avail);
+    const int64_t used = table_pages_used(&t, kv_len);
+    if (used > f.avail) /* INDPTR: avail >= 0, kv_indptr checked before */
+        return fail(err, FI_ERR_SEQ_LEN_EXCEEDS_PAGES, b, used, f.avail);
     /* Offsets fit int32 by the rules above: row + row_stride <= B * row_stride (the
      * page-table size check; INDPTR rows are kv_indptr values), and q_off + q_len <= the q
      * tokens so far (<= caps.max_q_tokens) in every form. */
@@ -264,12 +264,12 @@ FI_PD_STATIC FI_PD_OUTLINE fi_status request_rules(const fi_caps *caps, const fi
      * kRowsAhead rows ahead, about a memory latency at the scan's pace. */
     enum { kRowsAhead = 8 };
     if (bt->form != FI_FORM_INDPTR && b + kRowsAhead < bt->batch_size)
-        for (int64_t k = 0; k < t->P && k < 64; k += 16)
-            __builtin_prefetch(t->table + row + kRowsAhead * t->row_stride + k);
+        for (int64_t k = 0; k < t.P && k < 64; k += 16)
+            __builtin_prefetch(t.table + row + kRowsAhead * t.row_stride + k);
 #endif
-    fi_status st = check_pages(caps, t->table + row, *used, b, err);
+    fi_status st = check_pages(caps, t.table + row, used, b, err);
     if (st == FI_OK && bt->form != FI_FORM_INDPTR && bt->kv_split_pages)
-        st = check_pages(caps, t->table + row + t->P, *used, b, err);
+        st = check_pages(caps, t.table + row + t.P, used, b, err);
     return st;
 }
 
@@ -379,13 +379,12 @@ FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
     fi_page_table_geom g = fi_page_table_geom_begin(bt);
     int64_t total_q = 0;
     for (int32_t b = 0; b < bt->batch_size; b++) {
-        fi_request_fields f;
-        int64_t used = 0;
-        st = request_rules(caps, bt, &t, b, total_q, page_verdict, &f, &used, err);
+        const fi_request_fields f = fi_request_read(bt, b, t.row_stride);
+        st = request_rules(caps, bt, t, b, total_q, page_verdict, f, err);
         if (st != FI_OK)
             return st;
         total_q += f.q_len;
-        fi_page_table_geom_add(&g, f.row, used);
+        fi_page_table_geom_add(&g, f.row, table_pages_used(&t, f.kv_len));
         if (requests)
             request_write(&requests[b], &f);
     }
@@ -421,18 +420,16 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
         }
     }
     const table_geo t = table_geo_of(caps, bt);
-    FI_PP_FOR(b, B)
+    FI_PP_FOR_CHUNK(b, B)
     q_scan[b] = fi_request_read(bt, b, t.row_stride).q_len;
-    FI_PP_SYNC();
     const int64_t total_q = fi_pp_scan(q_scan, B);
     /* Every request's rules; the lowest failing request is the one reported (the rules of
      * one request run in order, so its first broken rule is the sequential check's). */
     int64_t first = B;
     FI_PP_FOR(b, B) {
-        fi_request_fields f;
-        int64_t used = 0;
+        const fi_request_fields f = fi_request_read(bt, b, t.row_stride);
         fi_error_detail e;
-        if (request_rules(caps, bt, &t, b, q_scan[b], page_verdict, &f, &used, &e) != FI_OK) {
+        if (request_rules(caps, bt, t, b, q_scan[b], page_verdict, f, &e) != FI_OK) {
             if (b < first)
                 first = b;
         } else {
@@ -440,11 +437,13 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
         }
     }
     first = fi_pp_min(first);
-    if (first < B) {
+    if (first < B) { /* through a copy: err itself is never passed to a call (request_rules) */
         const int32_t b = (int32_t)first;
-        fi_request_fields f;
-        int64_t used = 0;
-        return request_rules(caps, bt, &t, b, q_scan[b], page_verdict, &f, &used, err);
+        fi_error_detail e;
+        st = request_rules(caps, bt, t, b, q_scan[b], page_verdict,
+                           fi_request_read(bt, b, t.row_stride), &e);
+        *err = e;
+        return st;
     }
     if (geom) { /* host only (the device planner passes NULL) */
         fi_page_table_geom g = fi_page_table_geom_begin(bt);

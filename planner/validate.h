@@ -73,7 +73,8 @@ FI_PD fi_status fi_batch_check_pages(const fi_caps *caps, const fi_batch *batch,
 /* fi_batch_check_pages for the data-parallel planner (planner/parallel.h: every thread of
  * the device planner calls it; one pass on the host): the same rules, the same first broken
  * rule reported, requests[b] written for every request that passes.  page_verdict: as
- * above, or NULL (host).  q_scan: scratch [batch_size].  geom: may be NULL. */
+ * above, or NULL (host).  q_scan: scratch [batch_size].  geom: may be NULL.  On FI_OK the
+ * threads' last step is a barrier after every write of requests[]. */
 FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *batch,
                                         const int64_t *page_verdict, int64_t *q_scan,
                                         fi_request_info *requests, int32_t *total_q_tokens,

@@ -94,14 +94,13 @@ __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, i
     const table_geo t = table_geo_of(&p.caps, &bt);
     const int64_t rows_per_request = t.row_stride > t.P ? 2 : 1; /* [B, 2, P]: K and V */
     const uint32_t limit = (uint32_t)p.caps.num_pages;
-    for (int32_t b = threadIdx.x; b < B; b += kThreads) {
+    FI_PP_FOR_CHUNK(b, B) { /* fi_pp_scan's chunks: no barrier before it */
         int64_t used;
         rows[b] = scan_row(p, bt, t, b, &used);
         useds[b] = used;
         offset[b] = used * rows_per_request;
         verdict[b] = INT64_MAX; /* no bad position yet */
     }
-    __syncthreads();
     const int64_t total = fi_pp_scan(offset, B);
     for (int64_t i = threadIdx.x; i < total; i += kThreads) {
         const int32_t lo = fi_last_le(offset, B, i); /* the request whose entries hold i */
@@ -121,7 +120,7 @@ __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, i
 /* The plan into `base` (shared or the workspace), or the empty plan and the broken rule.
  * Rows with the parallel partition: every thread; the others: thread 0 alone. */
 template <bool kParallel>
-__device__ void plan_step(fi_device_plan_params &p, const fi_batch &bt, const int64_t *verdict,
+__device__ void plan_step(const fi_device_plan_params &p, const fi_batch &bt, const int64_t *verdict,
                           fi_planner_scratch *scratch, unsigned char *base,
                           fi_device_status *status) {
     fi_error_detail err = detail(FI_OK, -1, -1, -1);
@@ -158,14 +157,29 @@ __device__ void block_copy16(unsigned char *dst, const unsigned char *src, size_
 
 __host__ __device__ inline size_t round64(size_t x) { return (x + 63) / 64 * 64; }
 
+/* What every thread reads through pointers (the planner's functions take the batch and the
+ * scratch arrays by address): in shared memory, written once by thread 0.  A per-thread
+ * copy would live in local memory, and so would every load through it (MLA heads 16 at 128
+ * requests: most of the plan's memory traffic was local). */
+struct plan_shared {
+    fi_batch batch; /* batch_size: this step's B */
+    fi_planner_scratch scratch;
+    int32_t batch_size;
+};
+/* The launcher leaves 1 KiB of the opt-in shared memory to static arrays: this and
+ * planner/parallel.h's combine buffer (32 x 8 bytes). */
+static_assert(sizeof(plan_shared) + 32 * sizeof(int64_t) <= 1024, "static shared memory");
+
 /* One kernel per partition kind: the parallel one carries none of the walk's and packing's
  * code (a single CTA runs through it, often with the L2 cold after the previous step's
- * executor: every instruction-cache miss is a DRAM round trip). */
+ * executor: every instruction-cache miss is a DRAM round trip).  p is __grid_constant__:
+ * the planner takes its caps, row and layout by address, which would otherwise copy all of
+ * p (408 bytes) into every thread's local memory. */
 template <bool kParallel>
-__global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params p,
-                                                            unsigned smem_bytes) {
+__global__ void __launch_bounds__(kThreads, 1)
+    plan_kernel(const __grid_constant__ fi_device_plan_params p, unsigned smem_bytes) {
     extern __shared__ __align__(64) unsigned char smem[];
-    __shared__ int32_t s_batch;
+    __shared__ plan_shared sh;
 #ifdef FI_PROFILE
     if (threadIdx.x == 0) {
         for (int k = 0; k < 16; k++)
@@ -178,21 +192,6 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
     fi::griddep_launch_dependents();
     const fi_layout &l = p.layout;
     fi_device_status *status = (fi_device_status *)(p.workspace + l.off_device_status);
-    if (threadIdx.x == 0)
-        s_batch = p.batch_size ? *p.batch_size : p.batch.batch_size;
-    __syncthreads();
-    if (threadIdx.x == 0)
-        FI_PD_STAMP(11);
-    const int32_t B = s_batch;
-    if (B < 0 || B > p.batch.batch_size) {
-        if (threadIdx.x == 0) {
-            fi_plan_build_empty(&l, p.workspace);
-            set_status(status, B < 0 ? detail(FI_ERR_NEGATIVE_BATCH_SIZE, -1, B, 0)
-                                     : detail(FI_ERR_DEVICE_BATCH_OVER_DECLARED, -1, B,
-                                              p.batch.batch_size));
-        }
-        return;
-    }
     /* Shared memory: verdicts, the plan region, then scratch (planner/scratch.c's order). */
     size_t off = round64(sizeof(int64_t) * (size_t)l.max_batch);
     int64_t *verdict = off <= smem_bytes ? (int64_t *)smem
@@ -203,21 +202,40 @@ __global__ void __launch_bounds__(kThreads, 1) plan_kernel(fi_device_plan_params
     const size_t plan_bytes = round64(l.plan_bytes);
     if (off + plan_bytes <= smem_bytes) {
         base = smem + off;
-        block_copy16(base, NULL, plan_bytes); /* padding copies out as zeros */
         off += plan_bytes;
     }
-    fi_batch bt = p.batch;
-    bt.batch_size = B;
-    /* Every thread carves the same arena (pure pointer arithmetic). */
-    fi_planner_scratch scratch;
-    fi_scratch_arena a = {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0};
-    fi_planner_scratch_carve_arena(&scratch, &l, &a);
-    scan_pages(p, bt, verdict, scratch.pp.batch_scan, scratch.pp.req_row, scratch.pp.req_used);
+    if (threadIdx.x == 0) {
+        const int32_t b = p.batch_size ? *p.batch_size : p.batch.batch_size;
+        sh.batch_size = b;
+        sh.batch = p.batch;
+        sh.batch.batch_size = b;
+        fi_scratch_arena a = {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0};
+        fi_planner_scratch_carve_arena(&sh.scratch, &l, &a);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        FI_PD_STAMP(11);
+    const int32_t B = sh.batch_size;
+    if (B < 0 || B > p.batch.batch_size) {
+        if (threadIdx.x == 0) {
+            fi_plan_build_empty(&l, p.workspace);
+            set_status(status, B < 0 ? detail(FI_ERR_NEGATIVE_BATCH_SIZE, -1, B, 0)
+                                     : detail(FI_ERR_DEVICE_BATCH_OVER_DECLARED, -1, B,
+                                              p.batch.batch_size));
+        }
+        return;
+    }
+    if (base != p.workspace)
+        block_copy16(base, NULL, plan_bytes); /* padding copies out as zeros */
+    const fi_batch &bt = sh.batch;
+    fi_planner_scratch *scratch = &sh.scratch;
+    scan_pages(p, bt, verdict, scratch->pp.batch_scan, scratch->pp.req_row,
+               scratch->pp.req_used);
     __syncthreads();
     if (threadIdx.x == 0)
         FI_PD_STAMP(0);
     if (kParallel || threadIdx.x == 0)
-        plan_step<kParallel>(p, bt, verdict, &scratch, base, status);
+        plan_step<kParallel>(p, bt, verdict, scratch, base, status);
     if (threadIdx.x == 0) {
         FI_PD_STAMP(8);
 #ifdef FI_PROFILE
