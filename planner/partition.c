@@ -234,15 +234,25 @@ FI_PD_STATIC fi_status global_walks(walk *w, const fi_tile *tiles, int32_t num_t
 }
 
 /* The largest a >= i with prefix[a] <= lim (a = i: not even the rest of tile i fits): the
- * tiles a CTA starting in tile i takes whole under a cap.  A linear scan of up to 4 tiles
- * (trace decode batches: 0-2 whole tiles a CTA), then galloping and bisection,
- * O(log(a - i)) (GQA decode at 1024 requests: ~60). */
+ * tiles a CTA starting in tile i takes whole under a cap.  Up to 4 tiles by a scan, or
+ * with `count` (batches of more tiles than CTAs) by a branch-free count: there a CTA takes
+ * 0-2 whole tiles (trace decode), a number that changes from CTA to CTA, so the scan
+ * loop's exit is mispredicted (~40% of the branch misses of a GQA decode update at 32
+ * requests under callgrind's branch simulator); with fewer tiles than CTAs (MLA heads 16
+ * at 128 requests) the scan's first test nearly always ends it.  Then galloping and
+ * bisection, O(log(a - i)) (GQA decode at 1024 requests: ~60). */
 FI_PD_STATIC inline int32_t cap_reach(const int64_t *prefix, int32_t num_tiles, int32_t i,
-                                      int64_t lim) {
+                                      int64_t lim, int count) {
     int32_t a = i;
     const int32_t stop = num_tiles - i < 4 ? num_tiles : i + 4;
-    while (a < stop && prefix[a + 1] <= lim)
-        a++;
+    if (count && stop == i + 4) { /* the scan's stop: tile i + k only after i + k - 1 */
+        const int32_t t1 = prefix[i + 1] <= lim, t2 = t1 & (prefix[i + 2] <= lim),
+                      t3 = t2 & (prefix[i + 3] <= lim), t4 = t3 & (prefix[i + 4] <= lim);
+        a += t1 + t2 + t3 + t4;
+    } else {
+        while (a < stop && prefix[a + 1] <= lim)
+            a++;
+    }
     if (a == stop && a < num_tiles) {
         int32_t step = 1;
         while (step <= num_tiles - a && prefix[a + step] <= lim) {
@@ -309,7 +319,7 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
             return -1;
         }
         const int64_t lim = g + cap;
-        const int32_t a = cap_reach(prefix, num_tiles, i, lim);
+        const int32_t a = cap_reach(prefix, num_tiles, i, lim, num_tiles > n);
         int64_t rem = cap;
         const int took = a > i;
         if (took) {
@@ -428,7 +438,7 @@ FI_PD_STATIC int64_t cap_model(const fi_variant *v, fi_split_grain sg, const fi_
         extra[k] = 0;
     for (; c < n && i < num_tiles; c++) {
         const int64_t lim = g + cap;
-        const int32_t a = cap_reach(prefix, num_tiles, i, lim);
+        const int32_t a = cap_reach(prefix, num_tiles, i, lim, num_tiles > n);
         int64_t rem = cap;
         const int took = a > i;
         if (took) {
