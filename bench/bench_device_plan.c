@@ -446,24 +446,28 @@ static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t 
 }
 
 #ifdef FI_PROFILE
-/* Profiling builds: one more replay of the plan graph, then where the kernel's clock went
- * (planner/device/plan_kernel.cu's stamp points, cycles from the kernel's first one). */
+/* Profiling builds: one more replay of the plan graph, then where the kernel's clock went:
+ * the stamp points reached (planner/device/plan_kernel.cu, plan/hd.h FI_PD_STAMP) in clock
+ * order, each with the cycles since the one before (point 9 is the kernel's start). */
 static void dp_print_stamps(const dp_case *d) {
-    static const struct { int k; const char *what; } pt[] = {
-        {11, "setup"}, {0, "page scan"}, {1, "validate"}, {2, "tiles"}, {5, "partition"},
-        {7, "records"}, {8, "status"}, {10, "copy-out"}};
     long long s[16];
     if (cudaGraphLaunch(d->exec[G_PLAN], d->v.stream) != cudaSuccess ||
         cudaStreamSynchronize(d->v.stream) != cudaSuccess || fi_device_plan_read_stamps(s))
         return;
-    printf("# %s: plan kernel cycles (each step's own):", d->name);
-    long long prev = s[9];
-    for (size_t i = 0; i < sizeof pt / sizeof pt[0]; i++) {
-        if (!s[pt[i].k]) continue;
-        printf(" %s %lld", pt[i].what, s[pt[i].k] - prev);
-        prev = s[pt[i].k];
+    int order[16], n = 0;
+    for (int k = 0; k < 16; k++) {
+        if (k == 9 || !s[k]) continue;
+        int j = n++;
+        for (; j > 0 && s[order[j - 1]] > s[k]; j--) order[j] = order[j - 1];
+        order[j] = k;
     }
-    printf(" total %lld\n", prev - s[9]);
+    printf("# %s: plan kernel cycles, point: since the one before:", d->name);
+    long long prev = s[9];
+    for (int i = 0; i < n; i++) {
+        printf(" %d: %lld", order[i], s[order[i]] - prev);
+        prev = s[order[i]];
+    }
+    printf(" (total %lld)\n", prev - s[9]);
 }
 #endif
 

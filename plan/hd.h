@@ -83,6 +83,7 @@ FI_HOST_DEVICE int fi_ctz64(unsigned long long x) {
  * generic pointers compile to byte loops (one thread: ~7 cycles a byte, measured). */
 FI_HOST_DEVICE void fi_copy_bytes(void *dst, const void *src, size_t bytes) {
 #ifdef __CUDA_ARCH__
+    FI_PD_NO_UNROLL
     for (size_t i = 0; i < bytes / 4; i++)
         ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
 #else
@@ -91,6 +92,7 @@ FI_HOST_DEVICE void fi_copy_bytes(void *dst, const void *src, size_t bytes) {
 }
 FI_HOST_DEVICE void fi_zero_bytes(void *dst, size_t bytes) {
 #ifdef __CUDA_ARCH__
+    FI_PD_NO_UNROLL
     for (size_t i = 0; i < bytes / 4; i++)
         ((uint32_t *)dst)[i] = 0;
 #else

@@ -126,6 +126,8 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
         }
     }
     FI_PP_SYNC();
+    if (FI_PP_LEADER)
+        FI_PD_STAMP(3);
     /* Cuts before each boundary; one more entry, 0, so cut_scan[n + 1] is the total. */
     FI_PP_FOR_CHUNK(c, n + 2)
     pp->cut_scan[c] = is_cut(pp, c, n);
@@ -141,6 +143,8 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     const int64_t packed = fi_pp_scan(pp->item_off, T);
     const int64_t num_items = pp_items(packed), num_groups = pp_groups(packed);
     const int64_t num_slots = pp_slots(packed, T);
+    if (FI_PP_LEADER)
+        FI_PD_STAMP(4);
     if (num_items > l->max_items)
         return pp_over(err, num_items, l->max_items);
     if (num_groups > l->max_groups)
@@ -182,6 +186,8 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
         work_indptr[c] = (int32_t)i;
     }
     FI_PP_SYNC();
+    if (FI_PP_LEADER)
+        FI_PD_STAMP(6);
     int64_t total = 0, max = 0;
     FI_PP_FOR(c, n) {
         int64_t cost = 0;
