@@ -16,9 +16,19 @@
 
 #include "plan/hd.h"
 
+#if defined(FI_PLANNER_DEVICE_TU)
+/* The planning kernel's CTA size: planner/device/plan_kernel.cu launches exactly this many
+ * threads (-D...: experiments with other sizes, a multiple of 32).  A compile-time count
+ * lets the loops over the warps' partial results below unroll into independent loads. */
+#ifndef FI_DEVPLAN_THREADS
+#define FI_DEVPLAN_THREADS 512
+#endif
+#define FI_PP_WARPS (FI_DEVPLAN_THREADS / 32)
+#endif
+
 #if defined(FI_PLANNER_DEVICE_TU) && defined(__CUDA_ARCH__)
 #define FI_PP_TID ((int32_t)threadIdx.x)
-#define FI_PP_NT ((int32_t)blockDim.x)
+#define FI_PP_NT ((int32_t)FI_DEVPLAN_THREADS)
 #define FI_PP_SYNC() __syncthreads()
 #else
 #define FI_PP_TID 0
@@ -40,7 +50,7 @@
 /* The start (end 0) or the end (end 1) of this thread's chunk of [0, n): ceil(n / threads)
  * elements a thread, in thread order (n <= threads: element tid, or none). */
 __device__ __forceinline__ int32_t fi_pp_chunk(int32_t n, int end) {
-    const int32_t chunk = (n + (int32_t)blockDim.x - 1) / (int32_t)blockDim.x;
+    const int32_t chunk = (n + FI_DEVPLAN_THREADS - 1) / FI_DEVPLAN_THREADS;
     const int32_t b = (int32_t)threadIdx.x * chunk < n ? (int32_t)threadIdx.x * chunk : n;
     return end == 0 ? b : b + chunk < n ? b + chunk : n;
 }
@@ -56,12 +66,13 @@ __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
         const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
         v = op == 0 ? v + y : op == 1 ? (y < v ? y : v) : (y > v ? y : v);
     }
-    const int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    const int w = threadIdx.x >> 5;
     if ((threadIdx.x & 31) == 0)
         part[w] = v;
     __syncthreads();
     v = part[0];
-    for (int i = 1; i < nw; i++)
+#pragma unroll
+    for (int i = 1; i < FI_PP_WARPS; i++)
         v = op == 0 ? v + part[i] : op == 1 ? (part[i] < v ? part[i] : v)
                                             : (part[i] > v ? part[i] : v);
     __syncthreads(); /* part is reused by the next call */
@@ -76,13 +87,13 @@ __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
  * only that, which FI_PP_FOR_CHUNK wrote); the chunk sums are scanned across warps. */
 __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
     int64_t *warp_sum = fi_pp_part;
-    const int32_t nt = blockDim.x, tid = threadIdx.x;
+    const int32_t tid = threadIdx.x;
     const int32_t b = fi_pp_chunk(n, 0), e = fi_pp_chunk(n, 1);
     int64_t s = 0;
     FI_PD_NO_UNROLL
     for (int32_t i = b; i < e; i++) /* one element a thread up to n = 512 */
         s += a[i];
-    const int lane = tid & 31, w = tid >> 5, nw = (nt + 31) >> 5;
+    const int lane = tid & 31, w = tid >> 5;
     int64_t x = s; /* inclusive scan in the warp */
     for (int o = 1; o < 32; o <<= 1) {
         const int64_t y = __shfl_up_sync(0xffffffffu, x, o);
@@ -93,7 +104,8 @@ __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
         warp_sum[w] = x;
     __syncthreads();
     int64_t before = 0, total = 0;
-    for (int i = 0; i < nw; i++) {
+#pragma unroll
+    for (int i = 0; i < FI_PP_WARPS; i++) {
         before += i < w ? warp_sum[i] : 0;
         total += warp_sum[i];
     }

@@ -47,10 +47,7 @@ __device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64()
  * build to build, for scripts/accepted-spills.txt. */
 namespace fi_devplan {
 
-#ifndef FI_DEVPLAN_THREADS /* -D...: experiments with other CTA sizes */
-#define FI_DEVPLAN_THREADS 512
-#endif
-constexpr int kThreads = FI_DEVPLAN_THREADS;
+constexpr int kThreads = FI_DEVPLAN_THREADS; /* planner/parallel.h */
 
 __device__ void set_status(fi_device_status *s, const fi_error_detail &e) {
     s->status = (int32_t)e.status;
@@ -70,6 +67,24 @@ __device__ fi_error_detail detail(fi_status st, int32_t request, int64_t needed,
     return e;
 }
 
+/* What every thread reads through pointers (the planner's functions take the caps, tile
+ * table row, layout, batch and scratch arrays by address): in shared memory, written once
+ * by thread 0.  A per-thread copy would live in local memory, and so would every load
+ * through it (MLA heads 16 at 128 requests: most of the plan's memory traffic was local);
+ * a pointer into the __grid_constant__ parameter is a generic load from the global path. */
+struct plan_shared {
+    fi_caps caps;
+    fi_variant variant; /* its pointers are host pointers, never read here */
+    fi_layout layout;
+    fi_batch batch; /* batch_size: this step's B */
+    fi_planner_scratch scratch;
+    int32_t batch_size;
+};
+/* The launcher leaves 2 KiB of the opt-in shared memory to static arrays: this and
+ * planner/parallel.h's combine buffer (32 x 8 bytes). */
+constexpr unsigned kStaticSmem = 2048;
+static_assert(sizeof(plan_shared) + 32 * sizeof(int64_t) <= kStaticSmem, "static shared memory");
+
 /* Where request b's used page entries are (its row; *used entries a row, the V row at +P),
  * or none to scan (*used 0): a request whose other rules fail is not scanned
  * (fi_batch_check_pages reports the earlier rule first), and only rows inside the declared
@@ -88,10 +103,11 @@ __device__ int64_t scan_row(const fi_device_plan_params &p, const fi_batch &bt,
  * read at once, one thread an entry (a cold table costs one DRAM round trip, not one a
  * request), the first bad position of a request kept by an atomic minimum (K row first,
  * then V), then turned into the bad index.  offset, row, used: scratch [B + 1] each. */
-__device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, int64_t *verdict,
-                           int64_t *offset, int64_t *rows, int64_t *useds) {
+__device__ void scan_pages(const fi_device_plan_params &p, const plan_shared &sh,
+                           int64_t *verdict, int64_t *offset, int64_t *rows, int64_t *useds) {
+    const fi_batch &bt = sh.batch;
     const int32_t B = bt.batch_size;
-    const table_geo t = table_geo_of(&p.caps, &bt);
+    const table_geo t = table_geo_of(&sh.caps, &bt);
     const int64_t rows_per_request = t.row_stride > t.P ? 2 : 1; /* [B, 2, P]: K and V */
     const uint32_t limit = (uint32_t)p.caps.num_pages;
     FI_PP_FOR_CHUNK(b, B) { /* fi_pp_scan's chunks: no barrier before it */
@@ -120,23 +136,23 @@ __device__ void scan_pages(const fi_device_plan_params &p, const fi_batch &bt, i
 /* The plan into `base` (shared or the workspace), or the empty plan and the broken rule.
  * Rows with the parallel partition: every thread; the others: thread 0 alone. */
 template <bool kParallel>
-__device__ void plan_step(const fi_device_plan_params &p, const fi_batch &bt, const int64_t *verdict,
-                          fi_planner_scratch *scratch, unsigned char *base,
-                          fi_device_status *status) {
+__device__ void plan_step(const fi_device_plan_params &p, plan_shared &sh,
+                          const int64_t *verdict, unsigned char *base, fi_device_status *status) {
+    const fi_batch &bt = sh.batch;
     fi_error_detail err = detail(FI_OK, -1, -1, -1);
     fi_status st;
     if constexpr (kParallel) {
-        st = fi_plan_build_parallel(&p.caps, &p.variant, &p.layout, scratch, &bt, verdict, base,
-                                    NULL, &err);
+        st = fi_plan_build_parallel(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt, verdict,
+                                    base, NULL, &err);
         __syncthreads(); /* the header is the leader's */
     } else {
-        st = fi_plan_build(&p.caps, &p.variant, &p.layout, scratch, &bt, verdict, base, NULL,
-                           &err);
+        st = fi_plan_build(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt, verdict, base,
+                           NULL, &err);
     }
     if (threadIdx.x != 0)
         return;
     if (st == FI_OK) {
-        const fi_plan_header *h = fi_stage_header(base, &p.layout);
+        const fi_plan_header *h = fi_stage_header(base, &sh.layout);
         if (h->total_q_tokens > p.max_q_tokens)
             err = detail(FI_ERR_DEVICE_BATCH_OVER_DECLARED, -1, h->total_q_tokens,
                          p.max_q_tokens);
@@ -145,7 +161,7 @@ __device__ void plan_step(const fi_device_plan_params &p, const fi_batch &bt, co
                          p.kv_indices_len);
     }
     if (err.status != FI_OK)
-        fi_plan_build_empty(&p.layout, base);
+        fi_plan_build_empty(&sh.layout, base);
     set_status(status, err);
 }
 
@@ -156,19 +172,6 @@ __device__ void block_copy16(unsigned char *dst, const unsigned char *src, size_
 }
 
 __host__ __device__ inline size_t round64(size_t x) { return (x + 63) / 64 * 64; }
-
-/* What every thread reads through pointers (the planner's functions take the batch and the
- * scratch arrays by address): in shared memory, written once by thread 0.  A per-thread
- * copy would live in local memory, and so would every load through it (MLA heads 16 at 128
- * requests: most of the plan's memory traffic was local). */
-struct plan_shared {
-    fi_batch batch; /* batch_size: this step's B */
-    fi_planner_scratch scratch;
-    int32_t batch_size;
-};
-/* The launcher leaves 1 KiB of the opt-in shared memory to static arrays: this and
- * planner/parallel.h's combine buffer (32 x 8 bytes). */
-static_assert(sizeof(plan_shared) + 32 * sizeof(int64_t) <= 1024, "static shared memory");
 
 /* One kernel per partition kind: the parallel one carries none of the walk's and packing's
  * code (a single CTA runs through it, often with the L2 cold after the previous step's
@@ -206,6 +209,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (threadIdx.x == 0) {
         const int32_t b = p.batch_size ? *p.batch_size : p.batch.batch_size;
+        sh.caps = p.caps;
+        sh.variant = p.variant;
+        sh.layout = p.layout;
         sh.batch_size = b;
         sh.batch = p.batch;
         sh.batch.batch_size = b;
@@ -227,15 +233,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (base != p.workspace)
         block_copy16(base, NULL, plan_bytes); /* padding copies out as zeros */
-    const fi_batch &bt = sh.batch;
-    fi_planner_scratch *scratch = &sh.scratch;
-    scan_pages(p, bt, verdict, scratch->pp.batch_scan, scratch->pp.req_row,
-               scratch->pp.req_used);
+    scan_pages(p, sh, verdict, sh.scratch.pp.batch_scan, sh.scratch.pp.req_row,
+               sh.scratch.pp.req_used);
     __syncthreads();
     if (threadIdx.x == 0)
         FI_PD_STAMP(0);
     if (kParallel || threadIdx.x == 0)
-        plan_step<kParallel>(p, bt, verdict, scratch, base, status);
+        plan_step<kParallel>(p, sh, verdict, base, status);
     if (threadIdx.x == 0) {
         FI_PD_STAMP(8);
 #ifdef FI_PROFILE
@@ -246,8 +250,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (base == p.workspace)
         return;
     __syncthreads();
-    const int32_t items = fi_stage_header(base, &l)->num_items;
-    block_copy16(p.workspace, base, (fi_layout_used_bytes(&l, items) + 15) / 16 * 16);
+    const int32_t items = fi_stage_header(base, &sh.layout)->num_items;
+    block_copy16(p.workspace, base, (fi_layout_used_bytes(&sh.layout, items) + 15) / 16 * 16);
 #ifdef FI_PROFILE
     __syncthreads();
     if (threadIdx.x == 0)
@@ -257,6 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace fi_devplan
 
+using fi_devplan::kStaticSmem;
 using fi_devplan::kThreads;
 using fi_devplan::plan_kernel;
 using fi_devplan::round64;
@@ -280,7 +285,7 @@ extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_
     const fi_layout &l = p->layout;
     const size_t want = round64(sizeof(int64_t) * (size_t)l.max_batch) + round64(l.plan_bytes) +
                         (l.total_bytes - l.off_planner_scratch); /* the scratch region */
-    size_t room = (size_t)optin > 1024 ? (size_t)optin - 1024 : 0; /* static smem */
+    size_t room = (size_t)optin > kStaticSmem ? (size_t)optin - kStaticSmem : 0;
 #ifdef FI_DEVPLAN_MAX_SMEM /* experiments: a smaller shared-memory carve-out */
     room = room < (size_t)FI_DEVPLAN_MAX_SMEM ? room : (size_t)FI_DEVPLAN_MAX_SMEM;
 #endif
