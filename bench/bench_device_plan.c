@@ -454,7 +454,7 @@ static void dp_print_stamps(const dp_case *d) {
     if (cudaGraphLaunch(d->exec[G_PLAN], d->v.stream) != cudaSuccess ||
         cudaStreamSynchronize(d->v.stream) != cudaSuccess || fi_device_plan_read_stamps(s))
         return;
-    int order[16], n = 0;
+    int order[16] = {0}, n = 0;
     for (int k = 0; k < 16; k++) {
         if (k == 9 || !s[k]) continue;
         int j = n++;
