@@ -118,12 +118,27 @@ __device__ void scan_pages(const fi_device_plan_params &p, const plan_shared &sh
         verdict[b] = INT64_MAX; /* no bad position yet */
     }
     const int64_t total = fi_pp_scan(offset, B);
-    for (int64_t i = threadIdx.x; i < total; i += kThreads) {
-        const int32_t lo = fi_last_le(offset, B, i); /* the request whose entries hold i */
-        const int64_t row = rows[lo], used = useds[lo], k = i - offset[lo];
-        const int32_t page = t.table[row + (k < used ? k : t.P + (k - used))];
-        if ((uint32_t)page >= limit)
-            atomicMin((unsigned long long *)&verdict[lo], (unsigned long long)k);
+    /* kGather entries a thread a round, their loads issued before any is used: each is an
+     * L2 or DRAM round trip, and one at a time they were most of the scan. */
+    constexpr int kGather = 4;
+    for (int64_t i0 = threadIdx.x; i0 < total; i0 += (int64_t)kGather * kThreads) {
+        int32_t lo[kGather], page[kGather];
+        int64_t k[kGather];
+#pragma unroll
+        for (int u = 0; u < kGather; u++) {
+            const int64_t i = i0 + (int64_t)u * kThreads;
+            lo[u] = -1;
+            if (i < total) {
+                lo[u] = fi_last_le(offset, B, i); /* the request whose entries hold i */
+                const int64_t row = rows[lo[u]], used = useds[lo[u]];
+                k[u] = i - offset[lo[u]];
+                page[u] = t.table[row + (k[u] < used ? k[u] : t.P + (k[u] - used))];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kGather; u++)
+            if (lo[u] >= 0 && (uint32_t)page[u] >= limit)
+                atomicMin((unsigned long long *)&verdict[lo[u]], (unsigned long long)k[u]);
     }
     __syncthreads();
     for (int32_t b = threadIdx.x; b < B; b += kThreads) {
