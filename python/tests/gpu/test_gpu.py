@@ -343,7 +343,10 @@ def test_wrapper_cuda_graph_mode(ws):
         assert rel_err(out.cpu(), ref) < TOL
 
 
-def test_flashinfer_side_by_side(ws):
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+def test_flashinfer_side_by_side(ws, backend):
+    """BatchMLAPagedAttentionWrapper against FlashInfer's, on each backend FlashInfer runs on
+    Hopper: same inputs, out within 1e-2 (relative 2-norm), LSE (base 2) within 1e-2."""
     flashinfer = pytest.importorskip("flashinfer")
     g = torch.Generator().manual_seed(31)
     B, H, ps = 32, 128, 64
@@ -360,15 +363,40 @@ def test_flashinfer_side_by_side(ws):
             kv_indices.to(DEV), lens.to(DEV), H, 512, 64, ps, False, 0.07, torch.bfloat16,
             torch.bfloat16)
     results = []
-    for mod, wsb in ((fiattn.mla, ws), (flashinfer.mla, torch.empty(WS_BYTES, dtype=torch.uint8,
-                                                                    device=DEV))):
-        w = mod.BatchMLAPagedAttentionWrapper(wsb)
+    fi_ws = torch.empty(WS_BYTES, dtype=torch.uint8, device=DEV)
+    for w in (fiattn.mla.BatchMLAPagedAttentionWrapper(ws),
+              flashinfer.mla.BatchMLAPagedAttentionWrapper(fi_ws, backend=backend)):
         w.plan(*args)
         results.append(w.run(qn, qp, ckv, kpe, return_lse=True))
     torch.cuda.synchronize()
     (o1, l1), (o2, l2) = results
     assert rel_err(o1.float(), o2.float()) < 1e-2
     assert torch.allclose(l1, l2, atol=1e-2, rtol=1e-2)  # both base 2
+
+
+def test_flashinfer_xqa_side_by_side(ws):
+    """xqa_batch_decode_with_kv_cache against FlashInfer's (Llama-3 8B's 32 / 8 heads, D 128,
+    one NHD kv_cache tensor, page 16): same inputs, out within 1e-2 (relative 2-norm)."""
+    flashinfer = pytest.importorskip("flashinfer")
+    g = torch.Generator().manual_seed(37)
+    B, Hq, Hkv, D, ps, ppr = 16, 32, 8, 128, 16, 24
+    P = B * ppr + 3
+    kv = torch.randn(P, 2, ps, Hkv, D, generator=g).bfloat16().to(DEV)
+    q = torch.randn(B, Hq, D, generator=g).bfloat16().to(DEV)
+    bt = torch.randperm(P, generator=g)[:B * ppr].to(torch.int32).reshape(B, ppr).to(DEV)
+    lens = _lens(B, ppr * ps, g).to(DEV)
+    if hasattr(torch, "uint32"):
+        lens = lens.to(torch.uint32)  # FlashInfer's seq_lens dtype; fiattn takes both
+    fi_ws = torch.zeros(WS_BYTES, dtype=torch.uint8, device=DEV)  # zero before first use
+    outs = []
+    for mod, wsb in ((fiattn.decode, ws), (flashinfer.decode, fi_ws)):
+        out = torch.full((B, Hq, D), float("nan"), dtype=torch.bfloat16, device=DEV)
+        mod.xqa_batch_decode_with_kv_cache(q, kv, wsb, bt, lens, ppr * ps, bmm1_scale=D ** -0.5,
+                                           out=out, kv_layout="NHD", enable_pdl=False)
+        outs.append(out)
+    torch.cuda.synchronize()
+    assert not outs[0].isnan().any()
+    assert rel_err(outs[0].float(), outs[1].float()) < 1e-2
 
 
 def _nvfp4_case(B, H, Hkv, D, ps, ppr, g):
