@@ -40,8 +40,6 @@ FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layo
     q->interior = (int32_t *)take(a, sizeof(int32_t) * (ctas + 1));
     q->cut_scan = (int64_t *)take(a, sizeof(int64_t) * (ctas + 2));
     q->item_off = (int64_t *)take(a, sizeof(int64_t) * (tiles + 1));
-    q->group_off = (int64_t *)take(a, sizeof(int64_t) * (tiles + 1));
-    q->slot_off = (int64_t *)take(a, sizeof(int64_t) * (tiles + 1));
     p->pieces = (fi_pack_piece *)take(a, sizeof(fi_pack_piece) * items);
     p->sorted = (fi_pack_piece *)take(a, sizeof(fi_pack_piece) * items);
     p->by_cost = (int32_t *)take(a, sizeof(int32_t) * tiles);

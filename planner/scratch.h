@@ -81,10 +81,6 @@ typedef struct fi_ppart_scratch {
     int32_t *interior;     /* [num_ctas + 1]: 1 if it cuts the tile */
     int64_t *cut_scan;     /* [num_ctas + 2]: cuts before boundary c */
     int64_t *item_off;     /* [max_tiles + 1]: per tile, its first item and merge group */
-    /* [max_tiles + 1] each, unused: their bytes are part of the workspace size a plan
-     * reports (workspace/layout.c), which dropping them would change. */
-    int64_t *group_off;
-    int64_t *slot_off;
 } fi_ppart_scratch;
 
 typedef struct fi_planner_scratch {

@@ -27,8 +27,8 @@
 #include "planner/device/plan_kernel.h"
 
 #ifdef FI_PROFILE
-/* Clock stamps of the last plan (plan/hd.h FI_PD_STAMP), copied to the start of the
- * workspace's planner_scratch region at the end: profiling builds only. */
+/* Clock stamps of the last plan (plan/hd.h FI_PD_STAMP), read back by
+ * fi_device_plan_read_stamps: profiling builds only. */
 __device__ long long fi_pd_stamps[16];
 __device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64(); }
 #endif
@@ -78,7 +78,6 @@ struct plan_shared {
     fi_layout layout;
     fi_batch batch; /* batch_size: this step's B */
     fi_planner_scratch scratch;
-    int32_t batch_size;
 };
 /* The launcher leaves 2 KiB of the opt-in shared memory to static arrays: this and
  * planner/parallel.h's combine buffer (32 x 8 bytes). */
@@ -190,9 +189,9 @@ __host__ __device__ inline size_t round64(size_t x) { return (x + 63) / 64 * 64;
 
 /* One kernel per partition kind: the parallel one carries none of the walk's and packing's
  * code (a single CTA runs through it, often with the L2 cold after the previous step's
- * executor: every instruction-cache miss is a DRAM round trip).  p is __grid_constant__:
- * the planner takes its caps, row and layout by address, which would otherwise copy all of
- * p (408 bytes) into every thread's local memory. */
+ * executor: every instruction-cache miss is a DRAM round trip).  p is __grid_constant__, so
+ * no thread copies it (408 bytes) into local memory; what the planner takes by address is
+ * copied once into plan_shared. */
 template <bool kParallel>
 __global__ void __launch_bounds__(kThreads, 1)
     plan_kernel(const __grid_constant__ fi_device_plan_params p, unsigned smem_bytes) {
@@ -227,7 +226,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         sh.caps = p.caps;
         sh.variant = p.variant;
         sh.layout = p.layout;
-        sh.batch_size = b;
         sh.batch = p.batch;
         sh.batch.batch_size = b;
         fi_scratch_arena a = {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0};
@@ -236,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if (threadIdx.x == 0)
         FI_PD_STAMP(11);
-    const int32_t B = sh.batch_size;
+    const int32_t B = sh.batch.batch_size;
     if (B < 0 || B > p.batch.batch_size) {
         if (threadIdx.x == 0) {
             fi_plan_build_empty(&l, p.workspace);
@@ -255,13 +253,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         FI_PD_STAMP(0);
     if (kParallel || threadIdx.x == 0)
         plan_step<kParallel>(p, sh, verdict, base, status);
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
         FI_PD_STAMP(8);
-#ifdef FI_PROFILE
-        for (int k = 0; k < 16; k++)
-            ((long long *)(p.workspace + l.off_planner_scratch))[k] = fi_pd_stamps[k];
-#endif
-    }
     if (base == p.workspace)
         return;
     __syncthreads();

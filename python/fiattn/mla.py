@@ -363,6 +363,8 @@ class BatchMLAPagedAttentionWrapper:
         self._ws = float_workspace_buffer
         self._device = float_workspace_buffer.device
         self._use_cuda_graph = bool(use_cuda_graph)
+        # the _bufs entry kv_indices is staged into: the preallocated one, else our own
+        self._table_name = "kv_indices" if self._use_cuda_graph else "kv_indices_staged"
         self._bufs = {"qo_indptr": qo_indptr, "kv_indptr": kv_indptr,
                       "kv_indices": kv_indices, "kv_len_arr": kv_len_arr}
         for k, v in self._bufs.items():
@@ -545,7 +547,7 @@ class BatchMLAPagedAttentionWrapper:
         device = self._device
         if device.type == "cpu" or (not self._use_cuda_graph and kv_indices.device == device):
             return None
-        name = "kv_indices" if self._use_cuda_graph else "kv_indices_staged"
+        name = self._table_name
         buf = self._bufs.get(name)
         if buf is None or buf.numel() < max(nnz, 1):
             if (self._use_cuda_graph and buf is not None and self._entry is not None
@@ -561,9 +563,9 @@ class BatchMLAPagedAttentionWrapper:
         (_table_buffer) holding kv_indices[:nnz], copied in stream order without a host
         synchronisation (the runs of the previous plan read it first); under use_cuda_graph
         the other index arrays go to their preallocated buffers too.  sources: the
-        caller's (qo_indptr, kv_indptr, kv_len_arr, kv_indices); hosts: their contiguous
-        int32 host copies (the planner's arrays, the same tensors where those were CPU
-        int32 already); stream: the copies' cudaStream_t."""
+        caller's (qo_indptr, kv_indptr, kv_len_arr); hosts: the contiguous int32 host copies
+        the planner read of those and of kv_indices (the caller's tensors themselves where
+        they were CPU int32 already); stream: the copies' cudaStream_t."""
         if buf is None:
             return kv_indices
         if self._use_cuda_graph:
@@ -605,7 +607,7 @@ class BatchMLAPagedAttentionWrapper:
             return False  # the checked path raises or re-plans
         buf = None
         if rec.staged:  # the buffer _table_buffer picks, unless it must grow
-            buf = self._bufs.get("kv_indices" if self._use_cuda_graph else "kv_indices_staged")
+            buf = self._bufs.get(self._table_name)
             if buf is None or buf.numel() < nnz:
                 buf = self._table_buffer(kv_indices, nnz)
         b = self._batch  # shared by every plan of this wrapper: this signature's fields
