@@ -7,12 +7,11 @@
  * (K, V) pair strides, block_tables [B, P] or [B, 2, P]; its parameter block adds the
  * views' TMA tensor maps (executor/context/ctx_params.h).
  */
-#include <cuda.h>
-#include <cuda_runtime_api.h>
 #include <string.h>
 
 #include "executor/context/ctx_launch.h"
 #include "executor/core/family.h"
+#include "executor/core/tensor_map.h"
 #include "executor/gqa/gqa_host.h"
 #include "plan/plan.h"
 
@@ -37,51 +36,18 @@ static fi_status ctx_check_caps(const fi_caps *caps, const fi_variant *v) {
     return FI_OK;
 }
 
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                   const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                   const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-/* The driver's cuTensorMapEncodeTiled through the runtime (no link to libcuda), looked up
- * once; NULL without a driver that has it (then every block goes by cp.async).  Two host
- * threads racing here both store the same pointer. */
-static encode_tiled_fn encode_tiled(void) {
-    static encode_tiled_fn fn;
-    if (!fn) {
-        void *f = NULL;
-        enum cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                             &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (encode_tiled_fn)f;
-        else
-            (void)cudaGetLastError(); /* leave no sticky error for the caller's next call */
-    }
-    return fn;
-}
-
 /* The tensor map of a paged view v (16-bit dtype dt, [>= num_pages, page_size, H_kv, D]
  * in elements, any order of the outer axes): dims innermost first [D, page_size, H_kv,
  * pages], boxes of 64 x box x 1 x 1, 128-byte swizzle.  Host work only.  0 on success;
  * -1 when TMA cannot take the view (strides not 16-byte multiples, base misaligned). */
 static int encode_view(CUtensorMap *m, const fi_tensor *t, const fi_gqa_paged *v, fi_dtype dt,
                        const fi_caps *caps, int32_t box) {
-    const encode_tiled_fn fn = encode_tiled();
-    if (!fn || (uintptr_t)v->data % 16 != 0)
-        return -1;
-    const cuuint64_t dims[4] = {(cuuint64_t)caps->head_dim_qk, (cuuint64_t)caps->page_size,
-                                (cuuint64_t)caps->num_kv_heads, (cuuint64_t)t->shape[0]};
-    const cuuint64_t strides[3] = {(cuuint64_t)v->stride_tok * 2, (cuuint64_t)v->stride_head * 2,
-                                   (cuuint64_t)v->stride_page * 2};
-    const cuuint32_t boxdim[4] = {64, (cuuint32_t)box, 1, 1}, unit[4] = {1, 1, 1, 1};
-    for (int i = 0; i < 3; i++)
-        if (strides[i] == 0 || strides[i] % 16 != 0 || strides[i] >= ((cuuint64_t)1 << 40))
-            return -1;
-    const CUresult r =
-        fn(m, dt == FI_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-           (void *)v->data, dims, strides, boxdim, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? 0 : -1;
+    const uint64_t dims[4] = {(uint64_t)caps->head_dim_qk, (uint64_t)caps->page_size,
+                              (uint64_t)caps->num_kv_heads, (uint64_t)t->shape[0]};
+    const uint64_t strides[3] = {(uint64_t)v->stride_tok * 2, (uint64_t)v->stride_head * 2,
+                                 (uint64_t)v->stride_page * 2};
+    const uint32_t boxdim[4] = {64, (uint32_t)box, 1, 1};
+    return fi_tensor_map_16(m, dt, v->data, 4, dims, strides, boxdim);
 }
 
 /* The GQA family's parameters, then the k / v tensor maps where TMA can take them: KV in

@@ -8,6 +8,7 @@
 
 #include "executor/core/args.h"
 #include "executor/core/family.h"
+#include "executor/core/tensor_map.h"
 #include "executor/mla/mla_launch.h"
 #include "executor/mla/mla_params.h"
 #include "plan/plan.h"
@@ -28,6 +29,23 @@ static fi_status mla_dtypes(const fi_caps *caps, fi_mla_params *p) {
     case FI_DTYPE_F16: p->m.q_kind = FI_MLA_Q_F16; return FI_OK;
     default: return FI_ERR_UNSUPPORTED_DTYPE;
     }
+}
+
+/* The wgmma body's ckv / kpe tensor maps (mla_params.h): 1 when TMA takes both views.
+ * An 8-token box lies inside one page (page_size >= 8, a power of two; the kernel copies
+ * by map only groups of 8 tokens that start on a multiple of 8). */
+static int32_t mla_tensor_maps(fi_mla_params *p, const fi_attn_args *a, fi_dtype dt) {
+    const fi_tensor *t[2] = {&a->k, &a->k_rope};
+    CUtensorMap *m[2] = {&p->tma_ckv, &p->tma_kpe};
+    for (int i = 0; i < 2; ++i) {
+        const uint64_t dims[3] = {(uint64_t)t[i]->shape[t[i]->ndim - 1], (uint64_t)t[i]->shape[1],
+                                  (uint64_t)t[i]->shape[0]};
+        const uint64_t strides[2] = {(uint64_t)t[i]->stride[1] * 2, (uint64_t)t[i]->stride[0] * 2};
+        const uint32_t box[3] = {64, 8, 1};
+        if (fi_tensor_map_16(m[i], dt, t[i]->data, 3, dims, strides, box) != 0)
+            return 0;
+    }
+    return 1;
 }
 
 /* Checks and parameter block shared by both tile bodies; max_rows / kv_block: the shape
@@ -75,6 +93,8 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
     p.m.q_pe_stride_head = a->q_rope.stride[1];
     p.m.ckv = a->k.data;
     p.m.kpe = a->k_rope.data;
+    if (wgmma && !p.m.kv_e4m3 && !p.m.sparse && caps->page_size >= 8)
+        p.tma_on = mla_tensor_maps(&p, a, caps->kv_dtype);
     memcpy(params, &p, sizeof p);
     return FI_OK;
 }

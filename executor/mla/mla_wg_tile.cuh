@@ -15,10 +15,14 @@
  *    Ring and Q run across items: the producer loads the next item while the consumers
  *    finish this one.  (Blocks of 64 tokens leave room for 2 only: H200, heads 128 B128 x
  *    4096, 622 us, with the tensor pipe 26% busy waiting on refills.)
- *  - Producer warpgroup: every copy, as 16-byte cp.async (8 lanes a 128-byte row piece; a
- *    token's page from the page table, so any page size), each thread's completion arriving
- *    on the block's "full" mbarrier; tokens outside [kv_begin, kv_end) and Q rows past the tile
- *    are zero-filled (P = 0 must not meet NaN bit patterns).  An fp8 e4m3 cache (KV =
+ *  - Producer warpgroup: a warp a block's 8 tokens.  A 16-bit cache with tensor maps
+ *    (page_size >= 8, fi_mla_params.tma_on) goes by TMA where the 8 tokens lie inside the
+ *    item from a multiple of 8: 9 boxes (8 rows x one 128-byte panel each) from one lane,
+ *    its bytes on the block's "full" mbarrier.  Other tokens (an item's ragged end, page
+ *    size 1, no maps) and Q go by 16-byte cp.async (8 lanes a 128-byte row piece; a token's
+ *    page from the page table), each thread's completion arriving on "full"; tokens
+ *    outside [kv_begin, kv_end) and Q rows past the tile are zero-filled (P = 0 must not
+ *    meet NaN bit patterns).  An fp8 e4m3 cache (KV =
  *    __nv_fp8_e4m3, T = fp16) is loaded into registers instead and converted to fp16 into
  *    the same panels (produce_blocks_e4m3; q too, produce_q_f16), with ordinary stores, a
  *    proxy fence and one arrival a thread.  A sparse plan's page-table entries are flat KV
@@ -65,12 +69,13 @@ constexpr int kProducerWarps = 4;   /* one producer warpgroup (registers are gra
 constexpr int kProducerThreads = kProducerWarps * 32;
 /* setmaxnreg: the consumers' increase draws on what the producer released of the CTA's
  * launch allocation (168 registers x 384 threads: __launch_bounds__(384, 1)), so 128 P +
- * 256 C <= 64512, or the consumers wait forever.  40 / 232: both spill-free; an fp8
- * cache's producer holds two blocks' loads in registers while it converts them:
+ * 256 C <= 64512, or the consumers wait forever.  56 / 224: both spill-free (at 40 the
+ * producer's two copy paths, tensor map and cp.async, spilled 28 bytes); an fp8 cache's
+ * producer holds two blocks' loads in registers while it converts them:
  * 104 / 200 (18 bytes spilled, scripts/accepted-spills.txt; one block at 72 / 208 was
  * spill-free and 2-3% slower). */
-template <bool kFp8> constexpr int kProducerRegs = kFp8 ? 104 : 40;
-template <bool kFp8> constexpr int kConsumerRegs = kFp8 ? 200 : 232;
+template <bool kFp8> constexpr int kProducerRegs = kFp8 ? 104 : 56;
+template <bool kFp8> constexpr int kConsumerRegs = kFp8 ? 200 : 224;
 static_assert(kProducerThreads * kProducerRegs<false> + 256 * kConsumerRegs<false> <= 168 * 384 &&
                   kProducerThreads * kProducerRegs<true> + 256 * kConsumerRegs<true> <= 168 * 384,
               "setmaxnreg within the launch allocation");
@@ -177,9 +182,10 @@ __device__ __forceinline__ uint32_t sparse_keys(const fi_mla_params &p, const fi
     return __ballot_sync(0xffffffffu, e >= 0 && (int64_t)e < p.m.kv_slots);
 }
 
-/* Block b of item it into ring stage st: producer warp pw copies its kTokPerWarp tokens,
- * lane 8 j + q piece q of every 128-byte row piece (panel) of tokens j, j + 4, ... of them.
- * pg: block_page of this thread. */
+/* Block b of item it into ring stage st by 16-byte cp.async: producer warp pw copies its
+ * kTokPerWarp tokens, lane 8 j + q piece q of every 128-byte row piece (panel) of tokens
+ * j, j + 4, ... of them; tokens past the item are zero-filled.  pg: block_page of this
+ * thread. */
 template <typename T>
 __device__ __forceinline__ void produce_block(const fi_mla_params &p, const fi_work_item &it,
                                               const fi_request_info &rq, uint32_t s0, int st,
@@ -200,6 +206,29 @@ __device__ __forceinline__ void produce_block(const fi_mla_params &p, const fi_w
             cp_async16(dst + i * kKPanel, at.in ? (i < 8 ? ckv + i * 64 : kpe) : (const T *)p.m.ckv,
                        at.in ? 16 : 0);
     }
+}
+
+/* Blocks of item it that go by tensor map: with maps (p.tma_on: a 16-bit dense cache,
+ * page_size >= 8) and the item starting on a multiple of 8 tokens, those wholly inside it
+ * (each producer warp's 8 tokens then start on a multiple of 8 and lie in one page). */
+__device__ __forceinline__ int map_blocks(const fi_mla_params &p, const fi_work_item &it) {
+    return p.tma_on && (it.kv_begin & 7) == 0 ? (it.kv_end - it.kv_begin) / kBlockN : 0;
+}
+
+/* Producer warp pw's 8 tokens of block b of item it by tensor map, issued by one lane:
+ * the 9 boxes (8 rows of one 128-byte panel each: 8 of ckv, 1 of kpe) on `full`, whose
+ * transaction count it raises first; TMA writes the 128-byte swizzle produce_block
+ * computes by hand.  page: the page of the warp's first token. */
+__device__ __forceinline__ void map_block(const fi_mla_params &p, const fi_work_item &it, uint32_t s0,
+                                       int st, int b, int pw, int32_t page, uint32_t full) {
+    static_assert(kTokPerWarp == 8, "a warp's tokens: one 8-row swizzle atom a panel");
+    const int slot = (it.kv_begin + b * kBlockN + kTokPerWarp * pw) & (p.c.page_size - 1);
+    const uint32_t dst = s0 + kOffRing + st * kBlockBytes + kTokPerWarp * pw * 128;
+    mbar_expect_tx_only(full, kPanels * kTokPerWarp * 128);
+#pragma unroll
+    for (int i = 0; i < kPanels - 1; ++i)
+        tma_load_3d(dst + i * kKPanel, &p.tma_ckv, 64 * i, slot, page, full);
+    tma_load_3d(dst + (kPanels - 1) * kKPanel, &p.tma_kpe, 0, slot, page, full);
 }
 
 /* The same block from an fp8 e4m3 cache, converted to fp16 on the way (exact), in two
@@ -467,7 +496,7 @@ template <typename T, typename KV = T> struct MlaWgFamily {
         const uint32_t s0 = smem_u32(smem);
         if (threadIdx.x == 0) {
             for (int st = 0; st < kStages; ++st) {
-                mbar_init(bar_full(s0, st), kProducerThreads); /* cp.async arrivals */
+                mbar_init(bar_full(s0, st), kProducerThreads); /* every producer thread */
                 mbar_init(bar_empty(s0, st), kEmptyArrivals);
             }
             mbar_init(bar_qfull(s0), kProducerThreads);
@@ -503,8 +532,15 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                     /* the next block's pages travel while this one waits for its slot */
                     const int32_t pn = b + 1 < nblk ? block_page(p, it, rq, b + 1, pt) : 0;
                     mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
-                    produce_block<T>(p, it, rq, s0, cur.st, b, pt, pg);
-                    cp_async_mbar_arrive(bar_full(s0, cur.st));
+                    const uint32_t full = bar_full(s0, cur.st);
+                    if (b < map_blocks(p, it)) { /* warp-uniform; every producer thread arrives either way */
+                        if ((pt & 31) == 0)
+                            map_block(p, it, s0, cur.st, b, pt >> 5, pg, full);
+                        mbar_arrive(full);
+                    } else {
+                        produce_block<T>(p, it, rq, s0, cur.st, b, pt, pg);
+                        cp_async_mbar_arrive(full);
+                    }
                     pg = pn;
                     cur.next();
                 }

@@ -1,0 +1,53 @@
+/*
+ * executor/core/tensor_map.c - TMA tensor maps of 16-bit tensors (tensor_map.h).
+ */
+#include "executor/core/tensor_map.h"
+
+#include <cuda_runtime_api.h>
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                   const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                   const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled, looked up once; NULL without a driver that has it.  Two host
+ * threads racing here both store the same pointer. */
+static encode_tiled_fn encode_tiled(void) {
+    static encode_tiled_fn fn;
+    if (!fn) {
+        void *f = NULL;
+        enum cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (encode_tiled_fn)f;
+        else
+            (void)cudaGetLastError(); /* leave no sticky error for the caller's next call */
+    }
+    return fn;
+}
+
+int fi_tensor_map_16(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const uint64_t *dims,
+                     const uint64_t *strides, const uint32_t *box) {
+    const encode_tiled_fn fn = encode_tiled();
+    if (!fn || rank < 2 || rank > 5 || (uintptr_t)base % 16 != 0 || box[0] * 2 != 128 ||
+        (dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16))
+        return -1;
+    cuuint64_t d[5], s[4];
+    cuuint32_t b[5], unit[5];
+    for (int i = 0; i < rank; i++) {
+        d[i] = dims[i];
+        b[i] = box[i];
+        unit[i] = 1;
+        if (i + 1 < rank) {
+            s[i] = strides[i];
+            if (s[i] == 0 || s[i] % 16 != 0 || s[i] >= ((cuuint64_t)1 << 40))
+                return -1;
+        }
+    }
+    const CUresult r =
+        fn(m, dt == FI_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+           (cuuint32_t)rank, (void *)base, d, s, b, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
