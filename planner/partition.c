@@ -15,8 +15,9 @@
  *    CTAs wasted, a trial that fits returns its achieved max CTA cost (the walk under that
  *    cap is the same), so trace decode batches take 1-3 trials (4-6 for 32 requests), then
  *    one real walk (cap_walk) writes the plan.  For batches that packing (pack.h) may
- *    replace, a dry pass (cap_model) gives the walk's executor model instead, and the walk
- *    is written only if its plan stands after packing.  Balance (max CTA cost / mean) on
+ *    replace, the trials record their walks (cap_rec) and the one under the cap gives the
+ *    walk's executor model (cap_model) instead, and the walk is written only if its plan
+ *    stands after packing.  Balance (max CTA cost / mean) on
  *    trace decode snapshots: ~1.01-1.08 (tests/test_plan_balance.c).
  * 2. Global walk (fallback if no cap is found, not expected): budget
  *    B = max(ceil((total_cost + cut overhead) / num_ctas), floor); CTA c ends near the
@@ -285,9 +286,21 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_end(fi_split_grain sg, const fi_tile *t, i
     return cut;
 }
 
+/* A trial's walk as cap_model needs it, so that the walk the search ends on needs no second
+ * dry walk for its model (GQA decode at 32 requests: ~13k instructions an update, a fifth
+ * of the walk's cost there).  Per CTA c < ctas: cost[c], and head[c]: -2 if CTA c - 1 did
+ * not end with a cut, else the cost of CTA c's first item if that is the rest of the cut
+ * tile (the group's last piece), or -1 if CTA c holds only a middle piece of it.  cost,
+ * head: [num_ctas]. */
+typedef struct cap_rec {
+    int64_t *cost, *head;
+    int32_t ctas;
+} cap_rec;
+
 /* Dry capped trial in O(num_ctas * log(tiles)): the decisions of cap_walk (each CTA takes
  * as much as fits under `cap`, cutting the tile below the cap), but whole tiles are
- * skipped with a galloping search over prefix[] (prefix sums of tile costs).
+ * skipped with a galloping search over prefix[] (prefix sums of tile costs).  rec (NULL:
+ * not wanted) receives the walk (complete only if it fits).
  * @return the largest CTA cost of that walk (<= cap) if every tile fits in n CTAs, else -1.
  * The walk under the returned cost makes the same decisions (every CTA's content still
  * fits and nothing more does), so the caller may lower its upper bound to it.
@@ -298,15 +311,22 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_end(fi_split_grain sg, const fi_tile *t, i
  * So a CTA starting at g takes whole every tile up to the largest a with
  * prefix[a] <= g + cap (its own rest first), then cuts tile a. */
 FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
-                         int32_t num_tiles, int32_t n, int64_t cap, int64_t *est) {
+                         int32_t num_tiles, int32_t n, int64_t cap, int64_t *est,
+                         cap_rec *rec) {
     const int64_t total = prefix[num_tiles];
     int32_t i = 0;
     int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
     int64_t g = 0, max = 0;
     int64_t room = (int64_t)n * cap; /* what CTAs c .. n - 1 can hold */
+    int open = 0;                    /* CTA c - 1 ended with a cut */
+    if (rec)
+        rec->ctas = n;
     for (int32_t c = 0; c < n; c++, room -= cap) {
-        if (i == num_tiles)
+        if (i == num_tiles) {
+            if (rec)
+                rec->ctas = c;
             return max;
+        }
         /* Cost still to place (cuts only add): more than the remaining CTAs can hold means
          * no fit. */
         if (total - g > room) {
@@ -322,10 +342,16 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
         const int32_t a = cap_reach(prefix, num_tiles, i, lim, num_tiles > n);
         int64_t rem = cap;
         const int took = a > i;
+        if (rec)
+            rec->head[c] = !open ? -2 : took ? prefix[i + 1] - g : -1;
         if (took) {
             rem = lim - prefix[a];
             if (a == num_tiles) {
                 const int64_t used = cap - rem;
+                if (rec) {
+                    rec->cost[c] = used;
+                    rec->ctas = c + 1;
+                }
                 return used > max ? used : max;
             }
             i = a;
@@ -339,7 +365,10 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
             *est = 0; /* an empty CTA: every later one would end empty too; no guess */
             return -1;
         }
+        open = cut >= 0;
         const int64_t used = cap - rem;
+        if (rec)
+            rec->cost[c] = used;
         max = used > max ? used : max;
     }
     if (i == num_tiles)
@@ -371,16 +400,20 @@ FI_PD_STATIC int64_t all_fail_probe(int64_t lo, int64_t hi, int64_t tol) {
  * A probe the bisection repeats is not redone.  At most max_trials trials. */
 FI_PD_STATIC int64_t narrow_cap(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
                                 int32_t num_tiles, int32_t n, int64_t lo, int64_t hi,
-                                int64_t tol, int64_t best, int max_trials) {
+                                int64_t tol, int64_t best, int max_trials, cap_rec *rec,
+                                int *held) {
     int64_t est = 0, end = -1, end_m = -1; /* the all-fail path's last probe, its result */
+    int end_kept = 0;                      /* rec[w] still holds the walk of end */
     for (int t = 0, first = 1, check = 0; t < max_trials && hi - lo >= tol; first = 0) {
         const int64_t mid = first   ? hi + 1 - tol
                             : check ? all_fail_probe(lo, hi, tol)
                                     : lo + (hi - lo) / 2;
+        const int w = *held == 0; /* the record a trial may overwrite */
         int64_t m = end_m;
         if (mid != end) {
-            m = cap_trial(sg, tiles, prefix, num_tiles, n, mid, &est);
+            m = cap_trial(sg, tiles, prefix, num_tiles, n, mid, &est, rec ? &rec[w] : NULL);
             t++;
+            end_kept = 0;
         }
         if (check) { /* the bracket stays: only its bisection's outcome is known */
             check = 0;
@@ -388,12 +421,14 @@ FI_PD_STATIC int64_t narrow_cap(fi_split_grain sg, const fi_tile *tiles, const i
                 break; /* every probe of the bisection would fail: best stands */
             end = mid;
             end_m = m;
+            end_kept = 1;
             continue;
         }
         if (m >= 0) {
             best = m;
             hi = m - 1;
             check = 1;
+            *held = mid != end || end_kept ? w : -1;
         } else {
             lo = mid + 1;
         }
@@ -418,58 +453,40 @@ FI_PD_STATIC void walk_group_charges(const fi_variant *v, const int64_t *cta_cos
         extra[j] += j == last ? v->cost_merge : v->cost_arrive;
 }
 
-/* The executor model of cap_walk's plan under `cap` (its *model, fi_model_max's figure)
- * without writing the plan: a dry walk as cap_trial's, O(num_ctas log tiles) instead of
- * O(items), that keeps each CTA's cost (cta_cost) and charges each merge group when its
- * last piece is placed (walk_group_charges into extra).  Why: for batches that packing
- * replaces (GQA decode at 32 requests, MLA heads 16 at 128) the walk's plan is never used;
- * only its cap and model are (planner/pack.h), and writing it was ~23k instructions an
- * update.  Returns -1 if the walk does not fit or its plan would exceed a layout bound
- * (items = tiles + cuts, groups, slots = cuts + groups): then the caller writes the walk
- * with cap_walk, which reports what cap_walk reports.  cta_cost, extra: [num_ctas]. */
-FI_PD_STATIC int64_t cap_model(const fi_variant *v, fi_split_grain sg, const fi_tile *tiles,
-                               const int64_t *prefix, int32_t num_tiles, const fi_layout *l,
-                               int64_t cap, int64_t *cta_cost, int64_t *extra) {
-    const int32_t n = l->num_ctas;
-    int32_t i = 0, c = 0, cuts = 0, ng = 0, gc0 = -1; /* gc0: CTA of the open group's first */
-    int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
-    int64_t g = 0; /* cost placed so far (cap_trial's positions in cost units) */
-    for (int32_t k = 0; k < n; k++)
-        extra[k] = 0;
-    for (; c < n && i < num_tiles; c++) {
-        const int64_t lim = g + cap;
-        const int32_t a = cap_reach(prefix, num_tiles, i, lim, num_tiles > n);
-        int64_t rem = cap;
-        const int took = a > i;
-        if (took) {
-            if (gc0 >= 0) { /* CTA c began with the rest of tile i: its group's last piece */
-                walk_group_charges(v, cta_cost, extra, gc0, c, prefix[i + 1] - g);
-                gc0 = -1;
-            }
-            rem = lim - prefix[a];
-            i = a;
-            pos = i < num_tiles ? tiles[i].kv_begin : pos;
-            g = prefix[i];
+/* The executor model of cap_walk's plan under a cap that fits (its *model, fi_model_max's
+ * figure) without writing the plan, from the walk a trial recorded (cap_rec; the walk under
+ * the trial's achieved cost is the same): each merge group is charged when its last piece
+ * is placed (walk_group_charges into extra).  Why: for batches that packing replaces (GQA
+ * decode at 32 requests, MLA heads 16 at 128) the walk's plan is never used; only its cap
+ * and model are (planner/pack.h), and writing it was ~23k instructions an update.  Returns
+ * -1 if the plan would exceed a layout bound (items = tiles + cuts, groups, slots = cuts +
+ * groups): then the caller writes the walk with cap_walk, which reports what cap_walk
+ * reports.  extra: [num_ctas]. */
+FI_PD_STATIC int64_t cap_model(const fi_variant *v, const cap_rec *r, int32_t num_tiles,
+                               const fi_layout *l, int64_t *extra) {
+    int32_t cuts = 0, ng = 0, gc0 = -1; /* gc0: CTA of the open group's first piece */
+    for (int32_t c = 0; c < r->ctas; c++)
+        extra[c] = 0;
+    for (int32_t c = 1; c < r->ctas; c++) {
+        const int64_t h = r->head[c];
+        if (h == -2)
+            continue;
+        cuts++; /* CTA c - 1 ended with a cut */
+        if (gc0 < 0) {
+            gc0 = c - 1;
+            ng++;
         }
-        const int64_t cut = i < num_tiles ? cap_end(sg, &tiles[i], pos, &g, &rem) : -1;
-        if (cut >= 0) {
-            pos = (int32_t)cut;
-            cuts++;
-            if (gc0 < 0) {
-                gc0 = c;
-                ng++;
-            }
-        } else if (!took) {
-            return -1; /* an empty CTA: the rest does not fit */
+        if (h >= 0) { /* CTA c began with the rest: the group's last piece */
+            walk_group_charges(v, r->cost, extra, gc0, c, h);
+            gc0 = -1;
         }
-        cta_cost[c] = cap - rem;
     }
-    if (i < num_tiles || (int64_t)num_tiles + cuts > l->max_items || ng > l->max_groups ||
+    if ((int64_t)num_tiles + cuts > l->max_items || ng > l->max_groups ||
         cuts + ng > l->max_slots)
         return -1;
     int64_t mm = 0;
-    for (int32_t k = 0; k < c; k++)
-        mm = cta_cost[k] + extra[k] > mm ? cta_cost[k] + extra[k] : mm;
+    for (int32_t c = 0; c < r->ctas; c++)
+        mm = r->cost[c] + extra[c] > mm ? r->cost[c] + extra[c] : mm;
     return mm;
 }
 
@@ -598,10 +615,12 @@ FI_PD_STATIC fi_status cap_walk(const fi_variant *v, fi_split_grain sg, const fi
  * 0 if none is larger. */
 FI_PD_STATIC int64_t tile_prefix(const fi_tile *tiles, int32_t num_tiles, int64_t *prefix);
 /* The capped walk's cap (the smallest that fits, by dry trials over tile_prefix's prefix
- * and oh_max), or -1 if none is found (then the global-target fallback). */
+ * and oh_max), or -1 if none is found (then the global-target fallback).  rec: NULL, or two
+ * records the trials take turns in; *held: the one that holds the walk under the cap, -1 if
+ * neither does. */
 FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                               int64_t total_cost, const int64_t *prefix, int64_t oh_max,
-                              const fi_layout *l);
+                              const fi_layout *l, cap_rec *rec, int *held);
 /* The contiguous walk's plan under cap (cap_walk; cap < 0: the global-target fallback); with
  * extra ([num_ctas] scratch, else NULL) also its executor model in *model (-1 if the walk
  * did not compute it: the fallback). */
@@ -631,15 +650,26 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
         pack && !fi_partition_test_no_pack && fi_pack_wanted(v, tiles, num_tiles, oh_max, l);
     const int listing = pack && v->partition == FI_PARTITION_LIST &&
                         fi_partition_test_list >= 0 && num_tiles <= l->max_items;
-    const int64_t cap = walk_cap(v, tiles, num_tiles, total_cost, prefix, oh_max, l);
+    /* The trials' records: scratch that is free until packing starts (finish: max_items >=
+     * num_ctas). */
+    cap_rec rec[2] = {{cta_cost, pack ? pack->load : NULL, 0},
+                      {pack ? pack->cta_cost : NULL, pack ? pack->finish : NULL, 0}};
+    int held = -1;
+    const int64_t cap = walk_cap(v, tiles, num_tiles, total_cost, prefix, oh_max, l,
+                                 packing ? rec : NULL, &held);
     /* Packing needs only the walk's cap and model, and replaces the walk's plan on most
      * batches it is tried on, so the walk's plan is written after packing, if it stands
      * (cap_model; GQA decode at 32 requests: 256 items not written).  The test hook that
      * checks the model reads the walk's written plan. */
     int64_t wm = -1;
-    const int deferred = packing && cap >= 0 && !fi_partition_test_check_model &&
-                         (wm = cap_model(v, fi_split_grain_of(v), tiles, prefix, num_tiles, l,
-                                         cap, cta_cost, pack->load)) >= 0;
+    int deferred = packing && cap >= 0 && !fi_partition_test_check_model;
+    if (deferred && held < 0) { /* the search's records moved on: walk the cap again */
+        int64_t unused = 0;
+        held = 0;
+        deferred = cap_trial(fi_split_grain_of(v), tiles, prefix, num_tiles, l->num_ctas, cap,
+                             &unused, &rec[0]) >= 0;
+    }
+    deferred = deferred && (wm = cap_model(v, &rec[held], num_tiles, l, rec[!held].cost)) >= 0;
     if (deferred) {
         res->budget = cap;
     } else {
@@ -703,7 +733,7 @@ FI_PD_STATIC int64_t tile_prefix(const fi_tile *tiles, int32_t num_tiles, int64_
 
 FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t num_tiles,
                               int64_t total_cost, const int64_t *prefix, int64_t oh_max,
-                              const fi_layout *l) {
+                              const fi_layout *l, cap_rec *rec, int *held) {
     const int64_t n = l->num_ctas;
     const fi_split_grain sg = fi_split_grain_of(v);
     /* The smallest cap that fits, to within tol = 1/128 of the lower bound, by dry trials
@@ -749,11 +779,13 @@ FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t
         int64_t cand = lo + tol;
         for (int64_t step = tol; trials < FI_CAP_TRIALS; step *= 2) { /* gallop */
             cand = cand < hi ? cand : hi;
-            const int64_t m = cap_trial(sg, tiles, prefix, num_tiles, (int32_t)n, cand, &est);
+            const int64_t m =
+                cap_trial(sg, tiles, prefix, num_tiles, (int32_t)n, cand, &est, rec);
             trials++;
             if (m >= 0) {
                 best_cap = m;
                 hi = m - 1;
+                *held = 0;
                 break;
             }
             if (cand == hi)
@@ -764,7 +796,7 @@ FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t
         }
         if (best_cap >= 0)
             best_cap = narrow_cap(sg, tiles, prefix, num_tiles, (int32_t)n, lo, hi, tol,
-                                  best_cap, FI_CAP_TRIALS - trials);
+                                  best_cap, FI_CAP_TRIALS - trials, rec, held);
     }
     return best_cap;
 }
