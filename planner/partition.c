@@ -288,19 +288,21 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_end(fi_split_grain sg, const fi_tile *t, i
 
 /* A trial's walk as cap_model needs it, so that the walk the search ends on needs no second
  * dry walk for its model (GQA decode at 32 requests: ~13k instructions an update, a fifth
- * of the walk's cost there).  Per CTA c < ctas: cost[c], and head[c]: -2 if CTA c - 1 did
- * not end with a cut, else the cost of CTA c's first item if that is the rest of the cut
- * tile (the group's last piece), or -1 if CTA c holds only a middle piece of it.  cost,
+ * of the walk's cost there).  Per CTA c < ctas: cost[c] = 2 x its cost, + 1 if it ends
+ * with a cut (cap_model decodes it in place), and head[c]: the cost of the rest of the
+ * tile it starts in, which it took whole iff head[c] <= cap (the trial's cap).  Two stores
+ * a CTA and no branch: the trials that record are most of a packed batch's walk.  cost,
  * head: [num_ctas]. */
 typedef struct cap_rec {
     int64_t *cost, *head;
+    int64_t cap;
     int32_t ctas;
 } cap_rec;
 
 /* Dry capped trial in O(num_ctas * log(tiles)): the decisions of cap_walk (each CTA takes
  * as much as fits under `cap`, cutting the tile below the cap), but whole tiles are
- * skipped with a galloping search over prefix[] (prefix sums of tile costs).  rec (NULL:
- * not wanted) receives the walk (complete only if it fits).
+ * skipped with a galloping search over prefix[] (prefix sums of tile costs).  With
+ * `record`, rec receives the walk (complete only if it fits).
  * @return the largest CTA cost of that walk (<= cap) if every tile fits in n CTAs, else -1.
  * The walk under the returned cost makes the same decisions (every CTA's content still
  * fits and nothing more does), so the caller may lower its upper bound to it.
@@ -310,20 +312,23 @@ typedef struct cap_rec {
  * prefix[i + 1] - g (a later piece pays the item overhead again, which cost does include).
  * So a CTA starting at g takes whole every tile up to the largest a with
  * prefix[a] <= g + cap (its own rest first), then cuts tile a. */
-FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const int64_t *prefix,
-                         int32_t num_tiles, int32_t n, int64_t cap, int64_t *est,
-                         cap_rec *rec) {
+FI_PD_STATIC FI_PD_INLINE int64_t cap_trial_body(fi_split_grain sg, const fi_tile *tiles,
+                                                 const int64_t *prefix, int32_t num_tiles,
+                                                 int32_t n, int64_t cap, int64_t *est,
+                                                 const int record, cap_rec *rec) {
     const int64_t total = prefix[num_tiles];
+    int64_t *const rcost = record ? rec->cost : NULL, *const rhead = record ? rec->head : NULL;
     int32_t i = 0;
     int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
     int64_t g = 0, max = 0;
     int64_t room = (int64_t)n * cap; /* what CTAs c .. n - 1 can hold */
-    int open = 0;                    /* CTA c - 1 ended with a cut */
-    if (rec)
+    if (record) {
+        rec->cap = cap;
         rec->ctas = n;
+    }
     for (int32_t c = 0; c < n; c++, room -= cap) {
         if (i == num_tiles) {
-            if (rec)
+            if (record)
                 rec->ctas = c;
             return max;
         }
@@ -342,14 +347,14 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
         const int32_t a = cap_reach(prefix, num_tiles, i, lim, num_tiles > n);
         int64_t rem = cap;
         const int took = a > i;
-        if (rec)
-            rec->head[c] = !open ? -2 : took ? prefix[i + 1] - g : -1;
+        if (record)
+            rhead[c] = prefix[i + 1] - g;
         if (took) {
             rem = lim - prefix[a];
             if (a == num_tiles) {
                 const int64_t used = cap - rem;
-                if (rec) {
-                    rec->cost[c] = used;
+                if (record) {
+                    rcost[c] = 2 * used;
                     rec->ctas = c + 1;
                 }
                 return used > max ? used : max;
@@ -365,16 +370,36 @@ FI_PD_STATIC int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles, const in
             *est = 0; /* an empty CTA: every later one would end empty too; no guess */
             return -1;
         }
-        open = cut >= 0;
         const int64_t used = cap - rem;
-        if (rec)
-            rec->cost[c] = used;
+        if (record)
+            rcost[c] = 2 * used + (cut >= 0);
         max = used > max ? used : max;
     }
     if (i == num_tiles)
         return max;
     *est = cap + (total - g + n - 1) / n;
     return -1;
+}
+
+/* cap_trial_body compiled twice, with and without the record (which costs the trials that
+ * record nothing ~10% more instructions when it is a run-time choice). */
+FI_PD_STATIC int64_t cap_trial_rec(fi_split_grain sg, const fi_tile *tiles,
+                                   const int64_t *prefix, int32_t num_tiles, int32_t n,
+                                   int64_t cap, int64_t *est, cap_rec *rec) {
+    return cap_trial_body(sg, tiles, prefix, num_tiles, n, cap, est, 1, rec);
+}
+FI_PD_STATIC int64_t cap_trial_plain(fi_split_grain sg, const fi_tile *tiles,
+                                     const int64_t *prefix, int32_t num_tiles, int32_t n,
+                                     int64_t cap, int64_t *est) {
+    return cap_trial_body(sg, tiles, prefix, num_tiles, n, cap, est, 0, NULL);
+}
+/* The trial, recorded into rec unless it is NULL. */
+FI_PD_STATIC FI_PD_INLINE int64_t cap_trial(fi_split_grain sg, const fi_tile *tiles,
+                                            const int64_t *prefix, int32_t num_tiles,
+                                            int32_t n, int64_t cap, int64_t *est,
+                                            cap_rec *rec) {
+    return rec ? cap_trial_rec(sg, tiles, prefix, num_tiles, n, cap, est, rec)
+               : cap_trial_plain(sg, tiles, prefix, num_tiles, n, cap, est);
 }
 
 /* The last probe of a bisection of [lo, hi] down to below tol in which every probe
@@ -461,24 +486,25 @@ FI_PD_STATIC void walk_group_charges(const fi_variant *v, const int64_t *cta_cos
  * and model are (planner/pack.h), and writing it was ~23k instructions an update.  Returns
  * -1 if the plan would exceed a layout bound (items = tiles + cuts, groups, slots = cuts +
  * groups): then the caller writes the walk with cap_walk, which reports what cap_walk
- * reports.  extra: [num_ctas]. */
-FI_PD_STATIC int64_t cap_model(const fi_variant *v, const cap_rec *r, int32_t num_tiles,
+ * reports.  Decodes r->cost in place (once).  extra: [num_ctas]. */
+FI_PD_STATIC int64_t cap_model(const fi_variant *v, cap_rec *r, int32_t num_tiles,
                                const fi_layout *l, int64_t *extra) {
+    int64_t *cost = r->cost;
     int32_t cuts = 0, ng = 0, gc0 = -1; /* gc0: CTA of the open group's first piece */
-    for (int32_t c = 0; c < r->ctas; c++)
+    for (int32_t c = 0; c < r->ctas; c++) {
+        const int cut = (int)(cost[c] & 1);
+        cost[c] >>= 1;
         extra[c] = 0;
-    for (int32_t c = 1; c < r->ctas; c++) {
-        const int64_t h = r->head[c];
-        if (h == -2)
-            continue;
-        cuts++; /* CTA c - 1 ended with a cut */
-        if (gc0 < 0) {
-            gc0 = c - 1;
-            ng++;
-        }
-        if (h >= 0) { /* CTA c began with the rest: the group's last piece */
-            walk_group_charges(v, r->cost, extra, gc0, c, h);
+        if (gc0 >= 0 && r->head[c] <= r->cap) { /* CTA c began with the group's last piece */
+            walk_group_charges(v, cost, extra, gc0, c, r->head[c]);
             gc0 = -1;
+        }
+        if (cut) {
+            cuts++;
+            if (gc0 < 0) {
+                gc0 = c;
+                ng++;
+            }
         }
     }
     if ((int64_t)num_tiles + cuts > l->max_items || ng > l->max_groups ||
@@ -486,7 +512,7 @@ FI_PD_STATIC int64_t cap_model(const fi_variant *v, const cap_rec *r, int32_t nu
         return -1;
     int64_t mm = 0;
     for (int32_t c = 0; c < r->ctas; c++)
-        mm = r->cost[c] + extra[c] > mm ? r->cost[c] + extra[c] : mm;
+        mm = cost[c] + extra[c] > mm ? cost[c] + extra[c] : mm;
     return mm;
 }
 
@@ -652,8 +678,8 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
                         fi_partition_test_list >= 0 && num_tiles <= l->max_items;
     /* The trials' records: scratch that is free until packing starts (finish: max_items >=
      * num_ctas). */
-    cap_rec rec[2] = {{cta_cost, pack ? pack->load : NULL, 0},
-                      {pack ? pack->cta_cost : NULL, pack ? pack->finish : NULL, 0}};
+    cap_rec rec[2] = {{cta_cost, pack ? pack->load : NULL, 0, 0},
+                      {pack ? pack->cta_cost : NULL, pack ? pack->finish : NULL, 0, 0}};
     int held = -1;
     const int64_t cap = walk_cap(v, tiles, num_tiles, total_cost, prefix, oh_max, l,
                                  packing ? rec : NULL, &held);
