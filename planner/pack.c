@@ -33,28 +33,34 @@ FI_PD_STATIC inline int64_t pk_cost(const pk_rules *r, const fi_pack_piece *x) {
     return x->cost + (x->split ? r->piece : 0);
 }
 
-/* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order.
+/* by_cost[0 .. num_tiles): tile indices by decreasing cost, ties in tile order, and
+ * suffix[0 .. num_tiles]: the cost of by_cost[w ..] at w (written with by_cost, as the
+ * total less what precedes w: no second pass over the tiles).
  * Consecutive tiles of equal cost (the KV heads of a GQA decode request) form a run, and
  * the runs are sorted instead of the tiles (stable, so the order is the same): GQA decode
  * has 8 tiles a run.  LSD radix sort of the keys max - cost (so a stable ascending sort
  * gives that order), in as few passes of as narrow digits as the keys' range needs (trace
  * decode batches: two passes of 6 bits, 64 counters instead of 256 to clear and sum).
- * run_first, tmp: [num_tiles] scratch; key: [num_tiles] scratch. */
+ * run_first, tmp: [num_tiles] scratch; suffix: [num_tiles + 1], the runs' keys first. */
 FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_cost, int32_t *tmp,
-                    int32_t *run_first, int64_t *key) {
-    int64_t max = 0, min = INT64_MAX;
+                    int32_t *run_first, int64_t *suffix) {
+    int64_t max = 0, min = INT64_MAX, total = 0;
     int32_t nr = 0;
     for (int32_t t = 0; t < num_tiles; t++) {
-        if (t == 0 || tiles[t].cost != tiles[t - 1].cost)
+        const int64_t c = tiles[t].cost;
+        total += c;
+        if (t == 0 || c != tiles[t - 1].cost) { /* min and max change only at a run's start */
             run_first[nr++] = t;
-        max = tiles[t].cost > max ? tiles[t].cost : max;
-        min = tiles[t].cost < min ? tiles[t].cost : min;
+            max = c > max ? c : max;
+            min = c < min ? c : min;
+        }
     }
     int bits = 0; /* of the largest key, max - min */
     while (bits < 63 && ((max - min) >> bits) > 0)
         bits++;
     const int passes = (bits + 7) / 8, digit = passes > 0 ? (bits + passes - 1) / passes : 0;
     const int64_t mask = ((int64_t)1 << digit) - 1;
+    int64_t *key = suffix; /* [nr], free again once the runs are sorted */
     /* Sort run indices; the result must end in tmp, as by_cost is written from it. */
     int32_t *src = tmp, *dst = by_cost;
     for (int32_t r = 0; r < nr; r++) {
@@ -77,11 +83,17 @@ FI_PD_STATIC void pk_sort(const fi_tile *tiles, int32_t num_tiles, int32_t *by_c
     if (src != tmp)
         fi_copy_bytes(tmp, src, sizeof(int32_t) * (size_t)nr);
     int32_t n = 0;
+    int64_t left = total; /* the cost of by_cost[n ..] */
     for (int32_t i = 0; i < nr; i++) {
         const int32_t r = tmp[i], end = r + 1 < nr ? run_first[r + 1] : num_tiles;
-        for (int32_t t = run_first[r]; t < end; t++)
-            by_cost[n++] = t;
+        const int64_t c = tiles[run_first[r]].cost;
+        for (int32_t t = run_first[r]; t < end; t++) {
+            by_cost[n] = t;
+            suffix[n++] = left;
+            left -= c;
+        }
     }
+    suffix[num_tiles] = 0;
 }
 
 /* Open CTAs by load, for best fit in O(1) amortised: PK_NB buckets of width T / PK_NB
@@ -446,7 +458,7 @@ FI_PD_STATIC int32_t pk_groups(const fi_tile *tiles, int32_t num_tiles, fi_pack_
 
 /* Lay out the packing in s->pieces[0 .. np) as a plan, all but its items: s->sorted (the
  * pieces in item order), s->work_indptr, s->cta_cost, s->finish (each item's end in the
- * model), s->groups (split tiles in tile order), s->order (each group's pieces from its
+ * model; only with split pieces), s->groups (split tiles in tile order), s->order (each group's pieces from its
  * first_slot on, as item indices, in KV order) and *res.  The items are written only for
  * the packing that is kept (pk_items).  Returns 0 if it does not fit the layout's group /
  * slot bounds (nothing laid out), 1 on success. */
@@ -456,10 +468,13 @@ FI_PD_STATIC int pk_layout(const fi_tile *tiles, int32_t num_tiles, const fi_lay
     const fi_pack_piece *pc = s->pieces;
     fi_pack_piece *it = s->sorted;
     int32_t *start = s->cta_start; /* [n + 1] */
+    int64_t *cost = s->cta_cost;
     int32_t ns = 0;
     fi_zero_bytes(start, sizeof(int32_t) * (size_t)(n + 1));
+    fi_zero_bytes(cost, sizeof(int64_t) * (size_t)n);
     for (int32_t i = 0; i < np; i++) {
         start[pc[i].bin + 1]++;
+        cost[pc[i].bin] += pc[i].cost;
         ns += pc[i].split;
     }
     /* Split pieces are also held to max_groups, a stricter bound than groups (a group has
@@ -482,18 +497,20 @@ FI_PD_STATIC int pk_layout(const fi_tile *tiles, int32_t num_tiles, const fi_lay
         }
         it[j] = pc[i];
     }
-    /* CTA costs and each item's end: a running sum per CTA. */
     int64_t total = 0, mx = 0;
     for (int32_t b = 0; b < n; b++) {
-        int64_t t = 0;
-        for (int32_t i = s->work_indptr[b]; i < s->work_indptr[b + 1]; i++) {
-            t += it[i].cost;
-            s->finish[i] = t;
-        }
-        s->cta_cost[b] = t;
-        total += t;
-        mx = t > mx ? t : mx;
+        total += cost[b];
+        mx = cost[b] > mx ? cost[b] : mx;
     }
+    /* Each item's end (a running sum per CTA): only the model of merge groups reads it. */
+    if (ns > 0)
+        for (int32_t b = 0; b < n; b++) {
+            int64_t t = 0;
+            for (int32_t i = s->work_indptr[b]; i < s->work_indptr[b + 1]; i++) {
+                t += it[i].cost;
+                s->finish[i] = t;
+            }
+        }
     const int32_t ng = ns > 0 ? pk_groups(tiles, num_tiles, s, np) : 0;
     *res = (fi_partition_result){np, ng, ns, T, total, mx};
     return 1;
@@ -574,9 +591,6 @@ FI_PD int64_t fi_partition_pack(const fi_variant *v, const fi_tile *tiles, int32
     const int32_t n = l->num_ctas;
     const pk_rules rules = {fi_split_grain_of(v), fi_variant_piece_charge(v)};
     pk_sort(tiles, num_tiles, s->by_cost, s->order, s->tile_group, s->suffix);
-    s->suffix[num_tiles] = 0;
-    for (int32_t i = num_tiles - 1; i >= 0; i--)
-        s->suffix[i] = s->suffix[i + 1] + tiles[s->by_cost[i]].cost;
     /* Smallest packing cap, to within cap_lo / 64: gallop up from cap_lo + cap_lo / 32 in
      * steps of cap_lo / 32, doubling, then bisect (pk_bisect; trace decode batches: 2-3
      * packings). */
