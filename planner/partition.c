@@ -316,17 +316,20 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_trial_body(fi_split_grain sg, const fi_til
                                                  const int64_t *prefix, int32_t num_tiles,
                                                  int32_t n, int64_t cap, int64_t *est,
                                                  const int record, cap_rec *rec) {
-    const int64_t total = prefix[num_tiles];
     int64_t *const rcost = record ? rec->cost : NULL, *const rhead = record ? rec->head : NULL;
     int32_t i = 0;
     int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
     int64_t g = 0, max = 0;
-    int64_t room = (int64_t)n * cap; /* what CTAs c .. n - 1 can hold */
+    /* total - (n - c) * cap: below it, the cost left (total - g) is more than CTAs c .. n - 1
+     * can hold.  One live value for the total and that room, so that the loop's state
+     * stays in registers (with both, GCC kept pos, on the path from one CTA to the next, on
+     * the stack). */
+    int64_t need = prefix[num_tiles] - (int64_t)n * cap;
     if (record) {
         rec->cap = cap;
         rec->ctas = n;
     }
-    for (int32_t c = 0; c < n; c++, room -= cap) {
+    for (int32_t c = 0; c < n; c++, need += cap) {
         if (i == num_tiles) {
             if (record)
                 rec->ctas = c;
@@ -334,7 +337,8 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_trial_body(fi_split_grain sg, const fi_til
         }
         /* Cost still to place (cuts only add): more than the remaining CTAs can hold means
          * no fit. */
-        if (total - g > room) {
+        if (g < need) {
+            const int64_t total = prefix[num_tiles], room = total - need;
             /* Guess of the cap that fits: CTAs 0 .. c-1 held `waste` less tile cost
              * than c caps (room left unused, cut overhead); assume the rest lose as much
              * per CTA and spread the shortfall over all n. */
@@ -377,7 +381,7 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_trial_body(fi_split_grain sg, const fi_til
     }
     if (i == num_tiles)
         return max;
-    *est = cap + (total - g + n - 1) / n;
+    *est = cap + (prefix[num_tiles] - g + n - 1) / n;
     return -1;
 }
 
