@@ -318,12 +318,9 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_trial_body(fi_split_grain sg, const fi_til
                                                  const int record, cap_rec *rec) {
     int64_t *const rcost = record ? rec->cost : NULL, *const rhead = record ? rec->head : NULL;
     int32_t i = 0;
-    int32_t pos = num_tiles > 0 ? tiles[0].kv_begin : 0;
     int64_t g = 0, max = 0;
     /* total - (n - c) * cap: below it, the cost left (total - g) is more than CTAs c .. n - 1
-     * can hold.  One live value for the total and that room, so that the loop's state
-     * stays in registers (with both, GCC kept pos, on the path from one CTA to the next, on
-     * the stack). */
+     * can hold (one live value for both). */
     int64_t need = prefix[num_tiles] - (int64_t)n * cap;
     if (record) {
         rec->cap = cap;
@@ -364,13 +361,14 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_trial_body(fi_split_grain sg, const fi_til
                 return used > max ? used : max;
             }
             i = a;
-            pos = tiles[i].kv_begin;
             g = prefix[i];
         }
+        /* The KV position, from g (g - pos is constant inside a tile): not a value carried
+         * from one CTA to the next, which GCC kept on the stack, on the path from a CTA's
+         * cut to the next one's. */
+        const int32_t pos = (int32_t)(g - prefix[i]) + tiles[i].kv_begin;
         const int64_t cut = cap_end(sg, &tiles[i], pos, &g, &rem);
-        if (cut >= 0) {
-            pos = (int32_t)cut;
-        } else if (!took) {
+        if (cut < 0 && !took) {
             *est = 0; /* an empty CTA: every later one would end empty too; no guess */
             return -1;
         }
