@@ -498,7 +498,13 @@ FI_PD_STATIC int64_t cap_model(const fi_variant *v, cap_rec *r, int32_t num_tile
         cost[c] >>= 1;
         extra[c] = 0;
         if (gc0 >= 0 && r->head[c] <= r->cap) { /* CTA c began with the group's last piece */
-            walk_group_charges(v, cost, extra, gc0, c, r->head[c]);
+            if (gc0 == c - 1) { /* two pieces (most groups): walk_group_charges without loops */
+                const int first_last = cost[c - 1] >= r->head[c];
+                extra[c - 1] += first_last ? v->cost_merge : v->cost_arrive;
+                extra[c] += first_last ? v->cost_arrive : v->cost_merge;
+            } else {
+                walk_group_charges(v, cost, extra, gc0, c, r->head[c]);
+            }
             gc0 = -1;
         }
         if (cut) {
