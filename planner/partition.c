@@ -287,12 +287,12 @@ FI_PD_STATIC FI_PD_INLINE int64_t cap_end(fi_split_grain sg, const fi_tile *t, i
 }
 
 /* A trial's walk as cap_model needs it, so that the walk the search ends on needs no second
- * dry walk for its model (GQA decode at 32 requests: ~13k instructions an update, a fifth
- * of the walk's cost there).  Per CTA c < ctas: cost[c] = 2 x its cost, + 1 if it ends
- * with a cut (cap_model decodes it in place), and head[c]: the cost of the rest of the
- * tile it starts in, which it took whole iff head[c] <= cap (the trial's cap).  Two stores
- * a CTA and no branch: the trials that record are most of a packed batch's walk.  cost,
- * head: [num_ctas]. */
+ * dry walk for its model (GQA decode at 32 requests: ~10k instructions, ~12% of an
+ * update's time on the 2-core EPYC VM, docs/perf-log.md).  Per CTA c < ctas: cost[c] =
+ * 2 x its cost, + 1 if it ends with a cut (cap_model decodes it in place), and head[c]:
+ * the cost of the rest of the tile it starts in, which it took whole iff head[c] <= cap
+ * (the trial's cap).  Two stores a CTA and no branch: the trials that record are most of a
+ * packed batch's walk.  cost, head: [num_ctas]. */
 typedef struct cap_rec {
     int64_t *cost, *head;
     int64_t cap;
