@@ -694,9 +694,10 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
     /* Packing needs only the walk's cap and model, and replaces the walk's plan on most
      * batches it is tried on, so the walk's plan is written after packing, if it stands
      * (cap_model; GQA decode at 32 requests: 256 items not written).  The test hook that
-     * checks the model reads the walk's written plan. */
+     * checks the models writes the walk anyway and compares the recorded model (rm) with
+     * fi_model_max of the written plan. */
     int64_t wm = -1;
-    int deferred = packing && cap >= 0 && !fi_partition_test_check_model;
+    int deferred = packing && cap >= 0;
     if (deferred && held < 0) { /* the search's records moved on: walk the cap again */
         int64_t unused = 0;
         held = 0;
@@ -704,6 +705,14 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
                              &unused, &rec[0]) >= 0;
     }
     deferred = deferred && (wm = cap_model(v, &rec[held], num_tiles, l, rec[!held].cost)) >= 0;
+#ifndef FI_PLANNER_DEVICE_TU
+    int64_t rm = -1;
+    if (deferred && fi_partition_test_check_model) {
+        rm = wm;
+        wm = -1;
+        deferred = 0;
+    }
+#endif
     if (deferred) {
         res->budget = cap;
     } else {
@@ -716,7 +725,7 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
             const int64_t m = fi_model_max(v, work_indptr, l->num_ctas, items,
                                            res->num_groups, pack->finish, pack->last);
 #ifndef FI_PLANNER_DEVICE_TU
-            fi_partition_test_model_mismatches += wm >= 0 && m != wm;
+            fi_partition_test_model_mismatches += (wm >= 0 && m != wm) + (rm >= 0 && m != rm);
 #endif
             wm = m;
         }

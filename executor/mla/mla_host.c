@@ -33,7 +33,7 @@ static fi_status mla_dtypes(const fi_caps *caps, fi_mla_params *p) {
 
 /* The wgmma body's ckv / kpe tensor maps (mla_params.h): 1 when TMA takes both views.
  * An 8-token box lies inside one page (page_size >= 8, a power of two; the kernel copies
- * by map only groups of 8 tokens that start on a multiple of 8). */
+ * by map only blocks of an item that starts on a multiple of 8 tokens: map_blocks). */
 static int32_t mla_tensor_maps(fi_mla_params *p, const fi_attn_args *a, fi_dtype dt) {
     const fi_tensor *t[2] = {&a->k, &a->k_rope};
     CUtensorMap *m[2] = {&p->tma_ckv, &p->tma_kpe};

@@ -16,10 +16,10 @@
  *    finish this one.  (Blocks of 64 tokens leave room for 2 only: H200, heads 128 B128 x
  *    4096, 622 us, with the tensor pipe 26% busy waiting on refills.)
  *  - Producer warpgroup: a warp a block's 8 tokens.  A 16-bit cache with tensor maps
- *    (page_size >= 8, fi_mla_params.tma_on) goes by TMA where the 8 tokens lie inside the
- *    item from a multiple of 8: 9 boxes (8 rows x one 128-byte panel each) from one lane,
- *    its bytes on the block's "full" mbarrier.  Other tokens (an item's ragged end, page
- *    size 1, no maps) and Q go by 16-byte cp.async (8 lanes a 128-byte row piece; a token's
+ *    (page_size >= 8, fi_mla_params.tma_on) goes by TMA on the blocks wholly inside an
+ *    item that starts on a multiple of 8 tokens (map_blocks): 9 boxes (8 rows x one
+ *    128-byte panel each) from one lane a warp, their bytes on the block's "full" mbarrier.
+ *    Other blocks (an item's ragged end, page size 1, no maps) and Q go by 16-byte cp.async (8 lanes a 128-byte row piece; a token's
  *    page from the page table), each thread's completion arriving on "full"; tokens
  *    outside [kv_begin, kv_end) and Q rows past the tile are zero-filled (P = 0 must not
  *    meet NaN bit patterns).  An fp8 e4m3 cache (KV =
