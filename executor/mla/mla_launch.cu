@@ -20,8 +20,9 @@ extern "C" int fi_mla_launch(const void *params, fi_dtype dtype, int enable_pdl,
 extern "C" int fi_mla_wg_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
     const fi_mla_params &p = *static_cast<const fi_mla_params *>(params);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (p.m.kv_e4m3) /* q of any kind the params name */
-        return (int)fi_mla_wg_launch_e4m3(p, enable_pdl, s);
+    if (p.m.kv_e4m3) /* q fp8: fp8 matmuls; q 16-bit: fp16 ones on the converted cache */
+        return (int)(p.m.q_kind == FI_MLA_Q_E4M3 ? fi_mla_wg8_launch(p, enable_pdl, s)
+                                                 : fi_mla_wg_launch_e4m3(p, enable_pdl, s));
     switch (dtype) {
     case FI_DTYPE_BF16:
         return (int)fi_mla_wg_launch_bf16(p, enable_pdl, s);

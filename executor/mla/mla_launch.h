@@ -13,6 +13,7 @@ cudaError_t fi_mla_launch_e4m3(const fi_mla_params &p, int enable_pdl, cudaStrea
 cudaError_t fi_mla_wg_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wg_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wg_launch_e4m3(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
+cudaError_t fi_mla_wg8_launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 extern "C" {
 #endif
 

@@ -95,22 +95,41 @@ constexpr uint32_t kPSwz = kBlockN == 64 ? 1 : 2, kPSbo = kBlockN == 64 ? 1024 :
 __device__ __forceinline__ uint32_t p_off(int r, int c) { return kBlockN == 64 ? sw128(r, c) : sw64(r, c); }
 constexpr int kTokPerWarp = kBlockN / 4; /* producer warp pw copies tokens pw * this .. */
 
-/* Shared memory: Q | ring blocks 0-3 | barriers | m, rowsum exchange | merge. */
+/* Shared memory: Q | ring blocks 0-3 | WgShared (barriers, m / rowsum exchange, merge). */
 constexpr uint32_t kOffQ = 0;
 constexpr uint32_t kOffRing = kQBytes;
-constexpr uint32_t kOffBar = kOffRing + kStages * kBlockBytes;  /* full[4], empty[4], qfull, qempty */
-constexpr uint32_t kOffM = kOffBar + 128;                       /* [2][64] fp32 block maxima */
-constexpr uint32_t kOffRS = kOffM + 2 * kRows * 4;              /* [2][64] fp32 block row sums */
-constexpr uint32_t kOffFlag = kOffRS + 2 * kRows * 4;           /* merge flags */
-constexpr uint32_t kOffW = kOffFlag + 16;                       /* merge weights */
-constexpr uint32_t kOffRow = kOffW + kSoloMergeRows * 4;        /* merge row stats */
-constexpr size_t kSmemBytes = kOffRow + 2 * kRows * 4;
-static_assert(kSmemBytes <= 232448, "smem");
 
-__device__ __forceinline__ uint32_t bar_full(uint32_t s0, int st) { return s0 + kOffBar + 8 * st; }
-__device__ __forceinline__ uint32_t bar_empty(uint32_t s0, int st) { return s0 + kOffBar + 32 + 8 * st; }
-__device__ __forceinline__ uint32_t bar_qfull(uint32_t s0) { return s0 + kOffBar + 64; }
-__device__ __forceinline__ uint32_t bar_qempty(uint32_t s0) { return s0 + kOffBar + 72; }
+/* What follows the ring in shared memory at byte kBar, in both wgmma bodies: mbarriers
+ * full[4], empty[4], qfull, qempty; the owner's block maxima and row sums [2][64] fp32
+ * each (exchange slot b % 2); the merge's flags, weights and row stats. */
+template <uint32_t kBar> struct WgShared {
+    static constexpr uint32_t kM = kBar + 128, kRS = kM + 2 * kRows * 4;
+    static constexpr uint32_t kFlag = kRS + 2 * kRows * 4, kW = kFlag + 16, kRow = kW + kSoloMergeRows * 4;
+    static constexpr size_t kEnd = kRow + 2 * kRows * 4;
+    static_assert(kEnd <= 232448, "smem");
+    static __device__ __forceinline__ uint32_t full(uint32_t s0, int st) { return s0 + kBar + 8 * st; }
+    static __device__ __forceinline__ uint32_t empty(uint32_t s0, int st) { return s0 + kBar + 32 + 8 * st; }
+    static __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kBar + 64; }
+    static __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kBar + 72; }
+    /* One thread: full counts every producer thread, empty empty_arrivals, qempty one lane
+     * of each consumer warp. */
+    static __device__ __forceinline__ void init(uint32_t s0, uint32_t empty_arrivals) {
+        for (int st = 0; st < kStages; ++st) {
+            mbar_init(full(s0, st), kProducerThreads);
+            mbar_init(empty(s0, st), empty_arrivals);
+        }
+        mbar_init(qfull(s0), kProducerThreads);
+        mbar_init(qempty(s0), 8);
+        mbar_init_fence();
+    }
+};
+using Sh16 = WgShared<kOffRing + kStages * kBlockBytes>;
+constexpr size_t kSmemBytes = Sh16::kEnd;
+
+__device__ __forceinline__ uint32_t bar_full(uint32_t s0, int st) { return Sh16::full(s0, st); }
+__device__ __forceinline__ uint32_t bar_empty(uint32_t s0, int st) { return Sh16::empty(s0, st); }
+__device__ __forceinline__ uint32_t bar_qfull(uint32_t s0) { return Sh16::qfull(s0); }
+__device__ __forceinline__ uint32_t bar_qempty(uint32_t s0) { return Sh16::qempty(s0); }
 
 /* Ring position of the next block (stage, its phase parity) and Q's phase parity; the
  * producer and every consumer thread advance their own copy in the same order. */
@@ -412,11 +431,12 @@ __device__ __forceinline__ void scale_scores(const RunCtx &ctx, const Lane &ln, 
 }
 
 /* The owner's softmax of block b (tokens t0 ..): mask and scale S, the new running max m
- * (in / out), P = exp2(S - m) into the kpe panel of stage st, and m, rowsum(P) into the
- * exchange slot b % 2 for the other warpgroup.  Returns alpha = exp2(m_old - m_new).
- * kPos (scale_log2 > 0, the usual case): the max is taken on raw scores and each P costs
- * one FFMA and one exp2 (FlashAttention-3's form); otherwise S is scaled first. */
-template <typename T, bool kPos>
+ * (in / out), P = 2^Ops::kPLog2 exp2(S - m) written by Ops::put_p into stage st, and m,
+ * rowsum(P) into the exchange slot b % 2 for the other warpgroup.  Returns alpha =
+ * exp2(m_old - m_new).  kPos (scale_log2 > 0, the usual case): the max is taken on raw
+ * scores and each P costs one FFMA and one exp2 (FlashAttention-3's form); otherwise S is
+ * scaled first. */
+template <class Ops, bool kPos>
 __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln, float *S, int t0,
                                               uint32_t keys, const int *lo, const int *hi, float *m,
                                               float *alpha, float *rs, unsigned char *smem, int st,
@@ -431,22 +451,20 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
     const float sl = ctx.scale_log2;
     float mu[2];
     row_max_step<kPos>(mloc, sl, m, alpha, mu, rs);
-    unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
+    const float sub[2] = {mu[0] - (float)Ops::kPLog2, mu[1] - (float)Ops::kPLog2};
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j) {
         auto pe = [&](int e) {
-            const float x = S[4 * j + e], mi = mu[e >> 1];
+            const float x = S[4 * j + e], mi = sub[e >> 1];
             return ex2_ftz(kPos ? fmaf(x, sl, -mi) : x - mi);
         };
         const float p0 = pe(0), p1 = pe(1), p2 = pe(2), p3 = pe(3);
         rs[0] += p0 + p1;
         rs[1] += p2 + p3;
-        const int c = 8 * j + 2 * ln.q4;
-        *reinterpret_cast<uint32_t *>(pp + p_off(ln.r0, c)) = Dt<T>::pack(p0, p1);
-        *reinterpret_cast<uint32_t *>(pp + p_off(ln.r0 + 8, c)) = Dt<T>::pack(p2, p3);
+        Ops::put_p(smem, st, ln.r0, 8 * j + 2 * ln.q4, p0, p1, p2, p3);
     }
-    float *sM = reinterpret_cast<float *>(smem + kOffM) + slot * kRows;
-    float *sRS = reinterpret_cast<float *>(smem + kOffRS) + slot * kRows;
+    float *sM = reinterpret_cast<float *>(smem + Ops::Sh::kM) + slot * kRows;
+    float *sRS = reinterpret_cast<float *>(smem + Ops::Sh::kRS) + slot * kRows;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
@@ -472,6 +490,145 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
                              });
 }
 
+/* One item on both consumer warpgroups (schedule: the header comment), for either wgmma
+ * body: Ops names its shared layout (Sh), its matmuls (scores, pv), where P goes (put_p,
+ * kPLog2; kPOverKpe: P overwrites the block's kpe panel, so every warp's S_b must be done
+ * first), what O and l need before the store (finish) and the store itself. */
+template <class Ops>
+__device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx &ctx,
+                                            const fi_work_item &it, const fi_request_info &rq,
+                                            unsigned char *smem, Cursor &cur) {
+    using Sh = typename Ops::Sh;
+    const uint32_t s0 = smem_u32(smem);
+    const Lane ln = lane_of(threadIdx.x);
+    const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
+    const int nblk = uniform(blocks_of(it));
+    int lo[2], hi[2];
+    row_bounds(ctx, it, rq, M, nh, ln.r0, 8, lo, hi);
+    float O[128], S[kBlockN / 2];
+#pragma unroll
+    for (int i = 0; i < 128; ++i)
+        O[i] = 0.f;
+    wg_pin<128>(O); /* zeroed here, not sunk into the first scores' wgmma stage (C7515) */
+    float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};
+    const Cursor c0 = cur; /* block b: stage (c0.st + b) % 4, parity flipped per lap */
+    auto stage_of = [&](int b) { return (c0.st + b) & (kStages - 1); };
+    auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / kStages) & 1); };
+    mbar_wait(Sh::qfull(s0), cur.qph);
+    bool q_held = true;
+    if (ln.w < nblk) { /* the first own block's scores */
+        mbar_wait(Sh::full(s0, stage_of(ln.w)), parity_of(ln.w));
+        fence_proxy_async();
+        Ops::scores(S, s0, stage_of(ln.w));
+    }
+    /* Commit groups in flight on entering block b: own b, [S_b, P_{b-1} V_{b-1}]; the
+     * other's b, [P_{b-1} V_{b-1}, S_{b+1}].  Every wait retires all of them: ptxas
+     * serialises every wgmma of the kernel when a register read follows a partial wait
+     * it cannot prove covers it (C7514). */
+    for (int b = 0; b < nblk; ++b) {
+        const int st = stage_of(b);
+        float alpha[2];
+        if ((b & 1) == ln.w) {
+            const uint32_t keys = p.m.sparse ? sparse_keys(p, it, rq, it.kv_begin + b * kBlockN, ln.lane) : ~0u;
+            wg_wait<0>(); /* S_b, P_{b-1} V_{b-1} */
+            wg_pin<kBlockN / 2>(S);
+            wg_pin<128>(O);
+            if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
+                mbar_arrive(Sh::qempty(s0));
+            q_held = b + 2 < nblk ? q_held : false;
+            if constexpr (Ops::kPOverKpe)
+                nbar_sync(4 + ln.w, 128); /* every warp's S_b done: kpe may become P_b */
+            float rs[2];
+            if (ctx.scale_log2 > 0.f)
+                softmax_block<Ops, true>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
+            else
+                softmax_block<Ops, false>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
+            fence_proxy_async();
+            nbar_sync(4 + ln.w, 128);  /* P_b whole before this warpgroup reads it */
+            nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                l[i] = l[i] * alpha[i] + rs[i];
+        } else {
+            nbar_sync(2 + (b & 1), 256); /* the owner published P_b, m_b, rowsum */
+            fence_proxy_async();
+            const float *sM = reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows;
+            const float *sRS = reinterpret_cast<const float *>(smem + Sh::kRS) + (b & 1) * kRows;
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float mn = sM[ln.r0 + 8 * i];
+                const float mu = mn == -CUDART_INF_F ? 0.f : mn;
+                alpha[i] = ex2_ftz(m[i] - mu); /* as the owner computed it */
+                m[i] = mn;
+                l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
+            }
+            wg_wait<0>(); /* P_{b-1} V_{b-1} (and S_{b+1}) */
+        }
+        wg_pin<128>(O);
+        if (b > 0) /* this thread is done with block b - 1 */
+            mbar_arrive(Sh::empty(s0, stage_of(b - 1)));
+        /* Rescale only when some row's max moved (warp vote): once a row's max settles,
+         * the 128 multiplies a thread a block are skipped. */
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                O[4 * j + 0] *= alpha[0];
+                O[4 * j + 1] *= alpha[0];
+                O[4 * j + 2] *= alpha[1];
+                O[4 * j + 3] *= alpha[1];
+            }
+        }
+        Ops::pv(O, s0, st, ln.w);
+        /* The next own block's scores, queued now: 4 stages, right after P_b V_b (block
+         * b + 2's stage is b - 2's); 2 stages, after the other's P_b V_b (b + 1's stage
+         * is b - 1's, released just above; block 1's were issued before the loop). */
+        const int nb = kStages >= 4 ? b + 2 : b + 1;
+        if (((b & 1) == ln.w) == (kStages >= 4) && nb < nblk && nb != ln.w) {
+            mbar_wait(Sh::full(s0, stage_of(nb)), parity_of(nb));
+            fence_proxy_async();
+            Ops::scores(S, s0, stage_of(nb));
+        }
+    }
+    wg_wait<0>();
+    wg_pin<128>(O);
+    if (nblk > 0)
+        mbar_arrive(Sh::empty(s0, stage_of(nblk - 1)));
+    if (q_held && ln.lane == 0)
+        mbar_arrive(Sh::qempty(s0));
+    for (int b = 0; b < nblk; ++b)
+        cur.next();
+    cur.qph ^= 1u;
+    Ops::finish(O, l);
+    Ops::store(p, ctx, it, rq, nh, M, ln, O, m, l);
+    if (it.out_slot < 0)
+        return false;
+    return Ops::Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + Sh::kFlag),
+                              reinterpret_cast<float *>(smem + Sh::kW), reinterpret_cast<float *>(smem + Sh::kRow));
+}
+
+/* The 16-bit body's pieces for wg_run_item: T the matmul element, TO the output's. */
+template <typename T, typename TO> struct Ops16 {
+    using Sh = Sh16;
+    using Merge = SplitMerge<kDv, kRows, TO, kThreads, false>; /* all merges after the items */
+    static constexpr int kPLog2 = 0;
+    static constexpr bool kPOverKpe = true;
+    static __device__ __forceinline__ void scores(float *S, uint32_t s0, int st) { issue_scores<T>(S, s0, st); }
+    static __device__ __forceinline__ void pv(float *O, uint32_t s0, int st, int w) { issue_pv<T>(O, s0, st, w); }
+    /* P_b [64][kBlockN] into the block's kpe panel: (r0, c .. c + 1) and (r0 + 8, ..). */
+    static __device__ __forceinline__ void put_p(unsigned char *smem, int st, int r0, int c, float p0,
+                                                 float p1, float p2, float p3) {
+        unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
+        *reinterpret_cast<uint32_t *>(pp + p_off(r0, c)) = Dt<T>::pack(p0, p1);
+        *reinterpret_cast<uint32_t *>(pp + p_off(r0 + 8, c)) = Dt<T>::pack(p2, p3);
+    }
+    static __device__ __forceinline__ void finish(float *, float *) {}
+    static __device__ __forceinline__ void store(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
+                                                 const fi_request_info &rq, int nh, int M, const Lane &ln,
+                                                 const float *O, const float *m, const float *l) {
+        store_rows<TO>(p, ctx, it, rq, nh, M, ln, O, m, l);
+    }
+};
+
 /* The family: T the matmul element (bf16 / fp16), KV the cache's (T, or fp8 e4m3 with
  * T = fp16: converted by the producer; q then any of fp16 / e4m3 / bf16, out bf16). */
 template <typename T, typename KV = T> struct MlaWgFamily {
@@ -479,7 +636,7 @@ template <typename T, typename KV = T> struct MlaWgFamily {
     static_assert(!kFp8 || std::is_same<T, __half>::value, "an fp8 cache runs fp16 matmuls");
     using TO = typename std::conditional<kFp8, __nv_bfloat16, T>::type; /* output element */
     using Params = fi_mla_params;
-    using Merge = SplitMerge<kDv, kRows, TO, kThreads, false>; /* all merges after the items */
+    using Merge = typename Ops16<T, TO>::Merge;
     static constexpr int kThreads = fimlawg::kThreads;
     static constexpr int kProducerWarps = fimlawg::kProducerWarps;
     static constexpr int kConsumerRegs = fimlawg::kConsumerRegs<kFp8>;
@@ -494,15 +651,8 @@ template <typename T, typename KV = T> struct MlaWgFamily {
 
     static __device__ __forceinline__ State setup(unsigned char *smem) {
         const uint32_t s0 = smem_u32(smem);
-        if (threadIdx.x == 0) {
-            for (int st = 0; st < kStages; ++st) {
-                mbar_init(bar_full(s0, st), kProducerThreads); /* every producer thread */
-                mbar_init(bar_empty(s0, st), kEmptyArrivals);
-            }
-            mbar_init(bar_qfull(s0), kProducerThreads);
-            mbar_init(bar_qempty(s0), 8);
-            mbar_init_fence();
-        }
+        if (threadIdx.x == 0)
+            Sh16::init(s0, kEmptyArrivals);
         return Cursor{0, 0u, 0u};
     }
 
@@ -553,109 +703,7 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                                     const fi_request_info &rq, unsigned char *smem, bool first,
                                     State &cur) {
         (void)first;
-        const uint32_t s0 = smem_u32(smem);
-        const Lane ln = lane_of(threadIdx.x);
-        const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
-        const int nblk = uniform(blocks_of(it));
-        int lo[2], hi[2];
-        row_bounds(ctx, it, rq, M, nh, ln.r0, 8, lo, hi);
-        float O[128], S[kBlockN / 2];
-#pragma unroll
-        for (int i = 0; i < 128; ++i)
-            O[i] = 0.f;
-        wg_pin<128>(O); /* zeroed here, not sunk into the first scores' wgmma stage (C7515) */
-        float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.f, 0.f};
-        const Cursor c0 = cur; /* block b: stage (c0.st + b) % 4, parity flipped per lap */
-        auto stage_of = [&](int b) { return (c0.st + b) & (kStages - 1); };
-        auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / kStages) & 1); };
-        mbar_wait(bar_qfull(s0), cur.qph);
-        bool q_held = true;
-        if (ln.w < nblk) { /* the first own block's scores */
-            mbar_wait(bar_full(s0, stage_of(ln.w)), parity_of(ln.w));
-            fence_proxy_async();
-            issue_scores<T>(S, s0, stage_of(ln.w));
-        }
-        /* Commit groups in flight on entering block b: own b, [S_b, P_{b-1} V_{b-1}]; the
-         * other's b, [P_{b-1} V_{b-1}, S_{b+1}].  Every wait retires all of them: ptxas
-         * serialises every wgmma of the kernel when a register read follows a partial wait
-         * it cannot prove covers it (C7514). */
-        for (int b = 0; b < nblk; ++b) {
-            const int st = stage_of(b);
-            float alpha[2];
-            if ((b & 1) == ln.w) {
-                const uint32_t keys = p.m.sparse ? sparse_keys(p, it, rq, it.kv_begin + b * kBlockN, ln.lane) : ~0u;
-                wg_wait<0>(); /* S_b, P_{b-1} V_{b-1} */
-                wg_pin<kBlockN / 2>(S);
-                wg_pin<128>(O);
-                if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
-                    mbar_arrive(bar_qempty(s0));
-                q_held = b + 2 < nblk ? q_held : false;
-                nbar_sync(4 + ln.w, 128); /* every warp's S_b done: kpe may become P_b */
-                float rs[2];
-                if (ctx.scale_log2 > 0.f)
-                    softmax_block<T, true>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
-                else
-                    softmax_block<T, false>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
-                fence_proxy_async();
-                nbar_sync(4 + ln.w, 128);  /* P_b whole before this warpgroup reads it */
-                nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-                    l[i] = l[i] * alpha[i] + rs[i];
-            } else {
-                nbar_sync(2 + (b & 1), 256); /* the owner published P_b, m_b, rowsum */
-                fence_proxy_async();
-                const float *sM = reinterpret_cast<const float *>(smem + kOffM) + (b & 1) * kRows;
-                const float *sRS = reinterpret_cast<const float *>(smem + kOffRS) + (b & 1) * kRows;
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const float mn = sM[ln.r0 + 8 * i];
-                    const float mu = mn == -CUDART_INF_F ? 0.f : mn;
-                    alpha[i] = ex2_ftz(m[i] - mu); /* as the owner computed it */
-                    m[i] = mn;
-                    l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
-                }
-                wg_wait<0>(); /* P_{b-1} V_{b-1} (and S_{b+1}) */
-            }
-            wg_pin<128>(O);
-            if (b > 0) /* this thread is done with block b - 1 */
-                mbar_arrive(bar_empty(s0, stage_of(b - 1)));
-            /* Rescale only when some row's max moved (warp vote): once a row's max settles,
-             * the 128 multiplies a thread a block are skipped. */
-            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-                for (int j = 0; j < 32; ++j) {
-                    O[4 * j + 0] *= alpha[0];
-                    O[4 * j + 1] *= alpha[0];
-                    O[4 * j + 2] *= alpha[1];
-                    O[4 * j + 3] *= alpha[1];
-                }
-            }
-            issue_pv<T>(O, s0, st, ln.w);
-            /* The next own block's scores, queued now: 4 stages, right after P_b V_b (block
-             * b + 2's stage is b - 2's); 2 stages, after the other's P_b V_b (b + 1's stage
-             * is b - 1's, released just above; block 1's were issued before the loop). */
-            const int nb = kStages >= 4 ? b + 2 : b + 1;
-            if (((b & 1) == ln.w) == (kStages >= 4) && nb < nblk && nb != ln.w) {
-                mbar_wait(bar_full(s0, stage_of(nb)), parity_of(nb));
-                fence_proxy_async();
-                issue_scores<T>(S, s0, stage_of(nb));
-            }
-        }
-        wg_wait<0>();
-        wg_pin<128>(O);
-        if (nblk > 0)
-            mbar_arrive(bar_empty(s0, stage_of(nblk - 1)));
-        if (q_held && ln.lane == 0)
-            mbar_arrive(bar_qempty(s0));
-        for (int b = 0; b < nblk; ++b)
-            cur.next();
-        cur.qph ^= 1u;
-        store_rows<TO>(p, ctx, it, rq, nh, M, ln, O, m, l);
-        if (it.out_slot < 0)
-            return false;
-        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + kOffFlag),
-                             reinterpret_cast<float *>(smem + kOffW), reinterpret_cast<float *>(smem + kOffRow));
+        return wg_run_item<Ops16<T, TO>>(p, ctx, it, rq, smem, cur);
     }
 };
 

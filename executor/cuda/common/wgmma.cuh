@@ -60,6 +60,22 @@ __device__ __forceinline__ uint32_t sw64(int r, int c) {
     return (uint32_t)(r * 64 + ((((c >> 3) ^ (r >> 1)) & 3) << 4) + (c & 7) * 2);
 }
 
+/* ... of a [rows][32 B] panel in the 32-byte swizzle (8-row atoms of 256 B, 16-byte chunk h
+ * of row r at h ^ ((r / 4) % 2)), for 8-bit operands of one k32 step; b: the byte in the
+ * row (0..31).  SBO 256. */
+__device__ __forceinline__ uint32_t sw32_8(int r, int b) {
+    return (uint32_t)(r * 32 + ((((b >> 4) ^ (r >> 2)) & 1) << 4) + (b & 15));
+}
+/* ... of a [rows][128 B] panel of 8-bit elements in the 128-byte swizzle (as sw128 with a
+ * byte column b). */
+__device__ __forceinline__ uint32_t sw128_8(int r, int b) {
+    return (uint32_t)(r * 128 + ((((b >> 4) ^ r) & 7) << 4) + (b & 15));
+}
+/* ... of a [rows][64 B] panel of 8-bit elements in the 64-byte swizzle (as sw64). */
+__device__ __forceinline__ uint32_t sw64_8(int r, int b) {
+    return (uint32_t)(r * 64 + ((((b >> 4) ^ (r >> 1)) & 3) << 4) + (b & 15));
+}
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void wg_wait() {
@@ -139,8 +155,6 @@ template <int N, typename T> struct Wgmma;
 #define FI_WG_OPS_32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 FI_WGMMA(32, __nv_bfloat16, "bf16", 16, 17, 18, 19, 20, 21, 22)
 FI_WGMMA(32, __half, "f16", 16, 17, 18, 19, 20, 21, 22)
-#undef FI_WG_REGS_32
-#undef FI_WG_OPS_32
 
 #define FI_WG_REGS_64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FI_WG_OPS_64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
@@ -160,9 +174,30 @@ FI_WGMMA(128, __half, "f16", 64, 65, 66, 67, 68, 69, 70)
 #define FI_WG_OPS_256 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 FI_WGMMA(256, __nv_bfloat16, "bf16", 128, 129, 130, 131, 132, 133, 134)
 FI_WGMMA(256, __half, "f16", 128, 129, 130, 131, 132, 133, 134)
-#undef FI_WG_REGS_256
-#undef FI_WG_OPS_256
 
 #undef FI_WGMMA
+
+/* fp8 e4m3 x e4m3 -> fp32, m64nNk32, A and B from shared memory, both K-major (fp8 wgmma
+ * has no transpose: an MN-major operand must be transposed in shared memory first); the
+ * accumulator layout is Wgmma's. */
+template <int N> struct Wgmma8;
+#define FI_WGMMA8(N, R0, R1, R2)                                                            \
+    template <> struct Wgmma8<N> {                                                          \
+        static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b,         \
+                                                  int accumulate) {                         \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #R2 ", 0;\n"                 \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 "        \
+                         FI_WG_REGS_##N ", %" #R0 ", %" #R1 ", p, 1, 1;\n}\n"              \
+                         : FI_WG_OPS_##N                                                    \
+                         : "l"(a), "l"(b), "r"(accumulate));                                \
+        }                                                                                   \
+    };
+FI_WGMMA8(32, 16, 17, 18)
+FI_WGMMA8(256, 128, 129, 130)
+#undef FI_WGMMA8
+#undef FI_WG_REGS_32
+#undef FI_WG_OPS_32
+#undef FI_WG_REGS_256
+#undef FI_WG_OPS_256
 
 }  // namespace fi
