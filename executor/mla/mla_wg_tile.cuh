@@ -3,6 +3,8 @@
  * of 64 rows (heads x q_len >= 64: heads 64 and 128, heads 32 with MTP): one work item of
  * up to 64 rows over a KV range, S = Q K^T and O += P V on the warpgroup tensor-core path.
  * The persistent loop, the split merge and the launch are the shared ones (executor/cuda/).
+ * The consumers' item loop (wg_run_item) is shared with the fp8 body (mla_wg8_tile.cuh)
+ * through an Ops policy: shared layout, matmuls, where P goes, epilogue (Ops16 here).
  *
  * What it computes: as mla_tile.cuh (fiattn_run.h): s_j = bmm1_scale * (q_nope . ckv_j +
  * q_pe . kpe_j), out = bmm2_scale * softmax(s) . ckv, mask rule of plan/mask.h, sinks in

@@ -13,6 +13,8 @@
  *  - MN-major (B = V for O += P V, the transpose bit set): the same bytes read with the
  *    64-element rows along N; LBO = the stride between 64-wide N panels, SBO = 1024 (next 8
  *    K rows); a k16 step advances the start by 2048 B.
+ * 8-bit operands (Wgmma8, e4m3, k32 steps of 32 bytes) use the same K-major layouts by bytes:
+ * sw128_8 / sw64_8, and sw32_8 for 32-byte rows (32-byte swizzle, layout field 3, SBO 256).
  * Every atom starts on a 1024-byte boundary (base offset 0).
  */
 #pragma once
