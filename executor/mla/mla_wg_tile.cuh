@@ -128,11 +128,6 @@ template <uint32_t kBar> struct WgShared {
 using Sh16 = WgShared<kOffRing + kStages * kBlockBytes>;
 constexpr size_t kSmemBytes = Sh16::kEnd;
 
-__device__ __forceinline__ uint32_t bar_full(uint32_t s0, int st) { return Sh16::full(s0, st); }
-__device__ __forceinline__ uint32_t bar_empty(uint32_t s0, int st) { return Sh16::empty(s0, st); }
-__device__ __forceinline__ uint32_t bar_qfull(uint32_t s0) { return Sh16::qfull(s0); }
-__device__ __forceinline__ uint32_t bar_qempty(uint32_t s0) { return Sh16::qempty(s0); }
-
 /* Ring position of the next block (stage, its phase parity) and Q's phase parity; the
  * producer and every consumer thread advance their own copy in the same order. */
 struct Cursor {
@@ -293,10 +288,10 @@ __device__ __forceinline__ void produce_blocks_e4m3(const fi_mla_params &p, cons
     if (nblk == 0)
         return;
     auto put = [&](const uint4 *v) {
-        mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
+        mbar_wait(Sh16::empty(s0, cur.st), cur.ph ^ 1u);
         store_block_e4m3(s0, cur.st, pt, v);
         fence_proxy_async(); /* ordinary stores, read by wgmma */
-        mbar_arrive(bar_full(s0, cur.st));
+        mbar_arrive(Sh16::full(s0, cur.st));
         cur.next();
     };
     uint4 va[kE4m3PerLane], vb[kE4m3PerLane];
@@ -665,14 +660,14 @@ template <typename T, typename KV = T> struct MlaWgFamily {
         const int pt = (int)threadIdx.x - kThreads;
         Cursor cur{0, 0u, 0u};
         for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
-            mbar_wait(bar_qempty(s0), cur.qph ^ 1u);
+            mbar_wait(Sh16::qempty(s0), cur.qph ^ 1u);
             if constexpr (kFp8) {
                 produce_q_f16(p, it, rq, s0, pt);
                 fence_proxy_async(); /* ordinary stores, read by wgmma */
-                mbar_arrive(bar_qfull(s0));
+                mbar_arrive(Sh16::qfull(s0));
             } else {
                 produce_q<T>(p, it, rq, s0, pt);
-                cp_async_mbar_arrive(bar_qfull(s0));
+                cp_async_mbar_arrive(Sh16::qfull(s0));
             }
             cur.qph ^= 1u;
             const int nblk = blocks_of(it);
@@ -683,8 +678,8 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                 for (int b = 0; b < nblk; ++b) {
                     /* the next block's pages travel while this one waits for its slot */
                     const int32_t pn = b + 1 < nblk ? block_page(p, it, rq, b + 1, pt) : 0;
-                    mbar_wait(bar_empty(s0, cur.st), cur.ph ^ 1u);
-                    const uint32_t full = bar_full(s0, cur.st);
+                    mbar_wait(Sh16::empty(s0, cur.st), cur.ph ^ 1u);
+                    const uint32_t full = Sh16::full(s0, cur.st);
                     if (b < map_blocks(p, it)) { /* warp-uniform; every producer thread arrives either way */
                         if ((pt & 31) == 0)
                             map_block(p, it, s0, cur.st, b, pt >> 5, pg, full);

@@ -52,31 +52,27 @@ __device__ __forceinline__ WgDesc wg_desc_base(uint32_t addr, uint32_t lbo, uint
     return WgDesc{(uint32_t)d, (uint32_t)(d >> 32)};
 }
 
-/* Byte offset of element (r, c) of a [rows][64] 16-bit panel in the 128-byte swizzle. */
-__device__ __forceinline__ uint32_t sw128(int r, int c) {
-    return (uint32_t)(r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2);
-}
-/* ... of a [rows][32] 16-bit panel in the 64-byte swizzle (8-row atoms of 512 B, chunk c
- * of row r at c ^ ((r / 2) % 4)); SBO 512. */
-__device__ __forceinline__ uint32_t sw64(int r, int c) {
-    return (uint32_t)(r * 64 + ((((c >> 3) ^ (r >> 1)) & 3) << 4) + (c & 7) * 2);
-}
 
+/* Byte offset of byte b of row r of a [rows][128 B] panel in the 128-byte swizzle (the
+ * 16-byte chunk b / 16 of row r at chunk (b / 16) ^ (r % 8)). */
+__device__ __forceinline__ uint32_t sw128_8(int r, int b) {
+    return (uint32_t)(r * 128 + ((((b >> 4) ^ r) & 7) << 4) + (b & 15));
+}
+/* ... of a [rows][64 B] panel in the 64-byte swizzle (8-row atoms of 512 B, chunk b / 16
+ * of row r at (b / 16) ^ ((r / 2) % 4)); SBO 512. */
+__device__ __forceinline__ uint32_t sw64_8(int r, int b) {
+    return (uint32_t)(r * 64 + ((((b >> 4) ^ (r >> 1)) & 3) << 4) + (b & 15));
+}
 /* ... of a [rows][32 B] panel in the 32-byte swizzle (8-row atoms of 256 B, 16-byte chunk h
  * of row r at h ^ ((r / 4) % 2)), for 8-bit operands of one k32 step; b: the byte in the
  * row (0..31).  SBO 256. */
 __device__ __forceinline__ uint32_t sw32_8(int r, int b) {
     return (uint32_t)(r * 32 + ((((b >> 4) ^ (r >> 2)) & 1) << 4) + (b & 15));
 }
-/* ... of a [rows][128 B] panel of 8-bit elements in the 128-byte swizzle (as sw128 with a
- * byte column b). */
-__device__ __forceinline__ uint32_t sw128_8(int r, int b) {
-    return (uint32_t)(r * 128 + ((((b >> 4) ^ r) & 7) << 4) + (b & 15));
-}
-/* ... of a [rows][64 B] panel of 8-bit elements in the 64-byte swizzle (as sw64). */
-__device__ __forceinline__ uint32_t sw64_8(int r, int b) {
-    return (uint32_t)(r * 64 + ((((b >> 4) ^ (r >> 1)) & 3) << 4) + (b & 15));
-}
+/* Element (r, c) of a [rows][64] 16-bit panel in the 128-byte swizzle, and of a [rows][32]
+ * 16-bit panel in the 64-byte swizzle: the bytes of column c. */
+__device__ __forceinline__ uint32_t sw128(int r, int c) { return sw128_8(r, 2 * c); }
+__device__ __forceinline__ uint32_t sw64(int r, int c) { return sw64_8(r, 2 * c); }
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
