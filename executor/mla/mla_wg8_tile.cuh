@@ -233,18 +233,39 @@ __device__ __forceinline__ void put_p(unsigned char *smem, int st, int r0, int c
     *reinterpret_cast<uint16_t *>(pp + kPBytes + sw32_8(r0 + 8, c)) = e4m3x2(p2 - q1.x, p3 - q1.y);
 }
 
-/* The thread's rows of its 256 columns in natural dim order (store_acc_rows_by; warpgroup
- * 0 writes the lse): O[4 jj + 2 i + e] is accumulator column n = 256 w + 8 jj + 2 q4 + e,
- * which holds dim 128 (n / 128) + 4 (n % 32) + (n / 32) % 4 (V^T's row order, header);
- * for jj = 16 h + 4 k + a (k = 0..3) those are the consecutive dims 128 (2 w + h) + 32 a
- * + 8 q4 + 4 e + k: partials as fp32 quads, outputs as bf16 pairs. */
+/* The thread's rows of its 256 columns in natural dim order: O[4 jj + 2 i + e] is
+ * accumulator column n = 256 w + 8 jj + 2 q4 + e, which holds dim 128 (n / 128) + 4 (n %
+ * 32) + (n / 32) % 4 (V^T's row order, header); for jj = 16 h + 4 k + a (k = 0..3) those
+ * are the consecutive dims 128 (2 w + h) + 32 a + 8 q4 + 4 e + k.  Partials (a split item)
+ * as fp32 quads, outputs as bf16 pairs; the rows and the lse as store_acc_rows (run_ctx.cuh)
+ * handles them, written out here: built on store_acc_rows' row loop through a callback,
+ * this kernel spilled 16-20 bytes at its setmaxnreg 88 / 200. */
 __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
                                            int nh, int M, const Lane &ln, const float *O,
                                            const float *m, const float *l) {
-    __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(p.c.out);
-    store_acc_rows_by<kDv>(p.c, ctx, it, rq, nh, M, ln.r0, ln.w == 0 && ln.q4 == 0, m, l,
-                           [&](auto split, int i, float f, float *partial, int64_t off) {
+    const fi_exec_common &c = p.c;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = ln.r0 + 8 * i;
+        if (r >= M)
+            continue;
+        const float lse_keys = row_lse_keys(m[i], l[i]);
+        const bool split = it.out_slot >= 0;
+        float f;
+        int64_t off;
+        if (split) {
+            f = l[i] == 0.f ? 0.f : 1.f / l[i];
+            off = ((int64_t)it.out_slot * c.tile_rows + r) * kDv;
+            if (ln.w == 0 && ln.q4 == 0)
+                __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
+        } else {
+            const OutRow o = out_row(c, ctx, it, rq, nh, r, lse_keys, l[i]);
+            f = o.f;
+            off = o.tok * c.out_stride_tok + o.h * c.out_stride_head;
+            if (c.lse && ln.w == 0 && ln.q4 == 0)
+                c.lse[o.tok * c.lse_stride_tok + o.h * c.lse_stride_head] = o.lse;
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -256,14 +277,15 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
 #pragma unroll
                     for (int k = 0; k < 4; ++k)
                         v[k] = O[4 * (16 * h + 4 * k + a) + 2 * i + e] * f;
-                    if constexpr (decltype(split)::value) {
-                        __stcg(reinterpret_cast<float4 *>(partial + d), make_float4(v[0], v[1], v[2], v[3]));
+                    if (split) {
+                        __stcg(reinterpret_cast<float4 *>(c.partial_o + off + d), make_float4(v[0], v[1], v[2], v[3]));
                     } else {
-                        *reinterpret_cast<uint32_t *>(out + off + d) = Dt<__nv_bfloat16>::pack(v[0], v[1]);
-                        *reinterpret_cast<uint32_t *>(out + off + d + 2) = Dt<__nv_bfloat16>::pack(v[2], v[3]);
+                        __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(c.out) + off + d;
+                        *reinterpret_cast<uint32_t *>(out) = Dt<__nv_bfloat16>::pack(v[0], v[1]);
+                        *reinterpret_cast<uint32_t *>(out + 2) = Dt<__nv_bfloat16>::pack(v[2], v[3]);
                     }
                 }
-    });
+    }
 }
 
 /* The fp8 body's pieces for fimlawg::wg_run_item. */

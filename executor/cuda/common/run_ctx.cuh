@@ -5,8 +5,6 @@
  */
 #pragma once
 
-#include <type_traits>
-
 #include <math_constants.h>
 
 #include "executor/core/exec_params.h"
@@ -138,20 +136,20 @@ __device__ __forceinline__ OutRow out_row(const fi_exec_common &c, const RunCtx 
     return o;
 }
 
-/* The row bookkeeping of a thread's two accumulator rows r0 and r0 + 8 of item it (M rows,
- * nh heads a query row, q-major) at the end of the item: unsplit, out = bmm2 * O / l *
- * exp(lse_keys - lse) with lse = logaddexp(lse_keys, sink); split, the fp32 partial O / l
- * and lse_keys (no sink, no bmm2) into the item's slot, rows of kWidth floats.  For each
- * row i it calls put(split, i, f, partial_row, off), split a std::integral_constant<bool>:
- * the row's columns are O's row i times f, into partial_row (split) or at element offset
- * off of out (unsplit; partial_row NULL).
+/* Store a thread's two rows r0 and r0 + 8 of a wgmma accumulator O (columns 8 j + 2 q4
+ * + {0, 1} in O[4 j + 2 i ..], j < kCols / 8) at output column col of item it (M rows, nh
+ * heads a query row, q-major): unsplit, out = bmm2 * O / l * exp(lse_keys - lse) with lse
+ * = logaddexp(lse_keys, sink) through store(element offset, x, y); split, the fp32 partial
+ * O / l and lse_keys (no sink, no bmm2) into the item's slot, rows of kWidth floats.
  * lse_writer: the one thread of a row that writes its LSE.  m, l: the rows' running max
- * (log2 units) and full sums. */
-template <int kWidth, class PutRow>
-__device__ __forceinline__ void store_acc_rows_by(const fi_exec_common &c, const RunCtx &ctx,
-                                                  const fi_work_item &it, const fi_request_info &rq,
-                                                  int nh, int M, int r0, bool lse_writer,
-                                                  const float *m, const float *l, PutRow put) {
+ * (log2 units) and full sums.  Shared by the wgmma tile bodies (MLA, context); NVFP4 out of
+ * an unsplit item: store_acc_rows_nvfp4. */
+template <int kCols, int kWidth, class Store>
+__device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const RunCtx &ctx,
+                                               const fi_work_item &it, const fi_request_info &rq,
+                                               int nh, int M, int r0, int col, bool lse_writer,
+                                               const float *O, const float *m, const float *l,
+                                               Store store) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         const int r = r0 + 8 * i;
@@ -160,44 +158,23 @@ __device__ __forceinline__ void store_acc_rows_by(const fi_exec_common &c, const
         const float lse_keys = row_lse_keys(m[i], l[i]);
         if (it.out_slot >= 0) {
             const float inv = l[i] == 0.f ? 0.f : 1.f / l[i];
-            put(std::true_type{}, i, inv, c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kWidth,
-                (int64_t)0);
+            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kWidth + col;
+#pragma unroll
+            for (int j = 0; j < kCols / 8; ++j)
+                __stcg(reinterpret_cast<float2 *>(dst + 8 * j),
+                       make_float2(O[4 * j + 2 * i] * inv, O[4 * j + 2 * i + 1] * inv));
             if (lse_writer)
                 __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
         } else {
             const OutRow o = out_row(c, ctx, it, rq, nh, r, lse_keys, l[i]);
-            put(std::false_type{}, i, o.f, (float *)nullptr, o.tok * c.out_stride_tok + o.h * c.out_stride_head);
+            const int64_t off = o.tok * c.out_stride_tok + o.h * c.out_stride_head + col;
+#pragma unroll
+            for (int j = 0; j < kCols / 8; ++j)
+                store(off + 8 * j, O[4 * j + 2 * i] * o.f, O[4 * j + 2 * i + 1] * o.f);
             if (c.lse && lse_writer)
                 c.lse[o.tok * c.lse_stride_tok + o.h * c.lse_stride_head] = o.lse;
         }
     }
-}
-
-/* Store a thread's two rows r0 and r0 + 8 of a wgmma accumulator O (columns 8 j + 2 q4
- * + {0, 1} in O[4 j + 2 i ..], j < kCols / 8) at output column col (store_acc_rows_by):
- * partials as float pairs, out through store(element offset, x, y).  Shared by the wgmma
- * tile bodies (MLA, context); NVFP4 out of an unsplit item: store_acc_rows_nvfp4. */
-template <int kCols, int kWidth, class Store>
-__device__ __forceinline__ void store_acc_rows(const fi_exec_common &c, const RunCtx &ctx,
-                                               const fi_work_item &it, const fi_request_info &rq,
-                                               int nh, int M, int r0, int col, bool lse_writer,
-                                               const float *O, const float *m, const float *l,
-                                               Store store) {
-    store_acc_rows_by<kWidth>(c, ctx, it, rq, nh, M, r0, lse_writer, m, l,
-                              [&](auto split, int i, float f, float *partial, int64_t off) {
-                                  if constexpr (decltype(split)::value) {
-                                      float *dst = partial + col;
-#pragma unroll
-                                      for (int j = 0; j < kCols / 8; ++j)
-                                          __stcg(reinterpret_cast<float2 *>(dst + 8 * j),
-                                                 make_float2(O[4 * j + 2 * i] * f, O[4 * j + 2 * i + 1] * f));
-                                  } else {
-                                      const int64_t o0 = off + col;
-#pragma unroll
-                                      for (int j = 0; j < kCols / 8; ++j)
-                                          store(o0 + 8 * j, O[4 * j + 2 * i] * f, O[4 * j + 2 * i + 1] * f);
-                                  }
-                              });
 }
 
 /* store_acc_rows for an unsplit item (it.out_slot < 0) whose out is NVFP4 (c.o_fp4): the
