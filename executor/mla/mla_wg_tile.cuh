@@ -36,9 +36,12 @@
  *    the running max m_b = max(m_{b-1}, rowmax S_b), P_b = exp2(S_b - m_b) into the block's
  *    kpe panel (dead once S_b is done; 64 x 32 in the 64-byte swizzle), and publishes m_b
  *    and rowsum(P_b); both warpgroups then rescale their O half by exp2(m_{b-1} - m_b) and
- *    add P_b V_b (2 wgmma m64n256k16, V read transposed from the ckv panels).  Both keep the same m and l, so the epilogue
- *    needs no exchange.  A block is released to the producer when both warpgroups'
- *    P_b V_b are done (256 thread arrivals on its "empty" mbarrier).
+ *    add P_b V_b (2 wgmma m64n256k16, V read transposed from the ckv panels).  Both keep
+ *    the same m and l, so the epilogue needs no exchange.  A warpgroup works in rounds,
+ *    one for each own block b: it issues the other's P_{b-1} V_{b-1}, runs the softmax
+ *    of S_b while that runs, then issues P_b V_b and the next own scores S_{b+2}, and
+ *    waits for all (wg_run_item).  A block is released to the producer when both
+ *    warpgroups' P_b V_b are done (256 thread arrivals on its "empty" mbarrier).
  *  - Synchronisation: mbarriers between producer and consumers (full / empty per block,
  *    qfull / qempty for Q); named barriers 2 + (b % 2) from block b's owner to the other
  *    warpgroup (bar.arrive / bar.sync, 256 threads); 4 + w inside warpgroup w (all its S_b
@@ -487,14 +490,37 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
                              });
 }
 
+/* Rescale O by alpha, only when some row's max moved (warp vote): once a row's max
+ * settles, the 128 multiplies a thread a block are skipped. */
+__device__ __forceinline__ void rescale_o(float *O, const float *alpha) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            O[4 * j + 0] *= alpha[0];
+            O[4 * j + 1] *= alpha[0];
+            O[4 * j + 2] *= alpha[1];
+            O[4 * j + 3] *= alpha[1];
+        }
+    }
+}
+
 /* One item on both consumer warpgroups (schedule: the header comment), for either wgmma
  * body: Ops names its shared layout (Sh), its matmuls (scores, pv), where P goes (put_p,
  * kPLog2; kPOverKpe: P overwrites the block's kpe panel, so every warp's S_b must be done
- * first), what O and l need before the store (finish) and the store itself. */
+ * first), what O and l need before the store (finish) and the store itself.
+ *
+ * Warpgroup w takes its own blocks b = w, w + 2, ... in rounds; a round: the other's
+ * block b - 1 (its m, row sums, O rescaled, P_{b-1} V_{b-1} issued), the softmax of S_b
+ * while that P V runs, then P_b V_b and the next own scores S_{b+2}, and a full wait.  No
+ * wgmma is in flight across a round's end or a branch, so ptxas tracks every accumulator
+ * (a partial wait across the loop serialised every wgmma: C7514 / C7515); the softmax
+ * still runs beside a P V (FlashAttention-3's intra-warpgroup overlap), and the other
+ * warpgroup's scores and P V run beside it. */
 template <class Ops>
 __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx &ctx,
                                             const fi_work_item &it, const fi_request_info &rq,
                                             unsigned char *smem, Cursor &cur) {
+    static_assert(kStages == 4, "block b + 2's stage is b - 2's, released in round b - 2");
     using Sh = typename Ops::Sh;
     const uint32_t s0 = smem_u32(smem);
     const Lane ln = lane_of(threadIdx.x);
@@ -511,85 +537,80 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
     const Cursor c0 = cur; /* block b: stage (c0.st + b) % 4, parity flipped per lap */
     auto stage_of = [&](int b) { return (c0.st + b) & (kStages - 1); };
     auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / kStages) & 1); };
+    auto own_scores = [&](int b) {
+        mbar_wait(Sh::full(s0, stage_of(b)), parity_of(b));
+        fence_proxy_async();
+        Ops::scores(S, s0, stage_of(b));
+    };
+    /* The other warpgroup's block b: its owner published P_b, m_b and rowsum(P_b); O is
+     * rescaled as the owner rescaled its half and P_b V_b issued (not waited for). */
+    auto other_pv = [&](int b) {
+        nbar_sync(2 + (b & 1), 256);
+        fence_proxy_async();
+        const float *sM = reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows;
+        const float *sRS = reinterpret_cast<const float *>(smem + Sh::kRS) + (b & 1) * kRows;
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const float mn = sM[ln.r0 + 8 * i];
+            const float mu = mn == -CUDART_INF_F ? 0.f : mn;
+            alpha[i] = ex2_ftz(m[i] - mu); /* as the owner computed it */
+            m[i] = mn;
+            l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
+        }
+        rescale_o(O, alpha);
+        Ops::pv(O, s0, stage_of(b), ln.w);
+    };
     mbar_wait(Sh::qfull(s0), cur.qph);
     bool q_held = true;
-    if (ln.w < nblk) { /* the first own block's scores */
-        mbar_wait(Sh::full(s0, stage_of(ln.w)), parity_of(ln.w));
+    if (ln.w < nblk)
+        own_scores(ln.w);
+    wg_wait<0>();
+    wg_pin<kBlockN / 2>(S);
+    for (int b = ln.w; b < nblk; b += 2) { /* S_b done; nothing in flight */
+        const uint32_t keys = p.m.sparse ? sparse_keys(p, it, rq, it.kv_begin + b * kBlockN, ln.lane) : ~0u;
+        if (b > 0)
+            other_pv(b - 1);
+        if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
+            mbar_arrive(Sh::qempty(s0));
+        q_held = b + 2 < nblk ? q_held : false;
+        if constexpr (Ops::kPOverKpe)
+            nbar_sync(4 + ln.w, 128); /* every warp's S_b done: kpe may become P_b */
+        /* The softmax works on a copy: written in place while P_{b-1} V_{b-1} is in
+         * flight, S (a wgmma accumulator) made ptxas serialise every wgmma (C7515). */
+        float alpha[2], rs[2], Sx[kBlockN / 2];
+#pragma unroll
+        for (int i = 0; i < kBlockN / 2; ++i)
+            Sx[i] = S[i];
+        if (ctx.scale_log2 > 0.f)
+            softmax_block<Ops, true>(ctx, ln, Sx, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, stage_of(b), b & 1);
+        else
+            softmax_block<Ops, false>(ctx, ln, Sx, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, stage_of(b), b & 1);
         fence_proxy_async();
-        Ops::scores(S, s0, stage_of(ln.w));
-    }
-    /* Commit groups in flight on entering block b: own b, [S_b, P_{b-1} V_{b-1}]; the
-     * other's b, [P_{b-1} V_{b-1}, S_{b+1}].  Every wait retires all of them: ptxas
-     * serialises every wgmma of the kernel when a register read follows a partial wait
-     * it cannot prove covers it (C7514). */
-    for (int b = 0; b < nblk; ++b) {
-        const int st = stage_of(b);
-        float alpha[2];
-        if ((b & 1) == ln.w) {
-            const uint32_t keys = p.m.sparse ? sparse_keys(p, it, rq, it.kv_begin + b * kBlockN, ln.lane) : ~0u;
-            wg_wait<0>(); /* S_b, P_{b-1} V_{b-1} */
-            wg_pin<kBlockN / 2>(S);
-            wg_pin<128>(O);
-            if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
-                mbar_arrive(Sh::qempty(s0));
-            q_held = b + 2 < nblk ? q_held : false;
-            if constexpr (Ops::kPOverKpe)
-                nbar_sync(4 + ln.w, 128); /* every warp's S_b done: kpe may become P_b */
-            float rs[2];
-            if (ctx.scale_log2 > 0.f)
-                softmax_block<Ops, true>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
-            else
-                softmax_block<Ops, false>(ctx, ln, S, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, st, b & 1);
-            fence_proxy_async();
-            nbar_sync(4 + ln.w, 128);  /* P_b whole before this warpgroup reads it */
-            nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
+        nbar_sync(4 + ln.w, 128);      /* P_b whole before this warpgroup reads it */
+        nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
-                l[i] = l[i] * alpha[i] + rs[i];
-        } else {
-            nbar_sync(2 + (b & 1), 256); /* the owner published P_b, m_b, rowsum */
-            fence_proxy_async();
-            const float *sM = reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows;
-            const float *sRS = reinterpret_cast<const float *>(smem + Sh::kRS) + (b & 1) * kRows;
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const float mn = sM[ln.r0 + 8 * i];
-                const float mu = mn == -CUDART_INF_F ? 0.f : mn;
-                alpha[i] = ex2_ftz(m[i] - mu); /* as the owner computed it */
-                m[i] = mn;
-                l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
-            }
-            wg_wait<0>(); /* P_{b-1} V_{b-1} (and S_{b+1}) */
-        }
+        for (int i = 0; i < 2; ++i)
+            l[i] = l[i] * alpha[i] + rs[i];
+        wg_wait<0>(); /* P_{b-1} V_{b-1} */
         wg_pin<128>(O);
         if (b > 0) /* this thread is done with block b - 1 */
             mbar_arrive(Sh::empty(s0, stage_of(b - 1)));
-        /* Rescale only when some row's max moved (warp vote): once a row's max settles,
-         * the 128 multiplies a thread a block are skipped. */
-        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                O[4 * j + 0] *= alpha[0];
-                O[4 * j + 1] *= alpha[0];
-                O[4 * j + 2] *= alpha[1];
-                O[4 * j + 3] *= alpha[1];
-            }
-        }
-        Ops::pv(O, s0, st, ln.w);
-        /* The next own block's scores, queued now: 4 stages, right after P_b V_b (block
-         * b + 2's stage is b - 2's); 2 stages, after the other's P_b V_b (b + 1's stage
-         * is b - 1's, released just above; block 1's were issued before the loop). */
-        const int nb = kStages >= 4 ? b + 2 : b + 1;
-        if (((b & 1) == ln.w) == (kStages >= 4) && nb < nblk && nb != ln.w) {
-            mbar_wait(Sh::full(s0, stage_of(nb)), parity_of(nb));
-            fence_proxy_async();
-            Ops::scores(S, s0, stage_of(nb));
-        }
+        rescale_o(O, alpha);
+        Ops::pv(O, s0, stage_of(b), ln.w);
+        if (b + 2 < nblk) /* block b + 2's stage is b - 2's, released last round */
+            own_scores(b + 2);
+        wg_wait<0>();
+        wg_pin<128>(O);
+        wg_pin<kBlockN / 2>(S);
+        mbar_arrive(Sh::empty(s0, stage_of(b)));
     }
-    wg_wait<0>();
-    wg_pin<128>(O);
-    if (nblk > 0)
+    if (nblk > 0 && ((nblk - 1) & 1) != ln.w) { /* the item's last block is the other's */
+        other_pv(nblk - 1);
+        wg_wait<0>();
+        wg_pin<128>(O);
         mbar_arrive(Sh::empty(s0, stage_of(nblk - 1)));
+    }
     if (q_held && ln.lane == 0)
         mbar_arrive(Sh::qempty(s0));
     for (int b = 0; b < nblk; ++b)
