@@ -779,7 +779,7 @@ FI_PD_STATIC int64_t walk_cap(const fi_variant *v, const fi_tile *tiles, int32_t
                               const fi_layout *l, cap_rec *rec, int *held) {
     const int64_t n = l->num_ctas;
     const fi_split_grain sg = fi_split_grain_of(v);
-    /* The smallest cap that fits, to within tol = 1/128 of the lower bound, by dry trials
+    /* The smallest cap that fits, to within tol = 1/64 of the lower bound, by dry trials
      * (cap_trial, O(num_ctas log tiles) each).  Bracket:
      *   lo: max(mean cost per CTA, the largest piece some tile cannot avoid: an uncuttable
      *       tile whole, else its shortest legal first or last piece) - no smaller cap fits;
