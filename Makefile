@@ -156,6 +156,7 @@ run: $(FIPLAN)
 test: $(TESTS) $(FIPLAN) $(LIB_SO)
 	@fail=0; for t in $(TESTS); do echo "== $$t"; $$t || fail=1; done; \
 	  if [ -x tests/cli_test.sh ]; then echo "== tests/cli_test.sh"; FIPLAN=$(FIPLAN) sh tests/cli_test.sh || fail=1; fi; \
+	  echo "== tests/build_log_test.sh"; sh tests/build_log_test.sh || fail=1; \
 	  if [ "$(SANITIZE)" = 1 ]; then echo "== python/tests skipped in the sanitizer build (python cannot load an ASan library without its runtime)"; \
 	  elif $(PYTHON) -c 'import pytest' 2>/dev/null; then echo "== python/tests"; \
 	    $(MAKE) --no-print-directory pytest || fail=1; \
