@@ -92,12 +92,13 @@ constexpr uint32_t kQPanel = (uint32_t)kRows * 128;     /* 8192: [64 rows][64] *
 constexpr uint32_t kQBytes = kPanels * kQPanel;         /* 73728 */
 constexpr uint32_t kKPanel = (uint32_t)kBlockN * 128;   /* [kBlockN tokens][64] */
 constexpr uint32_t kBlockBytes = kPanels * kKPanel;     /* a ring block */
-constexpr int kStages = kBlockN == 64 ? 2 : 4;          /* what fits beside Q */
-static_assert(kRows == 64 && (kBlockN == 32 || kBlockN == 64), "Q panels 64 x 64, KV 32 or 64 rows");
+/* 4 stages beside Q; wg_run_item's rounds rely on it (block b + 2's stage is b - 2's). */
+constexpr int kStages = 4;
+static_assert(kRows == 64 && kBlockN == 32, "Q panels 64 x 64, KV blocks of 32 rows");
 static_assert((uint32_t)kRows * kBlockN * 2 == kKPanel, "P_b fits the block's kpe panel");
-/* P_b [64 rows][kBlockN] in the kpe panel: rows of 128 B (128-byte swizzle) or 64 B (64-byte). */
-constexpr uint32_t kPSwz = kBlockN == 64 ? 1 : 2, kPSbo = kBlockN == 64 ? 1024 : 512;
-__device__ __forceinline__ uint32_t p_off(int r, int c) { return kBlockN == 64 ? sw128(r, c) : sw64(r, c); }
+/* P_b [64 rows][32] in the kpe panel: rows of 64 B in the 64-byte swizzle. */
+constexpr uint32_t kPSwz = 2, kPSbo = 512;
+__device__ __forceinline__ uint32_t p_off(int r, int c) { return sw64(r, c); }
 constexpr int kTokPerWarp = kBlockN / 4; /* producer warp pw copies tokens pw * this .. */
 
 /* Shared memory: Q | ring blocks 0-3 | WgShared (barriers, m / rowsum exchange, merge). */
@@ -520,7 +521,6 @@ template <class Ops>
 __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx &ctx,
                                             const fi_work_item &it, const fi_request_info &rq,
                                             unsigned char *smem, Cursor &cur) {
-    static_assert(kStages == 4, "block b + 2's stage is b - 2's, released in round b - 2");
     using Sh = typename Ops::Sh;
     const uint32_t s0 = smem_u32(smem);
     const Lane ln = lane_of(threadIdx.x);
