@@ -13,7 +13,8 @@
  *
  * How (one CTA = 4 consumer warps + 4 producer warps, one CTA per SM):
  *  - KV in slots of 16, 32 or 64 tokens (Geo::kSlotTokens): a ring of NS slots (K rows
- *    then V rows, 16 pad bytes a row so ldmatrix rows fall on distinct banks), each with a
+ *    then V rows; 16-bit rows dense in the 128-byte swizzle, fp8 / NVFP4 rows with 16 pad
+ *    bytes, either way so ldmatrix rows fall on distinct banks: Geo), each with a
  *    "full" mbarrier (the producer's bytes) and an "empty" one (the owners' release).  The ring runs
  *    across item boundaries: the producer fills the next item's slices while the consumers
  *    finish the current one, so an item pays no pipeline fill (the MLA body drains its ring
@@ -126,8 +127,8 @@ template <typename T, typename KV, int D> struct GqaFamily {
 #pragma unroll
                 for (int n = 0; n < kNT; ++n)
                     s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-                const unsigned char *sK = slot + j * G::kKvPitch;
-                const unsigned char *sV = slot + (G::kSlotTokens + j) * G::kKvPitch;
+                const unsigned char *sK = slot + G::tok(j);
+                const unsigned char *sV = slot + G::kVOff + G::tok(j);
                 const unsigned char *sSfK = slot + G::kSfOff + j * (D / 16); /* NVFP4 scale rows */
                 const unsigned char *sSfV = sSfK + G::kSlotTokens * (D / 16);
                 if constexpr (kKind == 2)
@@ -178,7 +179,7 @@ template <typename T, typename KV, int D> struct GqaFamily {
             uint32_t pb[kNT][2];
             softmax_t<C, D, kNT>(kKind == 2 ? ctx.scale_log2 * kFp4Up : ctx.scale_log2, ln.g, t0, lo, hi, s, a,
                                  pb);
-            pv_t<C, kKind, G, D, kNT>(sK + G::kSlotTokens * G::kKvPitch, sSf + G::kSlotTokens * (D / 16), ln.lane,
+            pv_t<C, kKind, G, D, kNT>(sK + G::kVOff, sSf + G::kSlotTokens * (D / 16), ln.lane,
                                       pb, a);
         }
         static __device__ __forceinline__ void finish(const fi_gqa_params &p, const RunCtx &ctx,

@@ -35,8 +35,14 @@ template <int D, int RB, int SF = 0> struct Geo {
     static constexpr int kPitch = D + 8;                       /* Q: 16-bit elements a row */
     static constexpr size_t kRowBytes = (size_t)kPitch * 2;
     static constexpr size_t kQBytes = (size_t)kRows * kRowBytes;
-    static constexpr int kKvPitch = RB + 16;                   /* KV: bytes a row (16 pad:
-                                                                  ldmatrix rows on distinct banks) */
+    /* KV rows in a slot.  16-bit rows (RB = 2 D: 128, 256 or 512 bytes) lie dense in the
+     * 128-byte swizzle: a region (the slot's K, then its V) is kPanels panels of
+     * kSlotTokens rows x 128 bytes, and 16-byte chunk c of token j's panel row sits at chunk
+     * c ^ (j % 8), so the 8 rows an ldmatrix reads fall on distinct banks.  fp8 and NVFP4
+     * rows keep 16 pad bytes a row for the same reason (fp8 in this swizzle ran 23% slower:
+     * perf-log 2026-11-29).  kKvPitch: bytes a token takes in a region. */
+    static constexpr bool kSwz = SF == 0 && RB == 2 * D;
+    static constexpr int kKvPitch = kSwz ? RB : RB + 16;
     /* KV tokens a ring slot: 64 for rows of <= 128 bytes (fp8 / NVFP4 head_dim <= 128:
      * their consumers compute a slot as 4 independent 16-token chains and hide more latency),
      * 32 for 256-byte rows, 16 for 512-byte rows (bf16 / fp16 head_dim 256, where 32-token
@@ -44,9 +50,31 @@ template <int D, int RB, int SF = 0> struct Geo {
      * from a page batch's start (produce_kv). */
     static constexpr int kSlotTokens = RB > 256 ? kSlice : RB > 128 ? 2 * kSlice : 4 * kSlice;
     static constexpr int kSubs = kSlotTokens / kSlice;
+    static constexpr int kVOff = kSlotTokens * kKvPitch; /* the V region in a slot */
     /* a slot: K rows, V rows, then (NVFP4) K scale rows and V scale rows, SF bytes each */
     static constexpr size_t kSfOff = (size_t)2 * kSlotTokens * kKvPitch;
     static constexpr size_t kSlotBytes = kSfOff + (size_t)2 * kSlotTokens * SF;
+    /* Region offset of token j (j % 16 == 0: a 16-token tile's start). */
+    static __device__ __forceinline__ constexpr int tok(int j) { return j * (kSwz ? 128 : kKvPitch); }
+    /* An ldmatrix lane's address: row r (0..15) of a 16-token tile of the region at shared
+     * address `region` (a 128-byte multiple, as every region and tile start is: `at` flips
+     * address bits 4-6), byte b (0 or 16) of a 32-byte block. */
+    static __device__ __forceinline__ uint32_t lane_addr(uint32_t region, int r, int b) {
+        return kSwz ? region + r * 128 + (b ^ ((r & 7) << 4)) : region + r * kKvPitch + b;
+    }
+    /* From lane address la: the same lane's address in 16-token tile t at row byte `byte`
+     * (a multiple of 32, a compile-time constant once unrolled: the XOR folds into one
+     * operation per distinct byte % 128, the rest into the instruction's offset). */
+    static __device__ __forceinline__ uint32_t at(uint32_t la, int t, int byte) {
+        return kSwz ? (la ^ (uint32_t)(byte & 0x70)) + (uint32_t)(byte >> 7) * (kSlotTokens * 128) + t * 2048
+                    : la + t * 16 * kKvPitch + byte;
+    }
+    /* Where the cp.async producer puts 16-byte chunk c of token j's row: region offset
+     * row(j) + chunk(j, c). */
+    static __device__ __forceinline__ uint32_t row(int j) { return (uint32_t)j * (kSwz ? 128 : kKvPitch); }
+    static __device__ __forceinline__ uint32_t chunk(int j, int c) {
+        return kSwz ? (uint32_t)(c >> 3) * (kSlotTokens * 128) + (((c & 7) ^ (j & 7)) << 4) : (uint32_t)c * 16;
+    }
     static constexpr size_t kCombBytes = (size_t)2 * 16 * D * 4;   /* 2 warp states, fp32 */
     static constexpr size_t kOffM = (size_t)(2 * kMaxStages + 4) * 8;
     static constexpr size_t kOffL = kOffM + kWarps * 16 * 4;
@@ -57,6 +85,7 @@ template <int D, int RB, int SF = 0> struct Geo {
     static constexpr size_t kOffQ = kFixed;
     static constexpr size_t kOffComb = kOffQ + 2 * kQBytes;
     static constexpr size_t kOffRing = kOffComb + kCombBytes;
+    static_assert(kOffRing % 128 == 0 && kSlotBytes % 128 == 0, "KV regions start on 128-byte lines");
     static constexpr int kStages = (int)((kSmemBytes - kOffRing) / kSlotBytes) < kMaxStages
                                        ? (int)((kSmemBytes - kOffRing) / kSlotBytes)
                                        : kMaxStages;
@@ -252,13 +281,13 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
         mbar_wait(G::empty(smem, cur.slot), cur.phase ^ 1u);
 #pragma unroll
         for (int u = 0; u < G::kSubs; ++u) {
-            const uint32_t kd = smem_u32(G::slot(smem, cur.slot) + (u * kSlice + j) * G::kKvPitch);
-            const uint32_t vd = kd + G::kSlotTokens * G::kKvPitch;
+            const int jt = u * kSlice + j; /* the thread's token in the slot */
+            const uint32_t kd = smem_u32(G::slot(smem, cur.slot)) + G::row(jt), vd = kd + G::kVOff;
 #pragma unroll
             for (int c = q; c < kChunks; c += 8) {
                 constexpr bool kLine = kChunks >= 8; /* rows of >= 128 bytes: whole L2 lines */
-                cp_async16<kLine>(kd + c * 16, reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0);
-                cp_async16<kLine>(vd + c * 16, reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0);
+                cp_async16<kLine>(kd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0);
+                cp_async16<kLine>(vd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0);
             }
             if constexpr (kSf > 0) {
                 if (q == 7) { /* the scale rows: a thread left idle by the chunks (D <= 256) */

@@ -81,15 +81,16 @@ template <int KIND, int D> struct QFragsT {
     }
 };
 
-/* ldmatrix lane address of a 16 x 32-byte block: matrices (tokens 0-7, bytes 0-15),
- * (8-15, 0-15), (0-7, 16-31), (8-15, 16-31): the A operand order when tokens are M. */
-__device__ __forceinline__ int lane_off_a(int lane, int pitch) {
-    return ((lane & 7) + ((lane >> 3) & 1) * 8) * pitch + (lane >> 4) * 16;
+/* ldmatrix lane address of a 16 x 32-byte block of K or V region `region` (G: the slot
+ * geometry): matrices (tokens 0-7, bytes 0-15), (8-15, 0-15), (0-7, 16-31), (8-15, 16-31):
+ * the A operand order when tokens are M. */
+template <class G> __device__ __forceinline__ uint32_t lane_a(uint32_t region, int lane) {
+    return G::lane_addr(region, (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 16);
 }
 /* ... and matrices (0-7, 0-15), (0-7, 16-31), (8-15, 0-15), (8-15, 16-31), which with
  * .trans is the A operand order when dims are M (V^T). */
-__device__ __forceinline__ int lane_off_vt(int lane, int pitch) {
-    return ((lane & 7) + ((lane >> 4) & 1) * 8) * pitch + ((lane >> 3) & 1) * 16;
+template <class G> __device__ __forceinline__ uint32_t lane_vt(uint32_t region, int lane) {
+    return G::lane_addr(region, (lane & 7) + ((lane >> 4) & 1) * 8, ((lane >> 3) & 1) * 16);
 }
 
 /* NVFP4 here leaves the 2^-6 of e2m1_bytes_to_e4m3 in K and V (the 16-row path multiplies
@@ -108,7 +109,7 @@ __device__ __forceinline__ __half2 sf_pair_raw(uint32_t a, uint32_t b, uint32_t 
     return *reinterpret_cast<const __half2 *>(&h);
 }
 
-/* S^T = K Q^T for a slot's NT 16-token tiles (G: the slot geometry).  sK: K rows (pitch kKvPitch); sSf: NVFP4
+/* S^T = K Q^T for a slot's NT 16-token tiles (G: the slot geometry).  sK: the K region (Geo's layout); sSf: NVFP4
  * scale rows of K (D / 16 bytes a token). */
 template <typename C, int KIND, class G, int D, int NT>
 __device__ __forceinline__ void qk_t(const unsigned char *sK, const unsigned char *sSf, int lane,
@@ -123,24 +124,24 @@ __device__ __forceinline__ void qk_t(const unsigned char *sK, const unsigned cha
         for (int t = 0; t < NT; ++t)
             x[u][t][0] = x[u][t][1] = x[u][t][2] = x[u][t][3] = 0.f;
     if constexpr (KIND == 0) {
-        const uint32_t base = smem_u32(sK) + lane_off_a(lane, G::kKvPitch);
+        const uint32_t base = lane_a<G>(smem_u32(sK), lane);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 uint32_t a[4];
-                ldsm_x4(base + t * 16 * G::kKvPitch + kk * 32, a);
+                ldsm_x4(G::at(base, t, kk * 32), a);
                 Dt<C>::mma(x[kk & 1][t], a, qf.f[kk][0], qf.f[kk][1]);
             }
     } else if constexpr (KIND == 1) {
         /* a lane gets 4 bytes (dims 4 q4 .. +3 of a 16-dim chunk) of tokens g and g + 8 */
-        const uint32_t base = smem_u32(sK) + lane_off_a(lane, G::kKvPitch);
+        const uint32_t base = lane_a<G>(smem_u32(sK), lane);
 #pragma unroll
         for (int c = 0; c < D / 32; ++c)
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 uint32_t k[4];
-                ldsm_x4(base + t * 16 * G::kKvPitch + c * 32, k);
+                ldsm_x4(G::at(base, t, c * 32), k);
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const uint32_t a[4] = {e4m3x2_to_f16x2(k[2 * h]), e4m3x2_to_f16x2(k[2 * h + 1]),
@@ -235,14 +236,14 @@ __device__ __forceinline__ void softmax_t(float scale_log2, int g, int t0, const
 template <typename C, int KIND, class G, int D, int NT>
 __device__ __forceinline__ void pv_t(const unsigned char *sV, const unsigned char *sSf, int lane,
                                      const uint32_t (&pb)[NT][2], AccT<D> &a) {
-    const uint32_t base = smem_u32(sV) + lane_off_vt(lane, G::kKvPitch);
+    const uint32_t base = lane_vt<G>(smem_u32(sV), lane);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         if constexpr (KIND == 0) { /* 16 dims a tile: m = g <-> dim 16 n + g, m = g + 8 <-> + 8 */
 #pragma unroll
             for (int n = 0; n < D / 16; ++n) {
                 uint32_t v[4];
-                ldsm_x4_t(base + t * 16 * G::kKvPitch + n * 32, v);
+                ldsm_x4_t(G::at(base, t, n * 32), v);
                 const uint32_t av[4] = {v[0], v[1], v[2], v[3]};
                 Dt<C>::mma(a.o[n], av, pb[t][0], pb[t][1]);
             }
@@ -252,7 +253,7 @@ __device__ __forceinline__ void pv_t(const unsigned char *sV, const unsigned cha
 #pragma unroll
             for (int c = 0; c < D / 32; ++c) {
                 uint32_t v[4];
-                ldsm_x4_t(base + t * 16 * G::kKvPitch + c * 32, v);
+                ldsm_x4_t(G::at(base, t, c * 32), v);
                 uint32_t p[4];
 #pragma unroll
                 for (int r = 0; r < 4; ++r)
@@ -271,7 +272,7 @@ __device__ __forceinline__ void pv_t(const unsigned char *sV, const unsigned cha
 #pragma unroll
             for (int cc = 0; cc < D / 64; ++cc) {
                 uint32_t v[4];
-                ldsm_x4_t(base + t * 16 * G::kKvPitch + cc * 32, v);
+                ldsm_x4_t(G::at(base, t, cc * 32), v);
                 uint32_t x[4][4]; /* [r][j] */
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
