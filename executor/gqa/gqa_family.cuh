@@ -127,8 +127,9 @@ template <typename T, typename KV, int D> struct GqaFamily {
 #pragma unroll
                 for (int n = 0; n < kNT; ++n)
                     s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-                const unsigned char *sK = slot + G::tok(j);
-                const unsigned char *sV = slot + G::kVOff + G::tok(j);
+                /* K and V of tokens j.. (Geo's layout; padded rows: j * kKvPitch) */
+                const unsigned char *sK = G::kSwz ? slot + G::tok(j) : slot + j * G::kKvPitch;
+                const unsigned char *sV = G::kSwz ? slot + G::kVOff + G::tok(j) : slot + (G::kSlotTokens + j) * G::kKvPitch;
                 const unsigned char *sSfK = slot + G::kSfOff + j * (D / 16); /* NVFP4 scale rows */
                 const unsigned char *sSfV = sSfK + G::kSlotTokens * (D / 16);
                 if constexpr (kKind == 2)

@@ -282,7 +282,14 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
 #pragma unroll
         for (int u = 0; u < G::kSubs; ++u) {
             const int jt = u * kSlice + j; /* the thread's token in the slot */
-            const uint32_t kd = smem_u32(G::slot(smem, cur.slot)) + G::row(jt), vd = kd + G::kVOff;
+            uint32_t kd, vd;
+            if constexpr (G::kSwz) {
+                kd = smem_u32(G::slot(smem, cur.slot)) + G::row(jt);
+                vd = kd + G::kVOff;
+            } else {
+                kd = smem_u32(G::slot(smem, cur.slot) + jt * G::kKvPitch);
+                vd = kd + G::kSlotTokens * G::kKvPitch;
+            }
 #pragma unroll
             for (int c = q; c < kChunks; c += 8) {
                 constexpr bool kLine = kChunks >= 8; /* rows of >= 128 bytes: whole L2 lines */

@@ -48,15 +48,15 @@ __device__ __forceinline__ void qk_scores(const unsigned char *sK, int lane, con
 template <int D, int NT, typename QA>
 __device__ __forceinline__ void qk_scores_fp8(const unsigned char *sK, int lane, const QA &qa,
                                               float (&s)[NT][4]) {
-    using G = Geo<D, D>;
+    using G = Geo<D, D>; /* padded rows (Geo::kSwz false) */
     /* matrices: tokens 0-7 / 8-15 (lane bit 4) x bytes +0 / +16 (lane bit 3) of 32 dims */
-    const uint32_t sKa = G::lane_addr(smem_u32(sK), (lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 16);
+    const uint32_t sKa = smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * G::kKvPitch + ((lane >> 3) & 1) * 16);
 #pragma unroll
     for (int c = 0; c < D / 32; ++c) {
         uint32_t kb[NT / 2][4];
 #pragma unroll
         for (int t = 0; t < NT / 2; ++t) /* kb[t][0]: tok 0-7 dims 32c..+15, [1]: +16.., [2] / [3]: tok 8-15 */
-            ldsm_x4(G::at(sKa, t, c * 32), kb[t]);
+            ldsm_x4(sKa + t * 16 * G::kKvPitch + c * 32, kb[t]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             uint32_t q[4];
@@ -114,16 +114,16 @@ __device__ __forceinline__ void qk_scores_fp4(const unsigned char *sK, const uns
 template <int D, int NT>
 __device__ __forceinline__ void pv_accumulate_fp4(const unsigned char *sV, const unsigned char *sSf,
                                                   int lane, const uint32_t (&pa)[NT / 2][4], Acc<D> &a) {
-    using G = Geo<D, D / 2, D / 16>;
+    using G = Geo<D, D / 2, D / 16>; /* padded rows */
     const int g = lane >> 2, q4 = lane & 3;
     /* matrices: tokens 0-7 / 8-15 (lane bit 3) x bytes +0 / +16 (lane bit 4): 2 blocks */
-    const uint32_t sVa = G::lane_addr(smem_u32(sV), ((lane >> 3) & 1) * 8 + (lane & 7), (lane >> 4) * 16);
+    const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
 #pragma unroll
     for (int t = 0; t < NT / 2; ++t)
 #pragma unroll
         for (int cc = 0; cc < D / 64; ++cc) {
             uint32_t vb[4];
-            ldsm_x4_t(G::at(sVa, t, cc * 32), vb);
+            ldsm_x4_t(sVa + t * 16 * G::kKvPitch + cc * 32, vb);
 #pragma unroll
             for (int hb = 0; hb < 2; ++hb) {
                 const int c = 2 * cc + hb, grp = 2 * c + (g >> 2);
@@ -278,15 +278,15 @@ __device__ __forceinline__ void pv_accumulate(const unsigned char *sV, int lane,
 template <int D, int NT>
 __device__ __forceinline__ void pv_accumulate_fp8(const unsigned char *sV, int lane,
                                                   const uint32_t (&pa)[NT / 2][4], Acc<D> &a) {
-    using G = Geo<D, D>;
+    using G = Geo<D, D>; /* padded rows */
     /* matrices: tokens 0-7 / 8-15 (lane bit 3) x bytes +0 / +16 (lane bit 4) */
-    const uint32_t sVa = G::lane_addr(smem_u32(sV), ((lane >> 3) & 1) * 8 + (lane & 7), (lane >> 4) * 16);
+    const uint32_t sVa = smem_u32(sV + (((lane >> 3) & 1) * 8 + (lane & 7)) * G::kKvPitch + (lane >> 4) * 16);
 #pragma unroll
     for (int t = 0; t < NT / 2; ++t)
 #pragma unroll
         for (int c = 0; c < D / 32; ++c) {
             uint32_t vb[4];
-            ldsm_x4_t(G::at(sVa, t, c * 32), vb); /* [0] tok 0-7 bytes 0-15, [1] tok 8-15, [2] / [3] bytes 16-31 */
+            ldsm_x4_t(sVa + t * 16 * G::kKvPitch + c * 32, vb); /* [0] tok 0-7 bytes 0-15, [1] tok 8-15, [2] / [3] bytes 16-31 */
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const uint32_t lo = bytes2(vb[2 * h], 0x3120u), hi = bytes2(vb[2 * h + 1], 0x3120u);
