@@ -127,7 +127,9 @@ template <typename T, typename KV, int D> struct GqaFamily {
 #pragma unroll
                 for (int n = 0; n < kNT; ++n)
                     s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-                /* K and V of tokens j.. (Geo's layout; padded rows: j * kKvPitch) */
+                /* K and V of tokens j.. in Geo's layout.  The padded case is spelled out as
+                 * before the swizzle: G::tok there changes the fp8 / NVFP4 code nvcc emits
+                 * (their PTX is kept as measured, perf-log 2026-11-29). */
                 const unsigned char *sK = G::kSwz ? slot + G::tok(j) : slot + j * G::kKvPitch;
                 const unsigned char *sV = G::kSwz ? slot + G::kVOff + G::tok(j) : slot + (G::kSlotTokens + j) * G::kKvPitch;
                 const unsigned char *sSfK = slot + G::kSfOff + j * (D / 16); /* NVFP4 scale rows */

@@ -54,7 +54,7 @@ template <int D, int RB, int SF = 0> struct Geo {
     /* a slot: K rows, V rows, then (NVFP4) K scale rows and V scale rows, SF bytes each */
     static constexpr size_t kSfOff = (size_t)2 * kSlotTokens * kKvPitch;
     static constexpr size_t kSlotBytes = kSfOff + (size_t)2 * kSlotTokens * SF;
-    /* Region offset of token j (j % 16 == 0: a 16-token tile's start). */
+    /* Region offset of token j's row (in the swizzle: its row in the first panel). */
     static __device__ __forceinline__ constexpr int tok(int j) { return j * (kSwz ? 128 : kKvPitch); }
     /* An ldmatrix lane's address: row r (0..15) of a 16-token tile of the region at shared
      * address `region` (a 128-byte multiple, as every region and tile start is: `at` flips
@@ -70,8 +70,7 @@ template <int D, int RB, int SF = 0> struct Geo {
                     : la + t * 16 * kKvPitch + byte;
     }
     /* Where the cp.async producer puts 16-byte chunk c of token j's row: region offset
-     * row(j) + chunk(j, c). */
-    static __device__ __forceinline__ uint32_t row(int j) { return (uint32_t)j * (kSwz ? 128 : kKvPitch); }
+     * tok(j) + chunk(j, c). */
     static __device__ __forceinline__ uint32_t chunk(int j, int c) {
         return kSwz ? (uint32_t)(c >> 3) * (kSlotTokens * 128) + (((c & 7) ^ (j & 7)) << 4) : (uint32_t)c * 16;
     }
@@ -282,9 +281,9 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
 #pragma unroll
         for (int u = 0; u < G::kSubs; ++u) {
             const int jt = u * kSlice + j; /* the thread's token in the slot */
-            uint32_t kd, vd;
+            uint32_t kd, vd; /* padded rows: as before the swizzle (as in Rows16::compute) */
             if constexpr (G::kSwz) {
-                kd = smem_u32(G::slot(smem, cur.slot)) + G::row(jt);
+                kd = smem_u32(G::slot(smem, cur.slot)) + G::tok(jt);
                 vd = kd + G::kVOff;
             } else {
                 kd = smem_u32(G::slot(smem, cur.slot) + jt * G::kKvPitch);

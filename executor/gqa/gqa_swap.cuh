@@ -81,30 +81,16 @@ template <int KIND, int D> struct QFragsT {
     }
 };
 
-/* ldmatrix lane offset of a 16 x 32-byte block of padded rows (pitch bytes a row):
- * matrices (tokens 0-7, bytes 0-15), (8-15, 0-15), (0-7, 16-31), (8-15, 16-31): the A
- * operand order when tokens are M. */
-__device__ __forceinline__ int lane_off_a(int lane, int pitch) {
-    return ((lane & 7) + ((lane >> 3) & 1) * 8) * pitch + (lane >> 4) * 16;
+/* ldmatrix lane address of a 16 x 32-byte block of K or V region `region` (shared
+ * address, Geo G's layout): matrices (tokens 0-7, bytes 0-15), (8-15, 0-15), (0-7, 16-31),
+ * (8-15, 16-31): the A operand order when tokens are M. */
+template <class G> __device__ __forceinline__ uint32_t lane_a(uint32_t region, int lane) {
+    return G::lane_addr(region, (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 16);
 }
 /* ... and matrices (0-7, 0-15), (0-7, 16-31), (8-15, 0-15), (8-15, 16-31), which with
  * .trans is the A operand order when dims are M (V^T). */
-__device__ __forceinline__ int lane_off_vt(int lane, int pitch) {
-    return ((lane & 7) + ((lane >> 4) & 1) * 8) * pitch + ((lane >> 3) & 1) * 16;
-}
-/* The same lanes' addresses in K or V region `region` (shared address) as Geo G lays it
- * out: swizzled 16-bit rows, or padded rows. */
-template <class G> __device__ __forceinline__ uint32_t lane_a(uint32_t region, int lane) {
-    if constexpr (G::kSwz)
-        return G::lane_addr(region, (lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 16);
-    else
-        return region + lane_off_a(lane, G::kKvPitch);
-}
 template <class G> __device__ __forceinline__ uint32_t lane_vt(uint32_t region, int lane) {
-    if constexpr (G::kSwz)
-        return G::lane_addr(region, (lane & 7) + ((lane >> 4) & 1) * 8, ((lane >> 3) & 1) * 16);
-    else
-        return region + lane_off_vt(lane, G::kKvPitch);
+    return G::lane_addr(region, (lane & 7) + ((lane >> 4) & 1) * 8, ((lane >> 3) & 1) * 16);
 }
 
 /* NVFP4 here leaves the 2^-6 of e2m1_bytes_to_e4m3 in K and V (the 16-row path multiplies
