@@ -191,7 +191,7 @@ asan:
 	$(MAKE) SANITIZE=1 test
 
 # The one profiling build (-DFI_PROFILE: per-CTA %globaltimer stamps, executor/cuda/common/
-# profile.cuh) into build-prof/: library and benches; bench_mla prints the stamps.
+# profile.cuh) into build-prof/: library and benches; bench_mla and bench_gqa print the stamps.
 profile:
 	$(MAKE) PROFILE=1 lib bench
 

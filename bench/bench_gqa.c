@@ -116,6 +116,15 @@ static void print_row(const void *ctx, const char *mode, double s) {
             s * 1e6, gbps, rf);
 }
 
+#ifdef FI_PROFILE
+/* Profiling build (`make profile`): the stamps of the last b2b replay.  Only the bf16
+ * head_dim 128 module defines the reader, so only its cases have stamps. */
+void fi_profile_read_stamps_gqa(unsigned long long *host, int which, int n);
+static void hook_profile(void *ctx) {
+    bench_profile_ctas((const fi_plan_view *)ctx, fi_profile_read_stamps_gqa);
+}
+#endif
+
 /* 0: timed; 1: failed; 2: skipped (NVFP4 not supported yet). */
 static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flush_bytes,
                     tt_rng *rng, int *header_done) {
@@ -186,7 +195,12 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     } else {
         const bench_inputs in = gqa_bench_inputs(&c);
         bench_times t;
+#ifdef FI_PROFILE
+        const bench_hooks hooks = {NULL, hook_profile, &v};
+        rc = bench_time_modes(&in, &g->b, flush, flush_bytes, &hooks, &t, msg, cap);
+#else
         rc = bench_time_modes(&in, &g->b, flush, flush_bytes, NULL, &t, msg, cap);
+#endif
         const row_ctx r = {bc, bytes, g};
         const bench_table tab = {
             {"| case                                 | mode  | median us |     GB/s | %read  |",

@@ -210,80 +210,7 @@ static void print_row(const void *ctx, const char *mode, double s) {
 }
 
 #ifdef FI_PROFILE
-/* Profiling build only (`make profile`: library and bench built with -DFI_PROFILE into
- * build-prof/): per-CTA %globaltimer stamps of the last launch (head and tail of each
- * CTA, executor/cuda/common/profile.cuh), next to what the plan gave each CTA (items,
- * keys, split items), slowest CTAs first. */
 void fi_profile_read_stamps(unsigned long long *host, int which, int n);
-/* Median over the CTAs with work of v[c] (n values). */
-static double med(double *v, int n) {
-    if (n <= 0) return NAN;
-    qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
-    return v[n / 2];
-}
-static void profile_ctas(const fi_plan_view *v) {
-    enum { MAXC = 1024 };
-    static unsigned long long st[MAXC * 4];
-    static double work[MAXC];
-    static int order[MAXC];
-    const int n = v->num_ctas < MAXC ? v->num_ctas : MAXC;
-    fi_profile_read_stamps(st, 0, n);
-    unsigned long long t0 = ~0ull;
-    for (int c = 0; c < n; c++)
-        if (st[c * 4] < t0) t0 = st[c * 4];
-    for (int c = 0; c < n; c++) {
-        work[c] = (double)(st[c * 4 + 3] - st[c * 4]) / 1e3;
-        order[c] = c;
-    }
-    for (int i = 1; i < n; i++) /* insertion sort, slowest first */
-        for (int j = i; j > 0 && work[order[j]] > work[order[j - 1]]; j--) {
-            const int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    printf("# profile: CTA time (start -> end, us): max %.1f p90 %.1f median %.1f min %.1f\n",
-           work[order[0]], work[order[n / 10]], work[order[n / 2]], work[order[n - 1]]);
-    /* Head and tail of a CTA (globaltimer, us; medians over the CTAs with items): plan
-     * read, first Q landed, first KV block landed (from the CTA's start); last loop end and
-     * last output written to the CTA's end; start skew and the kernel's stamp span. */
-    static unsigned long long s2[MAXC * 4];
-    static double h[5][MAXC];
-    fi_profile_read_stamps(s2, 1, n);
-    unsigned long long t_end = 0;
-    int m = 0;
-    for (int c = 0; c < n; c++) {
-        if (st[c * 4 + 3] > t_end) t_end = st[c * 4 + 3];
-        if (v->work_indptr[c + 1] == v->work_indptr[c]) continue;
-        h[0][m] = (double)(st[c * 4 + 1] - st[c * 4]) / 1e3;
-        h[1][m] = (double)(s2[c * 4 + 0] - st[c * 4]) / 1e3;
-        h[2][m] = (double)(s2[c * 4 + 1] - st[c * 4]) / 1e3;
-        h[3][m] = (double)(st[c * 4 + 3] - s2[c * 4 + 2]) / 1e3;
-        h[4][m] = (double)(st[c * 4 + 3] - s2[c * 4 + 3]) / 1e3;
-        m++;
-    }
-    double skew[MAXC];
-    for (int c = 0; c < n; c++) skew[c] = (double)(st[c * 4] - t0) / 1e3;
-    const double span = (double)(t_end - t0) / 1e3;
-    const double mplan = med(h[0], m), mq = med(h[1], m), mkv = med(h[2], m), mloop = med(h[3], m),
-                 mout = med(h[4], m), mskew = med(skew, n);
-    printf("# profile: head (median us from CTA start): plan read %.2f, Q landed %.2f, first KV "
-           "block %.2f; tail (to CTA end): from last loop end %.2f, from last output %.2f; "
-           "start skew median %.2f max %.2f; stamp span %.1f\n",
-           mplan, mq, mkv, mloop, mout, mskew, skew[n - 1], span);
-    for (int r = 0; r < n; r++) {
-        if (r >= 12 && r < n - 4) continue; /* slowest 12 and fastest 4 */
-        const int c = order[r];
-        int64_t keys = 0;
-        int splits = 0;
-        for (int32_t i = v->work_indptr[c]; i < v->work_indptr[c + 1]; i++) {
-            keys += v->items[i].kv_end - v->items[i].kv_begin;
-            splits += v->items[i].out_slot >= 0;
-        }
-        printf("#   cta %3d: %6.1f us (starts +%.1f) items %d keys %lld splits %d\n", c, work[c],
-               (double)(st[c * 4] - t0) / 1e3, v->work_indptr[c + 1] - v->work_indptr[c],
-               (long long)keys, splits);
-    }
-}
 #endif
 
 /* The steps bench_mla adds between the timings (bench_hooks). */
@@ -302,7 +229,9 @@ static int hook_l2_probe(void *ctx, char *msg, size_t cap) {
 }
 
 #ifdef FI_PROFILE
-static void hook_profile(void *ctx) { profile_ctas(((const hook_ctx *)ctx)->v); }
+static void hook_profile(void *ctx) {
+    bench_profile_ctas(((const hook_ctx *)ctx)->v, fi_profile_read_stamps);
+}
 #define HOOK_AFTER_B2B hook_profile
 #else
 #define HOOK_AFTER_B2B NULL

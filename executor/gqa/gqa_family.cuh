@@ -201,7 +201,8 @@ template <typename T, typename KV, int D> struct GqaFamily {
     template <class P>
     static __device__ __forceinline__ void consume(const fi_gqa_params &p, const RunCtx &ctx,
                                                    const fi_work_item &it, const fi_request_info &rq,
-                                                   unsigned char *smem, State &cur) {
+                                                   unsigned char *smem, bool first, State &cur) {
+        (void)first; /* profiling stamps only (FI_STAMP2: the CTA's first item) */
         const int nh = it.head_end - it.head_begin, M = item_rows(it);
         const Lane ln = lane_of(threadIdx.x, M);
         int lo[2], hi[2], r0, dr;
@@ -212,6 +213,8 @@ template <typename T, typename KV, int D> struct GqaFamily {
         const bool active = ln.rg < ln.nrg;
         T *sQ = G::template q<T>(smem, cur.qb);
         mbar_wait(G::qfull(smem, cur.qb), cur.qphase);
+        if (first)
+            FI_STAMP2(0);
         if constexpr (kF8)
             q_to_f16<T, D>(sQ, M);
         typename P::QF qf;
@@ -225,15 +228,19 @@ template <typename T, typename KV, int D> struct GqaFamily {
              * slots a warp computing, and so shortened the ring). */
             if (((sl - ln.tw) & (ln.W - 1)) == 0) {
                 mbar_wait(G::full(smem, cur.slot), cur.phase);
+                if (first && sl == 0)
+                    FI_STAMP2(1);
                 if (active)
                     P::compute(ctx, G::slot(smem, cur.slot), qf, ln, s0 + sl * G::kSlotTokens, lo, hi, a);
                 mbar_arrive_n(G::empty(smem, cur.slot), (uint32_t)ln.W);
             }
             cur.next_slot(G::kStages);
         }
+        FI_STAMP2(2);
         mbar_arrive(G::qempty(smem, cur.qb));
         cur.next_q();
         P::finish(p, ctx, it, rq, smem, M, nh, ln, a);
+        FI_STAMP2(3);
     }
 
     /* An item on the path its row count picks.  Returns 1 for a split merged cooperatively
@@ -241,11 +248,10 @@ template <typename T, typename KV, int D> struct GqaFamily {
     static __device__ bool run_item(const fi_gqa_params &p, const RunCtx &ctx, const fi_work_item &it,
                                     const fi_request_info &rq, unsigned char *smem, bool first,
                                     State &cur) {
-        (void)first;
         if (item_rows(it) <= kSwapRows)
-            consume<Swap>(p, ctx, it, rq, smem, cur);
+            consume<Swap>(p, ctx, it, rq, smem, first, cur);
         else
-            consume<Rows16>(p, ctx, it, rq, smem, cur);
+            consume<Rows16>(p, ctx, it, rq, smem, first, cur);
         if (it.out_slot < 0)
             return false;
         return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + G::kOffFlag),

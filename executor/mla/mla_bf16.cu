@@ -7,4 +7,4 @@ cudaError_t fi_mla_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStrea
     return fi::launch_persistent<fimla::MlaFamily<__nv_bfloat16>>(p, enable_pdl, stream);
 }
 
-FI_PROFILE_READERS
+FI_PROFILE_READERS(fi_profile_read_stamps)

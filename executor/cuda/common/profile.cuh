@@ -1,7 +1,8 @@
 /*
  * executor/cuda/common/profile.cuh - the profiling build (-DFI_PROFILE; `make profile`,
  * which CI compiles too): per-CTA %globaltimer stamps, read back by bench_mla --stamps
- * through fi_profile_read_stamps (executor/cuda/common/profile.h).  In every other build
+ * (MLA) and bench_gqa --stamps through the reader each family defines in one of its .cu
+ * files (FI_PROFILE_READERS(name): a module's stamps are its own).  In every other build
  * the stamps compile to nothing.
  *   g_stamp[cta]  [0] kernel start, [1] plan record read, [2] a split's arrival, [3] CTA end
  *   g_stamp2[cta] first item: [0] Q landed, [1] first KV block landed; last item:
@@ -24,13 +25,13 @@ __device__ __forceinline__ unsigned long long gtimer() {
 #define FI_STAMP2(i) \
     if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp2[blockIdx.x][i] = fi::gtimer()
 /* Host side of a profiling build, in one .cu of a family (it sees that module's stamps). */
-#define FI_PROFILE_READERS                                                                 \
-    extern "C" void fi_profile_read_stamps(unsigned long long *host, int which, int n) {  \
+#define FI_PROFILE_READERS(name)                                                           \
+    extern "C" void name(unsigned long long *host, int which, int n) {                    \
         cudaMemcpyFromSymbol(host, which ? fi::g_stamp2 : fi::g_stamp,                    \
                              sizeof(unsigned long long) * 4 * (size_t)n);                  \
     }
 #else
 #define FI_STAMP(i)
 #define FI_STAMP2(i)
-#define FI_PROFILE_READERS
+#define FI_PROFILE_READERS(name)
 #endif
