@@ -514,9 +514,17 @@ static inline void bench_profile_ctas(const fi_plan_view *v, bench_stamp_reader 
             keys += v->items[i].kv_end - v->items[i].kv_begin;
             splits += v->items[i].out_slot >= 0;
         }
-        printf("#   cta %3d: %6.1f us (starts +%.1f) items %d keys %lld splits %d\n", c, work[c],
+        printf("#   cta %3d: %6.1f us (starts +%.1f) items %d keys %lld splits %d", c, work[c],
                (double)(st[c * 4] - t0) / 1e3, v->work_indptr[c + 1] - v->work_indptr[c],
                (long long)keys, splits);
+        /* the last item's loop end and output, the last split's arrival (its merge, when
+         * this CTA merged the group alone, lies between the arrival and the end) */
+        if (v->work_indptr[c + 1] > v->work_indptr[c])
+            printf("; loop end +%.1f, output +%.1f", (double)(s2[c * 4 + 2] - st[c * 4]) / 1e3,
+                   (double)(s2[c * 4 + 3] - st[c * 4]) / 1e3);
+        if (splits > 0 && st[c * 4 + 2] >= st[c * 4])
+            printf(", arrival +%.1f", (double)(st[c * 4 + 2] - st[c * 4]) / 1e3);
+        printf("\n");
     }
 }
 #endif
