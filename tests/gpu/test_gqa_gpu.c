@@ -506,14 +506,18 @@ static void gqa_nvfp4_kv_matches_dequantised_reference(void **state) {
     REQUIRE_GPU();
     if (nvfp4_refused()) skip();
     tt_rng rng = gt_test_rng(13);
-    for (int k = 0; k < 6; k++) {
-        gqa_opts o = k & 1 ? default_opts(32, 8, 128, 64) : default_opts(64, 8, 128, 16);
+    /* k 6..8: head_dim 64 and 256 on pages of 64 and 128 tokens, where the producer finds
+     * a slot's page once (gqa_ring.cuh produce_kv) */
+    for (int k = 0; k < 9; k++) {
+        gqa_opts o = k >= 6  ? default_opts(32, 8, k == 7 ? 256 : 64, k == 8 ? 128 : 64)
+                     : k & 1 ? default_opts(32, 8, 128, 64)
+                             : default_opts(64, 8, 128, 16);
         o.kv_dtype = FI_DTYPE_E2M1;
-        o.q_len = k >= 4 ? 3 : 1;
+        o.q_len = k == 4 || k == 5 ? 3 : 1;
         o.layout = k & 2 ? GQA_HND : GQA_NHD;
         o.kv_form = k & 1 ? GQA_KV_PAIR : GQA_KV_SINGLE;
         o.sinks = k & 1;
-        o.num_ctas = k == 2 ? 7 : 0;
+        o.num_ctas = k == 2 || k == 6 ? 7 : 0;
         int32_t kv[3];
         for (int32_t b = 0; b < 3; b++) kv[b] = o.q_len + tt_rng_int(&rng, 0, 2000);
         run_and_check(&o, kv, 3, &rng, 2);
