@@ -35,8 +35,14 @@ __device__ __forceinline__ bool merge_is_solo(const fi_merge_group &grp) {
 
 /* kSolo false: every group is merged cooperatively in merge_phase, none inside the item
  * loop (a wgmma tile body: ptxas serialises every wgmma of a kernel whose item loop holds
- * the solo merge's call, and spills around it). */
-template <int W, int Rows, typename O, int Threads, bool kSolo = true> struct SplitMerge {
+ * the solo merge's call, and spills around it).  kSoloSplits: groups of more splits are
+ * merged cooperatively too.  The MLA mma.sync body takes 8: a solo merger reads a row's
+ * splits two at a time, and the long requests of small batches (heads 16, 8 x 32k: 16
+ * splits a tile) ran 4% faster cooperatively (H200, perf-log 2026-11-29 sixth session);
+ * the GQA body keeps every small group solo (its B1 x 32k, 16 splits of 4 rows, ran 10%
+ * slower cooperatively). */
+template <int W, int Rows, typename O, int Threads, bool kSolo = true, int kSoloSplits = 1 << 30>
+struct SplitMerge {
     static_assert(W % 4 == 0 && W / 4 <= Threads && Threads % (W / 4) == 0, "merge width");
     static_assert(Rows >= 16 && Rows <= 128, "merge rows");
     static constexpr int kF4 = W / 4;              /* float4 columns of an output row */
@@ -48,7 +54,12 @@ template <int W, int Rows, typename O, int Threads, bool kSolo = true> struct Sp
     static constexpr size_t kGroupSmemBytes = (size_t)kSoloMergeRows * 4;
     static constexpr size_t kSliceFixedBytes = (size_t)kQ * Threads * 16 + 2 * Rows * 4;
     static __device__ __forceinline__ bool solo(const fi_merge_group &grp) {
-        return kSolo && merge_is_solo(grp);
+        if constexpr (kSoloSplits >= (1 << 30)) /* no bound: no test */
+            return kSolo && merge_is_solo(grp);
+        else
+            return kSolo && grp.num_splits <= kSoloSplits &&
+                   grp.num_splits * (grp.q_end - grp.q_begin) * (grp.head_end - grp.head_begin) <=
+                       kSoloMergeRows;
     }
     /* merge_slice cuts NVFP4 outputs on block bounds and gives each unit one thread. */
     static __device__ __forceinline__ bool fp4_slices(const fi_exec_common &c) {
