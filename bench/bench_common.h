@@ -484,6 +484,8 @@ static inline void bench_profile_ctas(const fi_plan_view *v, bench_stamp_reader 
     static unsigned long long s2[MAXC * 4];
     static double h[5][MAXC];
     read(s2, 1, n);
+    static unsigned long long s3[MAXC * 4]; /* [0]: the CTA's SM */
+    read(s3, 2, n);
     unsigned long long t_end = 0;
     int m = 0;
     for (int c = 0; c < n; c++) {
@@ -499,12 +501,27 @@ static inline void bench_profile_ctas(const fi_plan_view *v, bench_stamp_reader 
     double skew[MAXC];
     for (int c = 0; c < n; c++) skew[c] = (double)(st[c * 4] - t0) / 1e3;
     const double span = (double)(t_end - t0) / 1e3;
-    const double mplan = bench_med(h[0], m), mq = bench_med(h[1], m), mkv = bench_med(h[2], m), mloop = bench_med(h[3], m),
-                 mout = bench_med(h[4], m), mskew = bench_med(skew, n);
+    const double mplan = bench_med(h[0], m), mq = bench_med(h[1], m), mkv = bench_med(h[2], m),
+                 mloop = bench_med(h[3], m), mout = bench_med(h[4], m), mskew = bench_med(skew, n);
     printf("# profile: head (median us from CTA start): plan read %.2f, Q landed %.2f, first KV "
            "block %.2f; tail (to CTA end): from last loop end %.2f, from last output %.2f; "
            "start skew median %.2f max %.2f; stamp span %.1f\n",
            mplan, mq, mkv, mloop, mout, mskew, skew[n - 1], span);
+    /* SMs 2k and 2k + 1 share a TPC: the CTAs with items whose partner SM ran none, against
+     * those whose partner also worked (does an SM stream faster alone in its TPC?) */
+    static unsigned char busy[1024];
+    memset(busy, 0, sizeof busy);
+    for (int c = 0; c < n; c++)
+        if (v->work_indptr[c + 1] > v->work_indptr[c] && s3[c * 4] < 1024) busy[s3[c * 4]] = 1;
+    static double lone[MAXC], paired[MAXC];
+    int nl = 0, np = 0;
+    for (int c = 0; c < n; c++) {
+        if (v->work_indptr[c + 1] == v->work_indptr[c] || s3[c * 4] >= 1024) continue;
+        if (busy[s3[c * 4] ^ 1u]) paired[np++] = work[c];
+        else lone[nl++] = work[c];
+    }
+    printf("# profile: CTA time median, partner SM busy %.1f us (%d CTAs), partner SM idle %.1f "
+           "us (%d)\n", bench_med(paired, np), np, bench_med(lone, nl), nl);
     for (int r = 0; r < n; r++) {
         if (r >= 12 && r < n - 4) continue; /* slowest 12 and fastest 4 */
         const int c = order[r];
@@ -514,9 +531,9 @@ static inline void bench_profile_ctas(const fi_plan_view *v, bench_stamp_reader 
             keys += v->items[i].kv_end - v->items[i].kv_begin;
             splits += v->items[i].out_slot >= 0;
         }
-        printf("#   cta %3d: %6.1f us (starts +%.1f) items %d keys %lld splits %d", c, work[c],
-               (double)(st[c * 4] - t0) / 1e3, v->work_indptr[c + 1] - v->work_indptr[c],
-               (long long)keys, splits);
+        printf("#   cta %3d (sm %3llu): %6.1f us (starts +%.1f) items %d keys %lld splits %d", c,
+               s3[c * 4], work[c], (double)(st[c * 4] - t0) / 1e3,
+               v->work_indptr[c + 1] - v->work_indptr[c], (long long)keys, splits);
         /* the last item's loop end and output, the last split's arrival (its merge, when
          * this CTA merged the group alone, lies between the arrival and the end) */
         if (v->work_indptr[c + 1] > v->work_indptr[c])

@@ -14,6 +14,7 @@
 namespace fi {
 __device__ unsigned long long g_stamp[1024][4];
 __device__ unsigned long long g_stamp2[1024][4];
+__device__ unsigned long long g_stamp3[1024][4];
 __device__ __forceinline__ unsigned long long gtimer() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
@@ -22,16 +23,23 @@ __device__ __forceinline__ unsigned long long gtimer() {
 }  // namespace fi
 #define FI_STAMP(i) \
     if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp[blockIdx.x][i] = fi::gtimer()
+#define FI_STAMP_SM()                                                  \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) {                      \
+        unsigned sm;                                                  \
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));               \
+        fi::g_stamp3[blockIdx.x][0] = sm;                             \
+    }
 #define FI_STAMP2(i) \
     if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp2[blockIdx.x][i] = fi::gtimer()
 /* Host side of a profiling build, in one .cu of a family (it sees that module's stamps). */
 #define FI_PROFILE_READERS(name)                                                           \
     extern "C" void name(unsigned long long *host, int which, int n) {                    \
-        cudaMemcpyFromSymbol(host, which ? fi::g_stamp2 : fi::g_stamp,                    \
+        cudaMemcpyFromSymbol(host, which == 2 ? fi::g_stamp3 : which ? fi::g_stamp2 : fi::g_stamp, \
                              sizeof(unsigned long long) * 4 * (size_t)n);                  \
     }
 #else
 #define FI_STAMP(i)
 #define FI_STAMP2(i)
+#define FI_STAMP_SM()
 #define FI_PROFILE_READERS(name)
 #endif

@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(block_threads<F>(), 1)
     persistent_kernel(const __grid_constant__ typename F::Params p) {
     extern __shared__ __align__(128) unsigned char smem[];
     FI_STAMP(0);
+    FI_STAMP_SM();
     typename F::State st = F::setup(smem);
     if constexpr (F::kProducerWarps > 0)
         __syncthreads(); /* setup done; the last CTA-wide barrier (producers join no other) */
