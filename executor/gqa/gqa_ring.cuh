@@ -267,44 +267,42 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
             const int pi = (t0 >> shift) - b.pb0; /* uniform, 0 .. 63 */
             const int64_t kpg = __shfl_sync(0xffffffffu, pi < 32 ? b.kc : b.kn, pi & 31);
             const int64_t vpg = __shfl_sync(0xffffffffu, pi < 32 ? b.vc : b.vn, pi & 31);
-            const int64_t tk = (t0 & (p.c.page_size - 1)) + j; /* token u = 0 in its page */
+            const int64_t tk = (t0 & (p.c.page_size - 1)) + j; /* the thread's token u = 0 */
             const KV *k0 = kbase + kpg * p.g.k.stride_page + tk * p.g.k.stride_tok;
             const KV *v0 = vbase + vpg * p.g.v.stride_page + tk * p.g.v.stride_tok;
+            const unsigned char *k0s = ksb + kpg * p.g.k_sf.stride_page + tk * p.g.k_sf.stride_tok;
+            const unsigned char *v0s = vsb + vpg * p.g.v_sf.stride_page + tk * p.g.v_sf.stride_tok;
 #pragma unroll
             for (int u = 0; u < G::kSubs; ++u) {
                 const int tok = t0 + u * kSlice + j;
                 in[u] = tok >= it.kv_begin && tok < it.kv_end;
                 ks[u] = in[u] ? k0 + u * ksub : kbase;
                 vs[u] = in[u] ? v0 + u * vsub : vbase;
-                if constexpr (kSf > 0) {
-                    const unsigned char *k0s = ksb + kpg * p.g.k_sf.stride_page + tk * p.g.k_sf.stride_tok;
-                    const unsigned char *v0s = vsb + vpg * p.g.v_sf.stride_page + tk * p.g.v_sf.stride_tok;
-                    kss[u] = in[u] ? k0s + u * kSlice * p.g.k_sf.stride_tok : ksb;
-                    vss[u] = in[u] ? v0s + u * kSlice * p.g.v_sf.stride_tok : vsb;
-                }
+                kss[u] = in[u] ? k0s + u * kSlice * p.g.k_sf.stride_tok : ksb;
+                vss[u] = in[u] ? v0s + u * kSlice * p.g.v_sf.stride_tok : vsb;
             }
         } else {
 #pragma unroll
-        for (int u = 0; u < G::kSubs; ++u) { /* this thread's tokens j and j + 16 of the slot */
-            const int tok = t0 + u * kSlice + j;
-            /* 0 .. 63: a batch starts at an aligned slot's page and moves 32 pages at a time,
-             * so a 64-token slot on 1-token pages starts at pb0 exactly and one on larger
-             * pages ends within 64 pages of it */
-            const int pi = (tok >> shift) - b.pb0;
-            const int32_t kc = __shfl_sync(0xffffffffu, b.kc, pi & 31);
-            const int32_t kn = __shfl_sync(0xffffffffu, b.kn, pi & 31);
-            const int32_t vc = __shfl_sync(0xffffffffu, b.vc, pi & 31);
-            const int32_t vn = __shfl_sync(0xffffffffu, b.vn, pi & 31);
-            in[u] = tok >= it.kv_begin && tok < it.kv_end;
-            const int64_t slot_tok = tok & (p.c.page_size - 1);
-            const int64_t kpg = pi < 32 ? kc : kn, vpg = pi < 32 ? vc : vn;
-            ks[u] = in[u] ? kbase + kpg * p.g.k.stride_page + slot_tok * p.g.k.stride_tok : kbase;
-            vs[u] = in[u] ? vbase + vpg * p.g.v.stride_page + slot_tok * p.g.v.stride_tok : vbase;
-            if constexpr (kSf > 0) {
-                kss[u] = in[u] ? ksb + kpg * p.g.k_sf.stride_page + slot_tok * p.g.k_sf.stride_tok : ksb;
-                vss[u] = in[u] ? vsb + vpg * p.g.v_sf.stride_page + slot_tok * p.g.v_sf.stride_tok : vsb;
+            for (int u = 0; u < G::kSubs; ++u) { /* this thread's tokens j, j + 16 ... of the slot */
+                const int tok = t0 + u * kSlice + j;
+                /* 0 .. 63: a batch starts at an aligned slot's page and moves 32 pages at a
+                 * time, so a 64-token slot on 1-token pages starts at pb0 exactly and one on
+                 * larger pages ends within 64 pages of it */
+                const int pi = (tok >> shift) - b.pb0;
+                const int32_t kc = __shfl_sync(0xffffffffu, b.kc, pi & 31);
+                const int32_t kn = __shfl_sync(0xffffffffu, b.kn, pi & 31);
+                const int32_t vc = __shfl_sync(0xffffffffu, b.vc, pi & 31);
+                const int32_t vn = __shfl_sync(0xffffffffu, b.vn, pi & 31);
+                in[u] = tok >= it.kv_begin && tok < it.kv_end;
+                const int64_t slot_tok = tok & (p.c.page_size - 1);
+                const int64_t kpg = pi < 32 ? kc : kn, vpg = pi < 32 ? vc : vn;
+                ks[u] = in[u] ? kbase + kpg * p.g.k.stride_page + slot_tok * p.g.k.stride_tok : kbase;
+                vs[u] = in[u] ? vbase + vpg * p.g.v.stride_page + slot_tok * p.g.v.stride_tok : vbase;
+                if constexpr (kSf > 0) {
+                    kss[u] = in[u] ? ksb + kpg * p.g.k_sf.stride_page + slot_tok * p.g.k_sf.stride_tok : ksb;
+                    vss[u] = in[u] ? vsb + vpg * p.g.v_sf.stride_page + slot_tok * p.g.v_sf.stride_tok : vsb;
+                }
             }
-        }
         }
         mbar_wait(G::empty(smem, cur.slot), cur.phase ^ 1u);
 #pragma unroll
