@@ -456,18 +456,106 @@ static inline double bench_med(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
     return v[n / 2];
 }
+/* The three stamp arrays of a launch, n CTAs (profile.cuh: [cta][4] each), t0 the
+ * earliest start. */
+typedef struct bench_stamps {
+    unsigned long long st[1024 * 4], s2[1024 * 4], s3[1024 * 4];
+    int n;
+    unsigned long long t0;
+} bench_stamps;
+static inline double bench_us(unsigned long long a, unsigned long long b) {
+    return (double)(a - b) / 1e3;
+}
+static inline int bench_cta_busy(const fi_plan_view *v, int c) {
+    return v->work_indptr[c + 1] > v->work_indptr[c];
+}
+
+/* Head and tail of a CTA (globaltimer, us; medians over the CTAs with items): plan read,
+ * first Q landed, first KV block landed (from the CTA's start); last loop end and last
+ * output written to the CTA's end; start skew and the kernel's stamp span. */
+static inline void bench_profile_head_tail(const fi_plan_view *v, const bench_stamps *S) {
+    static double h[5][1024], skew[1024];
+    const unsigned long long *st = S->st, *s2 = S->s2;
+    unsigned long long t_end = 0;
+    int m = 0;
+    for (int c = 0; c < S->n; c++) {
+        if (st[c * 4 + 3] > t_end) t_end = st[c * 4 + 3];
+        skew[c] = bench_us(st[c * 4], S->t0);
+        if (!bench_cta_busy(v, c)) continue;
+        h[0][m] = bench_us(st[c * 4 + 1], st[c * 4]);
+        h[1][m] = bench_us(s2[c * 4 + 0], st[c * 4]);
+        h[2][m] = bench_us(s2[c * 4 + 1], st[c * 4]);
+        h[3][m] = bench_us(st[c * 4 + 3], s2[c * 4 + 2]);
+        h[4][m] = bench_us(st[c * 4 + 3], s2[c * 4 + 3]);
+        m++;
+    }
+    const double span = bench_us(t_end, S->t0);
+    const double mplan = bench_med(h[0], m), mq = bench_med(h[1], m), mkv = bench_med(h[2], m),
+                 mloop = bench_med(h[3], m), mout = bench_med(h[4], m),
+                 mskew = bench_med(skew, S->n); /* sorts skew: skew[n - 1] is the max */
+    printf("# profile: head (median us from CTA start): plan read %.2f, Q landed %.2f, first KV "
+           "block %.2f; tail (to CTA end): from last loop end %.2f, from last output %.2f; "
+           "start skew median %.2f max %.2f; stamp span %.1f\n",
+           mplan, mq, mkv, mloop, mout, mskew, skew[S->n - 1], span);
+}
+
+/* SMs 2k and 2k + 1 share a TPC: the CTAs with items whose partner SM ran none, against
+ * those whose partner also worked (does an SM stream faster alone in its TPC?). */
+static inline void bench_profile_tpc(const fi_plan_view *v, const bench_stamps *S,
+                                     const double *work) {
+    static unsigned char busy[1024];
+    static double lone[1024], paired[1024];
+    const unsigned long long *s3 = S->s3;
+    memset(busy, 0, sizeof busy);
+    for (int c = 0; c < S->n; c++)
+        if (bench_cta_busy(v, c) && s3[c * 4] < 1024) busy[s3[c * 4]] = 1;
+    int nl = 0, np = 0;
+    for (int c = 0; c < S->n; c++) {
+        if (!bench_cta_busy(v, c) || s3[c * 4] >= 1024) continue;
+        if (busy[s3[c * 4] ^ 1u]) paired[np++] = work[c];
+        else lone[nl++] = work[c];
+    }
+    printf("# profile: CTA time median, partner SM busy %.1f us (%d CTAs), partner SM idle %.1f "
+           "us (%d)\n", bench_med(paired, np), np, bench_med(lone, nl), nl);
+}
+
+/* CTA c's row: its SM, time, start, what the plan gave it, and its last item's loop end
+ * and output and last split's arrival (a solo merger's merge lies between its arrival
+ * and its end). */
+static inline void bench_profile_row(const fi_plan_view *v, const bench_stamps *S,
+                                     const double *work, int c) {
+    const unsigned long long *st = S->st, *s2 = S->s2;
+    int64_t keys = 0;
+    int splits = 0;
+    for (int32_t i = v->work_indptr[c]; i < v->work_indptr[c + 1]; i++) {
+        keys += v->items[i].kv_end - v->items[i].kv_begin;
+        splits += v->items[i].out_slot >= 0;
+    }
+    printf("#   cta %3d (sm %3llu): %6.1f us (starts +%.1f) items %d keys %lld splits %d", c,
+           S->s3[c * 4], work[c], bench_us(st[c * 4], S->t0),
+           v->work_indptr[c + 1] - v->work_indptr[c], (long long)keys, splits);
+    if (bench_cta_busy(v, c))
+        printf("; loop end +%.1f, output +%.1f", bench_us(s2[c * 4 + 2], st[c * 4]),
+               bench_us(s2[c * 4 + 3], st[c * 4]));
+    if (splits > 0 && st[c * 4 + 2] >= st[c * 4])
+        printf(", arrival +%.1f", bench_us(st[c * 4 + 2], st[c * 4]));
+    printf("\n");
+}
+
 static inline void bench_profile_ctas(const fi_plan_view *v, bench_stamp_reader read) {
-    enum { MAXC = 1024 };
-    static unsigned long long st[MAXC * 4];
-    static double work[MAXC];
-    static int order[MAXC];
-    const int n = v->num_ctas < MAXC ? v->num_ctas : MAXC;
-    read(st, 0, n);
-    unsigned long long t0 = ~0ull;
+    static bench_stamps S;
+    static double work[1024];
+    static int order[1024];
+    S.n = v->num_ctas < 1024 ? v->num_ctas : 1024;
+    const int n = S.n;
+    read(S.st, 0, n);
+    read(S.s2, 1, n);
+    read(S.s3, 2, n);
+    S.t0 = ~0ull;
     for (int c = 0; c < n; c++)
-        if (st[c * 4] < t0) t0 = st[c * 4];
+        if (S.st[c * 4] < S.t0) S.t0 = S.st[c * 4];
     for (int c = 0; c < n; c++) {
-        work[c] = (double)(st[c * 4 + 3] - st[c * 4]) / 1e3;
+        work[c] = bench_us(S.st[c * 4 + 3], S.st[c * 4]);
         order[c] = c;
     }
     for (int i = 1; i < n; i++) /* insertion sort, slowest first */
@@ -478,71 +566,11 @@ static inline void bench_profile_ctas(const fi_plan_view *v, bench_stamp_reader 
         }
     printf("# profile: CTA time (start -> end, us): max %.1f p90 %.1f median %.1f min %.1f\n",
            work[order[0]], work[order[n / 10]], work[order[n / 2]], work[order[n - 1]]);
-    /* Head and tail of a CTA (globaltimer, us; medians over the CTAs with items): plan
-     * read, first Q landed, first KV block landed (from the CTA's start); last loop end and
-     * last output written to the CTA's end; start skew and the kernel's stamp span. */
-    static unsigned long long s2[MAXC * 4];
-    static double h[5][MAXC];
-    read(s2, 1, n);
-    static unsigned long long s3[MAXC * 4]; /* [0]: the CTA's SM */
-    read(s3, 2, n);
-    unsigned long long t_end = 0;
-    int m = 0;
-    for (int c = 0; c < n; c++) {
-        if (st[c * 4 + 3] > t_end) t_end = st[c * 4 + 3];
-        if (v->work_indptr[c + 1] == v->work_indptr[c]) continue;
-        h[0][m] = (double)(st[c * 4 + 1] - st[c * 4]) / 1e3;
-        h[1][m] = (double)(s2[c * 4 + 0] - st[c * 4]) / 1e3;
-        h[2][m] = (double)(s2[c * 4 + 1] - st[c * 4]) / 1e3;
-        h[3][m] = (double)(st[c * 4 + 3] - s2[c * 4 + 2]) / 1e3;
-        h[4][m] = (double)(st[c * 4 + 3] - s2[c * 4 + 3]) / 1e3;
-        m++;
-    }
-    double skew[MAXC];
-    for (int c = 0; c < n; c++) skew[c] = (double)(st[c * 4] - t0) / 1e3;
-    const double span = (double)(t_end - t0) / 1e3;
-    const double mplan = bench_med(h[0], m), mq = bench_med(h[1], m), mkv = bench_med(h[2], m),
-                 mloop = bench_med(h[3], m), mout = bench_med(h[4], m), mskew = bench_med(skew, n);
-    printf("# profile: head (median us from CTA start): plan read %.2f, Q landed %.2f, first KV "
-           "block %.2f; tail (to CTA end): from last loop end %.2f, from last output %.2f; "
-           "start skew median %.2f max %.2f; stamp span %.1f\n",
-           mplan, mq, mkv, mloop, mout, mskew, skew[n - 1], span);
-    /* SMs 2k and 2k + 1 share a TPC: the CTAs with items whose partner SM ran none, against
-     * those whose partner also worked (does an SM stream faster alone in its TPC?) */
-    static unsigned char busy[1024];
-    memset(busy, 0, sizeof busy);
-    for (int c = 0; c < n; c++)
-        if (v->work_indptr[c + 1] > v->work_indptr[c] && s3[c * 4] < 1024) busy[s3[c * 4]] = 1;
-    static double lone[MAXC], paired[MAXC];
-    int nl = 0, np = 0;
-    for (int c = 0; c < n; c++) {
-        if (v->work_indptr[c + 1] == v->work_indptr[c] || s3[c * 4] >= 1024) continue;
-        if (busy[s3[c * 4] ^ 1u]) paired[np++] = work[c];
-        else lone[nl++] = work[c];
-    }
-    printf("# profile: CTA time median, partner SM busy %.1f us (%d CTAs), partner SM idle %.1f "
-           "us (%d)\n", bench_med(paired, np), np, bench_med(lone, nl), nl);
-    for (int r = 0; r < n; r++) {
-        if (r >= 12 && r < n - 4) continue; /* slowest 12 and fastest 4 */
-        const int c = order[r];
-        int64_t keys = 0;
-        int splits = 0;
-        for (int32_t i = v->work_indptr[c]; i < v->work_indptr[c + 1]; i++) {
-            keys += v->items[i].kv_end - v->items[i].kv_begin;
-            splits += v->items[i].out_slot >= 0;
-        }
-        printf("#   cta %3d (sm %3llu): %6.1f us (starts +%.1f) items %d keys %lld splits %d", c,
-               s3[c * 4], work[c], (double)(st[c * 4] - t0) / 1e3,
-               v->work_indptr[c + 1] - v->work_indptr[c], (long long)keys, splits);
-        /* the last item's loop end and output, the last split's arrival (its merge, when
-         * this CTA merged the group alone, lies between the arrival and the end) */
-        if (v->work_indptr[c + 1] > v->work_indptr[c])
-            printf("; loop end +%.1f, output +%.1f", (double)(s2[c * 4 + 2] - st[c * 4]) / 1e3,
-                   (double)(s2[c * 4 + 3] - st[c * 4]) / 1e3);
-        if (splits > 0 && st[c * 4 + 2] >= st[c * 4])
-            printf(", arrival +%.1f", (double)(st[c * 4 + 2] - st[c * 4]) / 1e3);
-        printf("\n");
-    }
+    bench_profile_head_tail(v, &S);
+    bench_profile_tpc(v, &S, work);
+    for (int r = 0; r < n; r++)
+        if (r < 12 || r >= n - 4) /* slowest 12 and fastest 4 */
+            bench_profile_row(v, &S, work, order[r]);
 }
 #endif
 
