@@ -1,12 +1,14 @@
 /*
  * executor/cuda/common/profile.cuh - the profiling build (-DFI_PROFILE; `make profile`,
- * which CI compiles too): per-CTA %globaltimer stamps, read back by bench_mla --stamps
- * (MLA) and bench_gqa --stamps through the reader each family defines in one of its .cu
- * files (FI_PROFILE_READERS(name): a module's stamps are its own).  In every other build
- * the stamps compile to nothing.
- *   g_stamp[cta]  [0] kernel start, [1] plan record read, [2] a split's arrival, [3] CTA end
- *   g_stamp2[cta] first item: [0] Q landed, [1] first KV block landed; last item:
- *                 [2] KV loop done, [3] output (or partial) written
+ * which CI compiles too): per-CTA stamps, read back and printed by the profiling builds of
+ * bench_mla and bench_gqa (bench_profile_ctas) through the reader each family defines in
+ * one of its .cu files (FI_PROFILE_READERS(name): a module's stamps are its own).  In every
+ * other build the stamps compile to nothing.
+ *   g_stamp[cta]  %globaltimer: [0] kernel start, [1] plan record read, [2] a split's
+ *                 arrival, [3] CTA end
+ *   g_stamp2[cta] %globaltimer, first item: [0] Q landed, [1] first KV block landed; last
+ *                 item: [2] KV loop done, [3] output (or partial) written
+ *   g_stamp3[cta] [0] the SM it ran on (%smid; SMs 2k and 2k + 1 share a TPC)
  */
 #pragma once
 

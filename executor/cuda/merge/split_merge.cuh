@@ -54,12 +54,8 @@ struct SplitMerge {
     static constexpr size_t kGroupSmemBytes = (size_t)kSoloMergeRows * 4;
     static constexpr size_t kSliceFixedBytes = (size_t)kQ * Threads * 16 + 2 * Rows * 4;
     static __device__ __forceinline__ bool solo(const fi_merge_group &grp) {
-        if constexpr (kSoloSplits >= (1 << 30)) /* no bound: no test */
-            return kSolo && merge_is_solo(grp);
-        else
-            return kSolo && grp.num_splits <= kSoloSplits &&
-                   grp.num_splits * (grp.q_end - grp.q_begin) * (grp.head_end - grp.head_begin) <=
-                       kSoloMergeRows;
+        constexpr bool kAnySplits = kSoloSplits >= (1 << 30); /* the default: no test */
+        return kSolo && (kAnySplits || grp.num_splits <= kSoloSplits) && merge_is_solo(grp);
     }
     /* merge_slice cuts NVFP4 outputs on block bounds and gives each unit one thread. */
     static __device__ __forceinline__ bool fp4_slices(const fi_exec_common &c) {
