@@ -450,7 +450,7 @@ static inline void bench_report(const char *name, int rc, const char *msg, const
  * CTA, executor/cuda/common/profile.cuh), read by the family's reader, next to what the
  * plan gave each CTA (items, keys, split items), slowest CTAs first. */
 typedef void (*bench_stamp_reader)(unsigned long long *host, int which, int n);
-/* Median over the CTAs with work of v[c] (n values). */
+/* Median of v[0 .. n) (sorts v in place; NAN for none). */
 static inline double bench_med(double *v, int n) {
     if (n <= 0) return NAN;
     qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
