@@ -55,9 +55,7 @@ typedef struct fi_exec_common {
                                           family's SplitMerge parameter) */
     /* Skip-softmax (context family only; fi_attn_args' fields of the same names). */
     float skip_softmax_factor;         /* 0: exact */
-    /* Heads a tile must hold to be the only reader of its keys (kv_l2_policy): H_q / H_kv;
-     * 0 when keys may be shared between requests (sparse top-k plans). */
-    int32_t kv_once_heads;
+    int32_t reserved;
     unsigned long long *skip_softmax_stats; /* optional [2]: blocks decided, skipped */
 } fi_exec_common;
 

@@ -120,7 +120,6 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     }
     x.num_ctas = L->num_ctas;
     x.tile_rows = L->tile_rows;
-    x.kv_once_heads = caps->sparse_top_k > 0 ? 0 : caps->num_qo_heads / caps->num_kv_heads;
     x.skip_softmax_factor = skip;
     x.skip_softmax_stats = a->skip_softmax_stats;
     *c = x;

@@ -256,10 +256,6 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
      * NVFP4 producer (whose scale rows double its address work) takes it. */
     const bool slot_page = kSf > 0 && p.c.page_size >= G::kSlotTokens;
     const int64_t ksub = (int64_t)kSlice * p.g.k.stride_tok, vsub = (int64_t)kSlice * p.g.v.stride_tok;
-    /* Evict-first (kv_l2_policy) on every item: a GQA tile holds all rows of its KV head
-     * unless group x q_len > 64 (group 16 at q_len 8), and choosing at run time made ptxas
-     * spill in the fp8 and head_dim 256 kernels. */
-    const uint64_t pol = l2_evict_first();
     for (int sl = 0; sl < nsl; ++sl) {
         const int t0 = s0 + sl * G::kSlotTokens;
         while ((t0 >> shift) >= b.pb0 + 32) /* uniform */
@@ -323,8 +319,8 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
 #pragma unroll
             for (int c = q; c < kChunks; c += 8) {
                 constexpr bool kLine = kChunks >= 8; /* rows of >= 128 bytes: whole L2 lines */
-                cp_async16<kLine>(kd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0, pol);
-                cp_async16<kLine>(vd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0, pol);
+                cp_async16<kLine>(kd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0);
+                cp_async16<kLine>(vd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0);
             }
             if constexpr (kSf > 0) {
                 if (q == 7) { /* the scale rows: a thread left idle by the chunks (D <= 256) */

@@ -196,18 +196,15 @@ __device__ __forceinline__ void issue_block(const fi_mla_params &p, unsigned cha
         mbar_expect_tx(bar, (uint32_t)nv * (kDqk * R::kElem));
     }
     if (lane < tpw && page >= 0) {
-        /* Evict-first unless the plan is sparse (kv_l2_policy): this body's tiles (heads 16)
-         * hold all heads, and a per-item choice made ptxas spill 16 more bytes. */
-        const uint64_t pol = kv_l2_policy(p.c.kv_once_heads != 0);
         const int slot = t & (p.c.page_size - 1);
         const KV *ckv = (const KV *)p.m.ckv + (int64_t)page * p.m.ckv_stride_page + (int64_t)slot * p.m.ckv_stride_tok;
         const KV *kpe = (const KV *)p.m.kpe + (int64_t)page * p.m.kpe_stride_page + (int64_t)slot * p.m.kpe_stride_tok;
         if (kpe == ckv + kDv) {
             /* Concatenated cache ([.., 576]): one copy a token. */
-            bulk_g2s(smem_u32(row), ckv, kDqk * R::kElem, bar, pol);
+            bulk_g2s(smem_u32(row), ckv, kDqk * R::kElem, bar);
         } else {
-            bulk_g2s(smem_u32(row), ckv, kDv * R::kElem, bar, pol);
-            bulk_g2s(smem_u32(row + kDv * R::kElem), kpe, (kDqk - kDv) * R::kElem, bar, pol);
+            bulk_g2s(smem_u32(row), ckv, kDv * R::kElem, bar);
+            bulk_g2s(smem_u32(row + kDv * R::kElem), kpe, (kDqk - kDv) * R::kElem, bar);
         }
     }
 }

@@ -35,25 +35,6 @@ __device__ __forceinline__ RunCtx run_ctx(const fi_exec_common &c) {
     return ctx;
 }
 
-/* The L2 policy of item it's KV copies.  A decode tile that holds every row of its KV head
- * (c.kv_once_heads query heads x the request's q_len rows) is the only reader of its keys:
- * they are streamed once, and evict-first keeps the lines that are read again (code, the
- * work list, Q, split partials) in the L2 for the tails of the CTAs, which otherwise find
- * them in DRAM (H200: GQA B1 x 32768 48.5 -> 45.4 us, B128 x 4096 bf16 501.5 -> 494, fp8
- * 291 -> 284.5; MLA heads 16 trace128 51.6 -> 49.2).  Other tiles keep the normal policy:
- * MLA heads 128 (two tiles of 64 heads read each key) lost 1% under evict-first. */
-__device__ __forceinline__ bool kv_read_once(const fi_exec_common &c, const fi_work_item &it,
-                                             const fi_request_info &rq) {
-    return it.head_end - it.head_begin == c.kv_once_heads && it.q_end - it.q_begin == rq.q_len;
-}
-__device__ __forceinline__ uint64_t kv_l2_policy(bool once) {
-    return once ? l2_evict_first() : l2_evict_normal();
-}
-__device__ __forceinline__ uint64_t kv_l2_policy(const fi_exec_common &c, const fi_work_item &it,
-                                                 const fi_request_info &rq) {
-    return kv_l2_policy(kv_read_once(c, it, rq));
-}
-
 /* Visit a CTA's items in order, each with its request row, the next pair loaded while the
  * current one is visited (a producer's walk; the persistent loop does the same). */
 template <class Fn>
