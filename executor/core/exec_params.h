@@ -55,7 +55,9 @@ typedef struct fi_exec_common {
                                           family's SplitMerge parameter) */
     /* Skip-softmax (context family only; fi_attn_args' fields of the same names). */
     float skip_softmax_factor;         /* 0: exact */
-    int32_t reserved;
+    /* Plans whose largest CTA cost is at most this stream their KV evict-first in the L2
+     * (kv_l2_fraction); 0: never (context attention, sparse top-k plans). */
+    int32_t kv_evict_first_cost;
     unsigned long long *skip_softmax_stats; /* optional [2]: blocks decided, skipped */
 } fi_exec_common;
 

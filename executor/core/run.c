@@ -46,6 +46,23 @@ static fi_status check_nvfp4_out(const fi_attn_args *a, int64_t rows, int64_t H,
 }
 
 /* Check what every family shares and fill the common block. */
+/* Short KV streams go to the L2 evict-first (kv_l2_fraction in run_ctx.cuh): the largest
+ * CTA cost, in cost units (decode: KV tokens of one tile), up to which a CTA streams at most
+ * FI_KV_EVICT_FIRST_BYTES; 0 for context attention (a request's keys are read once per
+ * query tile) and sparse plans (requests share keys).  The bytes a decode cost unit
+ * streams: one token's K and V rows of a KV head (GQA; NVFP4 with its scale bytes), or its
+ * ckv ++ kpe row (MLA). */
+#define FI_KV_EVICT_FIRST_BYTES (2 << 20)
+static int32_t kv_evict_first_cost(const fi_caps *caps) {
+    const int64_t e = (int64_t)fi_dtype_size(caps->kv_dtype), d = caps->head_dim_qk;
+    int64_t row = 0;
+    if (caps->kind == FI_KIND_MLA_DECODE && caps->sparse_top_k == 0)
+        row = d * e;
+    else if (caps->kind == FI_KIND_GQA_DECODE)
+        row = caps->kv_dtype == FI_DTYPE_E2M1 ? 2 * (d / 2 + d / 16) : 2 * d * e;
+    return row > 0 ? (int32_t)(FI_KV_EVICT_FIRST_BYTES / row) : 0;
+}
+
 static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec_common *c) {
     const fi_caps *caps = &plan->caps;
     const fi_layout *L = &plan->layout;
@@ -120,6 +137,7 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     }
     x.num_ctas = L->num_ctas;
     x.tile_rows = L->tile_rows;
+    x.kv_evict_first_cost = kv_evict_first_cost(caps);
     x.skip_softmax_factor = skip;
     x.skip_softmax_stats = a->skip_softmax_stats;
     *c = x;

@@ -256,6 +256,7 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
      * NVFP4 producer (whose scale rows double its address work) takes it. */
     const bool slot_page = kSf > 0 && p.c.page_size >= G::kSlotTokens;
     const int64_t ksub = (int64_t)kSlice * p.g.k.stride_tok, vsub = (int64_t)kSlice * p.g.v.stride_tok;
+    const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
     for (int sl = 0; sl < nsl; ++sl) {
         const int t0 = s0 + sl * G::kSlotTokens;
         while ((t0 >> shift) >= b.pb0 + 32) /* uniform */
@@ -319,8 +320,8 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
 #pragma unroll
             for (int c = q; c < kChunks; c += 8) {
                 constexpr bool kLine = kChunks >= 8; /* rows of >= 128 bytes: whole L2 lines */
-                cp_async16<kLine>(kd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0);
-                cp_async16<kLine>(vd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0);
+                cp_async16<kLine>(kd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(ks[u]) + c * 16, in[u] ? 16 : 0, pol);
+                cp_async16<kLine>(vd + G::chunk(jt, c), reinterpret_cast<const unsigned char *>(vs[u]) + c * 16, in[u] ? 16 : 0, pol);
             }
             if constexpr (kSf > 0) {
                 if (q == 7) { /* the scale rows: a thread left idle by the chunks (D <= 256) */

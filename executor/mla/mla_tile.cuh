@@ -95,13 +95,15 @@ template <typename T, typename KV = T> struct Item {
     int NS, AHEAD;                /* ring stages; blocks in flight beyond the current step */
     int pw;                       /* first producer warp (0, or 4 when KP = 2) */
     int kv_begin, kv_end, nblk, nstep;
+    float l2f;                    /* kv_l2_fraction, read once an item (a load a block cost 5%) */
     __device__ __forceinline__ unsigned char *stage_of(int b) const {
         return reinterpret_cast<unsigned char *>(sKV) + (b % NS) * KvRows<KV>::kStage;
     }
 };
 
 template <typename T, typename KV>
-__device__ __forceinline__ Item<T, KV> item_map(const fi_work_item &it, unsigned char *smem) {
+__device__ __forceinline__ Item<T, KV> item_map(const fi_exec_common &c, const fi_work_item &it,
+                                                unsigned char *smem) {
     Item<T, KV> x;
     x.sP = reinterpret_cast<T *>(smem);
     x.sMax = reinterpret_cast<float *>(smem + kSmemP);
@@ -121,6 +123,7 @@ __device__ __forceinline__ Item<T, KV> item_map(const fi_work_item &it, unsigned
     x.kv_end = it.kv_end;
     x.nblk = (x.kv_end - x.kv_begin + kBlockN - 1) / kBlockN;
     x.nstep = (x.nblk + x.KP - 1) / x.KP;
+    x.l2f = kv_l2_fraction(c);
     return x;
 }
 
@@ -176,7 +179,7 @@ __device__ __forceinline__ int32_t fetch_page(const fi_mla_params &p, const fi_r
  * (docs/perf-log.md, 2026-11-27 evening). */
 template <typename KV>
 __device__ __forceinline__ void issue_block(const fi_mla_params &p, unsigned char *stage, uint32_t bar,
-                                            int t0, int kv_end, int32_t page, int pw) {
+                                            int t0, int kv_end, int32_t page, int pw, float l2f) {
     using R = KvRows<KV>;
     const int lane = threadIdx.x & 31;
     const int tpw = prod_tokens(pw);
@@ -196,15 +199,16 @@ __device__ __forceinline__ void issue_block(const fi_mla_params &p, unsigned cha
         mbar_expect_tx(bar, (uint32_t)nv * (kDqk * R::kElem));
     }
     if (lane < tpw && page >= 0) {
+        const uint64_t pol = l2_evict_first(l2f);
         const int slot = t & (p.c.page_size - 1);
         const KV *ckv = (const KV *)p.m.ckv + (int64_t)page * p.m.ckv_stride_page + (int64_t)slot * p.m.ckv_stride_tok;
         const KV *kpe = (const KV *)p.m.kpe + (int64_t)page * p.m.kpe_stride_page + (int64_t)slot * p.m.kpe_stride_tok;
         if (kpe == ckv + kDv) {
             /* Concatenated cache ([.., 576]): one copy a token. */
-            bulk_g2s(smem_u32(row), ckv, kDqk * R::kElem, bar);
+            bulk_g2s(smem_u32(row), ckv, kDqk * R::kElem, bar, pol);
         } else {
-            bulk_g2s(smem_u32(row), ckv, kDv * R::kElem, bar);
-            bulk_g2s(smem_u32(row + kDv * R::kElem), kpe, (kDqk - kDv) * R::kElem, bar);
+            bulk_g2s(smem_u32(row), ckv, kDv * R::kElem, bar, pol);
+            bulk_g2s(smem_u32(row + kDv * R::kElem), kpe, (kDqk - kDv) * R::kElem, bar, pol);
         }
     }
 }
@@ -300,7 +304,7 @@ __device__ __forceinline__ void prologue(const fi_mla_params &p, const fi_work_i
         for (int b = 0; b < kMaxStages; ++b)
             if (b < x.AHEAD && b < x.nblk)
                 issue_block<KV>(p, x.stage_of(b), x.bar0 + (b % x.NS) * 8, x.kv_begin + b * kBlockN,
-                               x.kv_end, pp[b], x.pw);
+                               x.kv_end, pp[b], x.pw, x.l2f);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
             pg[i] = i < x.KP ? fetch_page(p, rq, x.kv_begin, x.kv_end, x.AHEAD + i, x.nblk, x.pw) : -1;
@@ -336,7 +340,7 @@ __device__ __forceinline__ void kv_loop(const fi_mla_params &p, const RunCtx &ct
             for (int i = 0; i < 2; ++i)
                 if (i < x.KP && bn + i < x.nblk)
                     issue_block<KV>(p, x.stage_of(bn + i), x.bar0 + ((bn + i) % x.NS) * 8,
-                                   x.kv_begin + (bn + i) * kBlockN, x.kv_end, pg[i], x.pw);
+                                   x.kv_begin + (bn + i) * kBlockN, x.kv_end, pg[i], x.pw, x.l2f);
 #pragma unroll
             for (int i = 0; i < 2; ++i)
                 pg[i] = i < x.KP ? fetch_page(p, rq, x.kv_begin, x.kv_end, bn + x.KP + i, x.nblk, x.pw) : -1;
@@ -700,7 +704,7 @@ template <typename T, typename KV = T> struct MlaFamily {
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx,
                                     const fi_work_item &it, const fi_request_info &rq,
                                     unsigned char *smem, bool first, State &) {
-        const Item<T, KV> x = item_map<T, KV>(it, smem);
+        const Item<T, KV> x = item_map<T, KV>(p.c, it, smem);
         const Lane ln = lane_of(threadIdx.x, x.KP, x.M);
         int lo[2], hi[2];
         row_bounds(ctx, it, rq, x.M, x.nh, ln.rg * 16 + ln.g, 8, lo, hi);

@@ -99,7 +99,7 @@ __device__ __forceinline__ void produce_q(const fi_mla_params &p, const fi_work_
  * q = l % 4 the 16-byte chunks q, q + 4, .. of its 512 ckv bytes and chunk q of its 64 kpe
  * bytes; keys past the item or invalid sparse slots zero-filled.  pg: block_page. */
 __device__ __forceinline__ void load_block(const fi_mla_params &p, const fi_work_item &it, uint32_t s0,
-                                           int st, int b, int pt, int32_t pg) {
+                                           int st, int b, int pt, int32_t pg, uint64_t pol) {
     const int lane = pt & 31, j = lane >> 2, q = lane & 3;
     const int tok = fimlawg::kTokPerWarp * (pt >> 5) + j, t = it.kv_begin + b * kBlockN + tok;
     const fimlawg::KvAt at = fimlawg::kv_at(p, __shfl_sync(0xffffffffu, pg, j), t, it.kv_end);
@@ -110,9 +110,9 @@ __device__ __forceinline__ void load_block(const fi_mla_params &p, const fi_work
 #pragma unroll
     for (int i = 0; i < 8; ++i) { /* chunk c = q + 4 i: panel c / 8, chunk c % 8 of its row */
         const int c = q + 4 * i;
-        cp_async16(base + (c >> 3) * kKPanel + sw128_8(tok, (c & 7) * 16), at.in ? ckv + 64 * i : (const uint8_t *)p.m.ckv, n);
+        cp_async16(base + (c >> 3) * kKPanel + sw128_8(tok, (c & 7) * 16), at.in ? ckv + 64 * i : (const uint8_t *)p.m.ckv, n, pol);
     }
-    cp_async16(base + kOffKpe + sw64_8(tok, 16 * q), at.in ? kpe : (const uint8_t *)p.m.kpe, n);
+    cp_async16(base + kOffKpe + sw64_8(tok, 16 * q), at.in ? kpe : (const uint8_t *)p.m.kpe, n, pol);
 }
 
 /* V^T of stage st from its ckv panels (header comment): warp pw panel pw, lane l dims
@@ -152,6 +152,7 @@ __device__ __forceinline__ void produce_blocks(const fi_mla_params &p, const fi_
                                                Cursor &cur, int nblk) {
     Cursor ld = cur;
     int32_t pg = nblk > 0 ? fimlawg::block_page(p, it, rq, 0, pt) : 0;
+    const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
     for (int b = 0; b < nblk + kDepth; ++b) {
         if (b >= kDepth) {
             cp_async_wait<kDepth - 1>();                  /* this thread's copies of b - kDepth */
@@ -165,7 +166,7 @@ __device__ __forceinline__ void produce_blocks(const fi_mla_params &p, const fi_
             /* the next block's pages travel while this one waits for its slot */
             const int32_t pn = b + 1 < nblk ? fimlawg::block_page(p, it, rq, b + 1, pt) : 0;
             mbar_wait(Sh8::empty(s0, ld.st), ld.ph ^ 1u);
-            load_block(p, it, s0, ld.st, b, pt, pg);
+            load_block(p, it, s0, ld.st, b, pt, pg, pol);
             pg = pn;
             ld.next();
         }

@@ -209,7 +209,7 @@ __device__ __forceinline__ uint32_t sparse_keys(const fi_mla_params &p, const fi
 template <typename T>
 __device__ __forceinline__ void produce_block(const fi_mla_params &p, const fi_work_item &it,
                                               const fi_request_info &rq, uint32_t s0, int st,
-                                              int b, int pt, int32_t pg) {
+                                              int b, int pt, int32_t pg, uint64_t pol) {
     const int lane = pt & 31, pw = pt >> 5;
     const int t0 = it.kv_begin + b * kBlockN + kTokPerWarp * pw; /* this warp's first token */
     const int j = lane >> 3, q = lane & 7;
@@ -224,7 +224,7 @@ __device__ __forceinline__ void produce_block(const fi_mla_params &p, const fi_w
 #pragma unroll
         for (int i = 0; i < kPanels; ++i)
             cp_async16(dst + i * kKPanel, at.in ? (i < 8 ? ckv + i * 64 : kpe) : (const T *)p.m.ckv,
-                       at.in ? 16 : 0);
+                       at.in ? 16 : 0, pol);
     }
 }
 
@@ -240,15 +240,15 @@ __device__ __forceinline__ int map_blocks(const fi_mla_params &p, const fi_work_
  * transaction count it raises first; TMA writes the 128-byte swizzle produce_block
  * computes by hand.  page: the page of the warp's first token. */
 __device__ __forceinline__ void map_block(const fi_mla_params &p, const fi_work_item &it, uint32_t s0,
-                                       int st, int b, int pw, int32_t page, uint32_t full) {
+                                       int st, int b, int pw, int32_t page, uint32_t full, uint64_t pol) {
     static_assert(kTokPerWarp == 8, "a warp's tokens: one 8-row swizzle atom a panel");
     const int slot = (it.kv_begin + b * kBlockN + kTokPerWarp * pw) & (p.c.page_size - 1);
     const uint32_t dst = s0 + kOffRing + st * kBlockBytes + kTokPerWarp * pw * 128;
     mbar_expect_tx_only(full, kPanels * kTokPerWarp * 128);
 #pragma unroll
     for (int i = 0; i < kPanels - 1; ++i)
-        tma_load_3d(dst + i * kKPanel, &p.tma_ckv, 64 * i, slot, page, full);
-    tma_load_3d(dst + (kPanels - 1) * kKPanel, &p.tma_kpe, 0, slot, page, full);
+        tma_load_3d(dst + i * kKPanel, &p.tma_ckv, 64 * i, slot, page, full, pol);
+    tma_load_3d(dst + (kPanels - 1) * kKPanel, &p.tma_kpe, 0, slot, page, full, pol);
 }
 
 /* The same block from an fp8 e4m3 cache, converted to fp16 on the way (exact), in two
@@ -696,6 +696,7 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                 produce_blocks_e4m3(p, it, rq, s0, pt, cur, nblk);
             } else {
                 int32_t pg = nblk > 0 ? block_page(p, it, rq, 0, pt) : 0;
+                const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
                 for (int b = 0; b < nblk; ++b) {
                     /* the next block's pages travel while this one waits for its slot */
                     const int32_t pn = b + 1 < nblk ? block_page(p, it, rq, b + 1, pt) : 0;
@@ -703,10 +704,10 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                     const uint32_t full = Sh16::full(s0, cur.st);
                     if (b < map_blocks(p, it)) { /* warp-uniform; every producer thread arrives either way */
                         if ((pt & 31) == 0)
-                            map_block(p, it, s0, cur.st, b, pt >> 5, pg, full);
+                            map_block(p, it, s0, cur.st, b, pt >> 5, pg, full, pol);
                         mbar_arrive(full);
                     } else {
-                        produce_block<T>(p, it, rq, s0, cur.st, b, pt, pg);
+                        produce_block<T>(p, it, rq, s0, cur.st, b, pt, pg, pol);
                         cp_async_mbar_arrive(full);
                     }
                     pg = pn;

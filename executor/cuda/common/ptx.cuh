@@ -87,6 +87,25 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                      "r"(src_bytes));
 }
+/* An L2 cache policy for the copies below that take one: the first `fraction` (0 or 1 here)
+ * of the lines a copy brings in are evict-first, the rest keep their priority (a copy
+ * without a policy).  A run-time fraction, not a choice between two policies: ptxas
+ * spilled on a 64-bit policy selected and held across a loop. */
+__device__ __forceinline__ uint64_t l2_evict_first(float fraction) {
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %0, %1;\n" : "=l"(pol) : "f"(fraction));
+    return pol;
+}
+/* cp_async16 under an L2 cache policy. */
+template <bool kL2Line = false>
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes, uint64_t pol) {
+    if constexpr (kL2Line)
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                     "l"(src), "r"(src_bytes), "l"(pol));
+    else
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                     "r"(src_bytes), "l"(pol));
+}
 /* A 4-, 8- or 16-byte async copy through L1 (cp.async.ca takes the small sizes); !valid
  * zero-fills the destination (src must still be a valid address). */
 template <int N> __device__ __forceinline__ void cp_async_small(uint32_t dst, const void *src, bool valid) {
@@ -157,6 +176,14 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
         "l"(src), "r"(bytes), "r"(bar)
         : "memory");
 }
+/* bulk_g2s under an L2 cache policy. */
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
+                                         uint64_t pol) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory");
+}
 /* Add `bytes` to the transaction count the current phase of `bar` waits for, without an
  * arrival (each TMA-issuing lane expects its own box before issuing it). */
 __device__ __forceinline__ void mbar_expect_tx_only(uint32_t bar, uint32_t bytes) {
@@ -178,6 +205,14 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *tmap, int 
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
         "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+/* tma_load_3d under an L2 cache policy. */
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *tmap, int c0, int c1, int c2,
+                                            uint32_t bar, uint64_t pol) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+        "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(pol)
         : "memory");
 }
 /* Order generic-proxy shared-memory writes before later async-proxy (bulk copy) accesses. */
