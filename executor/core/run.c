@@ -45,7 +45,6 @@ static fi_status check_nvfp4_out(const fi_attn_args *a, int64_t rows, int64_t H,
     return FI_OK;
 }
 
-/* Check what every family shares and fill the common block. */
 /* Short KV streams go to the L2 evict-first (kv_l2_fraction in run_ctx.cuh): the largest
  * CTA cost, in cost units (decode: KV tokens of one tile), up to which a CTA streams at most
  * FI_KV_EVICT_FIRST_BYTES; 0 for context attention (a request's keys are read once per
@@ -63,6 +62,7 @@ static int32_t kv_evict_first_cost(const fi_caps *caps) {
     return row > 0 ? (int32_t)(FI_KV_EVICT_FIRST_BYTES / row) : 0;
 }
 
+/* Check what every family shares and fill the common block. */
 static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec_common *c) {
     const fi_caps *caps = &plan->caps;
     const fi_layout *L = &plan->layout;

@@ -38,10 +38,11 @@ __device__ __forceinline__ RunCtx run_ctx(const fi_exec_common &c) {
 /* The fraction of a launch's KV lines to bring into the L2 evict-first (l2_evict_first): 1
  * when the plan's longest CTA stream is short (header->max_cta_cost <=
  * c.kv_evict_first_cost, about 2 MB of KV), else 0.  Evict-first keeps what a CTA's tail
- * reads again (code, the work list, partials) in the L2 against the stream; on short
+ * reads again (code, the work list, partials) in the L2 against the stream.  On short
  * streams, whose tails weigh most, it gained in b2b and flushed replays alike (H200: GQA
- * B1 x 32768 -5%, MLA heads 16 trace128 -2 to -5%), while long streams lost 1.6-6% after
- * an L2 flush (docs/perf-log.md, 2026-11-29 seventh session).  Read from the plan region,
+ * B1 x 32768 -6%, MLA heads 16 trace128 -3 / -6%, B1 x 32768 -6 / -7%); long streams
+ * lost up to 6% after an L2 flush, so they keep the normal policy (docs/perf-log.md,
+ * 2026-11-29 seventh and eighth sessions).  Read from the plan region,
  * so a captured graph follows the plan of each replay. */
 __device__ __forceinline__ float kv_l2_fraction(const fi_exec_common &c) {
     return c.header->max_cta_cost <= (int64_t)c.kv_evict_first_cost ? 1.0f : 0.0f;
