@@ -168,15 +168,8 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
 }
 
-/* Bulk copy global -> shared (TMA engine, no tensor map), completing on mbarrier `bar`. */
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
-                                         uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-        "l"(src), "r"(bytes), "r"(bar)
-        : "memory");
-}
-/* bulk_g2s under an L2 cache policy. */
+/* Bulk copy global -> shared (TMA engine, no tensor map), completing on mbarrier `bar`,
+ * under L2 cache policy `pol` (l2_evict_first). */
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
                                          uint64_t pol) {
     asm volatile(
@@ -199,15 +192,7 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *tmap, int 
         "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
         : "memory");
 }
-/* The same for a 3-D box. */
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *tmap, int c0, int c1, int c2,
-                                            uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-        "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-        : "memory");
-}
-/* tma_load_3d under an L2 cache policy. */
+/* The same for a 3-D box, under L2 cache policy `pol` (l2_evict_first). */
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *tmap, int c0, int c1, int c2,
                                             uint32_t bar, uint64_t pol) {
     asm volatile(
