@@ -218,6 +218,25 @@ __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_
     cur.next_q();
 }
 
+/* The page-table lines the next item's first page batch reads (page_fill: 64 page ids of
+ * its K row, and of its V row for a [B, 2, P] table) into the L2, by lanes 0-3 of producer
+ * warp 0, after the current item's third slot (or its last): the KV stream pushes page-table lines out of
+ * the L2 between the items of a request's KV heads, and an item's first slot waits for its
+ * page ids. */
+template <class G>
+__device__ __forceinline__ void prefetch_pages(const fi_gqa_params &p, const fi_work_item &nit,
+                                               const fi_request_info &nrq, int split, int ppr, int pt) {
+    if (pt >= 4 || nit.kv_end <= nit.kv_begin)
+        return;
+    const int pb0 = (nit.kv_begin & ~(G::kSlotTokens - 1)) >> p.c.page_shift;
+    const int npages = (nrq.kv_len + p.c.page_size - 1) >> p.c.page_shift;
+    const int first = pb0 + 32 * (pt & 1);
+    if ((pt >= 2 && !split) || first >= npages)
+        return;
+    const int64_t row = (int64_t)nrq.page_row_offset + (pt >= 2 ? ppr : 0);
+    prefetch_l2(p.c.page_table + row + first);
+}
+
 /* Fill item it's KV slices, in order, into the ring.  Slices are aligned to 16 tokens of
  * the request (a page of >= 16 tokens then holds a whole slice); tokens outside
  * [kv_begin, kv_end) are zero-filled (the consumers mask them: P = 0 must not meet NaN
@@ -226,7 +245,8 @@ __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_
 template <class K, class G, int D>
 __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work_item &it,
                                            const fi_request_info &rq, int split, int ppr,
-                                           unsigned char *smem, int pt, Cursor &cur) {
+                                           unsigned char *smem, int pt, Cursor &cur,
+                                           const fi_work_item *nit, const fi_request_info *nrq) {
     using KV = typename K::Elem;
     constexpr int kChunks = K::row_bytes(D) / 16; /* 16-byte chunks a row */
     constexpr int kSf = K::sf_bytes(D);           /* NVFP4 scale bytes a row: 4, 8, 16 */
@@ -333,6 +353,8 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
         }
         cp_async_mbar_arrive(G::full(smem, cur.slot));
         cur.next_slot(G::kStages);
+        if (nit && sl == (nsl > 2 ? 2 : nsl - 1)) /* the next pair has landed by then */
+            prefetch_pages<G>(p, *nit, *nrq, split, ppr, pt);
     }
 }
 

@@ -48,8 +48,31 @@ __device__ __forceinline__ float kv_l2_fraction(const fi_exec_common &c) {
     return c.header->max_cta_cost <= (int64_t)c.kv_evict_first_cost ? 1.0f : 0.0f;
 }
 
-/* Visit a CTA's items in order, each with its request row, the next pair loaded while the
- * current one is visited (a producer's walk; the persistent loop does the same). */
+/* Visit a CTA's items in order: fn(item, its request row, the next item, its request row,
+ * whether there is a next), the next pair loaded while the current one is visited (a
+ * producer's walk; the persistent loop does the same).  The next pair is in flight when fn
+ * starts: read it late in fn (a prefetch of the next item's page-table lines). */
+template <class Fn>
+__device__ __forceinline__ void for_each_item_ahead(const fi_exec_common &c, const fi_cta_start &cs, Fn &&fn) {
+    fi_work_item it = cs.first;
+    fi_request_info rq = cs.request;
+    for (int i = cs.item_begin; i < cs.item_end; ++i) {
+        fi_work_item nit = it;
+        fi_request_info nrq = rq;
+        const bool more = i + 1 < cs.item_end;
+        if (more) {
+            nit = c.items[i + 1];
+            nrq = c.requests[nit.request];
+        }
+        fn(it, rq, nit, nrq, more);
+        it = nit;
+        rq = nrq;
+    }
+}
+
+/* The same walk, fn(item, its request row).  Kept apart from for_each_item_ahead (not a
+ * wrapper of it): the MLA and context producers then compile to the PTX they were measured
+ * with. */
 template <class Fn>
 __device__ __forceinline__ void for_each_item(const fi_exec_common &c, const fi_cta_start &cs, Fn &&fn) {
     fi_work_item it = cs.first;
