@@ -268,7 +268,9 @@ struct SplitMerge {
          * base + q * Threads + j and an aligned quad of lanes holds a block (write_merged) */
         const int K = fp4 ? 1 : max(1, min(ns, Threads / nu));
         const int per = Threads / K;                 /* units a round, per q */
-        const int k = tid % K, jt = tid / K;
+        /* part k of the splits, unit jt: consecutive threads read consecutive units of one
+         * part (whole 128-byte lines of a slot a warp), not one unit of consecutive parts */
+        const int k = tid / per, jt = tid % per;
         const int sa = (int)((int64_t)k * ns / K), sb = (int)((int64_t)(k + 1) * ns / K);
         const int64_t slot_f4 = (int64_t)c.tile_rows * kF4;
         const float4 *po = reinterpret_cast<const float4 *>(c.partial_o) + (int64_t)grp.first_slot * slot_f4;
@@ -279,7 +281,7 @@ struct SplitMerge {
 #pragma unroll
             for (int q = 0; q < kQ; ++q) {
                 const int j = base + q * per + jt;
-                vq[q] = jt < per && j < nu;
+                vq[q] = k < K && j < nu;
                 uq[q] = u0 + j;
                 a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
             }
@@ -316,7 +318,7 @@ struct SplitMerge {
                         continue;
                     float4 t = a[q];
                     for (int kk = 1; kk < K; ++kk) {
-                        const float4 b = sAcc[q * Threads + tid + kk];
+                        const float4 b = sAcc[q * Threads + tid + kk * per];
                         t.x += b.x;
                         t.y += b.y;
                         t.z += b.z;
