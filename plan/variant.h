@@ -61,6 +61,10 @@ typedef struct fi_variant {
                                    the model counts work, not L2 misses, and the walk's plan of
                                    an 8k prefill ran 1.4x slower than without its KV loads
                                    (docs/perf-log.md); other rows: unused (0) */
+    int32_t kv_head_major;      /* 1: tiles in KV-head-major order across the batch (all
+                                   requests' KV head 0 tiles, then head 1 ...: planner/tiles.h),
+                                   so the CTAs running one request's KV heads read its token
+                                   rows at the same time; 0: request-major */
     const struct fi_family *family;  /* GPU executor of the row; NULL: CPU reference only */
 } fi_variant;
 

@@ -7,6 +7,7 @@
 /* The tile geometry of the caps and row, per batch. */
 typedef struct tile_geo {
     int32_t h_kv, group, q_step, h_step, n_hb;
+    int32_t ways; /* tiles.h's order: 1 request-major; n_hb head-chunk-major; h_kv KV-head-major */
 } tile_geo;
 
 FI_PD_STATIC tile_geo tile_geo_of(const fi_variant *v, const fi_caps *caps) {
@@ -17,6 +18,7 @@ FI_PD_STATIC tile_geo tile_geo_of(const fi_variant *v, const fi_caps *caps) {
     g.q_step = g.group >= v->tile_rows ? 1 : v->tile_rows / g.group;
     g.h_step = g.group >= v->tile_rows ? v->tile_rows : g.group;
     g.n_hb = (g.group + g.h_step - 1) / g.h_step;
+    g.ways = g.n_hb > 1 ? g.n_hb : v->kv_head_major && g.h_kv > 1 ? g.h_kv : 1;
     return g;
 }
 
@@ -38,18 +40,20 @@ FI_PD_STATIC int64_t request_tile_count(const tile_geo *g, int32_t q_len) {
     return (int64_t)g->h_kv * ((q_len + g->q_step - 1) / g->q_step) * g->n_hb;
 }
 
-/* Write request b's tiles (request_tile_count of them); returns their cost.  hstride 0:
- * request-major, at out[0 ..) in (KV head, q tile, head chunk) order; else head-chunk-
- * major: the tile of (KV head, q tile) i and head chunk c at out[i + c * hstride]. */
+/* Write request b's tiles (request_tile_count of them); returns their cost.  stride 0:
+ * request-major, at out[0 ..) in (KV head, q tile, head chunk) order; else, with several
+ * head chunks (g.n_hb > 1), head-chunk-major: the tile of (KV head, q tile) i and head
+ * chunk c at out[i + c * stride]; with one (g.ways == h_kv), KV-head-major: the tile of
+ * KV head kvh and q tile j at out[j + kvh * stride]. */
 FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, tile_geo g, int32_t b,
                                    const fi_request_info *r, int32_t causal,
-                                   int32_t window_left, fi_tile *out, int64_t hstride) {
+                                   int32_t window_left, fi_tile *out, int64_t stride) {
     const int32_t q_len = r->q_len, kv_len = r->kv_len;
     int64_t total = 0;
     /* Decode (one q block a request, as every GQA / MLA decode batch): the KV range and the
      * cost depend on the request only, so they are computed once for its h_kv x head-block
      * tiles (GQA decode at 1024 requests: 8192 tiles); same tiles, same order. */
-    if (hstride == 0 && q_len >= 1 && q_len <= g.q_step && g.group % g.h_step == 0) {
+    if ((stride == 0 || g.n_hb == 1) && q_len >= 1 && q_len <= g.q_step && g.group % g.h_step == 0) {
         int32_t lo, hi, n = 0;
         fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
         const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)q_len * g.h_step);
@@ -63,8 +67,8 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, tile_geo
         const uint64_t w1 = tile_word(0, (uint32_t)q_len);
         const uint64_t w2 = tile_word((uint32_t)lo, (uint32_t)hi), w3 = (uint64_t)cost;
         const uint64_t next = tile_word(0, (uint32_t)step * 0x10001u); /* both heads + step */
-        for (int32_t hb = 0; hb < heads; hb += step) {
-            unsigned char *o = (unsigned char *)&out[n];
+        for (int32_t hb = 0; hb < heads; hb += step) { /* tile n: KV head n (one head chunk) */
+            unsigned char *o = (unsigned char *)&out[stride ? n * stride : n];
             fi_copy_bytes(o, &w0, 8);
             fi_copy_bytes(o + 8, &w1, 8);
             fi_copy_bytes(o + 16, &w2, 8);
@@ -75,6 +79,7 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, tile_geo
         return cost * n;
     }
     int64_t i = 0; /* (KV head, q tile) pairs so far */
+    const int64_t nq = (q_len + g.q_step - 1) / g.q_step; /* q tiles a KV head */
     for (int32_t kvh = 0; kvh < g.h_kv; kvh++) {
         const int32_t h0 = kvh * g.group, h1 = h0 + g.group;
         for (int32_t q0 = 0; q0 < q_len; q0 += g.q_step, i++) {
@@ -85,7 +90,9 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, tile_geo
                 const int32_t he = hb + g.h_step < h1 ? hb + g.h_step : h1;
                 const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)(q1 - q0) * (he - hb));
                 const fi_tile t = {b, (int16_t)hb, (int16_t)he, q0, q1, lo, hi, cost};
-                out[hstride > 0 ? i + c * hstride : i * g.n_hb + c] = t;
+                out[stride == 0      ? i * g.n_hb + c
+                    : g.n_hb > 1     ? i + c * stride
+                                     : i - kvh * nq + kvh * stride] = t;
                 total += cost;
             }
         }
@@ -111,17 +118,17 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
     const fi_variant row = *v;
     const tile_geo g = tile_geo_of(&row, caps);
     int64_t n = 0, total = 0;
-    if (g.n_hb > 1) { /* head-chunk-major (tiles.h): count first, then place */
+    if (g.ways > 1) { /* head-chunk- or KV-head-major (tiles.h): count first, then place */
         for (int32_t b = 0; b < batch_size; b++) {
             n += request_tile_count(&g, requests[b].q_len);
             if (n > max_tiles)
                 return over_tiles(err, b, max_tiles);
         }
-        const int64_t hstride = n / g.n_hb;
+        const int64_t stride = n / g.ways;
         int64_t at = 0;
         for (int32_t b = 0; b < batch_size; b++) {
-            total += request_tiles(&row, g, b, &requests[b], causal, window_left, tiles + at, hstride);
-            at += request_tile_count(&g, requests[b].q_len) / g.n_hb;
+            total += request_tiles(&row, g, b, &requests[b], causal, window_left, tiles + at, stride);
+            at += request_tile_count(&g, requests[b].q_len) / g.ways;
         }
         *num_tiles = (int32_t)n;
         *total_cost = total;
@@ -155,10 +162,10 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
             first = b;
         return over_tiles(err, (int32_t)fi_pp_min(first), max_tiles);
     }
-    if (g.n_hb > 1) { /* head-chunk-major: a request's chunk-0 tiles at offset / n_hb */
+    if (g.ways > 1) { /* head-chunk- or KV-head-major: a request's first tiles at offset / ways */
         FI_PP_FOR(b, batch_size)
-        request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b] / g.n_hb,
-                      n / g.n_hb);
+        request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b] / g.ways,
+                      n / g.ways);
     } else {
         FI_PP_FOR(b, batch_size)
         request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b], 0);

@@ -10,7 +10,10 @@
  * first: all requests' chunk-0 tiles, then all chunk-1 tiles, ...  The walk then gives
  * the chunks of one request to CTAs c and c + num_ctas / chunks, which run them at the
  * same time, so the second reads the request's KV from L2 instead of DRAM (H200, heads 128
- * B128 x 4096: L2 hit rate 3% request-major).
+ * B128 x 4096: L2 hit rate 3% request-major).  Rows with kv_head_major (GQA decode) put
+ * the KV head first in the same way: all requests' KV-head-0 tiles, then KV head 1, ...,
+ * so the CTAs c + k num_ctas / H_kv run one request's KV heads together and read each of
+ * its NHD token rows (every KV head's slice of it) at about the same time.
  * KV range of a tile = union of its rows' ranges (plan/mask.h fi_tile_kv_range); an
  * empty union gives kv_begin == kv_end == 0 (the tile still becomes an item so its rows
  * are written: zeros, lse -inf).

@@ -57,11 +57,13 @@ static const fi_variant k_variants[] = {
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wg},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
-     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_gqa},
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
+     .family = &fi_family_gqa},
     /* GQA decode with the data-parallel partition (as mla_decode_parallel_plan). */
     {.kind = FI_KIND_GQA_DECODE, .variant = 1, .name = "gqa_decode_parallel_plan",
      .tile_rows = 64, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
-     .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_gqa},
+     .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .kv_head_major = 1,
+     .family = &fi_family_gqa},
     /* Context: the walk, or the list schedule (planner/listsched.h) when the model rates
      * it within FI_LIST_SLACK_64THS / 64 of the walk's plan (plan/cost_model.h). */
     {.kind = FI_KIND_CONTEXT, .variant = 0, .name = "context", .tile_rows = 128,
