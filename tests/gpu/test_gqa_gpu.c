@@ -262,8 +262,9 @@ static void gqa_split_merge_matches_reference_few_and_many_ctas(void **state) {
     REQUIRE_GPU();
     tt_rng rng = gt_test_rng(4);
     static const gqa_split_variant V[] = {
-        /* few CTAs: a handful of tiles cut into pieces */
-        {32, 8, 128, 64, 1, 3, 3000, 5000, 8, 1, -1, 2},
+        /* few CTAs: a handful of tiles cut into pieces (7 CTAs: on 8, the KV-head-major
+         * tiles of 3 requests give every CTA one KV head's 3 whole tiles, no split) */
+        {32, 8, 128, 64, 1, 3, 3000, 5000, 7, 1, -1, 2},
         {64, 8, 128, 16, 2, 1, 2000, 4000, 16, 0, -1, 2},
         /* batch 1 over 132 CTAs: split-k decides everything */
         {32, 8, 128, 64, 1, 1, 20000, 30000, 132, 1, -1, 8},
