@@ -13,7 +13,9 @@
  * B128 x 4096: L2 hit rate 3% request-major).  Rows with kv_head_major (GQA decode) put
  * the KV head first in the same way: all requests' KV-head-0 tiles, then KV head 1, ...,
  * so the CTAs c + k num_ctas / H_kv run one request's KV heads together and read each of
- * its NHD token rows (every KV head's slice of it) at about the same time.
+ * its NHD token rows (every KV head's slice of it) at about the same time; batches of no
+ * more tiles than the row may pack stay request-major (packing sorts them by cost anyway,
+ * faster on a request's equal-cost run of KV heads).
  * KV range of a tile = union of its rows' ranges (plan/mask.h fi_tile_kv_range); an
  * empty union gives kv_begin == kv_end == 0 (the tile still becomes an item so its rows
  * are written: zeros, lse -inf).
