@@ -219,6 +219,69 @@ static void mla_head_chunks_of_a_request_run_side_by_side(void **state) {
     }
 }
 
+/* GQA decode batches past the packing limit: tiles KV-head-major (tiles.h), so with 64
+ * uniform requests x 8 KV heads on 64 CTAs (8 whole tiles a CTA) CTA c + 8 k runs KV head
+ * k of the requests CTA c runs head 0 of, in the same order.  Both GQA rows (the walk and
+ * the data-parallel partition); random kv_len. */
+static void gqa_kv_heads_of_a_request_run_side_by_side(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 12};
+    enum { B = 64, P = 64, PS = 16, CTAS = 64, HKV = 8, GROUP = 4 };
+    static int32_t bt[B * P], lens[B];
+    for (int i = 0; i < B * P; i++)
+        bt[i] = i;
+    const int32_t kv = (int32_t)tt_rng_int(&rng, 100, P * PS);
+    for (int b = 0; b < B; b++)
+        lens[b] = kv;
+    for (int variant = 0; variant <= 1; variant++) {
+        fi_caps c;
+        memset(&c, 0, sizeof c);
+        c.kind = FI_KIND_GQA_DECODE;
+        c.max_batch = B;
+        c.max_q_tokens = B;
+        c.num_pages = B * P;
+        c.page_size = PS;
+        c.num_qo_heads = HKV * GROUP;
+        c.num_kv_heads = HKV;
+        c.head_dim_qk = c.head_dim_vo = 128;
+        c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
+        c.num_ctas = CTAS;
+        c.variant = variant;
+        fi_batch bb;
+        memset(&bb, 0, sizeof bb);
+        bb.form = FI_FORM_BLOCK_TABLES;
+        bb.batch_size = B;
+        bb.block_tables = bt;
+        bb.max_pages_per_seq = P;
+        bb.seq_lens = lens;
+        bb.q_len_per_request = 1;
+        bb.window_left = -1;
+        fi_plan *p = NULL;
+        assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+        assert_int_equal(fi_plan_update(p, &bb, NULL), FI_OK);
+        fi_plan_view v;
+        assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+        for (int cta = 0; cta < CTAS / HKV; cta++) {
+            const int a0 = v.work_indptr[cta], a1 = v.work_indptr[cta + 1];
+            assert_true(a1 > a0);
+            for (int k = 1; k < HKV; k++) {
+                const int c2 = cta + k * (CTAS / HKV);
+                const int b0 = v.work_indptr[c2], b1 = v.work_indptr[c2 + 1];
+                assert_int_equal(a1 - a0, b1 - b0);
+                for (int i = 0; i < a1 - a0; i++) {
+                    const fi_work_item *x = &v.items[a0 + i], *y = &v.items[b0 + i];
+                    assert_int_equal(x->request, y->request);
+                    assert_int_equal(x->kv_begin, y->kv_begin);
+                    assert_int_equal(x->kv_end, y->kv_end);
+                    assert_int_equal(x->head_begin, 0);
+                    assert_int_equal(y->head_begin, k * GROUP);
+                }
+            }
+        }
+        fi_plan_destroy(p);
+    }
+}
+
 /* MLA decode in the INDPTR form takes query blocks of any length (the wrapper's
  * incremental prefill): 17, 128 and 1024 causal rows beside decode requests, heads 16 and
  * 128, both MLA bodies' rows and the data-parallel one, random CTAs; every (row, visible
@@ -314,6 +377,7 @@ int main(void) {
         cmocka_unit_test(plan_covers_every_kv_token_once_parallel_partition),
         cmocka_unit_test(plan_with_one_cta_never_splits),
         cmocka_unit_test(mla_head_chunks_of_a_request_run_side_by_side),
+        cmocka_unit_test(gqa_kv_heads_of_a_request_run_side_by_side),
         cmocka_unit_test(default_variant_follows_heads),
         cmocka_unit_test(mla_indptr_long_query_blocks_are_covered),
     };
