@@ -158,6 +158,55 @@ static void plan_with_one_cta_never_splits(void **state) {
     }
 }
 
+/* A uniform decode batch (the side-by-side tests below): B requests of kv_len kv each, q_len
+ * 1, request b on pages b * P ..; c holds the kind, heads, dims and variant, the rest is set
+ * here.  bt [B * P], lens [B]: the caller's.  Returns the updated plan (the caller destroys
+ * it) and its view. */
+static fi_plan *plan_uniform_decode(fi_caps c, int32_t B, int32_t P, int32_t PS, int32_t ctas,
+                                    int32_t kv, int32_t *bt, int32_t *lens, fi_plan_view *v) {
+    for (int i = 0; i < B * P; i++)
+        bt[i] = i;
+    for (int b = 0; b < B; b++)
+        lens[b] = kv;
+    c.max_batch = B;
+    c.max_q_tokens = B;
+    c.num_pages = B * P;
+    c.page_size = PS;
+    c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
+    c.num_ctas = ctas;
+    fi_batch bb;
+    memset(&bb, 0, sizeof bb);
+    bb.form = FI_FORM_BLOCK_TABLES;
+    bb.batch_size = B;
+    bb.block_tables = bt;
+    bb.max_pages_per_seq = P;
+    bb.seq_lens = lens;
+    bb.q_len_per_request = 1;
+    bb.window_left = -1;
+    fi_plan *p = NULL;
+    assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+    assert_int_equal(fi_plan_update(p, &bb, NULL), FI_OK);
+    assert_int_equal(fi_plan_get_view(p, v), FI_OK);
+    return p;
+}
+
+/* CTAs a and b run the same (request, KV range) items in the same order, a's on heads from
+ * ha, b's from hb. */
+static void assert_side_by_side(const fi_plan_view *v, int a, int b, int ha, int hb) {
+    const int a0 = v->work_indptr[a], a1 = v->work_indptr[a + 1];
+    const int b0 = v->work_indptr[b], b1 = v->work_indptr[b + 1];
+    assert_true(a1 > a0);
+    assert_int_equal(a1 - a0, b1 - b0);
+    for (int i = 0; i < a1 - a0; i++) {
+        const fi_work_item *x = &v->items[a0 + i], *y = &v->items[b0 + i];
+        assert_int_equal(x->request, y->request);
+        assert_int_equal(x->kv_begin, y->kv_begin);
+        assert_int_equal(x->kv_end, y->kv_end);
+        assert_int_equal(x->head_begin, ha);
+        assert_int_equal(y->head_begin, hb);
+    }
+}
+
 /* MLA heads 128 on 64-row tiles: the two head chunks of a request go to CTAs c and
  * c + num_ctas / 2 (tiles.h, head-chunk-major order), so they run side by side and the
  * second reads the KV from L2.  Uniform batch (every request the same cost), default row
@@ -167,54 +216,21 @@ static void mla_head_chunks_of_a_request_run_side_by_side(void **state) {
     tt_rng rng = {g_seed + 11};
     enum { B = 64, P = 64, PS = 64, CTAS = 32 };
     static int32_t bt[B * P], lens[B];
-    for (int i = 0; i < B * P; i++)
-        bt[i] = i;
     const int32_t kv = (int32_t)tt_rng_int(&rng, 1000, P * PS);
-    for (int b = 0; b < B; b++)
-        lens[b] = kv;
     for (int variant = 0; variant <= 4; variant += 4) {
         fi_caps c;
         memset(&c, 0, sizeof c);
         c.kind = FI_KIND_MLA_DECODE;
-        c.max_batch = B;
-        c.max_q_tokens = B;
-        c.num_pages = B * P;
-        c.page_size = PS;
         c.num_qo_heads = 128;
         c.num_kv_heads = 1;
         c.head_dim_qk = 576;
         c.head_dim_vo = 512;
-        c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
-        c.num_ctas = CTAS;
         c.variant = variant;
-        fi_batch bb;
-        memset(&bb, 0, sizeof bb);
-        bb.form = FI_FORM_BLOCK_TABLES;
-        bb.batch_size = B;
-        bb.block_tables = bt;
-        bb.max_pages_per_seq = P;
-        bb.seq_lens = lens;
-        bb.q_len_per_request = 1;
-        bb.window_left = -1;
-        fi_plan *p = NULL;
-        assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
-        assert_int_equal(fi_plan_update(p, &bb, NULL), FI_OK);
         fi_plan_view v;
-        assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+        fi_plan *p = plan_uniform_decode(c, B, P, PS, CTAS, kv, bt, lens, &v);
         assert_int_equal(v.header->tile_rows, 64);
-        for (int cta = 0; cta < CTAS / 2; cta++) {
-            const int a0 = v.work_indptr[cta], a1 = v.work_indptr[cta + 1];
-            const int b0 = v.work_indptr[cta + CTAS / 2], b1 = v.work_indptr[cta + CTAS / 2 + 1];
-            assert_int_equal(a1 - a0, b1 - b0);
-            for (int i = 0; i < a1 - a0; i++) {
-                const fi_work_item *x = &v.items[a0 + i], *y = &v.items[b0 + i];
-                assert_int_equal(x->request, y->request);
-                assert_int_equal(x->kv_begin, y->kv_begin);
-                assert_int_equal(x->kv_end, y->kv_end);
-                assert_int_equal(x->head_begin, 0);
-                assert_int_equal(y->head_begin, 64);
-            }
-        }
+        for (int cta = 0; cta < CTAS / 2; cta++)
+            assert_side_by_side(&v, cta, cta + CTAS / 2, 0, 64);
         fi_plan_destroy(p);
     }
 }
@@ -228,56 +244,20 @@ static void gqa_kv_heads_of_a_request_run_side_by_side(void **state) {
     tt_rng rng = {g_seed + 12};
     enum { B = 64, P = 64, PS = 16, CTAS = 64, HKV = 8, GROUP = 4 };
     static int32_t bt[B * P], lens[B];
-    for (int i = 0; i < B * P; i++)
-        bt[i] = i;
     const int32_t kv = (int32_t)tt_rng_int(&rng, 100, P * PS);
-    for (int b = 0; b < B; b++)
-        lens[b] = kv;
     for (int variant = 0; variant <= 1; variant++) {
         fi_caps c;
         memset(&c, 0, sizeof c);
         c.kind = FI_KIND_GQA_DECODE;
-        c.max_batch = B;
-        c.max_q_tokens = B;
-        c.num_pages = B * P;
-        c.page_size = PS;
         c.num_qo_heads = HKV * GROUP;
         c.num_kv_heads = HKV;
         c.head_dim_qk = c.head_dim_vo = 128;
-        c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
-        c.num_ctas = CTAS;
         c.variant = variant;
-        fi_batch bb;
-        memset(&bb, 0, sizeof bb);
-        bb.form = FI_FORM_BLOCK_TABLES;
-        bb.batch_size = B;
-        bb.block_tables = bt;
-        bb.max_pages_per_seq = P;
-        bb.seq_lens = lens;
-        bb.q_len_per_request = 1;
-        bb.window_left = -1;
-        fi_plan *p = NULL;
-        assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
-        assert_int_equal(fi_plan_update(p, &bb, NULL), FI_OK);
         fi_plan_view v;
-        assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
-        for (int cta = 0; cta < CTAS / HKV; cta++) {
-            const int a0 = v.work_indptr[cta], a1 = v.work_indptr[cta + 1];
-            assert_true(a1 > a0);
-            for (int k = 1; k < HKV; k++) {
-                const int c2 = cta + k * (CTAS / HKV);
-                const int b0 = v.work_indptr[c2], b1 = v.work_indptr[c2 + 1];
-                assert_int_equal(a1 - a0, b1 - b0);
-                for (int i = 0; i < a1 - a0; i++) {
-                    const fi_work_item *x = &v.items[a0 + i], *y = &v.items[b0 + i];
-                    assert_int_equal(x->request, y->request);
-                    assert_int_equal(x->kv_begin, y->kv_begin);
-                    assert_int_equal(x->kv_end, y->kv_end);
-                    assert_int_equal(x->head_begin, 0);
-                    assert_int_equal(y->head_begin, k * GROUP);
-                }
-            }
-        }
+        fi_plan *p = plan_uniform_decode(c, B, P, PS, CTAS, kv, bt, lens, &v);
+        for (int cta = 0; cta < CTAS / HKV; cta++)
+            for (int k = 1; k < HKV; k++)
+                assert_side_by_side(&v, cta, cta + k * (CTAS / HKV), 0, k * GROUP);
         fi_plan_destroy(p);
     }
 }

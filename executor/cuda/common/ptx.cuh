@@ -113,11 +113,11 @@ template <int N> __device__ __forceinline__ void cp_async_small(uint32_t dst, co
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(N),
                  "r"(valid ? N : 0));
 }
-/* 16 bytes to shared memory (a producer's converted chunk). */
 /* Bring the 128-byte line holding `p` into the L2 (no register written, nothing waited). */
 __device__ __forceinline__ void prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
+/* 16 bytes to shared memory (a producer's converted chunk). */
 __device__ __forceinline__ void st_shared16(uint32_t dst, uint4 v) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z),
                  "r"(v.w)
