@@ -47,7 +47,7 @@ static int encode_view(CUtensorMap *m, const fi_tensor *t, const fi_gqa_paged *v
     const uint64_t strides[3] = {(uint64_t)v->stride_tok * 2, (uint64_t)v->stride_head * 2,
                                  (uint64_t)v->stride_page * 2};
     const uint32_t boxdim[4] = {64, (uint32_t)box, 1, 1};
-    return fi_tensor_map_16(m, dt, v->data, 4, dims, strides, boxdim);
+    return fi_tensor_map(m, dt, v->data, 4, dims, strides, boxdim, 128);
 }
 
 /* The GQA family's parameters, then the k / v tensor maps where TMA can take them: KV in

@@ -1,5 +1,5 @@
 /*
- * executor/core/tensor_map.c - TMA tensor maps of 16-bit tensors (tensor_map.h).
+ * executor/core/tensor_map.c - TMA tensor maps of 16-bit and fp8 tensors (tensor_map.h).
  */
 #include "executor/core/tensor_map.h"
 
@@ -27,11 +27,12 @@ static encode_tiled_fn encode_tiled(void) {
     return fn;
 }
 
-int fi_tensor_map_16(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const uint64_t *dims,
-                     const uint64_t *strides, const uint32_t *box) {
+int fi_tensor_map(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const uint64_t *dims,
+                  const uint64_t *strides, const uint32_t *box, uint32_t swizzle) {
     const encode_tiled_fn fn = encode_tiled();
-    if (!fn || rank < 2 || rank > 5 || (uintptr_t)base % 16 != 0 || box[0] * 2 != 128 ||
-        (dt != FI_DTYPE_BF16 && dt != FI_DTYPE_F16))
+    const uint32_t esize = dt == FI_DTYPE_BF16 || dt == FI_DTYPE_F16 ? 2 : dt == FI_DTYPE_E4M3 ? 1 : 0;
+    if (!fn || esize == 0 || rank < 2 || rank > 5 || (uintptr_t)base % 16 != 0 ||
+        (swizzle != 128 && swizzle != 64) || box[0] * esize != swizzle)
         return -1;
     cuuint64_t d[5], s[4];
     cuuint32_t b[5], unit[5];
@@ -45,9 +46,12 @@ int fi_tensor_map_16(CUtensorMap *m, fi_dtype dt, const void *base, int rank, co
                 return -1;
         }
     }
-    const CUresult r =
-        fn(m, dt == FI_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-           (cuuint32_t)rank, (void *)base, d, s, b, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUtensorMapDataType type = dt == FI_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                     : dt == FI_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    const CUresult r = fn(m, type, (cuuint32_t)rank, (void *)base, d, s, b, unit,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE,
+                          swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : -1;
 }

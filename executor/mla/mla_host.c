@@ -33,16 +33,21 @@ static fi_status mla_dtypes(const fi_caps *caps, fi_mla_params *p) {
 
 /* The wgmma body's ckv / kpe tensor maps (mla_params.h): 1 when TMA takes both views.
  * An 8-token box lies inside one page (page_size >= 8, a power of two; the kernel copies
- * by map only blocks of an item that starts on a multiple of 8 tokens: map_blocks). */
+ * by map only blocks of an item that starts on a multiple of 8 tokens: map_blocks).
+ * 16-bit caches: boxes of 64 elements (128 bytes) in the 128-byte swizzle for both views;
+ * fp8 e4m3 (the fp8 wgmma body's K panels, mla_wg8_tile.cuh): ckv boxes of 128 bytes in
+ * the 128-byte swizzle, kpe boxes of 64 bytes in the 64-byte swizzle. */
 static int32_t mla_tensor_maps(fi_mla_params *p, const fi_attn_args *a, fi_dtype dt) {
     const fi_tensor *t[2] = {&a->k, &a->k_rope};
     CUtensorMap *m[2] = {&p->tma_ckv, &p->tma_kpe};
+    const uint64_t esize = dt == FI_DTYPE_E4M3 ? 1 : 2;
     for (int i = 0; i < 2; ++i) {
         const uint64_t dims[3] = {(uint64_t)t[i]->shape[t[i]->ndim - 1], (uint64_t)t[i]->shape[1],
                                   (uint64_t)t[i]->shape[0]};
-        const uint64_t strides[2] = {(uint64_t)t[i]->stride[1] * 2, (uint64_t)t[i]->stride[0] * 2};
-        const uint32_t box[3] = {64, 8, 1};
-        if (fi_tensor_map_16(m[i], dt, t[i]->data, 3, dims, strides, box) != 0)
+        const uint64_t strides[2] = {(uint64_t)t[i]->stride[1] * esize, (uint64_t)t[i]->stride[0] * esize};
+        const uint32_t swizzle = esize == 1 && i == 1 ? 64 : 128;
+        const uint32_t box[3] = {swizzle / (uint32_t)esize, 8, 1};
+        if (fi_tensor_map(m[i], dt, t[i]->data, 3, dims, strides, box, swizzle) != 0)
             return 0;
     }
     return 1;
@@ -93,7 +98,9 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
     p.m.q_pe_stride_head = a->q_rope.stride[1];
     p.m.ckv = a->k.data;
     p.m.kpe = a->k_rope.data;
-    if (wgmma && !p.m.kv_e4m3 && !p.m.sparse && caps->page_size >= 8)
+    /* 16-bit caches, and fp8 ones with an fp8 q (the fp8 wgmma body; with a 16-bit q the
+     * converting body loads fp8 rows into registers and has no use for maps) */
+    if (wgmma && (!p.m.kv_e4m3 || p.m.q_kind == FI_MLA_Q_E4M3) && !p.m.sparse && caps->page_size >= 8)
         p.tma_on = mla_tensor_maps(&p, a, caps->kv_dtype);
     memcpy(params, &p, sizeof p);
     return FI_OK;

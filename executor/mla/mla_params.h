@@ -49,15 +49,15 @@ typedef struct fi_mla_block {
 typedef struct fi_mla_params {
     fi_exec_common c;
     fi_mla_block m;
-    /* The wgmma body's 16-bit caches by TMA (mla_host.c): ckv and kpe as 3-D tensor maps,
+    /* The wgmma bodies' caches by TMA (mla_host.c): ckv and kpe as 3-D tensor maps,
      * innermost first [512 or 64, page_size, num_pages] with the views' strides, boxes of
-     * 64 elements x 8 tokens x 1 page in the 128-byte swizzle (one panel's rows of one
-     * producer warp's 8 tokens).  The kernel reads them from the __grid_constant__
-     * parameter (64-byte aligned, as CUtensorMap is declared). */
+     * 128 bytes (64 bytes for an fp8 kpe) x 8 tokens x 1 page in the 128-byte (64-byte)
+     * swizzle: one panel's rows of one producer warp's 8 tokens.  The kernel reads them
+     * from the __grid_constant__ parameter (64-byte aligned, as CUtensorMap is declared). */
     CUtensorMap tma_ckv, tma_kpe;
-    int32_t tma_on; /* 1: maps encoded; 0: every block by cp.async (fp8 or sparse cache,
-                       page_size < 8, strides TMA cannot take, no driver entry point, the
-                       mma.sync body) */
+    int32_t tma_on; /* 1: maps encoded; 0: every block by cp.async (sparse cache, an fp8
+                       cache under a 16-bit q, page_size < 8, strides TMA cannot take, no
+                       driver entry point, the mma.sync body) */
     int32_t reserved;
 } fi_mla_params;
 

@@ -21,9 +21,13 @@
  *    16-byte stores fill consecutive rows (conflict-free).  The output columns are thereby
  *    permuted within each 128, which the epilogue (store_rows) undoes; a thread's columns
  *    give runs of 4 consecutive dims.
- *  - The producer copies K by 16-byte cp.async (a token's page from the page table,
- *    sparse slots through kv_at); a block is transposed once the next one's copies are
- *    in flight (produce_blocks says why not more).
+ *  - The producer copies K by TMA where the block allows (fi_mla_params.tma_on and
+ *    map_blocks: a producer warp's 8 tokens lie in one page; 4 ckv boxes and 1 kpe box
+ *    of 8 rows each from one lane), else by 16-byte cp.async (a token's page from the
+ *    page table, sparse slots through kv_at); either completes on the stage's `landed`
+ *    barrier.  The scores wait only for `landed`; a block is transposed once the next
+ *    one's copies are issued (produce_blocks says why not later) and `full` then says
+ *    V^T is there, which only P V waits for: the transpose is off the scores' path.
  *  - S_b = Q K_b^T: 18 wgmma m64n32k32 (16 over the ckv panels, 2 over kpe).  The owner
  *    writes P_b = 2^8 exp2(S_b - m_b) as two e4m3 panels, P_hi and the rounding rest P_lo
  *    (the 2^8 keeps small weights above e4m3's subnormals; an exact power of two, undone
@@ -68,8 +72,7 @@ static_assert(kQBytes % 1024 == 0 && kBlockBytes % 1024 == 0 && kOffVt % 1024 ==
 constexpr uint32_t kOffQ = 0;
 constexpr uint32_t kOffRing = kQBytes;
 using Sh8 = fimlawg::WgShared<kOffRing + kStages * kBlockBytes>;
-constexpr int kBarProducers = 6; /* named barrier of the producer warpgroup */
-constexpr int kDepth = 2;        /* a block is transposed kDepth steps after its copies */
+constexpr int kDepth = 2; /* a block is transposed kDepth steps after its copies */
 
 __device__ __forceinline__ uint32_t stage_at(uint32_t s0, int st) { return s0 + kOffRing + st * kBlockBytes; }
 
@@ -115,6 +118,22 @@ __device__ __forceinline__ void load_block(const fi_mla_params &p, const fi_work
     cp_async16(base + kOffKpe + sw64_8(tok, 16 * q), at.in ? kpe : (const uint8_t *)p.m.kpe, n, pol);
 }
 
+/* Producer warp pw's 8 tokens of block b of item it by tensor map, issued by one lane: 4
+ * ckv boxes (8 rows x 128 bytes, 128-byte swizzle) and 1 kpe box (8 rows x 64 bytes,
+ * 64-byte swizzle), the layout load_block computes by hand, on `bar` (whose transaction
+ * count it raises first).  page: the page of the warp's first token. */
+__device__ __forceinline__ void map_block(const fi_mla_params &p, const fi_work_item &it, uint32_t s0,
+                                          int st, int b, int pw, int32_t page, uint32_t bar, uint64_t pol) {
+    constexpr int kTok = fimlawg::kTokPerWarp;
+    const int slot = (it.kv_begin + b * kBlockN + kTok * pw) & (p.c.page_size - 1);
+    const uint32_t base = stage_at(s0, st);
+    mbar_expect_tx_only(bar, 4 * kTok * 128 + kTok * 64);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        tma_load_3d(base + i * kKPanel + kTok * pw * 128, &p.tma_ckv, 128 * i, slot, page, bar, pol);
+    tma_load_3d(base + kOffKpe + kTok * pw * 64, &p.tma_kpe, 0, slot, page, bar, pol);
+}
+
 /* V^T of stage st from its ckv panels (header comment): warp pw panel pw, lane l dims
  * 128 pw + 4 l + i -> V^T rows 128 pw + 32 i + l, 32 token bytes each. */
 __device__ __forceinline__ void transpose_v(uint32_t s0, int st, int pt) {
@@ -142,21 +161,22 @@ __device__ __forceinline__ void transpose_v(uint32_t s0, int st, int pt) {
     }
 }
 
-/* Every block of item it.  Step b transposes block b - kDepth (its copies landed while the
- * producer waited on the ring), hands it over (full), then copies block b.  Transposing
- * before waiting for block b's slot matters: that slot frees only once the consumers have
- * the block transposed here (the owner of block b - 4 waits for block b - 2's scores).
- * Advances cur by the item's blocks. */
+/* Every block of item it.  Step b transposes block b - kDepth (its copies had a step to
+ * land while the producer waited on the ring), hands its V^T over (full), then copies
+ * block b (landed).  Block b's slot frees only after both warpgroups' P V of block b - 4,
+ * so that block's V^T must come before the wait for the slot: kDepth <= 4 (the scores
+ * wait for K alone, so V^T is the one thing the ring waits for from here).  Advances cur
+ * by the item's blocks. */
 __device__ __forceinline__ void produce_blocks(const fi_mla_params &p, const fi_work_item &it,
                                                const fi_request_info &rq, uint32_t s0, int pt,
                                                Cursor &cur, int nblk) {
     Cursor ld = cur;
     int32_t pg = nblk > 0 ? fimlawg::block_page(p, it, rq, 0, pt) : 0;
     const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
+    const int nmap = fimlawg::map_blocks(p, it);
     for (int b = 0; b < nblk + kDepth; ++b) {
         if (b >= kDepth) {
-            cp_async_wait<kDepth - 1>();                  /* this thread's copies of b - kDepth */
-            nbar_sync(kBarProducers, kProducerThreads);   /* ... and every producer thread's */
+            mbar_wait(Sh8::landed(s0, cur.st), cur.ph); /* every producer thread's copies */
             transpose_v(s0, cur.st, pt);
             fence_proxy_async(); /* V^T: ordinary stores, read by wgmma */
             mbar_arrive(Sh8::full(s0, cur.st));
@@ -166,11 +186,18 @@ __device__ __forceinline__ void produce_blocks(const fi_mla_params &p, const fi_
             /* the next block's pages travel while this one waits for its slot */
             const int32_t pn = b + 1 < nblk ? fimlawg::block_page(p, it, rq, b + 1, pt) : 0;
             mbar_wait(Sh8::empty(s0, ld.st), ld.ph ^ 1u);
-            load_block(p, it, s0, ld.st, b, pt, pg, pol);
+            const uint32_t landed = Sh8::landed(s0, ld.st);
+            if (b < nmap) { /* warp-uniform; every producer thread arrives either way */
+                if ((pt & 31) == 0)
+                    map_block(p, it, s0, ld.st, b, pt >> 5, pg, landed, pol);
+                mbar_arrive(landed);
+            } else {
+                load_block(p, it, s0, ld.st, b, pt, pg, pol);
+                cp_async_mbar_arrive(landed);
+            }
             pg = pn;
             ld.next();
         }
-        cp_async_commit(); /* one group a step, empty past the last block */
     }
 }
 
@@ -295,6 +322,13 @@ struct Ops8 {
     using Merge = SplitMerge<kDv, kRows, __nv_bfloat16, kThreads, false>;
     static constexpr int kPLog2 = 8;          /* P x 2^8: small weights stay above e4m3's subnormals */
     static constexpr bool kPOverKpe = false;  /* P has panels of its own */
+    /* Scores need only the block's K (landed); P V waits for the V^T the producer writes
+     * after (full). */
+    static __device__ __forceinline__ uint32_t k_ready(uint32_t s0, int st) { return Sh::landed(s0, st); }
+    static __device__ __forceinline__ void wait_v(uint32_t s0, int st, uint32_t parity) {
+        mbar_wait(Sh::full(s0, st), parity);
+        fence_proxy_async();
+    }
     static __device__ __forceinline__ void scores(float *S, uint32_t s0, int st) { issue_scores(S, s0, st); }
     static __device__ __forceinline__ void pv(float *O, uint32_t s0, int st, int w) { issue_pv(O, s0, st, w); }
     static __device__ __forceinline__ void put_p(unsigned char *smem, int st, int r0, int c, float p0,
@@ -329,7 +363,7 @@ struct MlaWg8Family {
 
     static __device__ __forceinline__ State setup(unsigned char *smem) {
         if (threadIdx.x == 0)
-            Sh8::init(smem_u32(smem), kEmptyArrivals);
+            Sh8::init<true>(smem_u32(smem), kEmptyArrivals);
         return Cursor{0, 0u, 0u};
     }
 

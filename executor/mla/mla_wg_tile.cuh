@@ -106,7 +106,7 @@ constexpr uint32_t kOffQ = 0;
 constexpr uint32_t kOffRing = kQBytes;
 
 /* What follows the ring in shared memory at byte kBar, in both wgmma bodies: mbarriers
- * full[4], empty[4], qfull, qempty; the owner's block maxima and row sums [2][64] fp32
+ * full[4], empty[4], qfull, qempty, landed[4] (the fp8 body's); the owner's block maxima and row sums [2][64] fp32
  * each (exchange slot b % 2); the merge's flags, weights and row stats. */
 template <uint32_t kBar> struct WgShared {
     static constexpr uint32_t kM = kBar + 128, kRS = kM + 2 * kRows * 4;
@@ -117,12 +117,18 @@ template <uint32_t kBar> struct WgShared {
     static __device__ __forceinline__ uint32_t empty(uint32_t s0, int st) { return s0 + kBar + 32 + 8 * st; }
     static __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kBar + 64; }
     static __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kBar + 72; }
-    /* One thread: full counts every producer thread, empty empty_arrivals, qempty one lane
-     * of each consumer warp. */
+    /* The fp8 body only: stage st's K rows landed (its producer then writes V^T, and
+     * `full` says V^T is there); kProducerThreads arrivals, as full. */
+    static __device__ __forceinline__ uint32_t landed(uint32_t s0, int st) { return s0 + kBar + 80 + 8 * st; }
+    /* One thread: full and landed (kLanded: the fp8 body) count every producer thread,
+     * empty empty_arrivals, qempty one lane of each consumer warp. */
+    template <bool kLanded = false>
     static __device__ __forceinline__ void init(uint32_t s0, uint32_t empty_arrivals) {
         for (int st = 0; st < kStages; ++st) {
             mbar_init(full(s0, st), kProducerThreads);
             mbar_init(empty(s0, st), empty_arrivals);
+            if (kLanded)
+                mbar_init(landed(s0, st), kProducerThreads);
         }
         mbar_init(qfull(s0), kProducerThreads);
         mbar_init(qempty(s0), 8);
@@ -228,8 +234,8 @@ __device__ __forceinline__ void produce_block(const fi_mla_params &p, const fi_w
     }
 }
 
-/* Blocks of item it that go by tensor map: with maps (p.tma_on: a 16-bit dense cache,
- * page_size >= 8) and the item starting on a multiple of 8 tokens, those wholly inside it
+/* Blocks of item it that go by tensor map: with maps (p.tma_on: a dense 16-bit cache, or
+ * an fp8 one on the fp8 body; page_size >= 8) and the item starting on a multiple of 8 tokens, those wholly inside it
  * (each producer warp's 8 tokens then start on a multiple of 8 and lie in one page). */
 __device__ __forceinline__ int map_blocks(const fi_mla_params &p, const fi_work_item &it) {
     return p.tma_on && (it.kv_begin & 7) == 0 ? (it.kv_end - it.kv_begin) / kBlockN : 0;
@@ -506,9 +512,11 @@ __device__ __forceinline__ void rescale_o(float *O, const float *alpha) {
 }
 
 /* One item on both consumer warpgroups (schedule: the header comment), for either wgmma
- * body: Ops names its shared layout (Sh), its matmuls (scores, pv), where P goes (put_p,
- * kPLog2; kPOverKpe: P overwrites the block's kpe panel, so every warp's S_b must be done
- * first), what O and l need before the store (finish) and the store itself.
+ * body: Ops names its shared layout (Sh), when a block's operands are there (k_ready: the
+ * barrier before its scores; wait_v: before a P V reads its V, when V comes later), its
+ * matmuls (scores, pv), where P goes (put_p, kPLog2; kPOverKpe: P overwrites the block's
+ * kpe panel, so every warp's S_b must be done first), what O and l need before the store
+ * (finish) and the store itself.
  *
  * Warpgroup w takes its own blocks b = w, w + 2, ... in rounds; a round: the other's
  * block b - 1 (its m, row sums, O rescaled, P_{b-1} V_{b-1} issued), the softmax of S_b
@@ -538,7 +546,7 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
     auto stage_of = [&](int b) { return (c0.st + b) & (kStages - 1); };
     auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / kStages) & 1); };
     auto own_scores = [&](int b) {
-        mbar_wait(Sh::full(s0, stage_of(b)), parity_of(b));
+        mbar_wait(Ops::k_ready(s0, stage_of(b)), parity_of(b));
         fence_proxy_async();
         Ops::scores(S, s0, stage_of(b));
     };
@@ -559,6 +567,7 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
             l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
         }
         rescale_o(O, alpha);
+        Ops::wait_v(s0, stage_of(b), parity_of(b));
         Ops::pv(O, s0, stage_of(b), ln.w);
     };
     mbar_wait(Sh::qfull(s0), cur.qph);
@@ -597,6 +606,7 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
         if (b > 0) /* this thread is done with block b - 1 */
             mbar_arrive(Sh::empty(s0, stage_of(b - 1)));
         rescale_o(O, alpha);
+        Ops::wait_v(s0, stage_of(b), parity_of(b));
         Ops::pv(O, s0, stage_of(b), ln.w);
         if (b + 2 < nblk) /* block b + 2's stage is b - 2's, released last round */
             own_scores(b + 2);
@@ -630,6 +640,9 @@ template <typename T, typename TO> struct Ops16 {
     using Merge = SplitMerge<kDv, kRows, TO, kThreads, false>; /* all merges after the items */
     static constexpr int kPLog2 = 0;
     static constexpr bool kPOverKpe = true;
+    /* Block st's K and V arrive together: one barrier for both matmuls. */
+    static __device__ __forceinline__ uint32_t k_ready(uint32_t s0, int st) { return Sh::full(s0, st); }
+    static __device__ __forceinline__ void wait_v(uint32_t, int, uint32_t) {}
     static __device__ __forceinline__ void scores(float *S, uint32_t s0, int st) { issue_scores<T>(S, s0, st); }
     static __device__ __forceinline__ void pv(float *O, uint32_t s0, int st, int w) { issue_pv<T>(O, s0, st, w); }
     /* P_b [64][kBlockN] into the block's kpe panel: (r0, c .. c + 1) and (r0 + 8, ..). */
