@@ -57,7 +57,7 @@
  *                  requests, heads H (16), instead of the list) [--trace-step S] (the trace
  *                  snapshots' decode step, default 100: the issue's figures)
  * --case NAME: the case of that name, or, when no case has it, every case whose name
- * contains it (--case h128_q1: that case only; --case mla_fp8: the four fp8 ones).
+ * contains it (--case h128_q1: that case only; --case mla_fp8: the five fp8 ones).
  * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2;
  * dense cases only).
  * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
@@ -95,6 +95,7 @@ static const bench_case CASES[] = {
     {"mla_fp8_h128_q1_b128_kv4096", 128, 128, 1, 4096, 0, 1, 0},
     {"mla_fp8_h128_q2_b128_kv4096", 128, 128, 2, 4096, 0, 1, 0},
     {"mla_fp8_h16_q1_b128_kv4096", 128, 16, 1, 4096, 0, 1, 0},
+    {"mla_fp8_trace128_h16", 128, 16, 1, -1, 0, 1, 0},
     {"mla_fp8_b1_kv32768_h128", 1, 128, 1, 32768, 0, 1, 0},
     {"mla_sparse_top2048_h128_q2", 64, 128, 2, 32768, 0, 0, 2048},
     {"mla_sparse_fp8_top2048_h128_q2", 64, 128, 2, 32768, 0, 1, 2048},
