@@ -27,12 +27,24 @@ static encode_tiled_fn encode_tiled(void) {
     return fn;
 }
 
+int fi_tensor_map_args_ok(fi_dtype dt, const void *base, int rank, const uint64_t *strides,
+                          const uint32_t *box, uint32_t swizzle) {
+    const uint32_t esize = dt == FI_DTYPE_BF16 || dt == FI_DTYPE_F16 ? 2 : dt == FI_DTYPE_E4M3 ? 1 : 0;
+    if (esize == 0 || rank < 2 || rank > 5 || (uintptr_t)base % 16 != 0 ||
+        (swizzle != 128 && swizzle != 64) || box[0] * esize != swizzle)
+        return 0;
+    for (int i = 0; i + 1 < rank; i++)
+        if (strides[i] == 0 || strides[i] % 16 != 0 || strides[i] >= ((uint64_t)1 << 40))
+            return 0;
+    return 1;
+}
+
 int fi_tensor_map(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const uint64_t *dims,
                   const uint64_t *strides, const uint32_t *box, uint32_t swizzle) {
-    const encode_tiled_fn fn = encode_tiled();
-    const uint32_t esize = dt == FI_DTYPE_BF16 || dt == FI_DTYPE_F16 ? 2 : dt == FI_DTYPE_E4M3 ? 1 : 0;
-    if (!fn || esize == 0 || rank < 2 || rank > 5 || (uintptr_t)base % 16 != 0 ||
-        (swizzle != 128 && swizzle != 64) || box[0] * esize != swizzle)
+    if (!fi_tensor_map_args_ok(dt, base, rank, strides, box, swizzle))
+        return -1;
+    const encode_tiled_fn fn = encode_tiled(); /* after the checks: no driver call for a refusal */
+    if (!fn)
         return -1;
     cuuint64_t d[5], s[4];
     cuuint32_t b[5], unit[5];
@@ -40,11 +52,8 @@ int fi_tensor_map(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const
         d[i] = dims[i];
         b[i] = box[i];
         unit[i] = 1;
-        if (i + 1 < rank) {
+        if (i + 1 < rank)
             s[i] = strides[i];
-            if (s[i] == 0 || s[i] % 16 != 0 || s[i] >= ((cuuint64_t)1 << 40))
-                return -1;
-        }
     }
     const CUtensorMapDataType type = dt == FI_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                      : dt == FI_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16

@@ -24,4 +24,9 @@
 int fi_tensor_map(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const uint64_t *dims,
                   const uint64_t *strides, const uint32_t *box, uint32_t swizzle);
 
+/* The rules fi_tensor_map checks before it asks the driver (dtype, rank, base alignment,
+ * swizzle and box row, strides), with its arguments: 1 when all hold, else 0.  Pure. */
+int fi_tensor_map_args_ok(fi_dtype dt, const void *base, int rank, const uint64_t *strides,
+                          const uint32_t *box, uint32_t swizzle);
+
 #endif /* FIATTN_EXECUTOR_TENSOR_MAP_H */
