@@ -53,9 +53,9 @@ typedef struct fi_variant {
     int32_t default_min_heads;  /* > 0: this row serves caps.variant 0 when num_qo_heads >=
                                    it (the largest such threshold wins); 0: never */
     int32_t default_special;    /* 1: this row serves caps.variant 0 at any head count when
-                                   the KV cache is fp8 e4m3 or the plan is sparse
-                                   (caps.sparse_top_k > 0): the kind's only body with those
-                                   paths */
+                                   the plan is sparse (caps.sparse_top_k > 0): the kind's
+                                   only body with that path (an fp8 cache follows the heads:
+                                   fi_variant_of) */
     int32_t list_slack_64ths;   /* FI_PARTITION_LIST rows: the list schedule is chosen while
                                    its modelled time is <= (64 + this) / 64 of the walk's plan:
                                    the model counts work, not L2 misses, and the walk's plan of
