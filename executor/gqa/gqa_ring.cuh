@@ -220,9 +220,9 @@ __device__ __forceinline__ void produce_q(const fi_gqa_params &p, const fi_work_
 
 /* The page-table lines the next item's first page batch reads (page_fill: 64 page ids of
  * its K row, and of its V row for a [B, 2, P] table) into the L2, by lanes 0-3 of producer
- * warp 0, after the current item's third slot (or its last): the KV stream pushes page-table lines out of
- * the L2 between the items of a request's KV heads, and an item's first slot waits for its
- * page ids. */
+ * warp 0, after the current item's third slot (or its last): the KV stream pushes
+ * page-table lines out of the L2 between the items of a request's KV heads, and an item's
+ * first slot waits for its page ids. */
 template <class G>
 __device__ __forceinline__ void prefetch_pages(const fi_gqa_params &p, const fi_work_item &nit,
                                                const fi_request_info &nrq, int split, int ppr, int pt) {

@@ -106,8 +106,9 @@ constexpr uint32_t kOffQ = 0;
 constexpr uint32_t kOffRing = kQBytes;
 
 /* What follows the ring in shared memory at byte kBar, in both wgmma bodies: mbarriers
- * full[4], empty[4], qfull, qempty, landed[4] (the fp8 body's); the owner's block maxima and row sums [2][64] fp32
- * each (exchange slot b % 2); the merge's flags, weights and row stats. */
+ * full[4], empty[4], qfull, qempty, landed[4] (the fp8 body's); the owner's block maxima
+ * and row sums [2][64] fp32 each (exchange slot b % 2); the merge's flags, weights and row
+ * stats. */
 template <uint32_t kBar> struct WgShared {
     static constexpr uint32_t kM = kBar + 128, kRS = kM + 2 * kRows * 4;
     static constexpr uint32_t kFlag = kRS + 2 * kRows * 4, kW = kFlag + 16, kRow = kW + kSoloMergeRows * 4;
@@ -235,8 +236,9 @@ __device__ __forceinline__ void produce_block(const fi_mla_params &p, const fi_w
 }
 
 /* Blocks of item it that go by tensor map: with maps (p.tma_on: a dense 16-bit cache, or
- * an fp8 one on the fp8 body; page_size >= 8) and the item starting on a multiple of 8 tokens, those wholly inside it
- * (each producer warp's 8 tokens then start on a multiple of 8 and lie in one page). */
+ * an fp8 one on the fp8 body; page_size >= 8) and the item starting on a multiple of 8
+ * tokens, those wholly inside it (each producer warp's 8 tokens then start on a multiple
+ * of 8 and lie in one page). */
 __device__ __forceinline__ int map_blocks(const fi_mla_params &p, const fi_work_item &it) {
     return p.tma_on && (it.kv_begin & 7) == 0 ? (it.kv_end - it.kv_begin) / kBlockN : 0;
 }
