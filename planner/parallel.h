@@ -37,6 +37,18 @@
 #endif
 /* i over [0, n), split across the threads (all of them on the host). */
 #define FI_PP_FOR(i, n) for (int32_t i = FI_PP_TID; i < (n); i += FI_PP_NT)
+/* i over [0, n) a warp each (all of them on the host), the warp's lanes splitting the
+ * work of one i: lane FI_PP_LANE of FI_PP_LANES, combined by fi_pp_warp_sum. */
+#if defined(FI_PLANNER_DEVICE_TU) && defined(__CUDA_ARCH__)
+#define FI_PP_FOR_WARP(i, n) \
+    for (int32_t i = (int32_t)threadIdx.x >> 5; i < (n); i += FI_PP_WARPS)
+#define FI_PP_LANE ((int32_t)threadIdx.x & 31)
+#define FI_PP_LANES 32
+#else
+#define FI_PP_FOR_WARP(i, n) for (int32_t i = 0; i < (n); i++)
+#define FI_PP_LANE 0
+#define FI_PP_LANES 1
+#endif
 /* Work of one thread (thread 0 on the device, the only one on the host). */
 #define FI_PP_LEADER (FI_PP_TID == 0)
 /* i over [0, n) in contiguous chunks, one a thread (fi_pp_chunk; all of [0, n) on the
@@ -79,6 +91,13 @@ __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
     return v;
 }
 #define fi_pp_sum(v) fi_pp_reduce((v), 0)
+
+/* Sum of v over the lanes of the warp, returned to every lane (no barrier). */
+__device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
 #define fi_pp_min(v) fi_pp_reduce((v), 1)
 #define fi_pp_max(v) fi_pp_reduce((v), 2)
 
@@ -122,6 +141,7 @@ __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
 #else
 FI_PD_STATIC inline int32_t fi_pp_chunk(int32_t n, int end) { return end ? n : 0; }
 FI_PD_STATIC inline int64_t fi_pp_sum(int64_t v) { return v; }
+FI_PD_STATIC inline int64_t fi_pp_warp_sum(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_min(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_max(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_scan(int64_t *a, int32_t n) {

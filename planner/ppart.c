@@ -96,6 +96,20 @@ FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t lim
     return FI_ERR_PLAN_OVER_CAPS;
 }
 
+/* The cost of items [i0, i1) (fi_variant_item_cost), of every lanes-th from i0 + lane. */
+FI_PD_STATIC int64_t items_cost(const fi_variant *v, const fi_work_item *items, int32_t i0,
+                                int32_t i1, int32_t lane, int32_t lanes) {
+    int64_t cost = 0;
+    FI_PD_NO_UNROLL
+    for (int32_t i = i0 + lane; i < i1; i += lanes) {
+        const fi_work_item *it = &items[i];
+        cost += fi_variant_item_cost(v, it->kv_end - it->kv_begin,
+                                     (int64_t)(it->q_end - it->q_begin) *
+                                         (it->head_end - it->head_begin));
+    }
+    return cost;
+}
+
 FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles, int32_t T,
                                       fi_planner_scratch *s, const fi_layout *l,
                                       int32_t *work_indptr, fi_work_item *items,
@@ -105,8 +119,23 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     const fi_split_grain sg = fi_split_grain_of(v);
     fi_ppart_scratch *pp = &s->pp;
     int64_t *prefix = s->tile_prefix; /* [T + 1] */
-    FI_PP_FOR_CHUNK(t, T)
-    prefix[t] = tiles[t].cost;
+    { /* four tile loads in flight a thread (at 1024 GQA requests the tiles are in global
+       * memory: one at a time, a round trip each) */
+        const int32_t t1 = fi_pp_chunk(T, 1);
+        int32_t t = fi_pp_chunk(T, 0);
+        FI_PD_NO_UNROLL
+        for (; t + 4 <= t1; t += 4) {
+            const int64_t c0 = tiles[t].cost, c1 = tiles[t + 1].cost;
+            const int64_t c2 = tiles[t + 2].cost, c3 = tiles[t + 3].cost;
+            prefix[t] = c0;
+            prefix[t + 1] = c1;
+            prefix[t + 2] = c2;
+            prefix[t + 3] = c3;
+        }
+        FI_PD_NO_UNROLL
+        for (; t < t1; t++)
+            prefix[t] = tiles[t].cost;
+    }
     const int64_t S = fi_pp_scan(prefix, T);
     if (FI_PP_LEADER)
         prefix[T] = S;
@@ -166,8 +195,8 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
             if (!last && pp->cut_scan[c + 1] == pp->cut_scan[c])
                 continue; /* not a cut of this tile */
             const int32_t end = last ? tl->kv_end : pp->bkv[c];
-            items[first + j] = fi_tile_item(tl, start, end, grouped ? slot + j : -1,
-                                            grouped ? g : -1);
+            fi_tile_item_store(&items[first + j], tl, start, end, grouped ? slot + j : -1,
+                               grouped ? g : -1);
             start = end;
             j++;
         }
@@ -188,18 +217,26 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     FI_PP_SYNC();
     if (FI_PP_LEADER)
         FI_PD_STAMP(6);
+    /* CTA costs: a warp a CTA, its lanes over the items, when CTAs hold several (a thread
+     * a CTA read them one round trip after another: at 1024 GQA requests, 63 items a CTA
+     * in global memory); else a thread a CTA (the warps' shuffles cost more than one or
+     * two items: MLA heads 16 at 32 to 128 requests). */
     int64_t total = 0, max = 0;
-    FI_PP_FOR(c, n) {
-        int64_t cost = 0;
-        FI_PD_NO_UNROLL
-        for (int32_t i = work_indptr[c]; i < work_indptr[c + 1]; i++) {
-            const fi_work_item *it = &items[i];
-            cost += fi_variant_item_cost(v, it->kv_end - it->kv_begin,
-                                         (int64_t)(it->q_end - it->q_begin) *
-                                             (it->head_end - it->head_begin));
+    if (num_items > 4 * (int64_t)n) {
+        FI_PP_FOR_WARP(c, n) {
+            const int64_t cost = fi_pp_warp_sum(
+                items_cost(v, items, work_indptr[c], work_indptr[c + 1], FI_PP_LANE, FI_PP_LANES));
+            if (FI_PP_LANE == 0) {
+                total += cost;
+                max = cost > max ? cost : max;
+            }
         }
-        total += cost;
-        max = cost > max ? cost : max;
+    } else {
+        FI_PP_FOR(c, n) {
+            const int64_t cost = items_cost(v, items, work_indptr[c], work_indptr[c + 1], 0, 1);
+            total += cost;
+            max = cost > max ? cost : max;
+        }
     }
     res->num_items = (int32_t)num_items;
     res->num_groups = (int32_t)num_groups;

@@ -88,11 +88,16 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, tile_geo
         const int64_t advance = stride ? stride : 1; /* tile n (KV head n) at out[n * advance] */
         fi_tile *at = out;
         for (int32_t hb = 0; hb < heads; hb += step, at += advance) {
+#ifdef __CUDA_ARCH__ /* two 16-byte stores (a tile is 32-byte aligned): tiles.h */
+            ((ulonglong2 *)at)[0] = make_ulonglong2(w0, w1);
+            ((ulonglong2 *)at)[1] = make_ulonglong2(w2, w3);
+#else
             unsigned char *o = (unsigned char *)at;
             fi_copy_bytes(o, &w0, 8);
             fi_copy_bytes(o + 8, &w1, 8);
             fi_copy_bytes(o + 16, &w2, 8);
             fi_copy_bytes(o + 24, &w3, 8);
+#endif
             w0 += next;
             n++;
         }

@@ -36,6 +36,23 @@ FI_HOST_DEVICE fi_work_item fi_tile_item(const fi_tile *t, int32_t kv_begin, int
     return it;
 }
 
+/* fi_tile_item(t, kv_begin, kv_end, out_slot, merge_group) stored at *dst.  On the device
+ * one 16-byte load of the tile's first bytes (laid out as the item's, scratch.h) and two
+ * 16-byte stores: tiles and items are 32-byte aligned (64-byte aligned arrays, 256-byte
+ * aligned plan regions), and the device planner at 1024 GQA requests was bound by its
+ * store transactions when an item went out a word at a time. */
+FI_HOST_DEVICE void fi_tile_item_store(fi_work_item *dst, const fi_tile *t, int32_t kv_begin,
+                                       int32_t kv_end, int32_t out_slot, int32_t merge_group) {
+#ifdef __CUDA_ARCH__
+    uint4 *d = (uint4 *)dst;
+    d[0] = *(const uint4 *)t;
+    d[1] = make_uint4((uint32_t)kv_begin, (uint32_t)kv_end, (uint32_t)out_slot,
+                      (uint32_t)merge_group);
+#else
+    *dst = fi_tile_item(t, kv_begin, kv_end, out_slot, merge_group);
+#endif
+}
+
 /* The merge group of tile t's pieces: their slots first_slot .., first_item the first. */
 FI_HOST_DEVICE fi_merge_group fi_tile_group(const fi_tile *t, int32_t first_slot,
                                             int32_t num_splits, int32_t first_item) {

@@ -6,8 +6,9 @@
  * source and are byte-identical for the same batch.
  *   1. thread 0 reads the step's batch size (after griddepcontrol.wait: the engine's
  *      previous kernel may have written it);
- *   2. every warp scans the used page indices of its requests (the O(used pages) part,
- *      fi_batch_validate's range rule) into page_verdict [B];
+ *   2. the whole CTA scans the used page indices (the O(used pages) part,
+ *      fi_batch_validate's range rule; a contiguous range of entries a warp) into
+ *      page_verdict [B];
  *   3. thread 0 runs fi_plan_build (validation in the host's order, tiles, partition,
  *      start records, header) straight into the workspace's plan region, then the three
  *      capacity rules of fi_device_batch.  On any broken rule it writes the empty plan
@@ -99,9 +100,14 @@ __device__ int64_t scan_row(const fi_device_plan_params &p, const fi_batch &bt,
 }
 
 /* page_verdict[b] of every request (planner/validate.h): all used entries of all rows are
- * read at once, one thread an entry (a cold table costs one DRAM round trip, not one a
- * request), the first bad position of a request kept by an atomic minimum (K row first,
- * then V), then turned into the bad index.  offset, row, used: scratch [B + 1] each. */
+ * read at once, the first bad position of a request kept by an atomic minimum (K row first,
+ * then V), then turned into the bad index.  offset, row, used: scratch [B + 1] each.
+ * Entries are numbered request by request (offset: the exclusive scan of each request's
+ * count); warp w reads the w-th contiguous range of them, 32 consecutive entries a warp
+ * load (one or two table rows, coalesced), kGather loads a lane in flight (a cold table
+ * costs a DRAM round trip a round, not one an entry).  A lane's request only moves
+ * forward, so it is found by one binary search a warp and then a step per request
+ * crossed (a binary search an entry was most of the scan at 1024 requests). */
 __device__ void scan_pages(const fi_device_plan_params &p, const plan_shared &sh,
                            int64_t *verdict, int64_t *offset, int64_t *rows, int64_t *useds) {
     const fi_batch &bt = sh.batch;
@@ -117,27 +123,32 @@ __device__ void scan_pages(const fi_device_plan_params &p, const plan_shared &sh
         verdict[b] = INT64_MAX; /* no bad position yet */
     }
     const int64_t total = fi_pp_scan(offset, B);
-    /* kGather entries a thread a round, their loads issued before any is used: each is an
-     * L2 or DRAM round trip, and one at a time they were most of the scan. */
-    constexpr int kGather = 4;
-    for (int64_t i0 = threadIdx.x; i0 < total; i0 += (int64_t)kGather * kThreads) {
-        int32_t lo[kGather], page[kGather];
+    constexpr int kWarps = kThreads / 32, kGather = 8;
+    const int64_t per = (total + kWarps - 1) / kWarps;
+    const int lane = threadIdx.x & 31;
+    const int64_t begin = (threadIdx.x >> 5) * per;
+    const int64_t end = begin + per < total ? begin + per : total;
+    int32_t lo = begin < end ? fi_last_le(offset, B, begin) : 0;
+    for (int64_t i0 = begin + lane; i0 < end; i0 += 32 * kGather) {
+        int32_t at[kGather], page[kGather];
         int64_t k[kGather];
 #pragma unroll
         for (int u = 0; u < kGather; u++) {
-            const int64_t i = i0 + (int64_t)u * kThreads;
-            lo[u] = -1;
-            if (i < total) {
-                lo[u] = fi_last_le(offset, B, i); /* the request whose entries hold i */
-                const int64_t row = rows[lo[u]], used = useds[lo[u]];
-                k[u] = i - offset[lo[u]];
-                page[u] = t.table[row + (k[u] < used ? k[u] : t.P + (k[u] - used))];
+            const int64_t i = i0 + 32 * u;
+            at[u] = -1;
+            if (i < end) {
+                while (lo + 1 < B && offset[lo + 1] <= i)
+                    lo++;
+                at[u] = lo;
+                const int64_t used = useds[lo];
+                k[u] = i - offset[lo];
+                page[u] = t.table[rows[lo] + (k[u] < used ? k[u] : t.P + (k[u] - used))];
             }
         }
 #pragma unroll
         for (int u = 0; u < kGather; u++)
-            if (lo[u] >= 0 && (uint32_t)page[u] >= limit)
-                atomicMin((unsigned long long *)&verdict[lo[u]], (unsigned long long)k[u]);
+            if (at[u] >= 0 && (uint32_t)page[u] >= limit)
+                atomicMin((unsigned long long *)&verdict[at[u]], (unsigned long long)k[u]);
     }
     __syncthreads();
     for (int32_t b = threadIdx.x; b < B; b += kThreads) {
