@@ -164,10 +164,19 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     /* Per tile: its k cuts give k + 1 items and, if k > 0, a merge group of k + 1 slots.
      * Items and groups are scanned as one word (pp_pack); the slots before tile t are then
      * its items before less one per uncut tile before it (pp_slots). */
-    FI_PP_FOR_CHUNK(t, T) {
-        const int32_t c0 = first_boundary(pp->btile, n, t), c1 = first_boundary(pp->btile, n, t + 1);
-        const int64_t k = pp->cut_scan[c1] - pp->cut_scan[c0];
-        pp->item_off[t] = pp_pack(k + 1, k > 0);
+    {   /* a thread's chunk of tiles: one search, then its boundaries only move forward */
+        const int32_t t1 = fi_pp_chunk(T, 1);
+        int32_t t = fi_pp_chunk(T, 0);
+        int32_t c0 = t < t1 ? first_boundary(pp->btile, n, t) : 0;
+        FI_PD_NO_UNROLL
+        for (; t < t1; t++) {
+            int32_t c1 = c0; /* first_boundary(btile, n, t + 1) */
+            while (c1 <= n && pp->btile[c1] < t + 1)
+                c1++;
+            const int64_t k = pp->cut_scan[c1] - pp->cut_scan[c0];
+            pp->item_off[t] = pp_pack(k + 1, k > 0);
+            c0 = c1;
+        }
     }
     const int64_t packed = fi_pp_scan(pp->item_off, T);
     const int64_t num_items = pp_items(packed), num_groups = pp_groups(packed);
@@ -183,10 +192,14 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     /* Items and groups, per tile, pieces in KV order. */
     FI_PP_FOR(t, T) {
         const fi_tile *tl = &tiles[t];
+        const int64_t off = pp->item_off[t], next = t + 1 < T ? pp->item_off[t + 1] : packed;
+        const int32_t g = (int32_t)pp_groups(off), first = (int32_t)pp_items(off);
+        if (pp_items(next) == first + 1) { /* uncut (most tiles of a large batch): whole */
+            fi_tile_item_store(&items[first], tl, tl->kv_begin, tl->kv_end, -1, -1);
+            continue;
+        }
         const int32_t c0 = first_boundary(pp->btile, n, t), c1 = first_boundary(pp->btile, n, t + 1);
         const int grouped = pp->cut_scan[c1] > pp->cut_scan[c0];
-        const int64_t off = pp->item_off[t];
-        const int32_t g = (int32_t)pp_groups(off), first = (int32_t)pp_items(off);
         const int32_t slot = (int32_t)pp_slots(off, t);
         int32_t j = 0, start = tl->kv_begin;
         FI_PD_NO_UNROLL
