@@ -91,6 +91,8 @@ __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
     return v;
 }
 #define fi_pp_sum(v) fi_pp_reduce((v), 0)
+#define fi_pp_min(v) fi_pp_reduce((v), 1)
+#define fi_pp_max(v) fi_pp_reduce((v), 2)
 
 /* Sum of v over the lanes of the warp, returned to every lane (no barrier). */
 __device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
@@ -98,8 +100,6 @@ __device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
         v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
-#define fi_pp_min(v) fi_pp_reduce((v), 1)
-#define fi_pp_max(v) fi_pp_reduce((v), 2)
 
 /* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread (a
  * barrier).  Each thread scans its chunk (fi_pp_chunk: before the first barrier it reads
