@@ -30,7 +30,9 @@
  *
  *   make build/bench/bench_plan && build/bench/bench_plan [--kind mla|gqa] [--heads H]
  *     [--batch B] [--step S] [--repeats N] [--loop-repeats N] [--kv-scale F]
- *     [--pool-pages P] [--evict-mb M] [--gpu-loop]
+ *     [--pool-pages P] [--evict-mb M] [--gpu-loop] [--variant V]
+ * --variant V plans on tile table row V of the kind (caps.variant; 0 the default row): e.g.
+ * MLA 2 / GQA 1, the data-parallel partition's rows, which the device planner runs.
  * --batch B runs only the row of B requests (e.g. under valgrind --tool=callgrind
  * --toggle-collect=fi_plan_update, whose instruction counts do not depend on machine load).
  * Targets (issue 18, this 2-core VM): loop <= 15 us at 128 requests (MLA H_q 128); GQA
@@ -54,7 +56,7 @@
 
 typedef struct config {
     int mla, heads, kv_heads, head_dim;
-    int step, repeats, loop_repeats, only, evict_mb, pool_pages, gpu_loop;
+    int step, repeats, loop_repeats, only, evict_mb, pool_pages, gpu_loop, variant;
     double kv_scale;
 } config;
 
@@ -135,6 +137,7 @@ static fi_caps caps_of(const config *cf, int32_t max_batch, int32_t num_pages) {
     c.head_dim_vo = cf->mla ? 512 : cf->head_dim;
     c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
     c.num_ctas = 132;
+    c.variant = cf->variant;
     return c;
 }
 
@@ -317,13 +320,13 @@ out:
 static void usage(FILE *f) {
     fputs("usage: bench_plan [--kind mla|gqa] [--heads H] [--kv-heads H] [--head-dim D]\n"
           "  [--batch B] [--step S] [--repeats N] [--loop-repeats N] [--kv-scale F]\n"
-          "  [--pool-pages P] [--evict-mb M] [--gpu-loop]  (see the file comment)\n",
+          "  [--pool-pages P] [--evict-mb M] [--gpu-loop] [--variant V]  (see the file comment)\n",
           f);
 }
 
 static int parse_args(int argc, char **argv, config *cf) {
     enum { O_KIND = 256, O_HEADS, O_KVH, O_HD, O_BATCH, O_STEP, O_REP, O_LREP, O_SCALE, O_POOL,
-           O_EVICT, O_GPU, O_HELP };
+           O_EVICT, O_GPU, O_VARIANT, O_HELP };
     static const struct option opts[] = {
         {"kind", required_argument, 0, O_KIND},     {"heads", required_argument, 0, O_HEADS},
         {"kv-heads", required_argument, 0, O_KVH},  {"head-dim", required_argument, 0, O_HD},
@@ -331,7 +334,8 @@ static int parse_args(int argc, char **argv, config *cf) {
         {"repeats", required_argument, 0, O_REP},   {"loop-repeats", required_argument, 0, O_LREP},
         {"kv-scale", required_argument, 0, O_SCALE}, {"pool-pages", required_argument, 0, O_POOL},
         {"evict-mb", required_argument, 0, O_EVICT}, {"gpu-loop", no_argument, 0, O_GPU},
-        {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
+        {"variant", required_argument, 0, O_VARIANT}, {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0}};
     int c, heads = 0, kvh = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -351,6 +355,7 @@ static int parse_args(int argc, char **argv, config *cf) {
         case O_POOL: cf->pool_pages = atoi(optarg); break;
         case O_EVICT: cf->evict_mb = atoi(optarg); break;
         case O_GPU: cf->gpu_loop = 1; break;
+        case O_VARIANT: cf->variant = atoi(optarg); break;
         case O_HELP: usage(stdout); exit(0);
         default: return -1;
         }
@@ -359,7 +364,7 @@ static int parse_args(int argc, char **argv, config *cf) {
     cf->heads = heads > 0 ? heads : cf->mla ? 128 : 32;
     cf->kv_heads = kvh > 0 ? kvh : cf->mla ? 1 : 8;
     if (cf->heads > 128 || cf->heads % cf->kv_heads || cf->step < 0 || cf->kv_scale <= 0 ||
-        cf->head_dim < 1 || cf->evict_mb < 0 || cf->pool_pages < 0)
+        cf->head_dim < 1 || cf->evict_mb < 0 || cf->pool_pages < 0 || cf->variant < 0)
         return -1;
     if (cf->repeats < 10) cf->repeats = 10;
     if (cf->loop_repeats < 10) cf->loop_repeats = 10;
