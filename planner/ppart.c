@@ -198,8 +198,8 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
             fi_tile_item_store(&items[first], tl, tl->kv_begin, tl->kv_end, -1, -1);
             continue;
         }
+        /* Cut: its pieces are slots of merge group g. */
         const int32_t c0 = first_boundary(pp->btile, n, t), c1 = first_boundary(pp->btile, n, t + 1);
-        const int grouped = pp->cut_scan[c1] > pp->cut_scan[c0];
         const int32_t slot = (int32_t)pp_slots(off, t);
         int32_t j = 0, start = tl->kv_begin;
         FI_PD_NO_UNROLL
@@ -208,13 +208,11 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
             if (!last && pp->cut_scan[c + 1] == pp->cut_scan[c])
                 continue; /* not a cut of this tile */
             const int32_t end = last ? tl->kv_end : pp->bkv[c];
-            fi_tile_item_store(&items[first + j], tl, start, end, grouped ? slot + j : -1,
-                               grouped ? g : -1);
+            fi_tile_item_store(&items[first + j], tl, start, end, slot + j, g);
             start = end;
             j++;
         }
-        if (grouped)
-            groups[g] = fi_tile_group(tl, slot, j, first);
+        groups[g] = fi_tile_group(tl, slot, j, first);
     }
     /* Where each CTA's items start: the piece its boundary begins. */
     FI_PP_FOR(c, n + 1) {

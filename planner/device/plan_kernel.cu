@@ -123,8 +123,8 @@ __device__ void scan_pages(const fi_device_plan_params &p, const plan_shared &sh
         verdict[b] = INT64_MAX; /* no bad position yet */
     }
     const int64_t total = fi_pp_scan(offset, B);
-    constexpr int kWarps = kThreads / 32, kGather = 8;
-    const int64_t per = (total + kWarps - 1) / kWarps;
+    constexpr int kGather = 8;
+    const int64_t per = (total + FI_PP_WARPS - 1) / FI_PP_WARPS;
     const int lane = threadIdx.x & 31;
     const int64_t begin = (threadIdx.x >> 5) * per;
     const int64_t end = begin + per < total ? begin + per : total;
