@@ -78,15 +78,19 @@ __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
         const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
         v = op == 0 ? v + y : op == 1 ? (y < v ? y : v) : (y > v ? y : v);
     }
-    const int w = threadIdx.x >> 5;
-    if ((threadIdx.x & 31) == 0)
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0)
         part[w] = v;
     __syncthreads();
-    v = part[0];
-#pragma unroll
-    for (int i = 1; i < FI_PP_WARPS; i++)
-        v = op == 0 ? v + part[i] : op == 1 ? (part[i] < v ? part[i] : v)
-                                            : (part[i] > v ? part[i] : v);
+    /* The warps' results combined by shuffles in every warp (a few instructions instead of
+     * a load, a select and an add per warp: the planner's ~20 steps are each a few of
+     * these, every warp executing every one). */
+    v = part[lane < FI_PP_WARPS ? lane : 0];
+    for (int o = FI_PP_WARPS / 2; o > 0; o >>= 1) {
+        const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
+        v = op == 0 ? v + y : op == 1 ? (y < v ? y : v) : (y > v ? y : v);
+    }
+    v = __shfl_sync(0xffffffffu, v, 0);
     __syncthreads(); /* part is reused by the next call */
     return v;
 }
@@ -122,13 +126,16 @@ __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
     if (lane == 31)
         warp_sum[w] = x;
     __syncthreads();
-    int64_t before = 0, total = 0;
-#pragma unroll
-    for (int i = 0; i < FI_PP_WARPS; i++) {
-        before += i < w ? warp_sum[i] : 0;
-        total += warp_sum[i];
+    /* The warp sums scanned by shuffles in every warp (as fi_pp_reduce). */
+    int64_t ws = lane < FI_PP_WARPS ? warp_sum[lane] : 0;
+    for (int o = 1; o < FI_PP_WARPS; o <<= 1) {
+        const int64_t y = __shfl_up_sync(0xffffffffu, ws, o);
+        if (lane >= o)
+            ws += y;
     }
-    int64_t run = before + x - s;
+    const int64_t total = __shfl_sync(0xffffffffu, ws, FI_PP_WARPS - 1);
+    const int64_t before = __shfl_sync(0xffffffffu, ws, w > 0 ? w - 1 : 0);
+    int64_t run = (w > 0 ? before : 0) + x - s;
     FI_PD_NO_UNROLL
     for (int32_t i = b; i < e; i++) {
         const int64_t v = a[i];

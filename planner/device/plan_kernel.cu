@@ -1,9 +1,10 @@
 /*
  * planner/device/plan_kernel.cu - the device planner: fi_plan_update_device's kernel.
  *
- * One CTA.  The planner's C sources are compiled here a second time, as file-local device
- * functions (plan/hd.h: FI_PLANNER_DEVICE_TU), so host and device plans come from one
- * source and are byte-identical for the same batch.
+ * One CTA (a cluster of two for the parallel rows: the second scans the page table, see
+ * plan_kernel).  The planner's C sources are compiled here a second time, as file-local
+ * device functions (plan/hd.h: FI_PLANNER_DEVICE_TU), so host and device plans come from
+ * one source and are byte-identical for the same batch.
  *   1. thread 0 reads the step's batch size (after griddepcontrol.wait: the engine's
  *      previous kernel may have written it);
  *   2. the whole CTA scans the used page indices (the O(used pages) part,
@@ -22,6 +23,8 @@
  */
 #define FI_PLANNER_DEVICE_TU 1
 
+#include <cooperative_groups.h>
+#include <cuda/ptx>
 #include <cuda_runtime.h>
 
 #include "executor/cuda/common/ptx.cuh"
@@ -158,11 +161,34 @@ __device__ void scan_pages(const fi_device_plan_params &p, const plan_shared &sh
     }
 }
 
+/* After a build on all-FI_PAGES_OK verdicts: wait for the page-scanning CTA's verdicts
+ * (`pages`, the workspace's page_verdict region) and, if any request has a bad page, redo
+ * the validation on them.  The page rule is each request's last, so the build's result
+ * stands exactly when no page is bad; otherwise the validation gives the host's error
+ * (the lowest failing request's first broken rule, which may be a rule before its page
+ * rule, or another request's), whatever the build returned.  Every thread. */
+__device__ fi_status apply_pages(plan_shared &sh, const int64_t *pages, unsigned char *base,
+                                 fi_status st, fi_error_detail *err) {
+    cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+    cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+    const int32_t B = sh.batch.batch_size;
+    int64_t first = B;
+    for (int32_t b = threadIdx.x; b < B; b += kThreads)
+        if (pages[b] != FI_PAGES_OK && b < first)
+            first = b;
+    if (fi_pp_min(first) >= B)
+        return st;
+    int32_t total_q = 0;
+    return fi_batch_check_parallel(&sh.caps, &sh.batch, pages, sh.scratch.pp.batch_scan,
+                                   fi_stage_requests(base, &sh.layout), &total_q, NULL, err);
+}
+
 /* The plan into `base` (shared or the workspace), or the empty plan and the broken rule.
  * Rows with the parallel partition: every thread; the others: thread 0 alone. */
 template <bool kParallel>
 __device__ void plan_step(const fi_device_plan_params &p, plan_shared &sh,
-                          const int64_t *verdict, unsigned char *base, fi_device_status *status) {
+                          const int64_t *verdict, const int64_t *pages, unsigned char *base,
+                          fi_device_status *status) {
     const fi_batch &bt = sh.batch;
     fi_error_detail err = detail(FI_OK, -1, -1, -1);
     fi_status st;
@@ -170,6 +196,8 @@ __device__ void plan_step(const fi_device_plan_params &p, plan_shared &sh,
         st = fi_plan_build_parallel(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt, verdict,
                                     base, NULL, &err);
         __syncthreads(); /* the header is the leader's */
+        if (pages) /* verdict was all FI_PAGES_OK: the real ones come from the other CTA */
+            st = apply_pages(sh, pages, base, st, &err);
     } else {
         st = fi_plan_build(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt, verdict, base,
                            NULL, &err);
@@ -209,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ __align__(64) unsigned char smem[];
     __shared__ plan_shared sh;
 #ifdef FI_PROFILE
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
         for (int k = 0; k < 16; k++)
             fi_pd_stamps[k] = 0;
         FI_PD_STAMP(9);
@@ -222,10 +250,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     fi_device_status *status = (fi_device_status *)(p.workspace + l.off_device_status);
     /* Shared memory: verdicts, the plan region, then scratch (planner/scratch.c's order). */
     size_t off = round64(sizeof(int64_t) * (size_t)l.max_batch);
-    int64_t *verdict = off <= smem_bytes ? (int64_t *)smem
-                                         : (int64_t *)(p.workspace + l.off_page_verdict);
+    int64_t *const pages_region = (int64_t *)(p.workspace + l.off_page_verdict);
+    int64_t *verdict = off <= smem_bytes ? (int64_t *)smem : pages_region;
     if (off > smem_bytes)
         off = 0;
+    /* The parallel rows run as a cluster of two CTAs (fi_device_plan_launch): CTA 1 scans
+     * the page table into the workspace's page_verdict region while CTA 0 plans on verdicts
+     * that say "in range" and checks the real ones at the end (apply_pages), so the scan,
+     * a chain of global round trips, is off the plan's path.  Where the verdicts do not fit
+     * in shared memory (the region is CTA 0's then) CTA 0 scans alone, as the walk's kernel
+     * does. */
+    const unsigned rank = kParallel ? cooperative_groups::this_cluster().block_rank() : 0;
+    /* CTA 1's scan arrays (offset, row, used: [B_max + 1] each) live in its own shared
+     * memory: CTA 0's scratch may be in the workspace, where CTA 1 would overwrite it. */
+    const size_t scan_arr = round64(sizeof(int64_t) * ((size_t)l.max_batch + 1));
+    const bool split = kParallel && verdict != pages_region && 3 * scan_arr <= smem_bytes;
+    if (rank == 1 && !split)
+        return;
     unsigned char *base = p.workspace;
     const size_t plan_bytes = round64(l.plan_bytes);
     if (off + plan_bytes <= smem_bytes) {
@@ -243,11 +284,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         fi_planner_scratch_carve_arena(&sh.scratch, &l, &a);
     }
     __syncthreads();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0 && rank == 0)
         FI_PD_STAMP(11);
     const int32_t B = sh.batch.batch_size;
     if (B < 0 || B > p.batch.batch_size) {
-        if (threadIdx.x == 0) {
+        if (threadIdx.x == 0 && rank == 0) {
             fi_plan_build_empty(&l, p.workspace);
             set_status(status, B < 0 ? detail(FI_ERR_NEGATIVE_BATCH_SIZE, -1, B, 0)
                                      : detail(FI_ERR_DEVICE_BATCH_OVER_DECLARED, -1, B,
@@ -255,15 +296,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         return;
     }
+    if (rank == 1) { /* the page scan alone; CTA 0 waits for its release */
+        scan_pages(p, sh, pages_region, (int64_t *)smem, (int64_t *)(smem + scan_arr),
+                   (int64_t *)(smem + 2 * scan_arr));
+        cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+        return;
+    }
     if (base != p.workspace)
         block_copy16(base, NULL, plan_bytes); /* padding copies out as zeros */
-    scan_pages(p, sh, verdict, sh.scratch.pp.batch_scan, sh.scratch.pp.req_row,
-               sh.scratch.pp.req_used);
+    if (split) {
+        for (int32_t b = threadIdx.x; b < B; b += kThreads)
+            verdict[b] = FI_PAGES_OK;
+    } else {
+        scan_pages(p, sh, verdict, sh.scratch.pp.batch_scan, sh.scratch.pp.req_row,
+                   sh.scratch.pp.req_used);
+    }
     __syncthreads();
     if (threadIdx.x == 0)
         FI_PD_STAMP(0);
     if (kParallel || threadIdx.x == 0)
-        plan_step<kParallel>(p, sh, verdict, base, status);
+        plan_step<kParallel>(p, sh, verdict, split ? pages_region : NULL, base, status);
     if (threadIdx.x == 0)
         FI_PD_STAMP(8);
     if (base == p.workspace)
@@ -314,16 +366,30 @@ extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return (int)e;
+    /* The parallel rows: a cluster of two CTAs, the second scanning the page table
+     * (plan_kernel). */
+    const int ctas = p->variant.partition == FI_PARTITION_PARALLEL ? 2 : 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1);
+    cfg.gridDim = dim3(ctas);
     cfg.blockDim = dim3(kThreads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = (cudaStream_t)stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (ctas > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = (unsigned)ctas;
+        attr[n].val.clusterDim.y = 1;
+        attr[n].val.clusterDim.z = 1;
+        n++;
+    }
+    if (enable_pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = enable_pdl ? 1 : 0;
+    cfg.numAttrs = n;
     e = cudaLaunchKernelEx(&cfg, kernel, *p, smem);
     if (e == cudaSuccess)
         e = cudaGetLastError();

@@ -26,7 +26,8 @@ typedef struct fi_device_plan_params {
     unsigned char *workspace;   /* plan region at offset 0 (layout offsets) */
 } fi_device_plan_params;
 
-/* Launch the planning kernel (one CTA) on stream; PDL attribute when enable_pdl.
+/* Launch the planning kernel on stream (one CTA; for the parallel rows a cluster of two,
+ * the second scanning the page table); PDL attribute when enable_pdl.
  * @return the cudaError_t of the launch (0: launched). */
 int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl, void *stream);
 
