@@ -7,14 +7,16 @@
  * one source and are byte-identical for the same batch.
  *   1. thread 0 reads the step's batch size (after griddepcontrol.wait: the engine's
  *      previous kernel may have written it);
- *   2. the whole CTA scans the used page indices (the O(used pages) part,
- *      fi_batch_validate's range rule; a contiguous range of entries a warp) into
- *      page_verdict [B];
- *   3. thread 0 runs fi_plan_build (validation in the host's order, tiles, partition,
- *      start records, header) straight into the workspace's plan region, then the three
- *      capacity rules of fi_device_batch.  On any broken rule it writes the empty plan
- *      instead (the executor then writes nothing) and the rule into the status word.
- * The partition itself is sequential (planner/partition.c, pack.c): one thread, so what it
+ *   2. the used page indices are scanned (the O(used pages) part, fi_batch_validate's
+ *      range rule; a contiguous range of entries a warp) into page_verdict [B]: by the
+ *      whole CTA, or for the parallel rows by the cluster's second CTA while the first
+ *      plans (plan_kernel);
+ *   3. the plan: fi_plan_build on thread 0 (the walk and packing rows) or
+ *      fi_plan_build_parallel on every thread (planner/ppart.c), straight into the plan
+ *      region, then the three capacity rules of fi_device_batch.  On any broken rule it
+ *      writes the empty plan instead (the executor then writes nothing) and the rule into
+ *      the status word.
+ * The walk's partition is sequential (planner/partition.c, pack.c): one thread, so what it
  * touches lives in shared memory where it fits (dynamic, up to the opt-in maximum): the
  * page verdicts, the plan region (built there, zeroed first, copied out by the whole CTA at
  * the end), then the scratch arrays hottest first (planner/scratch.c); the rest in the
