@@ -21,12 +21,12 @@
  * Timed on the GPU (bench_common.h's replay timing: each CUDA-graph replay alone between
  * two cudaEvents, back to back, median of --reps):
  *   plan      a graph of fi_plan_update_device alone
- *   e2e_pdl   a graph of fi_plan_update_device -> fi_run, PDL on (the executor launches
- *             while the planner runs and waits for its plan)
+ *   e2e_pdl   a graph of fi_plan_update_device -> fi_run, PDL on for both launches (the
+ *             executor's launch overlaps the planner's exit; it waits for the plan)
  *   e2e       the same graph without PDL
  *   exec      a graph of fi_run alone on a host-planned plan of the same batch
  *   gap       e2e - plan - exec (and gap_pdl from e2e_pdl): what chaining the two costs;
- *             negative where PDL overlaps the executor's launch with the planner
+ *             negative where the executor's launch overlaps the planner
  * Timed on the host (CLOCK_MONOTONIC, --steps steps after 32 warm-ups, the same batch
  * every step, so the host planner's caches are warm: bench_plan's loop column has it cold):
  *   host_sync   fi_plan_update + replay of the fi_run graph + stream sync, median a step

@@ -425,8 +425,10 @@ typedef struct fi_device_batch {
  * FI_ERR_NEGATIVE_BATCH_SIZE / FI_ERR_DEVICE_BATCH_OVER_DECLARED), and writes the plan into
  * the workspace: the same bytes fi_plan_update writes for the same batch (one planner
  * source, compiled for host and device; docs/DESIGN.md section 6a).  A later fi_run on the
- * same stream executes it; with enable_pdl the executor is launched while the planner runs
- * (programmatic dependent launch) and waits for it before reading the plan.
+ * same stream executes it.  enable_pdl launches the planner with programmatic dependent
+ * launch: it may start while the stream's previous kernel ends and waits for that kernel
+ * before reading the batch.  It never triggers its dependents early, so an fi_run with
+ * PDL after it launches as the planner's threads exit (its persistent grid needs every SM).
  * Capturable: no host work depends on the lengths, nothing is copied or synchronised, so
  * the pair (fi_plan_update_device, fi_run) can be captured once and replayed for any
  * lengths the engine writes into the arrays.

@@ -246,8 +246,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #endif
     fi::griddep_wait(); /* the lengths may come from the previous kernel */
-    /* The executor may launch now: its griddepcontrol.wait holds it until this grid is done. */
-    fi::griddep_launch_dependents();
+    /* No griddepcontrol.launch_dependents: the executor launches as this grid's threads exit.
+     * Launched at the start, its persistent grid became resident on every SM but the
+     * planner's, whose CTAs then started last and held up the in-kernel merge: slower for
+     * MLA, a little faster for GQA (docs/perf-log.md, 2026-11-29 twelfth session). */
     const fi_layout &l = p.layout;
     fi_device_status *status = (fi_device_status *)(p.workspace + l.off_device_status);
     /* Shared memory: verdicts, the plan region, then scratch (planner/scratch.c's order). */
