@@ -81,24 +81,20 @@ FI_PD fi_status fi_plan_build(const fi_caps *caps, const fi_variant *v, const fi
     return FI_OK;
 }
 
-FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
-                                       const fi_layout *l, fi_planner_scratch *s,
-                                       const fi_batch *batch, const int64_t *page_verdict,
-                                       unsigned char *base, fi_page_table_geom *geom,
-                                       fi_error_detail *err) {
+/* fi_plan_build_parallel after the requests are in place (requests[] in the plan region,
+ * total_q their q tokens): tiles, partition, tails, start records, header. */
+FI_PD_STATIC fi_status build_parallel_from(const fi_caps *caps, const fi_variant *v,
+                                           const fi_layout *l, fi_planner_scratch *s,
+                                           const fi_batch *batch, int32_t total_q,
+                                           unsigned char *base, fi_error_detail *err) {
     fi_request_info *requests = fi_stage_requests(base, l);
-    int32_t total_q = 0, num_tiles = 0;
-    fi_status st = fi_batch_check_parallel(caps, batch, page_verdict, s->pp.batch_scan,
-                                           requests, &total_q, geom, err);
-    FI_PD_STAMP(1);
-    if (st != FI_OK)
-        return st;
+    int32_t num_tiles = 0;
     /* No barrier before each next step: the check and the tiles each end with one after
      * their last writes. */
     const int32_t nreq = fi_batch_num_requests(caps, batch, total_q);
-    st = fi_tiles_build_parallel(v, caps, requests, nreq, batch->causal,
-                                 batch->window_left, s->pp.batch_scan, s->tiles, l->max_tiles,
-                                 &num_tiles, err);
+    fi_status st = fi_tiles_build_parallel(v, caps, requests, nreq, batch->causal,
+                                           batch->window_left, s->pp.batch_scan, s->tiles,
+                                           l->max_tiles, &num_tiles, err);
     FI_PD_STAMP(2);
     if (st != FI_OK)
         return st;
@@ -121,6 +117,32 @@ FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
     FI_PD_STAMP(7);
     return FI_OK;
 }
+
+FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
+                                       const fi_layout *l, fi_planner_scratch *s,
+                                       const fi_batch *batch, const int64_t *page_verdict,
+                                       unsigned char *base, fi_page_table_geom *geom,
+                                       fi_error_detail *err) {
+    int32_t total_q = 0;
+    fi_status st = fi_batch_check_parallel(caps, batch, page_verdict, s->pp.batch_scan,
+                                           fi_stage_requests(base, l), &total_q, geom, err);
+    FI_PD_STAMP(1);
+    if (st != FI_OK)
+        return st;
+    return build_parallel_from(caps, v, l, s, batch, total_q, base, err);
+}
+
+#ifdef FI_PLANNER_DEVICE_TU
+FI_PD fi_status fi_plan_build_parallel_unchecked(const fi_caps *caps, const fi_variant *v,
+                                                 const fi_layout *l, fi_planner_scratch *s,
+                                                 const fi_batch *batch, unsigned char *base,
+                                                 fi_error_detail *err) {
+    const int32_t total_q =
+        fi_batch_read_parallel(caps, batch, s->pp.batch_scan, fi_stage_requests(base, l));
+    FI_PD_STAMP(1);
+    return build_parallel_from(caps, v, l, s, batch, total_q, base, err);
+}
+#endif
 
 FI_PD void fi_plan_build_empty(const fi_layout *l, unsigned char *base) {
     fi_plan_header *h = fi_stage_header(base, l);

@@ -456,6 +456,25 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
     return ok(err);
 }
 
+#ifdef FI_PLANNER_DEVICE_TU
+FI_PD int32_t fi_batch_read_parallel(const fi_caps *caps, const fi_batch *bt,
+                                     int64_t *q_scan, fi_request_info *requests) {
+    const table_geo t = table_geo_of(caps, bt);
+    FI_PP_FOR_CHUNK(b, bt->batch_size) {
+        fi_request_fields f = fi_request_read(bt, b, t.row_stride);
+        f.kv_len = f.kv_len < 0 ? 0 : f.kv_len > INT32_MAX ? INT32_MAX : f.kv_len;
+        int64_t q_max = caps->max_q_tokens;
+        if (bt->causal && f.kv_len > 0 && f.kv_len < q_max)
+            q_max = f.kv_len;
+        f.q_len = f.q_len < 0 ? 0 : f.q_len > q_max ? q_max : f.q_len;
+        request_write(&requests[b], &f);
+        q_scan[b] = f.q_len;
+    }
+    const int64_t total_q = fi_pp_scan(q_scan, bt->batch_size);
+    return total_q > INT32_MAX ? INT32_MAX : (int32_t)total_q;
+}
+#endif
+
 FI_PD fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
                                fi_request_info *requests, int32_t *total_q_tokens,
                                fi_page_table_geom *geom, fi_error_detail *err) {

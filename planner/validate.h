@@ -80,6 +80,19 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bat
                                         fi_request_info *requests, int32_t *total_q_tokens,
                                         fi_page_table_geom *geom, fi_error_detail *err);
 
+#ifdef FI_PLANNER_DEVICE_TU
+/* The device planner's speculative read (its cluster: the other CTA checks the rules at the
+ * same time): requests[b] and the q tokens as fi_batch_check_parallel writes them for a
+ * batch that passes, no rule checked.  Fields are clamped to what a valid request can hold
+ * (kv_len >= 0, 0 <= q_len <= caps.max_q_tokens, and <= kv_len when causal), no-ops on a
+ * valid batch, so the build that follows stays within its arrays whatever the lengths; its
+ * plan is discarded when the check fails.  The batch's scalars and arrays must have passed
+ * the host's checks (fi_plan_update_device).  q_scan: scratch [batch_size].  Every thread;
+ * returns the q tokens (clamped to INT32_MAX). */
+FI_PD int32_t fi_batch_read_parallel(const fi_caps *caps, const fi_batch *batch,
+                                     int64_t *q_scan, fi_request_info *requests);
+#endif
+
 /* fi_batch_validate's rules and statuses in one pass that writes requests[b] as soon as
  * request b passes (so a failure leaves requests partly written: fi_plan_update passes its
  * back staging buffer, which nobody reads until the update succeeds).  requests may be

@@ -5,12 +5,12 @@
  * plan_kernel).  The planner's C sources are compiled here a second time, as file-local
  * device functions (plan/hd.h: FI_PLANNER_DEVICE_TU), so host and device plans come from
  * one source and are byte-identical for the same batch.
- *   1. thread 0 reads the step's batch size (after griddepcontrol.wait: the engine's
+ *   1. every thread reads the step's batch size (after griddepcontrol.wait: the engine's
  *      previous kernel may have written it);
  *   2. the used page indices are scanned (the O(used pages) part, fi_batch_validate's
  *      range rule; a contiguous range of entries a warp) into page_verdict [B]: by the
- *      whole CTA, or for the parallel rows by the cluster's second CTA while the first
- *      plans (plan_kernel);
+ *      whole CTA, or for the parallel rows by the cluster's second CTA, which then checks
+ *      the batch's rules while the first plans unchecked (plan_kernel);
  *   3. the plan: fi_plan_build on thread 0 (the walk and packing rows) or
  *      fi_plan_build_parallel on every thread (planner/ppart.c), straight into the plan
  *      region, then the three capacity rules of fi_device_batch.  On any broken rule it
@@ -75,7 +75,7 @@ __device__ fi_error_detail detail(fi_status st, int32_t request, int64_t needed,
 
 /* What every thread reads through pointers (the planner's functions take the caps, tile
  * table row, layout, batch and scratch arrays by address): in shared memory, written once
- * by thread 0.  A per-thread copy would live in local memory, and so would every load
+ * (stage_params).  A per-thread copy would live in local memory, and so would every load
  * through it (MLA heads 16 at 128 requests: most of the plan's memory traffic was local);
  * a pointer into the __grid_constant__ parameter is a generic load from the global path. */
 struct plan_shared {
@@ -84,6 +84,7 @@ struct plan_shared {
     fi_layout layout;
     fi_batch batch; /* batch_size: this step's B */
     fi_planner_scratch scratch;
+    fi_error_detail check; /* CTA 0's: the batch check's verdict, written by CTA 1 */
 };
 /* The launcher leaves 2 KiB of the opt-in shared memory to static arrays: this and
  * planner/parallel.h's combine buffer (32 x 8 bytes). */
@@ -163,43 +164,89 @@ __device__ void scan_pages(const fi_device_plan_params &p, const plan_shared &sh
     }
 }
 
-/* After a build on all-FI_PAGES_OK verdicts: wait for the page-scanning CTA's verdicts
- * (`pages`, the workspace's page_verdict region) and, if any request has a bad page, redo
- * the validation on them.  The page rule is each request's last, so the build's result
- * stands exactly when no page is bad; otherwise the validation gives the host's error
- * (the lowest failing request's first broken rule, which may be a rule before its page
- * rule, or another request's), whatever the build returned.  Every thread. */
-__device__ fi_status apply_pages(plan_shared &sh, const int64_t *pages, unsigned char *base,
-                                 fi_status st, fi_error_detail *err) {
+/* After a build on unchecked requests (fi_plan_build_parallel_unchecked): wait for the
+ * checking CTA's release (scan_and_check) and take its verdict when a rule is broken: the
+ * host validates first, so its error (the lowest failing request's first broken rule)
+ * replaces whatever the build returned; on a batch that passes, the build's result stands.
+ * Every thread of CTA 0. */
+__device__ fi_status apply_check(const plan_shared &sh, fi_status st, fi_error_detail *err) {
+    cuda::ptx::barrier_cluster_wait(); /* phase 0 (plan_kernel), long complete */
     cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
     cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
-    const int32_t B = sh.batch.batch_size;
-    int64_t first = B;
-    for (int32_t b = threadIdx.x; b < B; b += kThreads)
-        if (pages[b] != FI_PAGES_OK && b < first)
-            first = b;
-    if (fi_pp_min(first) >= B)
+    if (sh.check.status == FI_OK)
         return st;
+    *err = sh.check;
+    return sh.check.status;
+}
+
+/* CTA 1 of the cluster: the page scan into `pages` (the workspace's page_verdict region),
+ * then the batch check on those verdicts (fi_batch_check_parallel: the host's rules and
+ * order), its arrays in this CTA's shared memory (`arrays`: three of arr_bytes); the
+ * verdict goes into CTA 0's sh.check, then the release CTA 0's apply_check waits for.
+ * Every thread of CTA 1. */
+__device__ void scan_and_check(const fi_device_plan_params &p, plan_shared &sh,
+                               int64_t *pages, unsigned char *arrays, size_t arr_bytes) {
+    scan_pages(p, sh, pages, (int64_t *)arrays, (int64_t *)(arrays + arr_bytes),
+               (int64_t *)(arrays + 2 * arr_bytes));
+    __syncthreads(); /* the verdicts are read by other threads; the arrays are reused */
+    fi_error_detail e = detail(FI_OK, -1, -1, -1);
     int32_t total_q = 0;
-    return fi_batch_check_parallel(&sh.caps, &sh.batch, pages, sh.scratch.pp.batch_scan,
-                                   fi_stage_requests(base, &sh.layout), &total_q, NULL, err);
+    fi_batch_check_parallel(&sh.caps, &sh.batch, pages, (int64_t *)arrays,
+                            (fi_request_info *)(arrays + arr_bytes), &total_q, NULL, &e);
+    cuda::ptx::barrier_cluster_wait(); /* phase 0: CTA 0 is running (distributed shared memory) */
+    if (threadIdx.x == 0)
+        *cooperative_groups::this_cluster().map_shared_rank(&sh.check, 0) = e;
+    cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+}
+
+/* plan_shared's descriptors from the parameter block, a 4-byte word a thread (the batch's
+ * batch_size word becomes the step's B), and the scratch arrays carved by thread 0 at the
+ * same time.  Every thread; the caller's barrier publishes it. */
+__device__ void stage_params(const fi_device_plan_params &p, plan_shared &sh, int32_t step_b,
+                             fi_scratch_arena a) {
+    static_assert(sizeof(fi_caps) % 4 == 0 && sizeof(fi_variant) % 4 == 0 &&
+                      sizeof(fi_layout) % 4 == 0 && sizeof(fi_batch) % 4 == 0,
+                  "word copies");
+    constexpr int kC = sizeof(fi_caps) / 4, kV = sizeof(fi_variant) / 4,
+                  kL = sizeof(fi_layout) / 4, kB = sizeof(fi_batch) / 4;
+    constexpr int kBatchSizeWord = offsetof(fi_batch, batch_size) / 4;
+    for (int i = threadIdx.x; i < kC + kV + kL + kB; i += kThreads) {
+        if (i < kC) {
+            ((uint32_t *)&sh.caps)[i] = ((const uint32_t *)&p.caps)[i];
+        } else if (i < kC + kV) {
+            ((uint32_t *)&sh.variant)[i - kC] = ((const uint32_t *)&p.variant)[i - kC];
+        } else if (i < kC + kV + kL) {
+            ((uint32_t *)&sh.layout)[i - kC - kV] = ((const uint32_t *)&p.layout)[i - kC - kV];
+        } else {
+            const int w = i - kC - kV - kL;
+            ((uint32_t *)&sh.batch)[w] =
+                w == kBatchSizeWord ? (uint32_t)step_b : ((const uint32_t *)&p.batch)[w];
+        }
+    }
+    if (threadIdx.x == 0)
+        fi_planner_scratch_carve_arena(&sh.scratch, &p.layout, &a);
 }
 
 /* The plan into `base` (shared or the workspace), or the empty plan and the broken rule.
  * Rows with the parallel partition: every thread; the others: thread 0 alone. */
 template <bool kParallel>
 __device__ void plan_step(const fi_device_plan_params &p, plan_shared &sh,
-                          const int64_t *verdict, const int64_t *pages, unsigned char *base,
+                          const int64_t *verdict, bool checked_elsewhere, unsigned char *base,
                           fi_device_status *status) {
     const fi_batch &bt = sh.batch;
     fi_error_detail err = detail(FI_OK, -1, -1, -1);
     fi_status st;
     if constexpr (kParallel) {
-        st = fi_plan_build_parallel(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt, verdict,
-                                    base, NULL, &err);
-        __syncthreads(); /* the header is the leader's */
-        if (pages) /* verdict was all FI_PAGES_OK: the real ones come from the other CTA */
-            st = apply_pages(sh, pages, base, st, &err);
+        if (checked_elsewhere) {
+            st = fi_plan_build_parallel_unchecked(&sh.caps, &sh.variant, &sh.layout, &sh.scratch,
+                                                  &bt, base, &err);
+            __syncthreads(); /* the header is the leader's */
+            st = apply_check(sh, st, &err);
+        } else {
+            st = fi_plan_build_parallel(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt,
+                                        verdict, base, NULL, &err);
+            __syncthreads(); /* the header is the leader's */
+        }
     } else {
         st = fi_plan_build(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt, verdict, base,
                            NULL, &err);
@@ -259,11 +306,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (off > smem_bytes)
         off = 0;
     /* The parallel rows run as a cluster of two CTAs (fi_device_plan_launch): CTA 1 scans
-     * the page table into the workspace's page_verdict region while CTA 0 plans on verdicts
-     * that say "in range" and checks the real ones at the end (apply_pages), so the scan,
-     * a chain of global round trips, is off the plan's path.  Where the verdicts do not fit
-     * in shared memory (the region is CTA 0's then) CTA 0 scans alone, as the walk's kernel
-     * does. */
+     * the page table into the workspace's page_verdict region and checks the batch's rules
+     * while CTA 0 plans without checking and takes CTA 1's verdict at the end
+     * (apply_check), so the scan, a chain of global round trips, and the rules are off the
+     * plan's path.  Where the verdicts do not fit in shared memory CTA 0 scans and checks
+     * alone, as the walk's kernel does. */
     const unsigned rank = kParallel ? cooperative_groups::this_cluster().block_rank() : 0;
     /* CTA 1's scan arrays (offset, row, used: [B_max + 1] each) live in its own shared
      * memory: CTA 0's scratch may be in the workspace, where CTA 1 would overwrite it. */
@@ -277,16 +324,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         base = smem + off;
         off += plan_bytes;
     }
-    if (threadIdx.x == 0) {
-        const int32_t b = p.batch_size ? *p.batch_size : p.batch.batch_size;
-        sh.caps = p.caps;
-        sh.variant = p.variant;
-        sh.layout = p.layout;
-        sh.batch = p.batch;
-        sh.batch.batch_size = b;
-        fi_scratch_arena a = {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0};
-        fi_planner_scratch_carve_arena(&sh.scratch, &l, &a);
-    }
+    stage_params(p, sh, p.batch_size ? *p.batch_size : p.batch.batch_size,
+                 {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0});
     __syncthreads();
     if (threadIdx.x == 0 && rank == 0)
         FI_PD_STAMP(11);
@@ -300,26 +339,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         return;
     }
-    if (rank == 1) { /* the page scan alone; CTA 0 waits for its release */
-        scan_pages(p, sh, pages_region, (int64_t *)smem, (int64_t *)(smem + scan_arr),
-                   (int64_t *)(smem + 2 * scan_arr));
-        cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+    if (split) /* phase 0 of the cluster barrier: both CTAs have started */
+        cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed);
+    if (rank == 1) { /* the page scan and the check; CTA 0 waits for its release */
+        scan_and_check(p, sh, pages_region, smem, scan_arr);
         return;
     }
     if (base != p.workspace)
         block_copy16(base, NULL, plan_bytes); /* padding copies out as zeros */
-    if (split) {
-        for (int32_t b = threadIdx.x; b < B; b += kThreads)
-            verdict[b] = FI_PAGES_OK;
-    } else {
+    if (!split)
         scan_pages(p, sh, verdict, sh.scratch.pp.batch_scan, sh.scratch.pp.req_row,
                    sh.scratch.pp.req_used);
-    }
     __syncthreads();
     if (threadIdx.x == 0)
         FI_PD_STAMP(0);
     if (kParallel || threadIdx.x == 0)
-        plan_step<kParallel>(p, sh, verdict, split ? pages_region : NULL, base, status);
+        plan_step<kParallel>(p, sh, verdict, split, base, status);
     if (threadIdx.x == 0)
         FI_PD_STAMP(8);
     if (base == p.workspace)
