@@ -132,7 +132,6 @@ FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
     return build_parallel_from(caps, v, l, s, batch, total_q, base, err);
 }
 
-#ifdef FI_PLANNER_DEVICE_TU
 FI_PD fi_status fi_plan_build_parallel_unchecked(const fi_caps *caps, const fi_variant *v,
                                                  const fi_layout *l, fi_planner_scratch *s,
                                                  const fi_batch *batch, unsigned char *base,
@@ -142,7 +141,6 @@ FI_PD fi_status fi_plan_build_parallel_unchecked(const fi_caps *caps, const fi_v
     FI_PD_STAMP(1);
     return build_parallel_from(caps, v, l, s, batch, total_q, base, err);
 }
-#endif
 
 FI_PD void fi_plan_build_empty(const fi_layout *l, unsigned char *base) {
     fi_plan_header *h = fi_stage_header(base, l);

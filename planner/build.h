@@ -35,15 +35,16 @@ FI_PD fi_status fi_plan_build_parallel(const fi_caps *caps, const fi_variant *v,
                                        unsigned char *base, fi_page_table_geom *geom,
                                        fi_error_detail *err);
 
-#ifdef FI_PLANNER_DEVICE_TU
 /* fi_plan_build_parallel on fi_batch_read_parallel's requests, no rule checked: the device
  * planner's cluster, whose other CTA runs fi_batch_check_parallel meanwhile and whose
- * verdict replaces this result when a rule is broken (planner/device/plan_kernel.cu). */
+ * verdict replaces this result when a rule is broken (planner/device/plan_kernel.cu).  On
+ * the host only for the fuzzer (tests/fuzz), which checks that it stays in its arrays on
+ * any batch whose scalars pass and equals fi_plan_build_parallel on every batch that
+ * passes validation. */
 FI_PD fi_status fi_plan_build_parallel_unchecked(const fi_caps *caps, const fi_variant *v,
                                                  const fi_layout *l, fi_planner_scratch *s,
                                                  const fi_batch *batch, unsigned char *base,
                                                  fi_error_detail *err);
-#endif
 
 /* The plan that runs nothing: header with zero counts (tile_rows set), every CTA's range
  * empty, request and group tables zeroed.  What the device planner writes for a batch it

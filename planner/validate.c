@@ -456,7 +456,6 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bt,
     return ok(err);
 }
 
-#ifdef FI_PLANNER_DEVICE_TU
 FI_PD int32_t fi_batch_read_parallel(const fi_caps *caps, const fi_batch *bt,
                                      int64_t *q_scan, fi_request_info *requests) {
     const table_geo t = table_geo_of(caps, bt);
@@ -473,7 +472,6 @@ FI_PD int32_t fi_batch_read_parallel(const fi_caps *caps, const fi_batch *bt,
     const int64_t total_q = fi_pp_scan(q_scan, bt->batch_size);
     return total_q > INT32_MAX ? INT32_MAX : (int32_t)total_q;
 }
-#endif
 
 FI_PD fi_status fi_batch_check(const fi_caps *caps, const fi_batch *batch,
                                fi_request_info *requests, int32_t *total_q_tokens,

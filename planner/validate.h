@@ -80,7 +80,6 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bat
                                         fi_request_info *requests, int32_t *total_q_tokens,
                                         fi_page_table_geom *geom, fi_error_detail *err);
 
-#ifdef FI_PLANNER_DEVICE_TU
 /* The device planner's speculative read (its cluster: the other CTA checks the rules at the
  * same time): requests[b] and the q tokens as fi_batch_check_parallel writes them for a
  * batch that passes, no rule checked.  Fields are clamped to what a valid request can hold
@@ -91,7 +90,6 @@ FI_PD fi_status fi_batch_check_parallel(const fi_caps *caps, const fi_batch *bat
  * returns the q tokens (clamped to INT32_MAX). */
 FI_PD int32_t fi_batch_read_parallel(const fi_caps *caps, const fi_batch *batch,
                                      int64_t *q_scan, fi_request_info *requests);
-#endif
 
 /* fi_batch_validate's rules and statuses in one pass that writes requests[b] as soon as
  * request b passes (so a failure leaves requests partly written: fi_plan_update passes its

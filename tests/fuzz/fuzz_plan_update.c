@@ -36,6 +36,9 @@
  *   - an accepted batch is valid by fiattn.h's rules (checked here from the arrays), its
  *     error detail is clean, and its plan passes tt_plan_check: every (request, query
  *     head, query row, visible key) exactly once, within the workspace bounds;
+ *   - the device planner's unchecked build (check_unchecked_build), on the data-parallel
+ *     rows and every batch whose scalars pass: within its arrays whatever the lengths, and
+ *     on a batch that passes validation the checked build's status and bytes;
  *   - sparse: the oracle (sparse_batch_breaks) has every rule, so a batch is accepted if
  *     and only if it is valid, mutated or not; the plan is checked as the dense batch of
  *     B x q_len one-token requests of kv_len K (tt_plan_expect_sparse): every (query
@@ -51,6 +54,11 @@
 #include "common/plan_check.h"
 #include "common/rng.h"
 #include "fiattn.h"
+#include "plan/variant.h"
+#include "planner/build.h"
+#include "planner/caps_internal.h"
+#include "planner/scratch.h"
+#include "planner/validate.h"
 
 /* ---- input stream ------------------------------------------------------------------- */
 typedef struct tt_fz {
@@ -593,6 +601,43 @@ static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
     return NULL;
 }
 
+/* The device planner's unchecked build (planner/build.h fi_plan_build_parallel_unchecked:
+ * CTA 0 of its cluster plans the requests while CTA 1 checks the rules, and a broken rule
+ * replaces CTA 0's result).  For the data-parallel rows and every batch whose scalars pass
+ * (what fi_plan_update_device checks on the host before launching): it must stay within
+ * its arrays whatever the lengths (the plan region is allocated to its exact size here;
+ * ASan + UBSan), and on a batch that passes validation it must return what the checked
+ * build returns and, on FI_OK, the same bytes. */
+static void check_unchecked_build(const fi_caps *caps, const fi_batch *b) {
+    fi_caps c;
+    fi_layout l;
+    if (fi_caps_resolve_layout(caps, &c, &l) != FI_OK)
+        return;
+    const fi_variant *v = fi_variant_of(&c);
+    fi_error_detail e;
+    if (!v || v->partition != FI_PARTITION_PARALLEL || c.sparse_top_k > 0 ||
+        fi_batch_check_scalars(&c, b, &e) != FI_OK)
+        return;
+    const fi_allocator a = {0};
+    fi_planner_scratch *s = fi_planner_scratch_create(&l, &a);
+    unsigned char *spec = calloc(1, l.plan_bytes), *ref = calloc(1, l.plan_bytes);
+    fi_request_info *requests = calloc((size_t)b->batch_size + 1, sizeof *requests);
+    TT_FZ_REQUIRE(s && spec && ref && requests, "oom");
+    const fi_status su = fi_plan_build_parallel_unchecked(&c, v, &l, s, b, spec, &e);
+    int32_t total_q = 0;
+    if (fi_batch_validate(&c, b, requests, &total_q, &e) == FI_OK) {
+        const fi_status sc = fi_plan_build_parallel(&c, v, &l, s, b, NULL, ref, NULL, &e);
+        TT_FZ_REQUIRE(su == sc, "unchecked build returned %s, checked %s", fi_status_name(su),
+                      fi_status_name(sc));
+        TT_FZ_REQUIRE(sc != FI_OK || memcmp(spec, ref, l.plan_bytes) == 0,
+                      "unchecked build's plan differs from the checked build's");
+    }
+    free(requests);
+    free(ref);
+    free(spec);
+    fi_planner_scratch_destroy(s, &a);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tt_fz f = {data, size};
     int in_set = 0, want = -1;
@@ -618,6 +663,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             fuzz_sparse_batch(&f, &caps, mutate, &z);
         else
             fuzz_batch(&f, &caps, mutate, &z);
+        if (!sparse)
+            check_unchecked_build(&caps, &z.b);
         tt_plan_snapshot before, after;
         TT_FZ_REQUIRE(tt_plan_snapshot_take(plan, &before) == 0, "oom");
         const fi_status st = fi_plan_update(plan, &z.b, NULL);
