@@ -194,6 +194,14 @@ static const family GQA_PP = {"gqa_32x8_d128_p16_parallel", gqa_init, 1};
 /* A case with its device plan (own workspace, the case's caps), the device batch (seq_lens
  * and B written here, block_tables the case's), the host-planned run's outputs and the four
  * graphs. */
+/* G_MIX: the device plan, then fi_run on the host plan (no dependence: what running the
+ * planner kernel before the executor costs by itself); G_EXEC_DEV: fi_run alone on the
+ * device-written plan (what the plan's bytes coming from the device cost). */
+/* G_MEMSET: a 4-byte memset node, then fi_run on the host plan (a node before the run that
+ * is not a kernel).  G_FLOOR: the 4-byte memset alone (what replaying a one-node graph back
+ * to back costs whatever the node: the floor under the plan column). */
+enum { G_PLAN, G_E2E_PDL, G_E2E, G_EXEC, G_MIX, G_EXEC_DEV, G_MEMSET, G_FLOOR, G_COUNT };
+
 typedef struct dp_case {
     bench_view v;
     char name[64];
@@ -205,16 +213,10 @@ typedef struct dp_case {
     gc_outputs io2;
     unsigned char *buf;
     size_t buf_bytes;
-    cudaGraph_t graph[8];
-    cudaGraphExec_t exec[8]; /* [G_COUNT] (the enum follows) */
+    cudaGraph_t graph[G_COUNT];
+    cudaGraphExec_t exec[G_COUNT];
 } dp_case;
 
-/* G_MIX: the device plan, then fi_run on the host plan (no dependence: what running the
- * planner kernel before the executor costs by itself); G_EXEC_DEV: fi_run alone on the
- * device-written plan (what the plan's bytes coming from the device cost). */
-/* G_MEMSET: a 4-byte memset node, then fi_run on the host plan (a node before the run that
- * is not a kernel). */
-enum { G_PLAN, G_E2E_PDL, G_E2E, G_EXEC, G_MIX, G_EXEC_DEV, G_MEMSET, G_COUNT };
 
 static void dp_free(dp_case *d) {
     if (d->v.stream) cudaStreamSynchronize(d->v.stream);
@@ -333,6 +335,8 @@ static int dp_capture(dp_case *d, int k, char *msg, size_t cap) {
         const fi_attn_args a = dp_args(d, &d->v.io, 0);
         BENCH_CK(cudaMemsetAsync(d->io2.d_lse, 0, 4, s));
         st = fi_run(d->v.plan, &a, s);
+    } else if (k == G_FLOOR) {
+        BENCH_CK(cudaMemsetAsync(d->io2.d_lse, 0, 4, s));
     } else if (k == G_EXEC_DEV) {
         const fi_attn_args a = dp_args(d, &d->v.io, 0);
         st = fi_run(d->dplan, &a, s);
@@ -415,7 +419,8 @@ fail:
 /* Everything a case's row reports, seconds. */
 typedef struct dp_times {
     double plan, e2e_pdl, e2e, exec, host_sync, dev_sync, host_ahead, dev_ahead;
-    double mix, exec_dev, memset_run; /* diagnostics: G_MIX, G_EXEC_DEV, G_MEMSET */
+    double mix, exec_dev, memset_run, floor; /* diagnostics: G_MIX, G_EXEC_DEV, G_MEMSET,
+                                                 G_FLOOR */
     double plan_fl, e2e_pdl_fl, exec_fl; /* L2 flushed before each replay */
 } dp_times;
 
@@ -432,6 +437,7 @@ static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t 
              dp_time_graph(d, G_MIX, g->b.reps, &t->mix, msg, cap) ||
              dp_time_graph(d, G_EXEC_DEV, g->b.reps, &t->exec_dev, msg, cap) ||
              dp_time_graph(d, G_MEMSET, g->b.reps, &t->memset_run, msg, cap) ||
+             dp_time_graph(d, G_FLOOR, g->b.reps, &t->floor, msg, cap) ||
              (g->flush &&
               (dp_time_graph_flushed(d, G_PLAN, g->b.reps, g->flush, &t->plan_fl, msg, cap) ||
                dp_time_graph_flushed(d, G_E2E_PDL, g->b.reps, g->flush, &t->e2e_pdl_fl, msg,
@@ -485,8 +491,9 @@ static void dp_report(const dp_case *d, const dp_times *t, int *header) {
            t->plan * us, t->e2e_pdl * us, t->e2e * us, t->exec * us, gap_pdl * us, gap * us,
            t->host_sync * us, t->dev_sync * us, t->host_ahead * us, t->dev_ahead * us);
     printf("# %s: plan then the host plan's run (no dependence) %.2f us; run alone on the "
-           "device-written plan %.2f us; a memset node then the run %.2f us\n", d->name,
-           t->mix * us, t->exec_dev * us, t->memset_run * us);
+           "device-written plan %.2f us; a memset node then the run %.2f us; a memset node "
+           "alone (the replay floor) %.2f us\n", d->name, t->mix * us, t->exec_dev * us,
+           t->memset_run * us, t->floor * us);
     printf("# %s: L2 flushed before each replay: plan %.2f us, e2e pdl %.2f us, exec %.2f us, "
            "gap pdl %.2f us\n", d->name, t->plan_fl * us, t->e2e_pdl_fl * us, t->exec_fl * us,
            (t->e2e_pdl_fl - t->plan_fl - t->exec_fl) * us);
