@@ -419,7 +419,7 @@ typedef struct fi_device_batch {
 } fi_device_batch;
 
 /* Plan on the device: launch fiattn's planning kernel (one CTA; for the data-parallel rows a
- * cluster of two, the second scanning the page table) on `stream`.  It reads the step's batch
+ * cluster of two, the second scanning the page table and checking the rules) on `stream`.  It reads the step's batch
  * from device memory, validates it (fi_batch_validate's rules and order; then
  * B, the q tokens and kv_indptr[B] against what `dbatch` declared:
  * FI_ERR_NEGATIVE_BATCH_SIZE / FI_ERR_DEVICE_BATCH_OVER_DECLARED), and writes the plan into

@@ -1,8 +1,8 @@
 /*
  * planner/device/plan_kernel.cu - the device planner: fi_plan_update_device's kernel.
  *
- * One CTA (a cluster of two for the parallel rows: the second scans the page table, see
- * plan_kernel).  The planner's C sources are compiled here a second time, as file-local
+ * One CTA (a cluster of two for the parallel rows: the second scans the page table and
+ * checks the batch's rules, see plan_kernel).  The planner's C sources are compiled here a second time, as file-local
  * device functions (plan/hd.h: FI_PLANNER_DEVICE_TU), so host and device plans come from
  * one source and are byte-identical for the same batch.
  *   1. every thread reads the step's batch size (after griddepcontrol.wait: the engine's
@@ -405,8 +405,8 @@ extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return (int)e;
-    /* The parallel rows: a cluster of two CTAs, the second scanning the page table
-     * (plan_kernel). */
+    /* The parallel rows: a cluster of two CTAs, the second scanning the page table and
+     * checking the batch's rules (plan_kernel). */
     const int ctas = p->variant.partition == FI_PARTITION_PARALLEL ? 2 : 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(ctas);

@@ -27,7 +27,8 @@ typedef struct fi_device_plan_params {
 } fi_device_plan_params;
 
 /* Launch the planning kernel on stream (one CTA; for the parallel rows a cluster of two,
- * the second scanning the page table); PDL attribute when enable_pdl.
+ * the second scanning the page table and checking the rules); PDL attribute when
+ * enable_pdl.
  * @return the cudaError_t of the launch (0: launched). */
 int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl, void *stream);
 
