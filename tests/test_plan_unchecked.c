@@ -108,10 +108,8 @@ static void break_lengths(tt_rng *rng, batchgen_batch *g, int how) {
     case 1:
         kv[b] = INT32_MAX - (int32_t)tt_rng_int(rng, 0, 1);
         break;
-    case 2: /* causal and more query rows than keys */
-        kv[b] = 0;
-        for (int32_t i = 0; i < B; i++)
-            kv[i] = i == b ? 1 : kv[i];
+    case 2: /* one key, and with INDPTR 7 more query rows: more rows than keys if causal */
+        kv[b] = 1;
         if (bt->form == FI_FORM_INDPTR) {
             int32_t *q = (int32_t *)bt->qo_indptr;
             for (int32_t i = b + 1; i <= B; i++)

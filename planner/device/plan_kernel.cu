@@ -2,9 +2,9 @@
  * planner/device/plan_kernel.cu - the device planner: fi_plan_update_device's kernel.
  *
  * One CTA (a cluster of two for the parallel rows: the second scans the page table and
- * checks the batch's rules, see plan_kernel).  The planner's C sources are compiled here a second time, as file-local
- * device functions (plan/hd.h: FI_PLANNER_DEVICE_TU), so host and device plans come from
- * one source and are byte-identical for the same batch.
+ * checks the batch's rules, see plan_kernel).  The planner's C sources are compiled here a
+ * second time, as file-local device functions (plan/hd.h: FI_PLANNER_DEVICE_TU), so host
+ * and device plans come from one source and are byte-identical for the same batch.
  *   1. every thread reads the step's batch size (after griddepcontrol.wait: the engine's
  *      previous kernel may have written it);
  *   2. the used page indices are scanned (the O(used pages) part, fi_batch_validate's
