@@ -72,7 +72,7 @@ __device__ __forceinline__ int32_t fi_pp_chunk(int32_t n, int end) {
 static __shared__ int64_t fi_pp_part[32];
 
 /* Sum / min / max of every thread's v, returned to all threads (a barrier). */
-__device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
+static __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
     int64_t *part = fi_pp_part;
     for (int o = 16; o > 0; o >>= 1) {
         const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
@@ -98,6 +98,35 @@ __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
 #define fi_pp_min(v) fi_pp_reduce((v), 1)
 #define fi_pp_max(v) fi_pp_reduce((v), 2)
 
+/* The sum of every thread's *s and the maximum of every thread's *m in one pass (one
+ * barrier pair instead of two), both returned to all threads. */
+static __device__ __noinline__ void fi_pp_sum_max(int64_t *s, int64_t *m) {
+    static_assert(2 * FI_PP_WARPS <= 32, "fi_pp_part holds both halves");
+    int64_t *part = fi_pp_part;
+    int64_t a = *s, b = *m;
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        const int64_t y = __shfl_xor_sync(0xffffffffu, b, o);
+        b = y > b ? y : b;
+    }
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        part[w] = a;
+        part[FI_PP_WARPS + w] = b;
+    }
+    __syncthreads();
+    a = lane < FI_PP_WARPS ? part[lane] : 0;
+    b = part[FI_PP_WARPS + (lane < FI_PP_WARPS ? lane : 0)];
+    for (int o = FI_PP_WARPS / 2; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        const int64_t y = __shfl_xor_sync(0xffffffffu, b, o);
+        b = y > b ? y : b;
+    }
+    *s = __shfl_sync(0xffffffffu, a, 0);
+    *m = __shfl_sync(0xffffffffu, b, 0);
+    __syncthreads(); /* part is reused by the next call */
+}
+
 /* Sum of v over the lanes of the warp, returned to every lane (no barrier). */
 __device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
     for (int o = 16; o > 0; o >>= 1)
@@ -108,7 +137,7 @@ __device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
 /* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread (a
  * barrier).  Each thread scans its chunk (fi_pp_chunk: before the first barrier it reads
  * only that, which FI_PP_FOR_CHUNK wrote); the chunk sums are scanned across warps. */
-__device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
+static __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
     int64_t *warp_sum = fi_pp_part;
     const int32_t tid = threadIdx.x;
     const int32_t b = fi_pp_chunk(n, 0), e = fi_pp_chunk(n, 1);
@@ -151,6 +180,7 @@ FI_PD_STATIC inline int64_t fi_pp_sum(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_warp_sum(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_min(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_max(int64_t v) { return v; }
+FI_PD_STATIC inline void fi_pp_sum_max(int64_t *s, int64_t *m) { (void)s, (void)m; }
 FI_PD_STATIC inline int64_t fi_pp_scan(int64_t *a, int32_t n) {
     int64_t run = 0;
     for (int32_t i = 0; i < n; i++) {

@@ -253,7 +253,8 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     res->num_groups = (int32_t)num_groups;
     res->num_slots = (int32_t)num_slots;
     res->budget = budget;
-    res->total_cost = fi_pp_sum(total);
-    res->max_cta_cost = fi_pp_max(max);
+    fi_pp_sum_max(&total, &max);
+    res->total_cost = total;
+    res->max_cta_cost = max;
     return FI_OK;
 }

@@ -24,6 +24,13 @@
  * round trip each (the first version, all in global memory: ~600 us a plan).
  */
 #define FI_PLANNER_DEVICE_TU 1
+/* This file is built once per CTA size: as itself (FI_DEVPLAN_THREADS, planner/parallel.h)
+ * and through plan_kernel_small.cu, which sets a smaller size, its own namespace and
+ * launcher first. */
+#ifndef FI_DEVPLAN_NS
+#define FI_DEVPLAN_NS fi_devplan
+#define FI_DEVPLAN_LAUNCH fi_device_plan_launch_default
+#endif
 
 #include <cooperative_groups.h>
 #include <cuda/ptx>
@@ -51,7 +58,7 @@ __device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64()
 
 /* A named namespace (not an anonymous one): the kernels' mangled names stay the same from
  * build to build, for scripts/accepted-spills.txt. */
-namespace fi_devplan {
+namespace FI_DEVPLAN_NS {
 
 constexpr int kThreads = FI_DEVPLAN_THREADS; /* planner/parallel.h */
 
@@ -237,16 +244,14 @@ __device__ void plan_step(const fi_device_plan_params &p, plan_shared &sh,
     fi_error_detail err = detail(FI_OK, -1, -1, -1);
     fi_status st;
     if constexpr (kParallel) {
-        if (checked_elsewhere) {
-            st = fi_plan_build_parallel_unchecked(&sh.caps, &sh.variant, &sh.layout, &sh.scratch,
-                                                  &bt, base, &err);
-            __syncthreads(); /* the header is the leader's */
+        st = checked_elsewhere
+                 ? fi_plan_build_parallel_unchecked(&sh.caps, &sh.variant, &sh.layout,
+                                                    &sh.scratch, &bt, base, &err)
+                 : fi_plan_build_parallel(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt,
+                                          verdict, base, NULL, &err);
+        __syncthreads(); /* the header is the leader's */
+        if (checked_elsewhere)
             st = apply_check(sh, st, &err);
-        } else {
-            st = fi_plan_build_parallel(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt,
-                                        verdict, base, NULL, &err);
-            __syncthreads(); /* the header is the leader's */
-        }
     } else {
         st = fi_plan_build(&sh.caps, &sh.variant, &sh.layout, &sh.scratch, &bt, verdict, base,
                            NULL, &err);
@@ -315,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* CTA 1's scan arrays (offset, row, used: [B_max + 1] each) live in its own shared
      * memory: CTA 0's scratch may be in the workspace, where CTA 1 would overwrite it. */
     const size_t scan_arr = round64(sizeof(int64_t) * ((size_t)l.max_batch + 1));
-    const bool split = kParallel && verdict != pages_region && 3 * scan_arr <= smem_bytes;
+    const bool split = kParallel && 3 * scan_arr <= smem_bytes; /* then verdict is in smem */
     if (rank == 1 && !split)
         return;
     unsigned char *base = p.workspace;
@@ -369,12 +374,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-}  // namespace fi_devplan
+}  // namespace FI_DEVPLAN_NS
 
-using fi_devplan::kStaticSmem;
-using fi_devplan::kThreads;
-using fi_devplan::plan_kernel;
-using fi_devplan::round64;
+using FI_DEVPLAN_NS::kStaticSmem;
+using FI_DEVPLAN_NS::kThreads;
+using FI_DEVPLAN_NS::plan_kernel;
+using FI_DEVPLAN_NS::round64;
 
 #ifdef FI_PROFILE
 extern "C" int fi_device_plan_read_stamps(long long *host) {
@@ -382,8 +387,8 @@ extern "C" int fi_device_plan_read_stamps(long long *host) {
 }
 #endif
 
-extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl,
-                                     void *stream) {
+extern "C" int FI_DEVPLAN_LAUNCH(const fi_device_plan_params *p, int enable_pdl,
+                                 void *stream) {
     /* As much shared memory as the plan wants (verdicts + plan region + scratch), up to what
      * the current device grants a CTA. */
     int dev = 0, optin = 0;
@@ -434,3 +439,13 @@ extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_
         e = cudaGetLastError();
     return (int)e;
 }
+
+#ifndef FI_DEVPLAN_SMALL
+extern "C" int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl,
+                                     void *stream) {
+    if (p->variant.partition == FI_PARTITION_PARALLEL &&
+        p->layout.max_tiles <= FI_DEVPLAN_SMALL_MAX_TILES)
+        return fi_device_plan_launch_small(p, enable_pdl, stream);
+    return fi_device_plan_launch_default(p, enable_pdl, stream);
+}
+#endif

@@ -32,6 +32,15 @@ typedef struct fi_device_plan_params {
  * @return the cudaError_t of the launch (0: launched). */
 int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl, void *stream);
 
+/* The two builds fi_device_plan_launch picks from: the data-parallel rows whose plans hold
+ * at most FI_DEVPLAN_SMALL_MAX_TILES tiles run the smaller CTA (plan_kernel_small.cu: fewer
+ * warps in each of the plan's CTA-wide steps, which cost more than the per-thread work
+ * there); the rest the default size. */
+#define FI_DEVPLAN_SMALL_MAX_TILES 256
+int fi_device_plan_launch_default(const fi_device_plan_params *p, int enable_pdl,
+                                  void *stream);
+int fi_device_plan_launch_small(const fi_device_plan_params *p, int enable_pdl, void *stream);
+
 #ifdef FI_PROFILE
 /* Profiling builds (make PROFILE=1): the SM clock stamps of the last plan, host[16]
  * (plan_kernel.cu: FI_PD_STAMP points, 0 where a point was not reached).
