@@ -26,7 +26,9 @@
  * CUDA-graph replay of fi_run; once with the host free to run ahead of the GPU, once with a
  * stream sync after each replay (a loop that reads its sampled tokens every step: no event
  * wait left).  The difference of the two is the event wait; sync minus the host-only loop
- * column is the CUDA calls.
+ * column is the CUDA calls.  A last line times each part of the update alone in the same
+ * loop (gpu_loop_parts: the host build, the capture check, the event wait, the plan copy,
+ * the event record).
  *
  *   make build/bench/bench_plan && build/bench/bench_plan [--kind mla|gqa] [--heads H]
  *     [--batch B] [--step S] [--repeats N] [--loop-repeats N] [--kv-scale F]
@@ -209,6 +211,77 @@ static int time_loop(fi_plan *plan, const fibatch *steps, int repeats, double *t
         }                                                                                     \
     } while (0)
 
+/* Where the in-loop update's time goes (after gpu_loop's synchronised loop, on its stream,
+ * graph and steps): each step, after the page-table copy and the eviction, times ONE of
+ * fi_plan_update's parts done on its own, in turn: the host build (a host-only plan of the
+ * same caps), the capture check (cudaGetDevice + cudaStreamIsCapturing), the wait on an
+ * event that has completed, the plan copy (the device plan's used bytes, pinned host to a
+ * scratch device buffer) and the event record; then the replay and a stream sync.  Each
+ * part pays its own cold misses, so the parts may add up to more than the update.
+ * Prints one line of medians.  @return 0 or -1. */
+static int gpu_loop_parts(const fi_caps *caps, fi_plan *dplan, const fibatch *steps,
+                          int repeats, void *pt, void *pts, int64_t pt_max, cudaStream_t st,
+                          cudaGraphExec_t exec) {
+    enum { PARTS = 5 };
+    static const char *name[PARTS] = {"host build", "capture check", "event wait (done)",
+                                      "plan copy", "event record"};
+    fi_plan_view v;
+    fi_plan *hp = NULL;
+    void *pin = NULL, *dst = NULL;
+    cudaEvent_t ev = NULL;
+    double *t = malloc(sizeof(double) * PARTS * (size_t)repeats);
+    int rc = -1;
+    if (!t || fi_plan_get_view(dplan, &v) != FI_OK ||
+        fi_plan_create(caps, NULL, 0, NULL, &hp) != FI_OK)
+        goto out;
+    const size_t used = (size_t)((const unsigned char *)v.items - (const unsigned char *)v.header) +
+                        sizeof(fi_work_item) * (size_t)v.header->num_items;
+    CK(cudaHostAlloc(&pin, used, cudaHostAllocDefault));
+    CK(cudaMalloc(&dst, used));
+    memcpy(pin, v.header, used);
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CK(cudaEventRecord(ev, st));
+    for (int i = 0; i < PARTS * (repeats + LOOP_STEPS); i++) {
+        const int k = i % LOOP_STEPS, part = i % PARTS;
+        CK(cudaMemcpyAsync(pt, (int32_t *)pts + k * pt_max, (size_t)steps[k].page_table_len * 4,
+                           cudaMemcpyDeviceToDevice, st));
+        evict();
+        cudaError_t e = cudaSuccess;
+        enum cudaStreamCaptureStatus cs;
+        int dev = 0;
+        const double t0 = now_us();
+        switch (part) {
+        case 0: e = fi_plan_update(hp, &steps[k].batch, NULL) == FI_OK ? cudaSuccess
+                                                                        : cudaErrorUnknown; break;
+        case 1: e = cudaGetDevice(&dev); if (e == cudaSuccess) e = cudaStreamIsCapturing(st, &cs); break;
+        case 2: e = cudaEventSynchronize(ev); break;
+        case 3: e = cudaMemcpyAsync(dst, pin, used, cudaMemcpyHostToDevice, st); break;
+        default: e = cudaEventRecord(ev, st); break;
+        }
+        const double dt = now_us() - t0;
+        CK(e);
+        if (i >= PARTS * LOOP_STEPS) t[part * repeats + (i / PARTS - LOOP_STEPS)] = dt;
+        /* The update itself, untimed: the replay reads the plan of the copied page table. */
+        if (fi_plan_update(dplan, &steps[k].batch, st) != FI_OK) goto out;
+        CK(cudaGraphLaunch(exec, st));
+        CK(cudaStreamSynchronize(st));
+    }
+    printf("gpu loop parts (each alone after the page-table copy and the eviction; us, "
+           "medians):");
+    for (int p = 0; p < PARTS; p++)
+        printf("%s %s %.2f", p ? "," : "", name[p], stats_of(t + p * repeats, repeats).med);
+    printf(" (%zu bytes)\n", used);
+    rc = 0;
+out:
+    if (st) cudaStreamSynchronize(st);
+    if (ev) cudaEventDestroy(ev);
+    cudaFreeHost(pin);
+    cudaFree(dst);
+    fi_plan_destroy(hp);
+    free(t);
+    return rc;
+}
+
 /* The serving loop on the GPU (MLA): per step the engine's page-table copy (device to
  * device, untimed), fi_plan_update on a device plan (timed), one CUDA-graph replay of
  * fi_run; `sync`: a stream sync after each replay.  Prints one line.  @return 0 or -1. */
@@ -299,6 +372,8 @@ static int gpu_loop(const config *cf, const fi_caps *caps, const fibatch *steps,
            "(page-table copy + plan copy + replay) %.1f us mean\n",
            sync ? "stream sync after each replay" : "host free to run ahead", s.med, s.p90,
            s.max, replay_ms * 1e3 / repeats);
+    if (sync && gpu_loop_parts(caps, plan, steps, repeats, pt, pts, pt_max, st, exec) != 0)
+        goto out;
     rc = 0;
 out:
     if (st) cudaStreamSynchronize(st);
