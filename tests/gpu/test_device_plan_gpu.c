@@ -384,6 +384,107 @@ static void device_plan_bytes_match_host_1000_batches(void **state) {
     assert_true(s.windows > 0 && s.no_bs > 0 && s.with_groups > 0);
 }
 
+/* The data-parallel rows' planner without the cluster split: caps whose scan arrays do not
+ * fit three times in a CTA's shared memory (B_max >= ~9.5k) make CTA 0 scan the page table
+ * and check the rules itself, and beyond ~29k requests the page verdicts live in the
+ * workspace (planner/device/plan_kernel.cu, `split` and `verdict`).  Per caps:
+ * BIG_BATCHES random batches byte-compared, each then with one used page id out of range
+ * (the last page of a request of the step, in the host batch and on the device): the device's
+ * status word must give the host's status and request. */
+#define BIG_BATCHES 12
+
+static size_t round64_bytes(size_t x) { return (x + 63) / 64 * 64; }
+
+/* One page id of st's batch out of range (host arrays; the caller uploads): the last used
+ * entry of the first request of the step with keys.  0, or -1 when no request has keys. */
+static int break_one_page(rand_step *st, const fi_caps *caps, int32_t *request) {
+    const batchgen_batch *hb = &st->hb;
+    for (int32_t b = 0; b < st->B; b++) {
+        const int32_t kv = hb->kv_len[b];
+        if (kv <= 0) continue;
+        const int64_t last = hb->page_row[b] + (kv - 1) / caps->page_size;
+        hb->page_table[last] = (int32_t)caps->num_pages;
+        *request = b;
+        return 0;
+    }
+    return -1;
+}
+
+static void device_plan_parallel_rows_without_cluster_split(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int dev = 0, optin = 0;
+    assert_int_equal(cudaGetDevice(&dev), cudaSuccess);
+    assert_int_equal(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                     cudaSuccess);
+    const size_t room = (size_t)optin - 2048; /* the launcher's kStaticSmem */
+    static const bytes_cfg cfgs[] = {
+        {"mla h16 page 64, 132 ctas, parallel, B_max 16384", FI_KIND_MLA_DECODE, 16, 1, 576, 64,
+         16384, 132, 2},
+        {"mla h16 page 64, 132 ctas, parallel, B_max 32768", FI_KIND_MLA_DECODE, 16, 1, 576, 64,
+         32768, 132, 2},
+    };
+    /* what each configuration is there for, on this GPU */
+    assert_true(3 * round64_bytes(8 * (size_t)(cfgs[0].max_batch + 1)) > room);
+    assert_true(round64_bytes(8 * (size_t)cfgs[0].max_batch) <= room);
+    assert_true(round64_bytes(8 * (size_t)cfgs[1].max_batch) > room);
+    tt_rng rng = gt_test_rng(106);
+    char msg[MSG], what[384];
+    int broken = 0;
+    for (int k = 0; k < 2; k++) {
+        bytes_run x;
+        bytes_stats s;
+        memset(&s, 0, sizeof s);
+        if (bytes_run_open(&x, &cfgs[k], msg, sizeof msg)) {
+            bytes_run_close(&x);
+            fail_msg("%s", msg);
+        }
+        for (int i = 0; i < BIG_BATCHES; i++) {
+            rand_step st;
+            if (rand_step_make(&rng, &x.caps, &st)) {
+                bytes_run_close(&x);
+                fail_msg("%s batch %d: out of memory", cfgs[k].name, i);
+            }
+            rand_step_describe(&st, what, sizeof what);
+            int bad = bytes_run_step(&x, &st, &s, msg, sizeof msg);
+            int32_t req = -1;
+            if (!bad && break_one_page(&st, &x.caps, &req) == 0) {
+                fi_batch h = st.hb.batch;
+                h.batch_size = st.B;
+                const fi_status hs = fi_plan_update(x.hp, &h, NULL);
+                const fi_error_detail he = fi_plan_error(x.hp);
+                fi_error_detail d;
+                memset(&d, 0, sizeof d);
+                bad = hs == FI_OK || gc_dev_batch_upload(&x.dev, &st.hb.batch,
+                                                         st.hb.page_table_len, st.B, x.stream,
+                                                         msg, sizeof msg);
+                const fi_device_batch db = gc_dev_batch_describe(
+                    &x.dev, &st.hb.batch, st.use_bs, st.max_q_tokens,
+                    (int32_t)st.hb.page_table_len);
+                bad = bad || fi_plan_update_device(x.dp, &db, st.pdl, x.stream) != FI_OK ||
+                      fi_plan_device_error(x.dp, &d, x.stream) != FI_OK ||
+                      d.status != hs || d.request != he.request;
+                if (bad)
+                    snprintf(msg, sizeof msg, "page id of request %d out of range: host %s "
+                             "(request %d), device %s (request %d)", req, fi_status_name(hs),
+                             he.request, fi_status_name(d.status), d.request);
+                broken += !bad;
+            }
+            batchgen_free(&st.hb);
+            if (bad) {
+                bytes_run_close(&x);
+                fail_msg("%s, batch %d (%s): %s", cfgs[k].name, i, what, msg);
+            }
+        }
+        print_message("  %s: %d batches byte-identical, up to %d items\n", cfgs[k].name,
+                      s.batches, s.max_items);
+        assert_int_equal(s.batches, BIG_BATCHES);
+        bytes_run_close(&x);
+    }
+    print_message("  %d broken page ids reported as the host reports them\n", broken);
+    assert_true(broken >= BIG_BATCHES); /* about 85% of random batches have a request with keys */
+}
+
 /* ==== 2. one captured graph over 10,000 steps of continuous batching ==================== */
 
 #define DL_STEPS 10000
@@ -1427,6 +1528,7 @@ int main(void) {
         cmocka_unit_test(device_plan_host_checks_return_their_status),
         cmocka_unit_test(device_plan_bad_length_reports_status),
         cmocka_unit_test(device_plan_bytes_match_host_1000_batches),
+        cmocka_unit_test(device_plan_parallel_rows_without_cluster_split),
         cmocka_unit_test(device_plan_graph_loop_mla_10000_steps),
         cmocka_unit_test(device_plan_graph_loop_gqa_10000_steps),
         cmocka_unit_test(device_plan_graph_loop_mla_parallel_10000_steps),
