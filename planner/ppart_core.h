@@ -1,0 +1,131 @@
+/*
+ * planner/ppart_core.h - the pieces of the data-parallel partition that its two forms share:
+ * the whole plan on one CTA (planner/ppart.c) and one CTA's share of it (planner/pslice.c).
+ * Boundaries of the equal-share cut of the cumulative cost axis, their cuts, and the packed
+ * (items, merge groups) counts.  Included by those two files only; host C and device code
+ * (plan/hd.h).
+ */
+#ifndef FIATTN_PLANNER_PPART_CORE_H
+#define FIATTN_PLANNER_PPART_CORE_H
+
+#include "planner/parallel.h"
+#include "planner/partition.h"
+#include "planner/scratch.h"
+#include "planner/tiles.h"
+
+/* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior). */
+FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile *tiles,
+                                            const int64_t *prefix, int32_t T, int64_t x,
+                                            int32_t *bt, int32_t *bkv, int32_t *interior) {
+    const int32_t lo = fi_last_le(prefix, T, x); /* the tile holding x */
+    const fi_tile *t = &tiles[lo];
+    const int64_t kv0 = t->kv_begin, kv1 = t->kv_end;
+    const int64_t fixed = t->cost - (kv1 - kv0); /* alpha * rows + beta */
+    const int64_t o = x - prefix[lo];
+    int64_t pos = o <= fixed ? kv0 : fi_grain_round(sg, kv0 + (o - fixed));
+    if (pos - kv0 < sg.floor)
+        pos = kv0;
+    else if (kv1 - pos < sg.floor)
+        pos = kv1;
+    if (pos >= kv1 && kv1 > kv0) { /* the end of tile lo is the start of the next */
+        *bt = lo + 1;
+        *bkv = lo + 1 < T ? tiles[lo + 1].kv_begin : 0;
+        *interior = 0;
+        return;
+    }
+    *bt = lo;
+    *bkv = (int32_t)pos;
+    *interior = pos > kv0;
+}
+
+/* First boundary c in [0, n] whose tile is >= t (boundary tiles are non-decreasing). */
+FI_PD_STATIC FI_PD_OUTLINE int32_t first_boundary(const int32_t *btile, int32_t n, int32_t t) {
+    int32_t lo = 0, hi = n + 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        if (btile[mid] < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A tile's items (high 32 bits) and merge groups (low) as one word, so that one scan sums
+ * both: the sums stay below 2^31 (items <= tiles + CTAs - 1 <= max_items <=
+ * FI_LIMIT_PLAN_ITEMS, groups <= tiles), so the low half never carries into the high. */
+FI_PD_STATIC inline int64_t pp_pack(int64_t items, int64_t groups) {
+    return items << 32 | groups;
+}
+FI_PD_STATIC inline int64_t pp_items(int64_t w) { return w >> 32; }
+FI_PD_STATIC inline int64_t pp_groups(int64_t w) { return w & 0xffffffff; }
+/* Slots before tile t (or in all T tiles) from the items and groups before it: a cut tile
+ * has as many slots as items, an uncut one one item and no slot. */
+FI_PD_STATIC inline int64_t pp_slots(int64_t w, int64_t t) {
+    return pp_items(w) - (t - pp_groups(w));
+}
+
+/* The tile costs' prefix sums into prefix [T + 1] (prefix[T] = *total) and the n + 1
+ * boundaries of the equal share into pp (CTA c runs [boundary c, boundary c + 1)); returns
+ * the budget, max(ceil(S / n), floor + tile).  Every thread; ends with a barrier. */
+FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, const fi_tile *tiles, int32_t T,
+                                          int32_t n, int64_t *prefix, fi_ppart_scratch *pp,
+                                          int64_t *total) {
+    { /* four tile loads in flight a thread (at 1024 GQA requests the tiles are in global
+       * memory: one at a time, a round trip each) */
+        const int32_t t1 = fi_pp_chunk(T, 1);
+        int32_t t = fi_pp_chunk(T, 0);
+        FI_PD_NO_UNROLL
+        for (; t + 4 <= t1; t += 4) {
+            const int64_t c0 = tiles[t].cost, c1 = tiles[t + 1].cost;
+            const int64_t c2 = tiles[t + 2].cost, c3 = tiles[t + 3].cost;
+            prefix[t] = c0;
+            prefix[t + 1] = c1;
+            prefix[t + 2] = c2;
+            prefix[t + 3] = c3;
+        }
+        FI_PD_NO_UNROLL
+        for (; t < t1; t++)
+            prefix[t] = tiles[t].cost;
+    }
+    const int64_t S = fi_pp_scan(prefix, T);
+    if (FI_PP_LEADER)
+        prefix[T] = S;
+    int64_t budget = (S + n - 1) / n;
+    if (budget < (int64_t)sg.floor + sg.tile)
+        budget = (int64_t)sg.floor + sg.tile;
+    FI_PP_FOR(c, n + 1) {
+        const int64_t x = (int64_t)c * budget;
+        if (x >= S || T == 0) {
+            pp->btile[c] = T;
+            pp->bkv[c] = 0;
+            pp->interior[c] = 0;
+        } else {
+            boundary_at(sg, tiles, prefix, T, x, &pp->btile[c], &pp->bkv[c],
+                        &pp->interior[c]);
+        }
+    }
+    FI_PP_SYNC();
+    *total = S;
+    return budget;
+}
+
+/* Boundary c (0 .. n + 1) as a cut: an interior boundary distinct from the one before
+ * (equal ones leave the CTAs between them empty); n + 1, past the last, is none. */
+FI_PD_STATIC inline int64_t is_cut(const fi_ppart_scratch *pp, int32_t c, int32_t n) {
+    if (c > n || !pp->interior[c])
+        return 0;
+    return !(c > 0 && pp->btile[c] == pp->btile[c - 1] && pp->bkv[c] == pp->bkv[c - 1]);
+}
+
+/* FI_ERR_PLAN_OVER_CAPS: the plan needs `needed` of a region that holds `limit`. */
+FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t limit) {
+    err->status = FI_ERR_PLAN_OVER_CAPS;
+    err->request = -1;
+    err->needed = needed;
+    err->limit = limit;
+    err->cuda_error = 0;
+    return FI_ERR_PLAN_OVER_CAPS;
+}
+
+#endif /* FIATTN_PLANNER_PPART_CORE_H */
