@@ -38,7 +38,9 @@
  *     head, query row, visible key) exactly once, within the workspace bounds;
  *   - the device planner's unchecked build (check_unchecked_build), on the data-parallel
  *     rows and every batch whose scalars pass: within its arrays whatever the lengths, and
- *     on a batch that passes validation the checked build's status and bytes;
+ *     on a batch that passes validation the checked build's status and bytes; on a planned
+ *     batch, every CTA's share of the partition (planner/pslice.h) the same bytes too
+ *     (check_slices);
  *   - sparse: the oracle (sparse_batch_breaks) has every rule, so a batch is accepted if
  *     and only if it is valid, mutated or not; the plan is checked as the dense batch of
  *     B x q_len one-token requests of kv_len K (tt_plan_expect_sparse): every (query
@@ -54,10 +56,13 @@
 #include "common/plan_check.h"
 #include "common/rng.h"
 #include "fiattn.h"
+#include "plan/plan.h"
 #include "plan/variant.h"
 #include "planner/build.h"
 #include "planner/caps_internal.h"
+#include "planner/pslice.h"
 #include "planner/scratch.h"
+#include "planner/tiles.h"
 #include "planner/validate.h"
 
 /* ---- input stream ------------------------------------------------------------------- */
@@ -601,6 +606,52 @@ static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
     return NULL;
 }
 
+/* One CTA's share (planner/pslice.h) against the whole partition of plan `ref` (the
+ * checked build's, FI_OK, scratch s after it): every CTA's share written into a copy whose
+ * work_indptr, items and groups are poisoned must give ref's bytes. */
+static void check_slices(const fi_caps *c, const fi_variant *v, const fi_layout *l,
+                         fi_planner_scratch *s, const fi_batch *b, unsigned char *ref) {
+    const fi_plan_header *h = fi_stage_header(ref, l);
+    int32_t T = 0;
+    fi_error_detail e;
+    TT_FZ_REQUIRE(fi_tiles_build_parallel(v, c, fi_stage_requests(ref, l), h->batch_size,
+                                          b->causal, b->window_left, s->pp.batch_scan, s->tiles,
+                                          l->max_tiles, &T, &e) == FI_OK,
+                  "tiles of a planned batch failed");
+    fi_pslice_totals tot;
+    TT_FZ_REQUIRE(fi_pslice_prepare(v, s->tiles, T, l, s->tile_prefix, &s->pp, &tot, &e) ==
+                      FI_OK, "fi_pslice_prepare refused a planned batch");
+    const int32_t n = l->num_ctas;
+    int32_t *wi = malloc(sizeof(int32_t) * ((size_t)n + 1));
+    fi_work_item *items = malloc(sizeof(fi_work_item) * ((size_t)h->num_items + 1));
+    fi_merge_group *groups = malloc(sizeof(fi_merge_group) * ((size_t)h->num_groups + 1));
+    TT_FZ_REQUIRE(wi && items && groups, "oom");
+    memset(wi, 0xa5, sizeof(int32_t) * ((size_t)n + 1));
+    memset(items, 0xa5, sizeof(fi_work_item) * (size_t)h->num_items);
+    memset(groups, 0xa5, sizeof(fi_merge_group) * (size_t)h->num_groups);
+    int64_t total = 0, max = 0;
+    for (int32_t k = 0; k < n; k++) {
+        int64_t cost = 0;
+        fi_pslice_cta(v, s->tiles, T, l, &s->pp, &tot, k, wi, items, groups, &cost);
+        total += cost;
+        max = cost > max ? cost : max;
+    }
+    TT_FZ_REQUIRE(tot.num_items == h->num_items && tot.num_groups == h->num_groups &&
+                      tot.num_slots == h->num_slots && total == h->total_cost &&
+                      max == h->max_cta_cost,
+                  "CTA shares' totals differ from the whole partition's");
+    TT_FZ_REQUIRE(memcmp(wi, fi_stage_work_indptr(ref, l), sizeof(int32_t) * ((size_t)n + 1)) ==
+                          0 &&
+                      memcmp(items, fi_stage_items(ref, l),
+                             sizeof(fi_work_item) * (size_t)h->num_items) == 0 &&
+                      memcmp(groups, fi_stage_groups(ref, l),
+                             sizeof(fi_merge_group) * (size_t)h->num_groups) == 0,
+                  "CTA shares differ from the whole partition");
+    free(wi);
+    free(items);
+    free(groups);
+}
+
 /* The device planner's unchecked build (planner/build.h fi_plan_build_parallel_unchecked:
  * CTA 0 of its cluster plans the requests while CTA 1 checks the rules, and a broken rule
  * replaces CTA 0's result).  For the data-parallel rows and every batch whose scalars pass
@@ -631,6 +682,8 @@ static void check_unchecked_build(const fi_caps *caps, const fi_batch *b) {
                       fi_status_name(sc));
         TT_FZ_REQUIRE(sc != FI_OK || memcmp(spec, ref, l.plan_bytes) == 0,
                       "unchecked build's plan differs from the checked build's");
+        if (sc == FI_OK)
+            check_slices(&c, v, &l, s, b, ref);
     }
     free(requests);
     free(ref);
