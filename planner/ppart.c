@@ -51,8 +51,7 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     const fi_split_grain sg = fi_split_grain_of(v);
     fi_ppart_scratch *pp = &s->pp;
     int64_t *prefix = s->tile_prefix; /* [T + 1] */
-    int64_t S;
-    const int64_t budget = pp_boundaries(sg, tiles, T, n, prefix, pp, &S);
+    const int64_t budget = pp_boundaries(sg, tiles, T, n, prefix, pp);
     if (FI_PP_LEADER)
         FI_PD_STAMP(3);
     /* Cuts before each boundary; one more entry, 0, so cut_scan[n + 1] is the total. */

@@ -65,12 +65,12 @@ FI_PD_STATIC inline int64_t pp_slots(int64_t w, int64_t t) {
     return pp_items(w) - (t - pp_groups(w));
 }
 
-/* The tile costs' prefix sums into prefix [T + 1] (prefix[T] = *total) and the n + 1
+/* The tile costs' prefix sums into prefix [T + 1] (prefix[T] the total S) and the n + 1
  * boundaries of the equal share into pp (CTA c runs [boundary c, boundary c + 1)); returns
  * the budget, max(ceil(S / n), floor + tile).  Every thread; ends with a barrier. */
 FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, const fi_tile *tiles, int32_t T,
-                                          int32_t n, int64_t *prefix, fi_ppart_scratch *pp,
-                                          int64_t *total) {
+                                          int32_t n, int64_t *prefix,
+                                          fi_ppart_scratch *pp) {
     { /* four tile loads in flight a thread (at 1024 GQA requests the tiles are in global
        * memory: one at a time, a round trip each) */
         const int32_t t1 = fi_pp_chunk(T, 1);
@@ -106,7 +106,6 @@ FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, const fi_tile *tile
         }
     }
     FI_PP_SYNC();
-    *total = S;
     return budget;
 }
 

@@ -26,8 +26,7 @@ FI_PD fi_status fi_pslice_prepare(const fi_variant *v, const fi_tile *tiles, int
                                   fi_pslice_totals *tot, fi_error_detail *err) {
     const int32_t n = l->num_ctas;
     const fi_split_grain sg = fi_split_grain_of(v);
-    int64_t S;
-    const int64_t budget = pp_boundaries(sg, tiles, T, n, prefix, pp, &S);
+    const int64_t budget = pp_boundaries(sg, tiles, T, n, prefix, pp);
     FI_PP_FOR_CHUNK(c, n + 2)
     pp->cut_scan[c] = pp_pack(is_cut(pp, c, n), is_first_cut(pp, c, n));
     const int64_t cuts = fi_pp_scan(pp->cut_scan, n + 2);
@@ -40,17 +39,11 @@ FI_PD fi_status fi_pslice_prepare(const fi_variant *v, const fi_tile *tiles, int
     if (num_slots > l->max_slots)
         return pp_over(err, num_slots, l->max_slots);
     tot->budget = budget;
-    tot->total_cost = S;
+    tot->total_cost = prefix[T];
     tot->num_items = (int32_t)num_items;
     tot->num_groups = (int32_t)num_groups;
     tot->num_slots = (int32_t)num_slots;
     return FI_OK;
-}
-
-/* The packed (items, groups) before tile t (t < T), as ppart.c's item_off[t]. */
-FI_PD_STATIC inline int64_t before_tile(const fi_ppart_scratch *pp, int32_t n, int32_t t) {
-    const int64_t w = pp->cut_scan[first_boundary(pp->btile, n, t)];
-    return pp_pack(t + pp_items(w), pp_groups(w));
 }
 
 /* work_indptr[c]: the item boundary c begins (ppart.c's rule). */
@@ -77,44 +70,48 @@ FI_PD void fi_pslice_cta(const fi_variant *v, const fi_tile *tiles, int32_t T,
     if (c == n - 1)
         work_indptr[n] = i1;
     int64_t sum = 0;
-    /* The tiles from boundary c's on, until their first item is past the CTA's last. */
-    for (int32_t t = pp->btile[c]; t < T && i0 < i1; t++) {
-        const int64_t off = before_tile(pp, n, t);
-        const int32_t first = (int32_t)pp_items(off);
+    /* The tiles from boundary c's on, until their first item is past the CTA's last;
+     * b0 .. b1 are the boundaries of tile t (first_boundary of t and t + 1), walked forward. */
+    int32_t t = pp->btile[c];
+    int32_t b0 = t < T ? first_boundary(pp->btile, n, t) : 0;
+    for (; t < T && i0 < i1; t++) {
+        const int64_t before = pp->cut_scan[b0]; /* cuts and first cuts before tile t */
+        const int32_t first = t + (int32_t)pp_items(before); /* ppart.c's item_off[t] */
         if (first >= i1)
             break;
+        int32_t b1 = b0;
+        while (b1 <= n && pp->btile[b1] < t + 1)
+            b1++;
         const fi_tile *tl = &tiles[t];
-        const int32_t c0 = first_boundary(pp->btile, n, t);
-        const int32_t c1 = first_boundary(pp->btile, n, t + 1);
-        const int64_t k = pp_items(pp->cut_scan[c1]) - pp_items(pp->cut_scan[c0]);
-        if (k == 0) { /* uncut: the tile is one item */
+        const int64_t rows = (int64_t)(tl->q_end - tl->q_begin) * (tl->head_end - tl->head_begin);
+        if (pp_items(pp->cut_scan[b1]) == pp_items(before)) { /* uncut: the tile is one item */
             if (first >= i0) {
                 fi_tile_item_store(&items[first], tl, tl->kv_begin, tl->kv_end, -1, -1);
-                sum += fi_variant_item_cost(v, tl->kv_end - tl->kv_begin,
-                                            (int64_t)(tl->q_end - tl->q_begin) *
-                                                (tl->head_end - tl->head_begin));
+                sum += fi_variant_item_cost(v, tl->kv_end - tl->kv_begin, rows);
             }
+            b0 = b1;
             continue;
         }
         /* Cut: its pieces in KV order, slots of merge group g; CTA c writes those in its
          * range, and the group when the tile's first piece is its. */
-        const int32_t g = (int32_t)pp_groups(off), slot = (int32_t)pp_slots(off, t);
+        const int32_t g = (int32_t)pp_groups(before);
+        const int32_t slot = (int32_t)pp_slots(pp_pack(first, g), t);
         int32_t j = 0, start = tl->kv_begin;
-        for (int32_t b = c0; b <= c1; b++) {
-            const int last = b == c1;
+        for (int32_t b = b0; b <= b1; b++) {
+            const int last = b == b1;
             if (!last && pp_items(pp->cut_scan[b + 1]) == pp_items(pp->cut_scan[b]))
                 continue; /* not a cut of this tile */
             const int32_t end = last ? tl->kv_end : pp->bkv[b];
             if (first + j >= i0 && first + j < i1) {
                 fi_tile_item_store(&items[first + j], tl, start, end, slot + j, g);
-                sum += fi_variant_item_cost(v, end - start, (int64_t)(tl->q_end - tl->q_begin) *
-                                                                (tl->head_end - tl->head_begin));
+                sum += fi_variant_item_cost(v, end - start, rows);
             }
             start = end;
             j++;
         }
         if (first >= i0)
             groups[g] = fi_tile_group(tl, slot, j, first);
+        b0 = b1;
     }
     *cost = sum;
 }
