@@ -168,13 +168,13 @@ PYTHON ?= python3
 pytest: $(LIB_SO)
 	cd python && FIATTN_LIBRARY=$(CURDIR)/$(BUILD)/libfiattn.so $(PYTHON) -m pytest -q --ignore=tests/gpu tests
 
-# The MLA suite runs three times: the default rows (the mma.sync body below 32 heads, the
+# The MLA suite runs four times: the default rows (the mma.sync body below 32 heads, the
 # wgmma body from 32 on), then every case on each body (FI_MLA_TEST_VARIANT 4: mma.sync,
-# 3: wgmma; tests/gpu/mla_gpu_case.h).  Every tests/gpu/test_*.c is in GPU_TESTS (e.g.
+# 3: wgmma, 6: the 64-token wgmma body; tests/gpu/mla_gpu_case.h).  Every tests/gpu/test_*.c is in GPU_TESTS (e.g.
 # test_mla_fp8_gpu: fp8 caches and sparse top-k plans, which only the wgmma body runs).
 gpu-test: $(GPU_TESTS)
 	@fail=0; for t in $(GPU_TESTS); do echo "== $$t"; $$t || fail=1; done; \
-	  for v in 4 3; do echo "== $(BUILD)/tests/gpu/test_mla_gpu, FI_MLA_TEST_VARIANT=$$v"; \
+	  for v in 4 3 6; do echo "== $(BUILD)/tests/gpu/test_mla_gpu, FI_MLA_TEST_VARIANT=$$v"; \
 	    FI_MLA_TEST_VARIANT=$$v $(BUILD)/tests/gpu/test_mla_gpu || fail=1; done; \
 	  echo "== python/tests/gpu"; $(MAKE) --no-print-directory gpu-pytest || fail=1; exit $$fail
 

@@ -44,10 +44,10 @@ fi
 # 8 CTAs) and the split test (heads 16 / q_len 1 splits too: the KP = 2 path, producer warps
 # 4..7, which q_len 2 does not reach; and the cooperative merge of a batch-1 request)
 if [ "$MODE" != quick ] && [ -x "$TEST" ]; then
-  # each on both MLA bodies (FI_MLA_TEST_VARIANT 4: mma.sync, 3: wgmma)
+  # each on every MLA body (FI_MLA_TEST_VARIANT 4: mma.sync, 3: wgmma, 6: 64-token wgmma)
   for pair in small:sanitize_small_case split:mla_split_merge_matches_reference_few_and_many_ctas; do
     name=${pair%%:*} filter=${pair#*:}
-    for v in 4 3; do
+    for v in 4 3 6; do
     for tool in memcheck racecheck; do
       FI_MLA_TEST_VARIANT=$v FI_GPU_TEST_FILTER=$filter timeout 200 \
         compute-sanitizer --tool $tool --error-exitcode 9 "$TEST" > "$OUT/san_${name}_v${v}_$tool.log" 2>&1

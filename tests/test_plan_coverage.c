@@ -264,18 +264,18 @@ static void gqa_kv_heads_of_a_request_run_side_by_side(void **state) {
 
 /* MLA decode in the INDPTR form takes query blocks of any length (the wrapper's
  * incremental prefill): 17, 128 and 1024 causal rows beside decode requests, heads 16 and
- * 128, both MLA bodies' rows and the data-parallel one, random CTAs; every (row, visible
- * key) once.  The BLOCK_TABLES form and GQA decode still stop at 8 rows. */
+ * 128, the MLA bodies' rows (the 64-token wgmma one too) and the data-parallel ones,
+ * random CTAs; every (row, visible key) once.  The BLOCK_TABLES form and GQA decode still stop at 8 rows. */
 static void mla_indptr_long_query_blocks_are_covered(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 13};
     const int32_t q[6] = {17, 1, 128, 3, 1024, 1};
     char msg[512];
-    for (int it = 0; it < 12; it++) {
+    for (int it = 0; it < 20; it++) {
         fi_caps c;
         batchgen_caps(&rng, FI_KIND_MLA_DECODE, &c);
         c.num_qo_heads = it & 1 ? 128 : 16;
-        c.variant = (int32_t[]){0, 4, 2, 5}[(it >> 1) & 3];
+        c.variant = (int32_t[]){0, 4, 2, 5, 6}[(it >> 1) % 5];
         c.num_ctas = tt_rng_int(&rng, 1, 160);
         int32_t kv[6];
         for (int b = 0; b < 6; b++)

@@ -12,6 +12,7 @@
 /* The GPU families (each defined in its folder's *_host.c). */
 extern const fi_family fi_family_mla;
 extern const fi_family fi_family_mla_wg;
+extern const fi_family fi_family_mla_wg64;
 extern const fi_family fi_family_gqa;
 extern const fi_family fi_family_context;
 
@@ -55,6 +56,11 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 5, .name = "mla_decode_wgmma_parallel_plan",
      .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wg},
+    /* The 64-token wgmma body (executor/mla/mla_wg64_tile.cuh): 64-row tiles, KV blocks of
+     * 64 tokens, 16-bit dense caches; opt-in. */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 6, .name = "mla_decode_wgmma64", .tile_rows = 64,
+     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla_wg64},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,

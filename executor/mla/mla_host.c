@@ -46,16 +46,17 @@ static int32_t mla_tensor_maps(fi_mla_params *p, const fi_attn_args *a, fi_dtype
                                   (uint64_t)t[i]->shape[0]};
         const uint64_t strides[2] = {(uint64_t)t[i]->stride[1] * esize, (uint64_t)t[i]->stride[0] * esize};
         const uint32_t swizzle = esize == 1 && i == 1 ? 64 : 128;
-        const uint32_t box[3] = {swizzle / (uint32_t)esize, 8, 1};
+        const uint32_t box[3] = {swizzle / (uint32_t)esize, (uint32_t)p->tma_box_rows, 1};
         if (fi_tensor_map(m[i], dt, t[i]->data, 3, dims, strides, box, swizzle) != 0)
             return 0;
     }
     return 1;
 }
 
-/* Checks and parameter block shared by both tile bodies; max_rows / kv_block: the shape
+/* Checks and parameter block shared by the tile bodies; max_rows / kv_block: the shape
  * the body runs (a registry row of another shape gets FI_ERR_UNSUPPORTED_VARIANT); wgmma:
- * the wgmma body, the one with sparse plans. */
+ * 0 the mma.sync body, 1 the 32-token wgmma body (the one with sparse plans), 2 the
+ * 64-token wgmma body (16-bit dense caches). */
 static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_exec_common *common,
                           void *params, int32_t max_rows, int32_t kv_block, int wgmma) {
     const fi_caps *caps = &plan->caps;
@@ -67,8 +68,10 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
         return FI_ERR_UNSUPPORTED_HEAD_DIM;
     if ((st = mla_dtypes(caps, &p)) != FI_OK)
         return st;
-    if (caps->sparse_top_k > 0 && !wgmma)
-        return FI_ERR_SPARSE_UNSUPPORTED; /* the mma.sync body has no sparse path */
+    if (caps->sparse_top_k > 0 && wgmma != 1)
+        return FI_ERR_SPARSE_UNSUPPORTED; /* only the 32-token wgmma body has a sparse path */
+    if (wgmma == 2 && caps->kv_dtype == FI_DTYPE_E4M3)
+        return FI_ERR_UNSUPPORTED_DTYPE; /* the 64-token body runs 16-bit caches only */
     if (plan->variant->tile_rows > max_rows || plan->variant->kv_block != kv_block)
         return FI_ERR_UNSUPPORTED_VARIANT; /* a registry row this tile body cannot run */
     const fi_tensor *in[4] = {&a->q, &a->q_rope, &a->k, &a->k_rope};
@@ -100,7 +103,9 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
     p.m.kpe = a->k_rope.data;
     /* 16-bit caches, and fp8 ones with an fp8 q (the fp8 wgmma body; with a 16-bit q the
      * converting body loads fp8 rows into registers and has no use for maps) */
-    if (wgmma && (!p.m.kv_e4m3 || p.m.q_kind == FI_MLA_Q_E4M3) && !p.m.sparse && caps->page_size >= 8)
+    p.tma_box_rows = wgmma == 2 ? 64 : 8; /* a whole 64-token block, or a warp's 8 tokens */
+    if (wgmma && (!p.m.kv_e4m3 || p.m.q_kind == FI_MLA_Q_E4M3) && !p.m.sparse &&
+        caps->page_size >= p.tma_box_rows)
         p.tma_on = mla_tensor_maps(&p, a, caps->kv_dtype);
     memcpy(params, &p, sizeof p);
     return FI_OK;
@@ -121,6 +126,19 @@ const fi_family fi_family_mla = {
     .params_bytes = sizeof(fi_mla_params),
     .prepare = mla_prepare,
     .launch = fi_mla_launch,
+};
+
+static fi_status mla_wg64_prepare(const fi_plan *plan, const fi_attn_args *a,
+                                  const fi_exec_common *common, void *params) {
+    return mla_fill(plan, a, common, params, FI_MLA_WG_TILE_ROWS, FI_MLA_WG64_KV_BLOCK, 2);
+}
+
+/* The 64-token wgmma body (mla_wg64_tile.cuh): 16-bit dense caches. */
+const fi_family fi_family_mla_wg64 = {
+    .name = "mla_decode_wgmma64_sm90",
+    .params_bytes = sizeof(fi_mla_params),
+    .prepare = mla_wg64_prepare,
+    .launch = fi_mla_wg64_launch,
 };
 
 /* The wgmma tile body (mla_wg_tile.cuh): the same tensors and checks, plus sparse plans. */

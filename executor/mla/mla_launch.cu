@@ -32,3 +32,16 @@ extern "C" int fi_mla_wg_launch(const void *params, fi_dtype dtype, int enable_p
         return (int)cudaErrorInvalidValue;
     }
 }
+
+extern "C" int fi_mla_wg64_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
+    const fi_mla_params &p = *static_cast<const fi_mla_params *>(params);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    switch (dtype) {
+    case FI_DTYPE_BF16:
+        return (int)fi_mla_wg64_launch_bf16(p, enable_pdl, s);
+    case FI_DTYPE_F16:
+        return (int)fi_mla_wg64_launch_f16(p, enable_pdl, s);
+    default:
+        return (int)cudaErrorInvalidValue;
+    }
+}

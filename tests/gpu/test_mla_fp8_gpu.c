@@ -331,30 +331,40 @@ static void mla_sparse_matches_gathered_reference(void **state) {
     }
 }
 
-/* A sparse plan on the mma.sync row (caps.variant 4), which has no sparse path: fi_run
- * refuses it with FI_ERR_SPARSE_UNSUPPORTED and writes nothing (a planner that refuses the
- * caps already, with the same status, is accepted too). */
-static void mla_sparse_on_mma_sync_row_is_refused(void **state) {
-    (void)state;
-    REQUIRE_GPU();
-    tt_rng rng = gt_test_rng(209);
-    mla_opts o = fp8_opts(BF16, 16, 32, FI_FORM_BLOCK_TABLES);
-    o.kv_dtype = 0;
-    o.variant = 4;
-    o.sparse_top_k = 64;
+/* A plan the chosen row has no path for is refused by fi_run with its status and writes
+ * nothing (a planner that refuses the caps already, with the same status, is accepted
+ * too): kv_dtype 0 = bf16 cache; want the status. */
+static void expect_row_refuses(int32_t variant, int32_t sparse_top_k, fi_dtype kv_dtype,
+                               fi_status want, uint64_t seed, const char *what) {
+    tt_rng rng = gt_test_rng(seed);
+    mla_opts o = fp8_opts(kv_dtype == E4M3 ? E4M3 : BF16, 16, 64, FI_FORM_BLOCK_TABLES);
+    o.kv_dtype = kv_dtype;
+    o.variant = variant;
+    o.sparse_top_k = sparse_top_k;
     const int32_t q[2] = {1, 1}, kv[2] = {100, 300};
     mla_case c;
     char msg[MSG];
     if (mla_case_init(&c, &o, q, kv, 2, &rng, msg, sizeof msg)) {
-        if (!strstr(msg, "FI_ERR_SPARSE_UNSUPPORTED")) fail_msg("init: %s", msg);
+        if (!strstr(msg, fi_status_name(want))) fail_msg("%s: init: %s", what, msg);
         print_message("  refused when planned: %s\n", msg);
         return;
     }
     assert_int_equal(mla_case_poison(&c, msg, sizeof msg), 0);
     assert_int_equal(cudaStreamSynchronize(c.stream), cudaSuccess);
     const fi_attn_args a = mla_case_args(&c, 1);
-    expect_refused(&c, &a, FI_ERR_SPARSE_UNSUPPORTED, "sparse plan on variant 4 (mma.sync)");
+    expect_refused(&c, &a, want, what);
     mla_case_free(&c);
+}
+
+/* Sparse plans run on the 32-token wgmma body only: the mma.sync row (caps.variant 4) and
+ * the 64-token wgmma row (6) refuse them with FI_ERR_SPARSE_UNSUPPORTED; the 64-token row
+ * runs 16-bit caches only: an fp8 cache there is FI_ERR_UNSUPPORTED_DTYPE. */
+static void mla_rows_without_a_path_refuse(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    expect_row_refuses(4, 64, 0, FI_ERR_SPARSE_UNSUPPORTED, 209, "sparse plan on variant 4 (mma.sync)");
+    expect_row_refuses(6, 64, 0, FI_ERR_SPARSE_UNSUPPORTED, 210, "sparse plan on variant 6 (wgmma64)");
+    expect_row_refuses(6, 0, E4M3, FI_ERR_UNSUPPORTED_DTYPE, 211, "fp8 cache on variant 6 (wgmma64)");
 }
 
 int main(void) {
@@ -369,7 +379,7 @@ int main(void) {
         cmocka_unit_test(mla_fp8_empty_requests_write_zeros),
         cmocka_unit_test(mla_fp8_graph_decode_loop_follows_trace),
         cmocka_unit_test(mla_sparse_matches_gathered_reference),
-        cmocka_unit_test(mla_sparse_on_mma_sync_row_is_refused),
+        cmocka_unit_test(mla_rows_without_a_path_refuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

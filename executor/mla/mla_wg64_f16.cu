@@ -1,0 +1,9 @@
+/* executor/mla/mla_wg64_f16.cu - MLA decode family, 64-token wgmma tile body, fp16 q / KV /
+ * out (one instantiation). */
+#include "executor/cuda/persistent/kernel.cuh"
+#include "executor/mla/mla_launch.h"
+#include "executor/mla/mla_wg64_tile.cuh"
+
+cudaError_t fi_mla_wg64_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) {
+    return fi::launch_persistent<fimlaw64::MlaWg64Family<__half>>(p, enable_pdl, stream);
+}
