@@ -177,30 +177,12 @@ __device__ __forceinline__ void softmax64(const RunCtx &ctx, const Lane &ln, flo
     float mu[2];
     row_max_step<kPos>(mloc, sl, m, alpha, mu, rs);
     unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-        auto pe = [&](int e) {
-            const float x = S[4 * j + e], mi = mu[e >> 1];
-            return ex2_ftz(kPos ? fmaf(x, sl, -mi) : x - mi);
-        };
-        const float p0 = pe(0), p1 = pe(1), p2 = pe(2), p3 = pe(3);
-        rs[0] += p0 + p1;
-        rs[1] += p2 + p3;
-        const int c = 8 * j + 2 * ln.q4;
+    fimlawg::exp_scores<kBlockN, kPos>(ln, S, sl, mu, rs, [&](int, int c, float p0, float p1, float p2, float p3) {
         *reinterpret_cast<uint32_t *>(pp + sw128(ln.r0, c)) = Dt<T>::pack(p0, p1);
         *reinterpret_cast<uint32_t *>(pp + sw128(ln.r0 + 8, c)) = Dt<T>::pack(p2, p3);
-    }
-    float *sM = reinterpret_cast<float *>(smem + Sh::kM) + slot * kRows;
-    float *sRS = reinterpret_cast<float *>(smem + Sh::kRS) + slot * kRows;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
-        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
-        if (ln.q4 == 0) {
-            sM[ln.r0 + 8 * i] = m[i];
-            sRS[ln.r0 + 8 * i] = rs[i];
-        }
-    }
+    });
+    fimlawg::publish_rows(ln, m, rs, reinterpret_cast<float *>(smem + Sh::kM) + slot * kRows,
+                          reinterpret_cast<float *>(smem + Sh::kRS) + slot * kRows);
 }
 
 /* One item on both consumer warpgroups (the header comment's rounds). */

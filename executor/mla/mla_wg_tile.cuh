@@ -439,6 +439,41 @@ __device__ __forceinline__ void scale_scores(const RunCtx &ctx, const Lane &ln, 
         }
 }
 
+/* P = exp2(S - sub) (kPos: exp2(S sl - sub), one FFMA and one exp2 a score) over the
+ * thread's N / 8 column pairs of its two rows (S the m64nN accumulator), added to the row
+ * sums rs [2]; each pair j's weights (row r0: p0, p1; row r0 + 8: p2, p3, at columns c,
+ * c + 1) handed to put(j, c, p0, p1, p2, p3).  Both wgmma bodies' softmax. */
+template <int N, bool kPos, class Put>
+__device__ __forceinline__ void exp_scores(const Lane &ln, const float *S, float sl, const float *sub,
+                                           float *rs, Put &&put) {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+        auto pe = [&](int e) {
+            const float x = S[4 * j + e], mi = sub[e >> 1];
+            return ex2_ftz(kPos ? fmaf(x, sl, -mi) : x - mi);
+        };
+        const float p0 = pe(0), p1 = pe(1), p2 = pe(2), p3 = pe(3);
+        rs[0] += p0 + p1;
+        rs[1] += p2 + p3;
+        put(j, 8 * j + 2 * ln.q4, p0, p1, p2, p3);
+    }
+}
+
+/* The thread's two row sums reduced over its quad, then m and rs of rows r0, r0 + 8 into
+ * the exchange slot (sM, sRS: [kRows] each) by one lane a quad. */
+__device__ __forceinline__ void publish_rows(const Lane &ln, const float *m, float *rs, float *sM,
+                                             float *sRS) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+        if (ln.q4 == 0) {
+            sM[ln.r0 + 8 * i] = m[i];
+            sRS[ln.r0 + 8 * i] = rs[i];
+        }
+    }
+}
+
 /* The owner's softmax of block b (tokens t0 ..): mask and scale S, the new running max m
  * (in / out), P = 2^Ops::kPLog2 exp2(S - m) written by Ops::put_p into stage st, and m,
  * rowsum(P) into the exchange slot b % 2 for the other warpgroup.  Returns alpha =
@@ -461,28 +496,11 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
     float mu[2];
     row_max_step<kPos>(mloc, sl, m, alpha, mu, rs);
     const float sub[2] = {mu[0] - (float)Ops::kPLog2, mu[1] - (float)Ops::kPLog2};
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-        auto pe = [&](int e) {
-            const float x = S[4 * j + e], mi = sub[e >> 1];
-            return ex2_ftz(kPos ? fmaf(x, sl, -mi) : x - mi);
-        };
-        const float p0 = pe(0), p1 = pe(1), p2 = pe(2), p3 = pe(3);
-        rs[0] += p0 + p1;
-        rs[1] += p2 + p3;
-        Ops::put_p(smem, st, ln.r0, 8 * j + 2 * ln.q4, p0, p1, p2, p3);
-    }
-    float *sM = reinterpret_cast<float *>(smem + Ops::Sh::kM) + slot * kRows;
-    float *sRS = reinterpret_cast<float *>(smem + Ops::Sh::kRS) + slot * kRows;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
-        rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
-        if (ln.q4 == 0) {
-            sM[ln.r0 + 8 * i] = m[i];
-            sRS[ln.r0 + 8 * i] = rs[i];
-        }
-    }
+    exp_scores<kBlockN, kPos>(ln, S, sl, sub, rs, [&](int, int c, float p0, float p1, float p2, float p3) {
+        Ops::put_p(smem, st, ln.r0, c, p0, p1, p2, p3);
+    });
+    publish_rows(ln, m, rs, reinterpret_cast<float *>(smem + Ops::Sh::kM) + slot * kRows,
+                 reinterpret_cast<float *>(smem + Ops::Sh::kRS) + slot * kRows);
 }
 
 /* Store the thread's rows of its 256 columns (store_acc_rows; warpgroup 0 writes the lse);
