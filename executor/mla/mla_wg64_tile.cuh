@@ -89,12 +89,12 @@ __device__ __forceinline__ int blocks_of(const fi_work_item &it) {
 
 /* ---- producer ------------------------------------------------------------------------ */
 
-/* Group g of block b by 16-byte cp.async: thread pt copies token pt / 2, the four 16-byte
- * pieces 4 (pt % 2) .. of each of the group's 128-byte rows; past the item: zeros. */
+/* Group g of block b by 16-byte cp.async: thread pt copies token pt / 2 (page-table entry
+ * pg), the four 16-byte pieces 4 (pt % 2) .. of each of the group's 128-byte rows; past the
+ * item: zeros. */
 template <typename T>
-__device__ __forceinline__ void copy_group(const fi_mla_params &p, const fi_work_item &it,
-                                           const fi_request_info &rq, uint32_t s0, int st, int b,
-                                           int g, int pt, int32_t pg, uint64_t pol) {
+__device__ __forceinline__ void copy_group(const fi_mla_params &p, const fi_work_item &it, uint32_t s0,
+                                           int st, int b, int g, int pt, int32_t pg, uint64_t pol) {
     const int tok = pt >> 1, q0 = (pt & 1) * 4, t = it.kv_begin + b * kBlockN + tok;
     const fimlawg::KvAt at = fimlawg::kv_at(p, pg, t, it.kv_end);
     const T *ckv = (const T *)p.m.ckv + at.page * p.m.ckv_stride_page + at.slot * p.m.ckv_stride_tok;
@@ -213,17 +213,9 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         nbar_sync(2 + (b & 1), 256);
         mbar_arrive(empty(s0, stage_of(b), 1 - w));
         fence_proxy_async();
-        const float *sM = reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows;
-        const float *sRS = reinterpret_cast<const float *>(smem + Sh::kRS) + (b & 1) * kRows;
         float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const float mn = sM[ln.r0 + 8 * i];
-            const float mu = mn == -CUDART_INF_F ? 0.f : mn;
-            alpha[i] = ex2_ftz(m[i] - mu);
-            m[i] = mn;
-            l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
-        }
+        fimlawg::adopt_rows(ln, reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows,
+                            reinterpret_cast<const float *>(smem + Sh::kRS) + (b & 1) * kRows, m, l, alpha);
         fimlawg::rescale_o(O, alpha);
         wg_pin<128>(O);
         wg_fence();
@@ -360,7 +352,7 @@ template <typename T> struct MlaWg64Family {
                             map_group(p, it, s0, cur.st, b, g, pg, pol);
                         mbar_arrive(full(s0, cur.st, g));
                     } else {
-                        copy_group<T>(p, it, rq, s0, cur.st, b, g, pt, pg, pol);
+                        copy_group<T>(p, it, s0, cur.st, b, g, pt, pg, pol);
                         cp_async_mbar_arrive(full(s0, cur.st, g));
                     }
                 }

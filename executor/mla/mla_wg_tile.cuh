@@ -474,6 +474,21 @@ __device__ __forceinline__ void publish_rows(const Lane &ln, const float *m, flo
     }
 }
 
+/* The other warpgroup's block, from its exchange slot (sM, sRS): the thread's rows take
+ * the owner's running max m and add its row sums to l, rescaled by alpha = exp2(m_old -
+ * m_new) as the owner computed it (O must be rescaled by alpha too). */
+__device__ __forceinline__ void adopt_rows(const Lane &ln, const float *sM, const float *sRS, float *m,
+                                           float *l, float *alpha) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const float mn = sM[ln.r0 + 8 * i];
+        const float mu = mn == -CUDART_INF_F ? 0.f : mn;
+        alpha[i] = ex2_ftz(m[i] - mu);
+        m[i] = mn;
+        l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
+    }
+}
+
 /* The owner's softmax of block b (tokens t0 ..): mask and scale S, the new running max m
  * (in / out), P = 2^Ops::kPLog2 exp2(S - m) written by Ops::put_p into stage st, and m,
  * rowsum(P) into the exchange slot b % 2 for the other warpgroup.  Returns alpha =
@@ -575,17 +590,9 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
     auto other_pv = [&](int b) {
         nbar_sync(2 + (b & 1), 256);
         fence_proxy_async();
-        const float *sM = reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows;
-        const float *sRS = reinterpret_cast<const float *>(smem + Sh::kRS) + (b & 1) * kRows;
         float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const float mn = sM[ln.r0 + 8 * i];
-            const float mu = mn == -CUDART_INF_F ? 0.f : mn;
-            alpha[i] = ex2_ftz(m[i] - mu); /* as the owner computed it */
-            m[i] = mn;
-            l[i] = l[i] * alpha[i] + sRS[ln.r0 + 8 * i];
-        }
+        adopt_rows(ln, reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows,
+                   reinterpret_cast<const float *>(smem + Sh::kRS) + (b & 1) * kRows, m, l, alpha);
         rescale_o(O, alpha);
         Ops::wait_v(s0, stage_of(b), parity_of(b));
         Ops::pv(O, s0, stage_of(b), ln.w);
