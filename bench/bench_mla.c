@@ -6,6 +6,7 @@
  *   h16_q1_ps1 the same with page_size 1 (one page-table entry and one gather a token)
  *   h128_q1    batch 128 x kv_len 4096, heads 128, q_len 1
  *   h128_q2    batch 128 x kv_len 4096, heads 128, q_len 2 (causal MTP)
+ *   h128_q1_ps16 h128_q1 with page_size 16 (the wgmma bodies' copies at a small page)
  *   trace128   decode snapshot of 128 requests of the bundled Azure trace, heads 16, q_len 1
  *   u128_trace uniform batch of the same 128 requests and the same total KV (every kv_len
  *              the snapshot's mean, rounded): the same bytes without the skew, so the
@@ -89,6 +90,7 @@ typedef struct bench_case {
 static const bench_case CASES[] = {
     {"h16_q1", 128, 16, 1, 4096, 0, 0, 0},     {"h16_q1_ps1", 128, 16, 1, 4096, 1, 0, 0},
     {"h128_q1", 128, 128, 1, 4096, 0, 0, 0},   {"h128_q2", 128, 128, 2, 4096, 0, 0, 0},
+    {"h128_q1_ps16", 128, 128, 1, 4096, 16, 0, 0},
     {"trace128", 128, 16, 1, -1, 0, 0, 0},     {"u128_trace", 128, 16, 1, -2, 0, 0, 0},
     {"trace_h128", 128, 128, 1, -1, 0, 0, 0},
     {"b1_32k_h16", 1, 16, 1, 32768, 0, 0, 0},  {"b1_32k_h128", 1, 128, 1, 32768, 0, 0, 0},
@@ -356,7 +358,7 @@ static void report_trace_bar(const double gbps[][2]) {
     }
 }
 
-#define MAX_EXTRA 16
+#define MAX_EXTRA 24
 
 int main(int argc, char **argv) {
     cfg g = {.b = bench_cfg_default(), .tflops = bench_env_double("FI_CEIL_BF16_TFLOPS"),
