@@ -62,7 +62,7 @@ echo "Reference points of the same run (not ceilings: an empty launch, and the s
 echo "windows the size of the cases' KV, ramp-up and tail included):"
 grep -E '^(floor|small_read)' "$OUTDIR/ceilings.out" | sed 's/^/- /' || true
 echo
-echo "bf16, page_size 64 (h16_q1_ps1: 1), concatenated trtllm layout, CUDA-graph replays (median),"
+echo "bf16, page_size 64 (h16_q1_ps1: 1, h128_q1_ps16: 16), concatenated trtllm layout, CUDA-graph replays (median),"
 echo "b2b = back to back, flush = L2 flushed before each replay, chain = per run of 8 PDL-chained"
 echo "runs in one graph (input sets rotated). GB/s counts KV tokens once + q + out."
 echo
