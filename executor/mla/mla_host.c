@@ -53,12 +53,17 @@ static int32_t mla_tensor_maps(fi_mla_params *p, const fi_attn_args *a, fi_dtype
     return 1;
 }
 
+/* The family's tile bodies, as mla_fill tells them apart. */
+typedef enum mla_body {
+    MLA_BODY_MMA,  /* mla_tile.cuh: mma.sync */
+    MLA_BODY_WG32, /* mla_wg_tile.cuh: wgmma on 32-token blocks, the one with sparse plans */
+    MLA_BODY_WG64  /* mla_wg64_tile.cuh: wgmma on 64-token blocks, 16-bit dense caches */
+} mla_body;
+
 /* Checks and parameter block shared by the tile bodies; max_rows / kv_block: the shape
- * the body runs (a registry row of another shape gets FI_ERR_UNSUPPORTED_VARIANT); wgmma:
- * 0 the mma.sync body, 1 the 32-token wgmma body (the one with sparse plans), 2 the
- * 64-token wgmma body (16-bit dense caches). */
+ * the body runs (a registry row of another shape gets FI_ERR_UNSUPPORTED_VARIANT). */
 static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_exec_common *common,
-                          void *params, int32_t max_rows, int32_t kv_block, int wgmma) {
+                          void *params, int32_t max_rows, int32_t kv_block, mla_body body) {
     const fi_caps *caps = &plan->caps;
     const int64_t rows = plan->run_q_tokens, H = caps->num_qo_heads;
     fi_status st;
@@ -68,9 +73,9 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
         return FI_ERR_UNSUPPORTED_HEAD_DIM;
     if ((st = mla_dtypes(caps, &p)) != FI_OK)
         return st;
-    if (caps->sparse_top_k > 0 && wgmma != 1)
+    if (caps->sparse_top_k > 0 && body != MLA_BODY_WG32)
         return FI_ERR_SPARSE_UNSUPPORTED; /* only the 32-token wgmma body has a sparse path */
-    if (wgmma == 2 && caps->kv_dtype == FI_DTYPE_E4M3)
+    if (body == MLA_BODY_WG64 && caps->kv_dtype == FI_DTYPE_E4M3)
         return FI_ERR_UNSUPPORTED_DTYPE; /* the 64-token body runs 16-bit caches only */
     if (plan->variant->tile_rows > max_rows || plan->variant->kv_block != kv_block)
         return FI_ERR_UNSUPPORTED_VARIANT; /* a registry row this tile body cannot run */
@@ -103,8 +108,8 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
     p.m.kpe = a->k_rope.data;
     /* 16-bit caches, and fp8 ones with an fp8 q (the fp8 wgmma body; with a 16-bit q the
      * converting body loads fp8 rows into registers and has no use for maps) */
-    p.tma_box_rows = wgmma == 2 ? 64 : 8; /* a whole 64-token block, or a warp's 8 tokens */
-    if (wgmma && (!p.m.kv_e4m3 || p.m.q_kind == FI_MLA_Q_E4M3) && !p.m.sparse &&
+    p.tma_box_rows = body == MLA_BODY_WG64 ? kv_block : 8; /* a whole block, or a warp's 8 tokens */
+    if (body != MLA_BODY_MMA && (!p.m.kv_e4m3 || p.m.q_kind == FI_MLA_Q_E4M3) && !p.m.sparse &&
         caps->page_size >= p.tma_box_rows)
         p.tma_on = mla_tensor_maps(&p, a, caps->kv_dtype);
     memcpy(params, &p, sizeof p);
@@ -113,12 +118,12 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
 
 static fi_status mla_prepare(const fi_plan *plan, const fi_attn_args *a,
                              const fi_exec_common *common, void *params) {
-    return mla_fill(plan, a, common, params, FI_MLA_MAX_TILE_ROWS, FI_MLA_KV_BLOCK, 0);
+    return mla_fill(plan, a, common, params, FI_MLA_MAX_TILE_ROWS, FI_MLA_KV_BLOCK, MLA_BODY_MMA);
 }
 
 static fi_status mla_wg_prepare(const fi_plan *plan, const fi_attn_args *a,
                                 const fi_exec_common *common, void *params) {
-    return mla_fill(plan, a, common, params, FI_MLA_WG_TILE_ROWS, FI_MLA_WG_KV_BLOCK, 1);
+    return mla_fill(plan, a, common, params, FI_MLA_WG_TILE_ROWS, FI_MLA_WG_KV_BLOCK, MLA_BODY_WG32);
 }
 
 const fi_family fi_family_mla = {
@@ -130,7 +135,7 @@ const fi_family fi_family_mla = {
 
 static fi_status mla_wg64_prepare(const fi_plan *plan, const fi_attn_args *a,
                                   const fi_exec_common *common, void *params) {
-    return mla_fill(plan, a, common, params, FI_MLA_WG_TILE_ROWS, FI_MLA_WG64_KV_BLOCK, 2);
+    return mla_fill(plan, a, common, params, FI_MLA_WG_TILE_ROWS, FI_MLA_WG64_KV_BLOCK, MLA_BODY_WG64);
 }
 
 /* The 64-token wgmma body (mla_wg64_tile.cuh): 16-bit dense caches. */
