@@ -179,8 +179,10 @@ typedef struct fi_caps {
     int32_t num_ctas;       /* persistent grid size; 0 = ask the current CUDA device */
     int32_t variant;        /* executor variant of the kind (tile shape and kernel; 0 = the
                                kind's default, which for FI_KIND_MLA_DECODE is the wgmma
-                               body (variant 3) from 32 heads on and the mma.sync body
-                               below); rows: docs/DESIGN.md, the tile table */
+                               body (variant 3) from 32 heads on, the 64-token wgmma body
+                               (variant 6) from 128 heads on a bf16 / fp16 cache of
+                               page_size >= 64, and the mma.sync body below 32 heads);
+                               rows: docs/DESIGN.md, the tile table */
     /* Appended in 0.3 (zero keeps the dense behaviour): */
     int32_t sparse_top_k;   /* MLA_DECODE, BLOCK_TABLES form only: K > 0 makes the plan
                                sparse (DeepSeek sparse attention, the reference's

@@ -56,6 +56,9 @@ typedef struct fi_variant {
                                    the plan is sparse (caps.sparse_top_k > 0): the kind's
                                    only body with that path (an fp8 cache follows the heads:
                                    fi_variant_of) */
+    int32_t default_kv16_page;  /* > 0: default_min_heads holds only for a 16-bit (bf16 /
+                                   fp16) cache of page_size >= it; other plans take the
+                                   next threshold */
     int32_t list_slack_64ths;   /* FI_PARTITION_LIST rows: the list schedule is chosen while
                                    its modelled time is <= (64 + this) / 64 of the walk's plan:
                                    the model counts work, not L2 misses, and the walk's plan of
@@ -86,15 +89,20 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
 
 /* The row that serves (kind, variant) at num_qo_heads: variant 0 is the kind's default,
  * the row with default_special when `special` (a sparse plan), else the
- * row whose default_min_heads is the largest one <= num_qo_heads, else the row with
- * variant 0; any other variant, its own row.  NULL when there is none. */
+ * row whose default_min_heads is the largest one <= num_qo_heads (a row with
+ * default_kv16_page only when kv16_page_size >= it), else the row with variant 0; any
+ * other variant, its own row.  kv16_page_size: the page size of a bf16 / fp16 cache, 0
+ * for any other cache.  NULL when there is none. */
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
-                                    int32_t special);
+                                    int32_t special, int32_t kv16_page_size);
 
-/* The row for caps->kind / variant / num_qo_heads / sparse_top_k (caps non-NULL), or
- * NULL.  An fp8 cache follows the heads like a 16-bit one (both MLA bodies read it). */
+/* The row for caps->kind / variant / num_qo_heads / sparse_top_k / kv_dtype / page_size
+ * (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the heads like a 16-bit one
+ * up to the row only 16-bit caches of 64-token pages take (the 64-token wgmma body). */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
-    return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads, caps->sparse_top_k > 0);
+    const int kv16 = caps->kv_dtype == FI_DTYPE_BF16 || caps->kv_dtype == FI_DTYPE_F16;
+    return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads, caps->sparse_top_k > 0,
+                             kv16 ? caps->page_size : 0);
 }
 
 #endif /* FIATTN_PLAN_VARIANT_H */

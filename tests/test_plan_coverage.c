@@ -310,33 +310,51 @@ static void mla_indptr_long_query_blocks_are_covered(void **state) {
 }
 
 /* caps.variant 0 picks the kind's default row by heads (plan/variant.h fi_variant_select):
- * MLA decode, the mma.sync row below 32 heads and the wgmma row from 32 on, for a 16-bit
- * or an fp8 cache alike (at every head count for a sparse plan); a number picks its row
- * whatever the heads; GQA has one default. */
+ * MLA decode, the mma.sync row below 32 heads, the wgmma row from 32 on, and for a 16-bit
+ * cache of page_size >= 64 the 64-token wgmma row from 128 on (an fp8 cache or smaller
+ * pages stay on the wgmma row; at every head count a sparse plan takes the wgmma row); a
+ * number picks its row whatever the heads; GQA has one default. */
 static void default_variant_follows_heads(void **state) {
     (void)state;
     const int32_t heads[] = {1, 16, 31, 32, 64, 128};
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
-        const fi_variant *v = fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0);
+        const fi_variant *v = fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 64);
         assert_non_null(v);
-        assert_string_equal(v->name, heads[i] >= 32 ? "mla_decode_wgmma" : "mla_decode");
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i], 0)->name, "mla_decode_mma");
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 2, heads[i], 0)->name,
+        assert_string_equal(v->name, heads[i] >= 128 ? "mla_decode_wgmma64"
+                                     : heads[i] >= 32 ? "mla_decode_wgmma" : "mla_decode");
+        /* an fp8 cache (0), a 16-bit one of page_size 32 */
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 0)->name,
+                            heads[i] >= 32 ? "mla_decode_wgmma" : "mla_decode");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 32)->name,
+                            heads[i] >= 32 ? "mla_decode_wgmma" : "mla_decode");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i], 0, 64)->name, "mla_decode_mma");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 2, heads[i], 0, 64)->name,
                             "mla_decode_parallel_plan");
-        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0)->name, "gqa_decode");
+        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64)->name, "gqa_decode");
     }
-    assert_null(fi_variant_select(FI_KIND_MLA_DECODE, 99, 128, 0));
+    assert_null(fi_variant_select(FI_KIND_MLA_DECODE, 99, 128, 0, 64));
     /* a sparse plan: the wgmma row at every head count (the mma.sync body has no sparse
      * path); a numbered variant still wins; GQA unaffected */
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 1)->name, "mla_decode_wgmma");
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i], 1)->name, "mla_decode_mma");
-        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 1)->name, "gqa_decode");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 1, 64)->name, "mla_decode_wgmma");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i], 1, 64)->name, "mla_decode_mma");
+        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 1, 64)->name, "gqa_decode");
     }
     fi_caps c = {.kind = FI_KIND_MLA_DECODE, .num_qo_heads = 16, .kv_dtype = FI_DTYPE_E4M3};
     assert_string_equal(fi_variant_of(&c)->name, "mla_decode"); /* fp8 at heads 16: mma.sync */
     c.num_qo_heads = 32;
     assert_string_equal(fi_variant_of(&c)->name, "mla_decode_wgmma");
+    c.num_qo_heads = 128;
+    c.page_size = 64;
+    assert_string_equal(fi_variant_of(&c)->name, "mla_decode_wgmma"); /* no fp8 path in row 6 */
+    c.kv_dtype = FI_DTYPE_F16;
+    assert_string_equal(fi_variant_of(&c)->name, "mla_decode_wgmma64");
+    c.page_size = 16;
+    assert_string_equal(fi_variant_of(&c)->name, "mla_decode_wgmma"); /* row 6 copies by cp.async */
+    c.page_size = 128;
+    c.sparse_top_k = 2048;
+    assert_string_equal(fi_variant_of(&c)->name, "mla_decode_wgmma"); /* sparse: row 3 */
+    c.sparse_top_k = 0;
     c.num_qo_heads = 16;
     c.kv_dtype = FI_DTYPE_BF16;
     assert_string_equal(fi_variant_of(&c)->name, "mla_decode");

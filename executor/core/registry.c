@@ -38,7 +38,8 @@ static const fi_variant k_variants[] = {
      .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla},
     /* The wgmma tile body (executor/mla/mla_wg_tile.cuh): 64-row tiles on two consumer
-     * warpgroups, 32-token KV blocks.  The default from 32 heads on (H200, trace snapshot
+     * warpgroups, 32-token KV blocks.  The default from 32 heads on (from 128 heads on a
+     * 16-bit cache of 64-token pages or more: row 6; H200, trace snapshot
      * of 128 requests: heads 32 78.0 vs 105.8 us, heads 64 101.1 vs 146.6, heads 128 B128
      * x 4096 336 vs 892; heads 16 stays on mma.sync: 171 vs 152 us at B128 x 4096).  Also
      * the default at any head count for a sparse plan (its path only). */
@@ -57,10 +58,14 @@ static const fi_variant k_variants[] = {
      .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wg},
     /* The 64-token wgmma body (executor/mla/mla_wg64_tile.cuh): 64-row tiles, KV blocks of
-     * 64 tokens, 16-bit dense caches; opt-in. */
+     * 64 tokens, 16-bit dense caches.  The default from 128 heads for a 16-bit cache of
+     * page_size >= 64, where its blocks go by TMA (H200, heads 128, us, against row 3:
+     * B128 x 4096 293-295 vs 300-302, q_len 2 578-582 vs 587-592, trace snapshot 139-140
+     * vs 140-143, B1 x 32k 49 vs 50; at page_size 16 it copies by cp.async: 378 vs 299). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 6, .name = "mla_decode_wgmma64", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
-     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla_wg64},
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 128,
+     .default_kv16_page = 64, .family = &fi_family_mla_wg64},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
@@ -91,7 +96,7 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant) {
 }
 
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
-                                    int32_t special) {
+                                    int32_t special, int32_t kv16_page_size) {
     const fi_variant *best = NULL;
     if (variant == 0)
         for (size_t i = 0; i < sizeof k_variants / sizeof k_variants[0]; ++i) {
@@ -100,6 +105,8 @@ const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_q
                 continue;
             if (special && v->default_special)
                 return v;
+            if (v->default_kv16_page > 0 && kv16_page_size < v->default_kv16_page)
+                continue;
             if (v->default_min_heads > 0 && num_qo_heads >= v->default_min_heads &&
                 (!best || v->default_min_heads > best->default_min_heads))
                 best = v;
