@@ -706,6 +706,45 @@ static void mla_nonfinite_inputs_follow_the_policy(void **state) {
     mla_case_free(&c);
 }
 
+/* Scores that rise along every request (key t's whole row scaled by 1 + 7 t / kv_len): each
+ * row's running max keeps climbing, past the lazy max's margin of 2^8 (the 64-token body,
+ * mla_wg64_tile.cuh) several times an item, so both warpgroups' rescales of O run on
+ * accumulators that already hold keys, in unsplit items and in split pieces. */
+static void mla_rising_scores_match_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(31);
+    const int32_t heads[2] = {16, 128};
+    for (int ih = 0; ih < 2; ih++)
+        for (int32_t ql = 1; ql <= 2; ql++) {
+            mla_opts o = default_opts(heads[ih], 64, FI_FORM_BLOCK_TABLES);
+            o.causal = ql > 1;
+            o.num_ctas = ql == 1 ? 0 : 5; /* q_len 2: pieces merged across CTAs */
+            const int32_t q[3] = {ql, ql, ql}, kv[3] = {3000, 1500, 700};
+            mla_case c;
+            char msg[MSG];
+            if (mla_case_init(&c, &o, q, kv, 3, &rng, msg, sizeof msg)) fail_msg("init: %s", msg);
+            for (int32_t b = 0; b < 3; b++)
+                for (int32_t t = 0; t < kv[b]; t++) {
+                    const float f = 1.0f + 7.0f * (float)t / (float)kv[b];
+                    for (int32_t d = 0; d < MLA_D_QK; d++) {
+                        uint16_t *e = kv_at(&c, b, t, d);
+                        *e = gc_from_f32(FI_DTYPE_BF16, f * gc_to_f32(FI_DTYPE_BF16, *e));
+                    }
+                }
+            if (ql == 2) {
+                const gt_case g = gt(&c);
+                gt_require_splits(&g, 2);
+            }
+            if (mla_case_upload(&c, msg, sizeof msg)) {
+                mla_case_free(&c);
+                fail_msg("upload: %s", msg);
+            }
+            check_case(&c, 2);
+            mla_case_free(&c);
+        }
+}
+
 int main(void) {
     gt_begin("test_mla_gpu");
     const struct CMUnitTest tests[] = {
@@ -724,6 +763,7 @@ int main(void) {
         cmocka_unit_test(mla_pdl_chained_graph_matches_unchained),
         cmocka_unit_test(mla_rows32_variant_matches_reference),
         cmocka_unit_test(mla_nonfinite_inputs_follow_the_policy),
+        cmocka_unit_test(mla_rising_scores_match_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
