@@ -29,13 +29,12 @@
  *  - A warpgroup's round for its block b: the other's P_{b-1} V_{b-1} and its own S_b
  *    issued together, both waited; the softmax of S_b; P_b V_b issued and waited.  The
  *    other warpgroup's matmuls run beside this one's softmax.
- *  - The running max is lazy (FlashAttention-4's conditional rescale): a row's max moves
- *    only when a block's scores pass it by more than 2^8 (so P stays <= 256), and after an
- *    item's first blocks O is almost never rescaled; the owner's warps vote whether any row
- *    moved (a byte each beside the exchange slot) and both warpgroups skip the 128
- *    multiplies a thread on a block where none did.  (The scores are still issued after
- *    the other's P V: before it, the stage of block b - 1 is released later and the ring
- *    of two stalls on its refill; docs/perf-log.md.)
+ *  - The running max is lazy (FlashAttention-4's conditional rescale, run_ctx.cuh
+ *    row_max_step): a row's max moves only when a block's scores pass it by more than 2^8
+ *    (so P stays <= 256), and after an item's first blocks alpha is exactly 1 on nearly
+ *    every row, so rescale_o's per-warp test skips O's 128 multiplies a thread.  (The
+ *    scores are still issued after the other's P V: before it, the stage of block b - 1
+ *    is released later and the ring of two stalls on its refill; docs/perf-log.md.)
  *  - Copies: a block wholly inside an item that starts on a multiple of 64 tokens, with
  *    page_size >= 64 and tensor maps of 64-row boxes (fi_mla_params.tma_box_rows 64), goes
  *    by TMA (one lane, 4 + 4 + 1 boxes of 8 KB); any other by 16-byte cp.async (two threads
@@ -81,48 +80,8 @@ __device__ __forceinline__ uint32_t full(uint32_t s0, int st, int g) { return s0
 __device__ __forceinline__ uint32_t empty(uint32_t s0, int st, int g) { return s0 + kBar + 48 + 8 * (3 * st + g); }
 __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kBar + 96; }
 __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kBar + 104; }
-/* Exchange slot s's "O must be rescaled" votes, one byte a warp of the owner (nonzero: a
- * row of that warp moved its max), in the last 16 bytes of the barrier area; the other
- * warpgroup reads the slot's four bytes as one word. */
-__device__ __forceinline__ unsigned char *moved_votes(unsigned char *smem, int slot) {
-    return smem + kBar + 112 + 4 * slot;
-}
-
-/* The lazy running max (FlashAttention-4's conditional rescale): a row's max m moves only
- * when the block's max exceeds it by more than kLazyLog2 (log2 units), so P = exp2(S - m)
- * stays <= 2^8 (exact in bf16 / fp16 range, the fp32 sums unaffected) and after its first
- * blocks a row almost never asks O to be rescaled.  As row_max_step otherwise; *moved: some
- * row of the thread changed its max. */
-constexpr float kLazyLog2 = 8.f;
-template <bool kPos>
-__device__ __forceinline__ void row_max_lazy(float *mloc, float sl, float *m, float *alpha, float *mu,
-                                             float *rs, bool *moved) {
-    bool mv = false;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 1));
-        mloc[i] = fmaxf(mloc[i], __shfl_xor_sync(0xffffffffu, mloc[i], 2));
-        const float cand = kPos ? mloc[i] * sl : mloc[i];
-        const float mn = cand > m[i] + kLazyLog2 ? cand : m[i];
-        mv |= mn != m[i];
-        mu[i] = mn == -CUDART_INF_F ? 0.f : mn;
-        alpha[i] = ex2_ftz(m[i] - mu[i]);
-        m[i] = mn;
-        rs[i] = 0.f;
-    }
-    *moved = mv;
-}
-
-/* O *= alpha per row (the thread's rows r0, r0 + 8), unconditionally. */
-__device__ __forceinline__ void scale_o(float *O, const float *alpha) {
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-        O[4 * j + 0] *= alpha[0];
-        O[4 * j + 1] *= alpha[0];
-        O[4 * j + 2] *= alpha[1];
-        O[4 * j + 3] *= alpha[1];
-    }
-}
+/* The lazy running max's margin (log2 units; header comment): P = exp2(S - m) <= 2^8. */
+constexpr int kLazyLog2 = 8;
 
 struct Cursor {
     int st;
@@ -209,7 +168,7 @@ __device__ __forceinline__ void issue_pv(float *O, uint32_t s0, int st, int w) {
 template <typename T, bool kPos>
 __device__ __forceinline__ void softmax64(const RunCtx &ctx, const Lane &ln, float *S, int t0,
                                           const int *lo, const int *hi, float *m, float *alpha,
-                                          float *rs, bool *moved, unsigned char *smem, int st, int slot) {
+                                          float *rs, unsigned char *smem, int st, int slot) {
     float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
     const bool inside = keys_inside(lo, hi, t0, t0 + kBlockN - 1);
 #pragma unroll
@@ -225,7 +184,7 @@ __device__ __forceinline__ void softmax64(const RunCtx &ctx, const Lane &ln, flo
         }
     const float sl = ctx.scale_log2;
     float mu[2];
-    row_max_lazy<kPos>(mloc, sl, m, alpha, mu, rs, moved);
+    row_max_step<kPos, kLazyLog2>(mloc, sl, m, alpha, mu, rs);
     unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
     fimlawg::exp_scores<kBlockN, kPos>(ln, S, sl, mu, rs, [&](int, int c, float p0, float p1, float p2, float p3) {
         *reinterpret_cast<uint32_t *>(pp + sw128(ln.r0, c)) = Dt<T>::pack(p0, p1);
@@ -256,10 +215,9 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
     const Cursor c0 = cur;
     auto stage_of = [&](int b) { return (c0.st + b) & 1; };
     auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) >> 1) & 1); };
-    /* The other's block b: published P_b, m_b, rowsum and the owner's vote; O rescaled as
-     * its owner did (only if some row's max moved), P_b V_b issued (not committed).  This
-     * warpgroup never reads the owner's V half: its arrival on that group's "empty" goes
-     * now. */
+    /* The other's block b: published P_b, m_b, rowsum; O rescaled as its owner did, P_b V_b
+     * issued (not committed).  This warpgroup never reads the owner's V half: its arrival
+     * on that group's "empty" goes now. */
     auto other_pv = [&](int b) {
         nbar_sync(2 + (b & 1), 256);
         mbar_arrive(empty(s0, stage_of(b), 1 - w));
@@ -267,8 +225,7 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         float alpha[2];
         fimlawg::adopt_rows(ln, reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows,
                             reinterpret_cast<const float *>(smem + Sh::kRS) + (b & 1) * kRows, m, l, alpha);
-        if (*reinterpret_cast<const uint32_t *>(moved_votes(smem, b & 1)) != 0u)
-            scale_o(O, alpha);
+        fimlawg::rescale_o(O, alpha);
         wg_pin<128>(O);
         wg_fence();
         issue_pv<T>(O, s0, stage_of(b), w);
@@ -310,23 +267,17 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         q_held = b + 2 < nblk ? q_held : false;
         nbar_sync(4 + w, 128); /* every warp's S_b done: the kpe panel may become P_b */
         float alpha[2], rs[2];
-        bool moved;
         if (ctx.scale_log2 > 0.f)
-            softmax64<T, true>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, &moved, smem, st, b & 1);
+            softmax64<T, true>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, smem, st, b & 1);
         else
-            softmax64<T, false>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, &moved, smem, st, b & 1);
-        const bool warp_moved = __any_sync(0xffffffffu, moved);
-        if (ln.lane == 0)
-            moved_votes(smem, b & 1)[(threadIdx.x >> 5) & 3] = warp_moved;
+            softmax64<T, false>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, smem, st, b & 1);
         fence_proxy_async();
-        /* P_b and the votes whole before this warpgroup reads them; did any row move? */
-        const bool changed = !nbar_and(4 + w, 128, !warp_moved);
+        nbar_sync(4 + w, 128);     /* P_b whole before this warpgroup reads it */
         nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
 #pragma unroll
         for (int i = 0; i < 2; ++i)
             l[i] = l[i] * alpha[i] + rs[i];
-        if (changed)
-            scale_o(O, alpha);
+        fimlawg::rescale_o(O, alpha);
         wg_pin<128>(O);
         wg_fence();
         issue_pv<T>(O, s0, st, w);

@@ -321,6 +321,7 @@ struct Ops8 {
     using Sh = Sh8;
     using Merge = SplitMerge<kDv, kRows, __nv_bfloat16, kThreads, false>;
     static constexpr int kPLog2 = 8;          /* P x 2^8: small weights stay above e4m3's subnormals */
+    static constexpr int kLazyLog2 = 0;       /* no lazy max: P x 2^8 x 2^margin would pass e4m3's 448 */
     static constexpr bool kPOverKpe = false;  /* P has panels of its own */
     /* Scores need only the block's K (landed); P V waits for the V^T the producer writes
      * after (full). */

@@ -509,7 +509,7 @@ __device__ __forceinline__ void softmax_block(const RunCtx &ctx, const Lane &ln,
         scale_scores<true, kPos>(ctx, ln, S, t0, keys, lo, hi, mloc);
     const float sl = ctx.scale_log2;
     float mu[2];
-    row_max_step<kPos>(mloc, sl, m, alpha, mu, rs);
+    row_max_step<kPos, Ops::kLazyLog2>(mloc, sl, m, alpha, mu, rs);
     const float sub[2] = {mu[0] - (float)Ops::kPLog2, mu[1] - (float)Ops::kPLog2};
     exp_scores<kBlockN, kPos>(ln, S, sl, sub, rs, [&](int, int c, float p0, float p1, float p2, float p3) {
         Ops::put_p(smem, st, ln.r0, c, p0, p1, p2, p3);
@@ -666,6 +666,7 @@ template <typename T, typename TO> struct Ops16 {
     using Sh = Sh16;
     using Merge = SplitMerge<kDv, kRows, TO, kThreads, false>; /* all merges after the items */
     static constexpr int kPLog2 = 0;
+    static constexpr int kLazyLog2 = 8; /* the lazy max (run_ctx.cuh): P <= 2^8 */
     static constexpr bool kPOverKpe = true;
     /* Block st's K and V arrive together: one barrier for both matmuls. */
     static __device__ __forceinline__ uint32_t k_ready(uint32_t s0, int st) { return Sh::full(s0, st); }
