@@ -33,7 +33,8 @@
  *    registers) and the scores of blocks b with b % 2 == w (the schedule of FlashMLA's
  *    2025 kernel: the two warpgroups alternate blocks, so one's softmax runs beside the
  *    other's matmuls).  The owner of block b computes S_b = Q K_b^T (36 wgmma m64n32k16),
- *    the running max m_b = max(m_{b-1}, rowmax S_b), P_b = exp2(S_b - m_b) into the block's
+ *    the running max m_b = max(m_{b-1}, rowmax S_b) (16-bit: lazy, moved only past a 2^8
+ *    margin, run_ctx.cuh row_max_step), P_b = exp2(S_b - m_b) into the block's
  *    kpe panel (dead once S_b is done; 64 x 32 in the 64-byte swizzle), and publishes m_b
  *    and rowsum(P_b); both warpgroups then rescale their O half by exp2(m_{b-1} - m_b) and
  *    add P_b V_b (2 wgmma m64n256k16, V read transposed from the ckv panels).  Both keep
