@@ -743,7 +743,7 @@ static split_stats nvfp4_run_and_check(gqa_opts o, const int32_t *q, const int32
         gt_require_splits(&gc, min_splits);
     }
     ctx_case_name(&x, name, sizeof name);
-    nv4_stats st;
+    nv4_stats st = {0}; /* (fail_msg longjmps: some compilers think st may be read unset) */
     if (nv4_run_twice(&x, g, vec_size, msg, sizeof msg) || ctx_case_reference(&x, msg, sizeof msg) ||
         nv4_compare(&x, g, &st, msg, sizeof msg)) {
         ctx_case_free(&x);
