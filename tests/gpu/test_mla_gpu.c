@@ -707,9 +707,10 @@ static void mla_nonfinite_inputs_follow_the_policy(void **state) {
 }
 
 /* Scores that rise along every request (key t's whole row scaled by 1 + 7 t / kv_len): each
- * row's running max keeps climbing, past the lazy max's margin of 2^8 (the 64-token body,
- * mla_wg64_tile.cuh) several times an item, so both warpgroups' rescales of O run on
- * accumulators that already hold keys, in unsplit items and in split pieces. */
+ * row's running max keeps climbing, past the lazy max's margin of 2^8 (the wgmma bodies'
+ * 16-bit forms: run_ctx.cuh row_max_step) several times an item, so both warpgroups'
+ * rescales of O run on accumulators that already hold keys, in unsplit items and in split
+ * pieces (FI_MLA_TEST_VARIANT picks the body, as for every test here). */
 static void mla_rising_scores_match_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
