@@ -123,10 +123,10 @@ __device__ __forceinline__ bool keys_inside(const int *lo, const int *hi, int t0
  * 2^kLazyLog2 and alpha is exactly 1 on most blocks (the caller then skips O's rescale).
  * mloc [2]: the thread's row maxima of the block's scores, reduced here over the quad
  * (the four lanes holding a row).  kPos: the scores are raw (bmm1_scale > 0) and their
- * max is scaled here by sl = log2(e) x bmm1_scale; otherwise they are scaled already.  m [2] (in / out): the running max;
- * alpha [2]: exp2(m_old - m_new), the rescale of O and of the row sums; mu [2]: the max
- * the block's exponents subtract (0 while a row has no key: never -inf - -inf = NaN);
- * rs [2]: cleared (the block's row sums). */
+ * max is scaled here by sl = log2(e) x bmm1_scale; otherwise they are scaled already.
+ * m [2] (in / out): the running max; alpha [2]: exp2(m_old - m_new), the rescale of O
+ * and of the row sums; mu [2]: the max the block's exponents subtract (0 while a row has
+ * no key: never -inf - -inf = NaN); rs [2]: cleared (the block's row sums). */
 template <bool kPos, int kLazyLog2 = 0>
 __device__ __forceinline__ void row_max_step(float *mloc, float sl, float *m, float *alpha,
                                              float *mu, float *rs) {
