@@ -3,7 +3,8 @@
  * share, header-only and static inline (each bench is built from its one .c file): the
  * options every bench takes, device setup and the L2 flush buffer, trace snapshot lengths,
  * the spot check of a few requests, input-set rotation under CUDA graphs and the b2b /
- * flush / chain replay timings with their report.
+ * flush / chain replay timings with their report, and (FI_BENCH_CLOCKS=1) the SM clock and
+ * board power sampled while each mode runs.
  *
  * A family describes its case as a bench_inputs: the device buffers that get a copy per
  * input set and a callback that points the case's fi_run arguments at one set.  Everything
@@ -18,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <dlfcn.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -322,13 +326,87 @@ static inline int bench_chain_build(const bench_inputs *in, const bench_sets *s,
     return 0;
 }
 
+/* ---- SM clock and board power while a mode runs (FI_BENCH_CLOCKS=1) ------------------- */
+
+/* Why: the heads-128 MLA kernels are power-limited on an H200 (issue 12: ~690 W, SM clock
+ * ~1.7 GHz), and the three modes differ by up to 10% there.  NVML, the driver's management
+ * library, is opened with dlopen, so no bench links it and each runs where it is missing
+ * (the columns are then absent).  The five entry points used are NVML's stable ones. */
+typedef struct bench_clocks {
+    double mhz, watts; /* medians of the samples (SM clock; the driver's power reading,
+                          which it may average over its own window) */
+    int n;             /* samples; 0: not sampled */
+} bench_clocks;
+
+typedef struct bench_nvml {
+    void *dev;
+    int (*clock)(void *dev, int type, unsigned *mhz); /* nvmlDeviceGetClockInfo */
+    int (*power)(void *dev, unsigned *mw);            /* nvmlDeviceGetPowerUsage */
+} bench_nvml;
+
+/* NVML for the current CUDA device, opened once; NULL unless FI_BENCH_CLOCKS=1 and NVML
+ * answers. */
+static inline const bench_nvml *bench_nvml_get(void) {
+    static bench_nvml n;
+    static int state; /* 0 untried, 1 ready, -1 off */
+    if (state)
+        return state > 0 ? &n : NULL;
+    state = -1;
+    const char *on = getenv("FI_BENCH_CLOCKS");
+    if (!on || strcmp(on, "1") != 0)
+        return NULL;
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return NULL;
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*by_bus)(const char *, void **) =
+        (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    n.clock = (int (*)(void *, int, unsigned *))dlsym(lib, "nvmlDeviceGetClockInfo");
+    n.power = (int (*)(void *, unsigned *))dlsym(lib, "nvmlDeviceGetPowerUsage");
+    char bus[32];
+    int d = 0;
+    if (!init || !by_bus || !n.clock || !n.power || init() != 0 || cudaGetDevice(&d) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(bus, (int)sizeof bus, d) != cudaSuccess || by_bus(bus, &n.dev) != 0)
+        return NULL;
+    state = 1;
+    return &n;
+}
+
+/* Until `stream` has no work left: every ~0.2 ms one sample of the SM clock (NVML_CLOCK_SM
+ * = 1) and the power, their medians into *ck (ck->n 0 when NVML is off).  Called after a
+ * mode's replays are enqueued, so every sample falls while they run. */
+static inline void bench_sample_until_idle(cudaStream_t stream, bench_clocks *ck) {
+    enum { kMax = 8192 };
+    static double mhz[kMax], w[kMax];
+    const bench_nvml *n = bench_nvml_get();
+    int k = 0;
+    ck->n = 0;
+    if (!n)
+        return;
+    const struct timespec pause = {0, 200000};
+    while (cudaStreamQuery(stream) == cudaErrorNotReady) {
+        unsigned c = 0, p = 0;
+        if (k < kMax && n->clock(n->dev, 1, &c) == 0 && n->power(n->dev, &p) == 0) {
+            mhz[k] = c;
+            w[k] = p / 1000.0;
+            k++;
+        }
+        nanosleep(&pause, NULL);
+    }
+    if (k == 0)
+        return;
+    qsort(mhz, (size_t)k, sizeof(double), bench_cmp_double);
+    qsort(w, (size_t)k, sizeof(double), bench_cmp_double);
+    *ck = (bench_clocks){mhz[k / 2], w[k / 2], k};
+}
+
 /* ---- timing ------------------------------------------------------------------------------ */
 
 /* Median seconds of reps replays of s's graphs in turn, each timed alone between two
  * cudaEvents; flush_bytes > 0: memset that many bytes before each, outside the timing. */
-static inline int bench_time_replays(cudaStream_t stream, const bench_sets *s, int reps,
-                                     void *flush, size_t flush_bytes, double *median_s,
-                                     char *msg, size_t cap) {
+static inline int bench_time_replays_ck(cudaStream_t stream, const bench_sets *s, int reps,
+                                        void *flush, size_t flush_bytes, double *median_s,
+                                        bench_clocks *ck, char *msg, size_t cap) {
     cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)reps * 2, sizeof(cudaEvent_t));
     double *t = (double *)malloc(sizeof(double) * (size_t)reps);
     if (!ev || !t) {
@@ -350,6 +428,7 @@ static inline int bench_time_replays(cudaStream_t stream, const bench_sets *s, i
             cudaEventRecord(ev[2 * i + 1], stream) != cudaSuccess)
             goto out;
     }
+    if (ck) bench_sample_until_idle(stream, ck);
     if (cudaStreamSynchronize(stream) != cudaSuccess) goto out;
     for (int i = 0; i < reps; i++) {
         float ms = 0;
@@ -368,15 +447,23 @@ out:
     return rc;
 }
 
+/* The same without clock samples. */
+static inline int bench_time_replays(cudaStream_t stream, const bench_sets *s, int reps,
+                                     void *flush, size_t flush_bytes, double *median_s,
+                                     char *msg, size_t cap) {
+    return bench_time_replays_ck(stream, s, reps, flush, flush_bytes, median_s, NULL, msg, cap);
+}
+
 /* Chain mode: one graph of g->chain PDL runs over the sets; replay time / g->chain. */
 static inline int bench_time_chain(const bench_inputs *in, const bench_sets *s,
-                                   const bench_cfg *g, double *per_run_s, char *msg,
-                                   size_t cap) {
+                                   const bench_cfg *g, double *per_run_s, bench_clocks *ck,
+                                   char *msg, size_t cap) {
     bench_sets chain;
     memset(&chain, 0, sizeof chain);
     chain.n = 1; /* bench_time_replays replays exec[0]; the buffers stay in s */
     int rc = bench_chain_build(in, s, g->chain, &chain.graph[0], &chain.exec[0], msg, cap);
-    if (!rc) rc = bench_time_replays(in->stream, &chain, g->reps, NULL, 0, per_run_s, msg, cap);
+    if (!rc)
+        rc = bench_time_replays_ck(in->stream, &chain, g->reps, NULL, 0, per_run_s, ck, msg, cap);
     *per_run_s /= g->chain;
     if (chain.exec[0]) cudaGraphExecDestroy(chain.exec[0]);
     if (chain.graph[0]) cudaGraphDestroy(chain.graph[0]);
@@ -396,6 +483,7 @@ typedef struct bench_hooks {
 typedef struct bench_times {
     double b2b, flush, chain; /* median seconds a run */
     int nsets;                /* input sets rotated */
+    bench_clocks ck[3];       /* b2b, flush, chain (FI_BENCH_CLOCKS=1) */
 } bench_times;
 
 /* The three modes: b2b (replays back to back), flush (the L2 flushed before each replay),
@@ -407,11 +495,12 @@ static inline int bench_time_modes(const bench_inputs *in, const bench_cfg *g, v
     memset(t, 0, sizeof *t);
     int rc = bench_sets_build(in, g->sets, &s, msg, cap);
     if (!rc && h && h->before_timing) rc = h->before_timing(h->ctx, msg, cap);
-    if (!rc) rc = bench_time_replays(in->stream, &s, g->reps, NULL, 0, &t->b2b, msg, cap);
+    if (!rc) rc = bench_time_replays_ck(in->stream, &s, g->reps, NULL, 0, &t->b2b, &t->ck[0], msg, cap);
     if (!rc && h && h->after_b2b) h->after_b2b(h->ctx);
     if (!rc)
-        rc = bench_time_replays(in->stream, &s, g->reps, flush, flush_bytes, &t->flush, msg, cap);
-    if (!rc && g->chain > 0) rc = bench_time_chain(in, &s, g, &t->chain, msg, cap);
+        rc = bench_time_replays_ck(in->stream, &s, g->reps, flush, flush_bytes, &t->flush, &t->ck[1],
+                                   msg, cap);
+    if (!rc && g->chain > 0) rc = bench_time_chain(in, &s, g, &t->chain, &t->ck[2], msg, cap);
     t->nsets = s.n;
     bench_sets_free(&s);
     return rc;
@@ -442,6 +531,11 @@ static inline void bench_report(const char *name, int rc, const char *msg, const
     tab->row(tab->ctx, "b2b", t->b2b);
     tab->row(tab->ctx, "flush", t->flush);
     if (g->chain > 0) tab->row(tab->ctx, "chain", t->chain);
+    static const char *const mode[3] = {"b2b", "flush", "chain"};
+    for (int i = 0; i < 3; i++)
+        if (t->ck[i].n > 0)
+            printf("# %s %s: sm_clock_mhz %.0f power_w %.0f (medians of %d samples)\n", name,
+                   mode[i], t->ck[i].mhz, t->ck[i].watts, t->ck[i].n);
 }
 
 #ifdef FI_PROFILE
