@@ -365,7 +365,8 @@ static inline const bench_nvml *bench_nvml_get(void) {
     n.power = (int (*)(void *, unsigned *))dlsym(lib, "nvmlDeviceGetPowerUsage");
     char bus[32];
     int d = 0;
-    if (!init || !by_bus || !n.clock || !n.power || init() != 0 || cudaGetDevice(&d) != cudaSuccess ||
+    if (!init || !by_bus || !n.clock || !n.power || init() != 0 ||
+        cudaGetDevice(&d) != cudaSuccess ||
         cudaDeviceGetPCIBusId(bus, (int)sizeof bus, d) != cudaSuccess || by_bus(bus, &n.dev) != 0)
         return NULL;
     state = 1;
@@ -495,7 +496,8 @@ static inline int bench_time_modes(const bench_inputs *in, const bench_cfg *g, v
     memset(t, 0, sizeof *t);
     int rc = bench_sets_build(in, g->sets, &s, msg, cap);
     if (!rc && h && h->before_timing) rc = h->before_timing(h->ctx, msg, cap);
-    if (!rc) rc = bench_time_replays_ck(in->stream, &s, g->reps, NULL, 0, &t->b2b, &t->ck[0], msg, cap);
+    if (!rc)
+        rc = bench_time_replays_ck(in->stream, &s, g->reps, NULL, 0, &t->b2b, &t->ck[0], msg, cap);
     if (!rc && h && h->after_b2b) h->after_b2b(h->ctx);
     if (!rc)
         rc = bench_time_replays_ck(in->stream, &s, g->reps, flush, flush_bytes, &t->flush, &t->ck[1],

@@ -12,8 +12,9 @@
 # --case, --ctas, --trace-step are understood by each).
 # Env: BUILD (default build), NO_BUILD=1 to skip `make bench`, READ_GIB (ceilings buffer,
 # default 2), FI_BENCH_CLOCKS=1 (each case's notes also give the median SM clock and board
-# power sampled through NVML while each mode ran: bench/bench_common.h).  Raw outputs are kept in $BUILD/bench/ceilings.out, bench_mla.out, bench_gqa.out,
-# bench_context.out, bench_device_plan.out.
+# power sampled through NVML while each mode ran: bench/bench_common.h).  Raw outputs are
+# kept in $BUILD/bench/ceilings.out, bench_mla.out, bench_gqa.out, bench_context.out,
+# bench_device_plan.out.
 # Exit status: 1 if a bench failed (a case failed its correctness check), else 0.
 set -eu
 

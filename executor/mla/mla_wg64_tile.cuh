@@ -80,8 +80,6 @@ __device__ __forceinline__ uint32_t full(uint32_t s0, int st, int g) { return s0
 __device__ __forceinline__ uint32_t empty(uint32_t s0, int st, int g) { return s0 + kBar + 48 + 8 * (3 * st + g); }
 __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kBar + 96; }
 __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kBar + 104; }
-/* The lazy running max's margin (log2 units; header comment): P = exp2(S - m) <= 2^8. */
-constexpr int kLazyLog2 = 8;
 
 struct Cursor {
     int st;
@@ -184,7 +182,7 @@ __device__ __forceinline__ void softmax64(const RunCtx &ctx, const Lane &ln, flo
         }
     const float sl = ctx.scale_log2;
     float mu[2];
-    row_max_step<kPos, kLazyLog2>(mloc, sl, m, alpha, mu, rs);
+    row_max_step<kPos, fimlawg::kLazy16Log2>(mloc, sl, m, alpha, mu, rs);
     unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
     fimlawg::exp_scores<kBlockN, kPos>(ln, S, sl, mu, rs, [&](int, int c, float p0, float p1, float p2, float p3) {
         *reinterpret_cast<uint32_t *>(pp + sw128(ln.r0, c)) = Dt<T>::pack(p0, p1);

@@ -88,6 +88,10 @@ static_assert(kProducerThreads * kProducerRegs<false> + 256 * kConsumerRegs<fals
 constexpr int kRows = FI_MLA_WG_TILE_ROWS;
 constexpr int kBlockN = FI_MLA_WG_KV_BLOCK;
 constexpr int kDqk = 576, kDv = 512;
+/* The lazy running max's margin of both 16-bit wgmma bodies (this one's Ops16 and the
+ * 64-token body; log2 units, run_ctx.cuh row_max_step): P = exp2(S - m) <= 2^8, exact in
+ * bf16 / fp16 range.  The fp8 body keeps none (Ops8). */
+constexpr int kLazy16Log2 = 8;
 constexpr int kPanels = kDqk / 64;  /* 9: 8 ckv + 1 kpe */
 constexpr uint32_t kQPanel = (uint32_t)kRows * 128;     /* 8192: [64 rows][64] */
 constexpr uint32_t kQBytes = kPanels * kQPanel;         /* 73728 */
@@ -667,7 +671,7 @@ template <typename T, typename TO> struct Ops16 {
     using Sh = Sh16;
     using Merge = SplitMerge<kDv, kRows, TO, kThreads, false>; /* all merges after the items */
     static constexpr int kPLog2 = 0;
-    static constexpr int kLazyLog2 = 8; /* the lazy max (run_ctx.cuh): P <= 2^8 */
+    static constexpr int kLazyLog2 = kLazy16Log2;
     static constexpr bool kPOverKpe = true;
     /* Block st's K and V arrive together: one barrier for both matmuls. */
     static __device__ __forceinline__ uint32_t k_ready(uint32_t s0, int st) { return Sh::full(s0, st); }
