@@ -331,18 +331,52 @@ static inline int bench_chain_build(const bench_inputs *in, const bench_sets *s,
 /* Why: the heads-128 MLA kernels are power-limited on an H200 (issue 12: ~690 W, SM clock
  * ~1.7 GHz), and the three modes differ by up to 10% there.  NVML, the driver's management
  * library, is opened with dlopen, so no bench links it and each runs where it is missing
- * (the columns are then absent).  The five entry points used are NVML's stable ones. */
+ * (the lines are then absent).  The entry points used are NVML's stable ones. */
 typedef struct bench_clocks {
-    double mhz, watts; /* medians of the samples (SM clock; the driver's power reading,
-                          which it may average over its own window) */
+    double mhz, watts; /* medians of the samples (SM clock; board power, instantaneous where
+                          the driver has it, else its 1-second average: `instant`) */
     int n;             /* samples; 0: not sampled */
+    int instant;       /* 1: NVML_FI_DEV_POWER_INSTANT; 0: nvmlDeviceGetPowerUsage, which
+                          averages over 1 s from Ampere on (a mode shorter than that reads
+                          mostly the idle before it) */
 } bench_clocks;
+
+/* nvml.h's nvmlFieldValue_t (its ABI: 40 bytes), for nvmlDeviceGetFieldValues. */
+typedef struct bench_nvml_field {
+    unsigned field_id, scope_id;
+    long long timestamp, latency_usec;
+    int value_type, nvml_return;
+    union {
+        double d;
+        unsigned u;
+        unsigned long long ull;
+    } value;
+} bench_nvml_field;
+enum { BENCH_NVML_FI_POWER_INSTANT = 186 }; /* NVML_FI_DEV_POWER_INSTANT: mW, unsigned */
 
 typedef struct bench_nvml {
     void *dev;
     int (*clock)(void *dev, int type, unsigned *mhz); /* nvmlDeviceGetClockInfo */
     int (*power)(void *dev, unsigned *mw);            /* nvmlDeviceGetPowerUsage */
+    int (*fields)(void *dev, int n, bench_nvml_field *v); /* nvmlDeviceGetFieldValues */
 } bench_nvml;
+
+/* The board power now, in W, instantaneous when the driver answers the field (*instant 1),
+ * else the 1-second average; < 0: no reading. */
+static inline double bench_nvml_watts(const bench_nvml *n, int *instant) {
+    if (n->fields) {
+        bench_nvml_field f;
+        memset(&f, 0, sizeof f);
+        f.field_id = BENCH_NVML_FI_POWER_INSTANT;
+        if (n->fields(n->dev, 1, &f) == 0 && f.nvml_return == 0) {
+            *instant = 1;
+            return f.value.u / 1000.0;
+        }
+    }
+    unsigned mw = 0;
+    *instant = 0;
+    return n->power(n->dev, &mw) == 0 ? mw / 1000.0 : -1.0;
+}
 
 /* NVML for the current CUDA device, opened once; NULL unless FI_BENCH_CLOCKS=1 and NVML
  * answers. */
@@ -363,6 +397,7 @@ static inline const bench_nvml *bench_nvml_get(void) {
         (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
     n.clock = (int (*)(void *, int, unsigned *))dlsym(lib, "nvmlDeviceGetClockInfo");
     n.power = (int (*)(void *, unsigned *))dlsym(lib, "nvmlDeviceGetPowerUsage");
+    n.fields = (int (*)(void *, int, bench_nvml_field *))dlsym(lib, "nvmlDeviceGetFieldValues");
     char bus[32];
     int d = 0;
     if (!init || !by_bus || !n.clock || !n.power || init() != 0 ||
@@ -385,11 +420,13 @@ static inline void bench_sample_until_idle(cudaStream_t stream, bench_clocks *ck
     if (!n)
         return;
     const struct timespec pause = {0, 200000};
+    int instant = 0;
     while (cudaStreamQuery(stream) == cudaErrorNotReady) {
-        unsigned c = 0, p = 0;
-        if (k < kMax && n->clock(n->dev, 1, &c) == 0 && n->power(n->dev, &p) == 0) {
+        unsigned c = 0;
+        double p = -1.0;
+        if (k < kMax && n->clock(n->dev, 1, &c) == 0 && (p = bench_nvml_watts(n, &instant)) >= 0) {
             mhz[k] = c;
-            w[k] = p / 1000.0;
+            w[k] = p;
             k++;
         }
         nanosleep(&pause, NULL);
@@ -398,7 +435,7 @@ static inline void bench_sample_until_idle(cudaStream_t stream, bench_clocks *ck
         return;
     qsort(mhz, (size_t)k, sizeof(double), bench_cmp_double);
     qsort(w, (size_t)k, sizeof(double), bench_cmp_double);
-    *ck = (bench_clocks){mhz[k / 2], w[k / 2], k};
+    *ck = (bench_clocks){mhz[k / 2], w[k / 2], k, instant};
 }
 
 /* ---- timing ------------------------------------------------------------------------------ */
@@ -536,8 +573,9 @@ static inline void bench_report(const char *name, int rc, const char *msg, const
     static const char *const mode[3] = {"b2b", "flush", "chain"};
     for (int i = 0; i < 3; i++)
         if (t->ck[i].n > 0)
-            printf("# %s %s: sm_clock_mhz %.0f power_w %.0f (medians of %d samples)\n", name,
-                   mode[i], t->ck[i].mhz, t->ck[i].watts, t->ck[i].n);
+            printf("# %s %s: sm_clock_mhz %.0f power_w %.0f (%s; medians of %d samples)\n",
+                   name, mode[i], t->ck[i].mhz, t->ck[i].watts,
+                   t->ck[i].instant ? "instantaneous" : "1-s average", t->ck[i].n);
 }
 
 #ifdef FI_PROFILE
