@@ -214,6 +214,35 @@ static void print_row(const void *ctx, const char *mode, double s) {
 
 #ifdef FI_PROFILE
 void fi_profile_read_stamps(unsigned long long *host, int which, int n);
+void fi_profile_read_stamps_wg64(unsigned long long *host, int which, int n);
+
+/* The 64-token wgmma body's round phases (mla_wg64_tile.cuh, profile.cuh g_phase), summed
+ * over its CTAs, both consumer warpgroups and every launch so far: cycles a round each.
+ * Nothing when that body did not run. */
+static void profile_wg64_phases(int ctas) {
+    static const char *const name[11] = {
+        "other's P awaited", "other's P V issued", "S groups awaited", "S issued",
+        "P_{b-1} V_{b-1} awaited", "S awaited", "barrier before softmax", "softmax",
+        "P published", "own P V issued", "own P V awaited"};
+    static unsigned long long ph[1024][2][16];
+    const int n = ctas < 1024 ? ctas : 1024;
+    fi_profile_read_stamps_wg64(&ph[0][0][0], 3, n);
+    double sum[11] = {0}, rounds = 0, total = 0;
+    for (int c = 0; c < n; c++)
+        for (int w = 0; w < 2; w++) {
+            rounds += (double)ph[c][w][15];
+            for (int k = 0; k < 11; k++) sum[k] += (double)ph[c][w][k];
+        }
+    if (rounds == 0) return;
+    printf("# profile: 64-token body, cycles a round (%.0f rounds, a warpgroup's own block and "
+           "the other's):",
+           rounds);
+    for (int k = 0; k < 11; k++) {
+        printf(" %s %.0f%s", name[k], sum[k] / rounds, k < 10 ? "," : ";");
+        total += sum[k] / rounds;
+    }
+    printf(" total %.0f\n", total);
+}
 #endif
 
 /* The steps bench_mla adds between the timings (bench_hooks). */
@@ -234,6 +263,7 @@ static int hook_l2_probe(void *ctx, char *msg, size_t cap) {
 #ifdef FI_PROFILE
 static void hook_profile(void *ctx) {
     bench_profile_ctas(((const hook_ctx *)ctx)->v, fi_profile_read_stamps);
+    profile_wg64_phases(((const hook_ctx *)ctx)->v->num_ctas);
 }
 #define HOOK_AFTER_B2B hook_profile
 #else

@@ -139,6 +139,7 @@ __device__ __forceinline__ void scores_group(float *S, uint32_t s0, int st, int 
                                              bool first) {
     mbar_wait(full(s0, st, g), parity);
     fence_proxy_async(); /* cp.async rows, generic writes, read by wgmma */
+    FI_PHASE(2);
     const WgDesc dq = wg_desc_base(s0 + kOffQ, 16, 1024);
     const WgDesc dk = wg_desc_base(s0 + kOffRing + st * kBlockBytes, 16, 1024);
     for (int i = group_first(g); i < group_first(g) + group_panels(g); ++i)
@@ -146,6 +147,7 @@ __device__ __forceinline__ void scores_group(float *S, uint32_t s0, int st, int 
         for (int k = 0; k < 4; ++k)
             Wgmma<64, T>::template ss<0>(S, dq.at(i * kQPanel + k * 32), dk.at(i * kKPanel + k * 32),
                                          first && i == group_first(g) && k == 0 ? 0 : 1);
+    FI_PHASE(3);
 }
 
 /* O_w += P V_w: P in stage st's panel 8 ([64 rows][64 tokens], 128-byte swizzle, K-major),
@@ -218,6 +220,7 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
      * on that group's "empty" goes now. */
     auto other_pv = [&](int b) {
         nbar_sync(2 + (b & 1), 256);
+        FI_PHASE(0);
         mbar_arrive(empty(s0, stage_of(b), 1 - w));
         fence_proxy_async();
         float alpha[2];
@@ -233,15 +236,22 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         mbar_arrive(empty(s0, stage_of(b), w));
         mbar_arrive(empty(s0, stage_of(b), 2));
     };
+    /* Profiling builds: a round's phases (profile.cuh FI_PHASE): 0 the other's P awaited,
+     * 1 its P V issued, 2 a group of S_b's stage awaited (`full`), 3 its scores issued, 4
+     * P_{b-1} V_{b-1} awaited, 5 S_b awaited, 6 the barrier before the softmax, 7 the
+     * softmax, 8 P_b published, 9 P_b V_b issued, 10 P_b V_b awaited, the stage released. */
+    FI_PHASE_START();
     mbar_wait(qfull(s0), cur.qph);
     bool q_held = true;
     for (int b = w; b < nblk; b += 2) {
         const int st = stage_of(b);
         const uint32_t par = parity_of(b);
+        FI_PHASE_ROUND();
         if (b > 0) {
             other_pv(b - 1);
             wg_commit();
         }
+        FI_PHASE(1);
 #pragma unroll
         for (int i = 0; i < kBlockN / 2; ++i)
             S[i] = 0.f;
@@ -256,22 +266,27 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
             wg_pin<128>(O);
             release_other(b - 1);
         }
+        FI_PHASE(4);
         wg_wait<0>(); /* S_b */
         wg_pin<kBlockN / 2>(S);
         wg_pin<128>(O);
+        FI_PHASE(5);
         mbar_arrive(empty(s0, st, 1 - w)); /* the owner is done with the other's V half */
         if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
             mbar_arrive(qempty(s0));
         q_held = b + 2 < nblk ? q_held : false;
         nbar_sync(4 + w, 128); /* every warp's S_b done: the kpe panel may become P_b */
+        FI_PHASE(6);
         float alpha[2], rs[2];
         if (ctx.scale_log2 > 0.f)
             softmax64<T, true>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, smem, st, b & 1);
         else
             softmax64<T, false>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, smem, st, b & 1);
+        FI_PHASE(7);
         fence_proxy_async();
         nbar_sync(4 + w, 128);     /* P_b whole before this warpgroup reads it */
         nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
+        FI_PHASE(8);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
             l[i] = l[i] * alpha[i] + rs[i];
@@ -280,10 +295,12 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         wg_fence();
         issue_pv<T>(O, s0, st, w);
         wg_commit();
+        FI_PHASE(9);
         wg_wait<0>();
         wg_pin<128>(O);
         mbar_arrive(empty(s0, st, w));
         mbar_arrive(empty(s0, st, 2));
+        FI_PHASE(10);
     }
     if (nblk > 0 && ((nblk - 1) & 1) != w) { /* the item's last block is the other's */
         other_pv(nblk - 1);
@@ -291,7 +308,9 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         wg_wait<0>();
         wg_pin<128>(O);
         release_other(nblk - 1);
+        FI_PHASE(4);
     }
+    FI_PHASE_END();
     if (q_held && ln.lane == 0)
         mbar_arrive(qempty(s0));
     for (int b = 0; b < nblk; ++b)

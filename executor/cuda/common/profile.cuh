@@ -9,6 +9,11 @@
  *   g_stamp2[cta] %globaltimer, first item: [0] Q landed, [1] first KV block landed; last
  *                 item: [2] KV loop done, [3] output (or partial) written
  *   g_stamp3[cta] [0] the SM it ran on (%smid; SMs 2k and 2k + 1 share a TPC)
+ *   g_phase[cta][wg][k]  clock64 cycles a consumer warpgroup spent in phase k of its rounds
+ *                 (k < 14; [15]: the rounds), summed over the launches; a tile body marks
+ *                 the ends of its phases with FI_PHASE(k) on the warpgroup's first thread
+ *                 (the 64-token wgmma MLA body: mla_wg64_tile.cuh names its phases), each
+ *                 item's sums kept in shared memory and added to g_phase at its end.
  */
 #pragma once
 
@@ -33,15 +38,52 @@ __device__ __forceinline__ unsigned long long gtimer() {
     }
 #define FI_STAMP2(i) \
     if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp2[blockIdx.x][i] = fi::gtimer()
-/* Host side of a profiling build, in one .cu of a family (it sees that module's stamps). */
+namespace fi {
+__device__ unsigned long long g_phase[1024][2][16];
+/* 1 KB and 1 KB-aligned: the dynamic shared memory after it stays aligned for the
+ * 128-byte swizzle (with 256 bytes here the 64-token body read garbage) */
+__shared__ __align__(1024) unsigned long long s_phase[2][64];
+}  // namespace fi
+/* A consumer warpgroup's (threads 0-255) phases, anywhere in its item code: FI_PHASE_START
+ * at the item's start, FI_PHASE(k) at the end of each phase k, FI_PHASE_ROUND once a
+ * round, FI_PHASE_END at the item's end ([14] holds the clock of the last mark). */
+#define FI_PHASE_ON() ((threadIdx.x & 127) == 0 && threadIdx.x < 256 && blockIdx.x < 1024)
+#define FI_PHASE_START()                                                                  \
+    if (FI_PHASE_ON()) {                                                                  \
+        for (int k_ = 0; k_ < 14; ++k_) fi::s_phase[threadIdx.x >> 7][k_] = 0;            \
+        fi::s_phase[threadIdx.x >> 7][15] = 0;                                            \
+        fi::s_phase[threadIdx.x >> 7][14] = (unsigned long long)clock64();                \
+    }
+#define FI_PHASE(k)                                                                       \
+    if (FI_PHASE_ON()) {                                                                  \
+        const unsigned long long n_ = (unsigned long long)clock64();                      \
+        fi::s_phase[threadIdx.x >> 7][k] += n_ - fi::s_phase[threadIdx.x >> 7][14];       \
+        fi::s_phase[threadIdx.x >> 7][14] = n_;                                           \
+    }
+#define FI_PHASE_ROUND() \
+    if (FI_PHASE_ON()) fi::s_phase[threadIdx.x >> 7][15] += 1
+#define FI_PHASE_END()                                                                    \
+    if (FI_PHASE_ON())                                                                    \
+        for (int k_ = 0; k_ < 16; ++k_)                                                   \
+            if (k_ != 14)                                                                 \
+                fi::g_phase[blockIdx.x][threadIdx.x >> 7][k_] += fi::s_phase[threadIdx.x >> 7][k_]
+/* Host side of a profiling build, in one .cu of a family (it sees that module's stamps):
+ * which 0 / 1 / 2: g_stamp / g_stamp2 / g_stamp3 ([n][4]); 3: g_phase ([n][2][16]). */
 #define FI_PROFILE_READERS(name)                                                           \
     extern "C" void name(unsigned long long *host, int which, int n) {                    \
-        cudaMemcpyFromSymbol(host, which == 2 ? fi::g_stamp3 : which ? fi::g_stamp2 : fi::g_stamp, \
-                             sizeof(unsigned long long) * 4 * (size_t)n);                  \
+        if (which == 3)                                                                    \
+            cudaMemcpyFromSymbol(host, fi::g_phase, sizeof(unsigned long long) * 32 * (size_t)n); \
+        else                                                                               \
+            cudaMemcpyFromSymbol(host, which == 2 ? fi::g_stamp3 : which ? fi::g_stamp2 : fi::g_stamp, \
+                                 sizeof(unsigned long long) * 4 * (size_t)n);              \
     }
 #else
 #define FI_STAMP(i)
 #define FI_STAMP2(i)
 #define FI_STAMP_SM()
+#define FI_PHASE_START()
+#define FI_PHASE(k)
+#define FI_PHASE_ROUND()
+#define FI_PHASE_END()
 #define FI_PROFILE_READERS(name)
 #endif
