@@ -359,7 +359,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
 static void usage(void) {
     fprintf(stderr, "usage: bench_context [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
                     "[--ctas N] [--trace-step S] [--tflops X] [--layout hnd|nhd] [--variant N] "
-                    "[--kv bf16|e4m3|nvfp4] [--check]\n");
+                    "[--kv bf16|e4m3|nvfp4] [--check] [--warm-ms N]\n");
 }
 
 int main(int argc, char **argv) {

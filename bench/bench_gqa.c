@@ -220,7 +220,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_gqa [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
-                            "[--read-tbps X] [--ctas N] [--trace-step S] [--layout nhd|hnd]\n");
+                            "[--read-tbps X] [--ctas N] [--trace-step S] [--layout nhd|hnd] "
+                            "[--warm-ms N]\n");
             return 2;
         }
         if (bench_cfg_option(&g.b, a, val)) continue;

@@ -59,6 +59,8 @@
  *                  snapshots' decode step, default 100: the issue's figures)
  * --case NAME: the case of that name, or, when no case has it, every case whose name
  * contains it (--case h128_q1: that case only; --case mla_fp8: the five fp8 ones).
+ * --warm-ms N: each mode first replays for N ms (default: 10 replays), so it is timed at
+ * the clock sustained work runs at (heads 128 is power-capped after ~0.1 s: BENCHMARKS.md).
  * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2;
  * dense cases only).
  * Output: one table on stdout, plus machine-readable lines "result <case> <mode> us <x>
@@ -401,7 +403,7 @@ int main(int argc, char **argv) {
         if (!val) {
             fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case NAME] "
                             "[--read-tbps X] [--tflops Y] [--ctas N] [--uniform B:KV ...] "
-                            "[--trace B[:H] ...] [--trace-step S]\n");
+                            "[--trace B[:H] ...] [--trace-step S] [--warm-ms N]\n");
             return 2;
         }
         if (bench_cfg_option(&g.b, a, val)) {
