@@ -217,18 +217,17 @@ static void print_row(const void *ctx, const char *mode, double s) {
 #ifdef FI_PROFILE
 void fi_profile_read_stamps(unsigned long long *host, int which, int n);
 void fi_profile_read_stamps_wg64(unsigned long long *host, int which, int n);
+void fi_profile_read_stamps_wg(unsigned long long *host, int which, int n);
+void fi_profile_read_stamps_wg8(unsigned long long *host, int which, int n);
 
-/* The 64-token wgmma body's round phases (mla_wg64_tile.cuh, profile.cuh g_phase), summed
+/* A wgmma body's round phases (profile.cuh g_phase, the phases its item loop names), summed
  * over its CTAs, both consumer warpgroups and every launch so far: cycles a round each.
  * Nothing when that body did not run. */
-static void profile_wg64_phases(int ctas) {
-    static const char *const name[11] = {
-        "other's P awaited", "other's P V issued", "S groups awaited", "S issued",
-        "P_{b-1} V_{b-1} awaited", "S awaited", "barrier before softmax", "softmax",
-        "P published", "own P V issued", "own P V awaited"};
+static void profile_phases(const char *body, bench_stamp_reader read, const char *const *name,
+                           int ctas) {
     static unsigned long long ph[1024][2][16];
     const int n = ctas < 1024 ? ctas : 1024;
-    fi_profile_read_stamps_wg64(&ph[0][0][0], 3, n);
+    read(&ph[0][0][0], 3, n);
     double sum[11] = {0}, rounds = 0, total = 0;
     for (int c = 0; c < n; c++)
         for (int w = 0; w < 2; w++) {
@@ -236,14 +235,30 @@ static void profile_wg64_phases(int ctas) {
             for (int k = 0; k < 11; k++) sum[k] += (double)ph[c][w][k];
         }
     if (rounds == 0) return;
-    printf("# profile: 64-token body, cycles a round (%.0f rounds, a warpgroup's own block and "
-           "the other's):",
-           rounds);
+    printf("# profile: %s, cycles a round (%.0f rounds, a warpgroup's own block and the "
+           "other's):",
+           body, rounds);
     for (int k = 0; k < 11; k++) {
         printf(" %s %.0f%s", name[k], sum[k] / rounds, k < 10 ? "," : ";");
         total += sum[k] / rounds;
     }
     printf(" total %.0f\n", total);
+}
+
+/* The phases of the two item loops (mla_wg64_tile.cuh run_item64, mla_wg_tile.cuh
+ * wg_run_item: the 32-token body's 16-bit and fp8 forms). */
+static void profile_wg_phases(int ctas) {
+    static const char *const wg64[11] = {
+        "other's P awaited", "other's P V issued", "S groups awaited", "S issued",
+        "P_{b-1} V_{b-1} awaited", "S awaited", "barrier before softmax", "softmax",
+        "P published", "own P V issued", "own P V awaited"};
+    static const char *const wg[11] = {
+        "key ballot", "other's P awaited", "other's P V issued", "barrier before softmax",
+        "softmax", "P published", "P_{b-1} V_{b-1} awaited", "own P V issued",
+        "K of b + 2 awaited", "S_{b+2} issued", "own P V and S awaited"};
+    profile_phases("64-token body", fi_profile_read_stamps_wg64, wg64, ctas);
+    profile_phases("32-token body (16-bit)", fi_profile_read_stamps_wg, wg, ctas);
+    profile_phases("32-token body (fp8)", fi_profile_read_stamps_wg8, wg, ctas);
 }
 #endif
 
@@ -265,7 +280,7 @@ static int hook_l2_probe(void *ctx, char *msg, size_t cap) {
 #ifdef FI_PROFILE
 static void hook_profile(void *ctx) {
     bench_profile_ctas(((const hook_ctx *)ctx)->v, fi_profile_read_stamps);
-    profile_wg64_phases(((const hook_ctx *)ctx)->v->num_ctas);
+    profile_wg_phases(((const hook_ctx *)ctx)->v->num_ctas);
 }
 #define HOOK_AFTER_B2B hook_profile
 #else

@@ -585,15 +585,23 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
     const Cursor c0 = cur; /* block b: stage (c0.st + b) % 4, parity flipped per lap */
     auto stage_of = [&](int b) { return (c0.st + b) & (kStages - 1); };
     auto parity_of = [&](int b) { return c0.ph ^ (uint32_t)(((c0.st + b) / kStages) & 1); };
+    /* Profiling builds: a round's phases (profile.cuh FI_PHASE): 0 the block's key ballot
+     * (sparse plans), 1 the other's P awaited, 2 its P V issued, 3 the barrier before the
+     * softmax, 4 the softmax, 5 P_b published, 6 P_{b-1} V_{b-1} awaited, 7 P_b V_b issued,
+     * 8 block b + 2's K awaited, 9 S_{b+2} issued, 10 both awaited, the stage released. */
+    FI_PHASE_START();
     auto own_scores = [&](int b) {
         mbar_wait(Ops::k_ready(s0, stage_of(b)), parity_of(b));
         fence_proxy_async();
+        FI_PHASE(8);
         Ops::scores(S, s0, stage_of(b));
+        FI_PHASE(9);
     };
     /* The other warpgroup's block b: its owner published P_b, m_b and rowsum(P_b); O is
      * rescaled as the owner rescaled its half and P_b V_b issued (not waited for). */
     auto other_pv = [&](int b) {
         nbar_sync(2 + (b & 1), 256);
+        FI_PHASE(1);
         fence_proxy_async();
         float alpha[2];
         adopt_rows(ln, reinterpret_cast<const float *>(smem + Sh::kM) + (b & 1) * kRows,
@@ -601,6 +609,7 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
         rescale_o(O, alpha);
         Ops::wait_v(s0, stage_of(b), parity_of(b));
         Ops::pv(O, s0, stage_of(b), ln.w);
+        FI_PHASE(2);
     };
     mbar_wait(Sh::qfull(s0), cur.qph);
     bool q_held = true;
@@ -609,7 +618,9 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
     wg_wait<0>();
     wg_pin<kBlockN / 2>(S);
     for (int b = ln.w; b < nblk; b += 2) { /* S_b done; nothing in flight */
+        FI_PHASE_ROUND();
         const uint32_t keys = p.m.sparse ? sparse_keys(p, it, rq, it.kv_begin + b * kBlockN, ln.lane) : ~0u;
+        FI_PHASE(0);
         if (b > 0)
             other_pv(b - 1);
         if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
@@ -617,6 +628,7 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
         q_held = b + 2 < nblk ? q_held : false;
         if constexpr (Ops::kPOverKpe)
             nbar_sync(4 + ln.w, 128); /* every warp's S_b done: kpe may become P_b */
+        FI_PHASE(3);
         /* The softmax works on a copy: written in place while P_{b-1} V_{b-1} is in
          * flight, S (a wgmma accumulator) made ptxas serialise every wgmma (C7515). */
         float alpha[2], rs[2], Sx[kBlockN / 2];
@@ -627,32 +639,39 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
             softmax_block<Ops, true>(ctx, ln, Sx, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, stage_of(b), b & 1);
         else
             softmax_block<Ops, false>(ctx, ln, Sx, it.kv_begin + b * kBlockN, keys, lo, hi, m, alpha, rs, smem, stage_of(b), b & 1);
+        FI_PHASE(4);
         fence_proxy_async();
         nbar_sync(4 + ln.w, 128);      /* P_b whole before this warpgroup reads it */
         nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
 #pragma unroll
         for (int i = 0; i < 2; ++i)
             l[i] = l[i] * alpha[i] + rs[i];
+        FI_PHASE(5);
         wg_wait<0>(); /* P_{b-1} V_{b-1} */
         wg_pin<128>(O);
         if (b > 0) /* this thread is done with block b - 1 */
             mbar_arrive(Sh::empty(s0, stage_of(b - 1)));
+        FI_PHASE(6);
         rescale_o(O, alpha);
         Ops::wait_v(s0, stage_of(b), parity_of(b));
         Ops::pv(O, s0, stage_of(b), ln.w);
+        FI_PHASE(7);
         if (b + 2 < nblk) /* block b + 2's stage is b - 2's, released last round */
             own_scores(b + 2);
         wg_wait<0>();
         wg_pin<128>(O);
         wg_pin<kBlockN / 2>(S);
         mbar_arrive(Sh::empty(s0, stage_of(b)));
+        FI_PHASE(10);
     }
     if (nblk > 0 && ((nblk - 1) & 1) != ln.w) { /* the item's last block is the other's */
         other_pv(nblk - 1);
         wg_wait<0>();
         wg_pin<128>(O);
         mbar_arrive(Sh::empty(s0, stage_of(nblk - 1)));
+        FI_PHASE(6);
     }
+    FI_PHASE_END();
     if (q_held && ln.lane == 0)
         mbar_arrive(Sh::qempty(s0));
     for (int b = 0; b < nblk; ++b)

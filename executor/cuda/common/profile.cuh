@@ -12,7 +12,7 @@
  *   g_phase[cta][wg][k]  clock64 cycles a consumer warpgroup spent in phase k of its rounds
  *                 (k < 14; [15]: the rounds), summed over the launches; a tile body marks
  *                 the ends of its phases with FI_PHASE(k) on the warpgroup's first thread
- *                 (the 64-token wgmma MLA body: mla_wg64_tile.cuh names its phases), each
+ *                 (the wgmma MLA bodies: run_item64 and wg_run_item name theirs), each
  *                 item's sums kept in shared memory and added to g_phase at its end.
  */
 #pragma once
