@@ -8,7 +8,8 @@
 #     quick   build and gpu-test only (no sanitizer, no benches)
 #     ncu     also Nsight Compute on one launch each of bench_mla's h16_q1 and h128_q1
 #     stamps  also the profiling build (make profile, -DFI_PROFILE, build-prof/): per-CTA
-#             stamps of the trace snapshots
+#             stamps of the trace snapshots, and the wgmma MLA bodies' round phases
+#             (profile.cuh FI_PHASE: cycles a round by phase) on the heads-128 cases
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
@@ -93,6 +94,11 @@ if [ "$MODE" = stamps ]; then
     && timeout 300 build-prof/bench/bench_mla --case trace --chain 0 > "$OUT/bench_stamps.log" 2>&1
   sum "stamps rc=$?"
   cat "$OUT/bench_stamps.log" 2>/dev/null
+  for c in h128_q1 h128_q2 h128_q1_ps16 mla_fp8_h128_q1_b128_kv4096 \
+           mla_sparse_top2048_h128_q2 mla_sparse_fp8_top2048_h128_q2; do
+    timeout 60 build-prof/bench/bench_mla --case "$c" --chain 0 --reps 20 --sets 1 2>&1 \
+      | grep -E "^# profile: .*body|^\| $c +\| b2b" | tee -a "$OUT/phases.txt"
+  done
 fi
 
 echo "===== bench_mla (real planner) ====="
