@@ -244,8 +244,8 @@ static bench_stamp_reader latest_stamps(int ctas) {
 }
 
 /* A wgmma body's round phases (profile.cuh g_phase, the phases its item loop names), summed
- * over its CTAs, both consumer warpgroups and every launch so far: cycles a round each.
- * Nothing when that body did not run. */
+ * over its CTAs, both consumer warpgroups and the case's b2b launches (zeroed before them:
+ * profile_phases_zero): cycles a round each.  Nothing when that body did not run. */
 static void profile_phases(const char *body, bench_stamp_reader read, const char *const *name,
                            int ctas) {
     static unsigned long long ph[1024][2][16];
@@ -266,6 +266,13 @@ static void profile_phases(const char *body, bench_stamp_reader read, const char
         total += sum[k] / rounds;
     }
     printf(" total %.0f\n", total);
+}
+
+/* Every wgmma body's phase sums to zero (before a case's b2b mode). */
+static void profile_phases_zero(void) {
+    fi_profile_read_stamps_wg64(NULL, 4, 0);
+    fi_profile_read_stamps_wg(NULL, 4, 0);
+    fi_profile_read_stamps_wg8(NULL, 4, 0);
 }
 
 /* The phases of the two item loops (mla_wg64_tile.cuh run_item64, mla_wg_tile.cuh
@@ -294,6 +301,9 @@ typedef struct hook_ctx {
 
 static int hook_l2_probe(void *ctx, char *msg, size_t cap) {
     const hook_ctx *h = (const hook_ctx *)ctx;
+#ifdef FI_PROFILE
+    profile_phases_zero(); /* the phases printed after b2b are this case's */
+#endif
     /* dense page tables only: a sparse table's entries are slots, not page ids */
     return h->g->l2_pages > 0 && h->c->o.sparse_top_k == 0
                ? l2_probe_pages(h->c, h->g->l2_pages, msg, cap)

@@ -10,7 +10,8 @@
  *                 item: [2] KV loop done, [3] output (or partial) written
  *   g_stamp3[cta] [0] the SM it ran on (%smid; SMs 2k and 2k + 1 share a TPC)
  *   g_phase[cta][wg][k]  clock64 cycles a consumer warpgroup spent in phase k of its rounds
- *                 (k < 14; [15]: the rounds), summed over the launches; a tile body marks
+ *                 (k < 14; [15]: the rounds), summed over the launches since the host
+ *                 last zeroed them (the reader, which 4); a tile body marks
  *                 the ends of its phases with FI_PHASE(k) on the warpgroup's first thread
  *                 (the wgmma MLA bodies: run_item64 and wg_run_item name theirs), each
  *                 item's sums kept in shared memory and added to g_phase at its end.
@@ -68,10 +69,14 @@ __shared__ __align__(1024) unsigned long long s_phase[2][64];
             if (k_ != 14)                                                                 \
                 fi::g_phase[blockIdx.x][threadIdx.x >> 7][k_] += fi::s_phase[threadIdx.x >> 7][k_]
 /* Host side of a profiling build, in one .cu of a family (it sees that module's stamps):
- * which 0 / 1 / 2: g_stamp / g_stamp2 / g_stamp3 ([n][4]); 3: g_phase ([n][2][16]). */
+ * which 0 / 1 / 2: g_stamp / g_stamp2 / g_stamp3 ([n][4]); 3: g_phase ([n][2][16]); 4:
+ * g_phase zeroed (host, n unused: a case's sums then start from nothing). */
 #define FI_PROFILE_READERS(name)                                                           \
     extern "C" void name(unsigned long long *host, int which, int n) {                    \
-        if (which == 3)                                                                    \
+        static const unsigned long long zero[1024 * 32] = {0};                            \
+        if (which == 4)                                                                    \
+            cudaMemcpyToSymbol(fi::g_phase, zero, sizeof zero);                           \
+        else if (which == 3)                                                               \
             cudaMemcpyFromSymbol(host, fi::g_phase, sizeof(unsigned long long) * 32 * (size_t)n); \
         else                                                                               \
             cudaMemcpyFromSymbol(host, which == 2 ? fi::g_stamp3 : which ? fi::g_stamp2 : fi::g_stamp, \
