@@ -299,10 +299,12 @@ typedef struct hook_ctx {
     const fi_plan_view *v;
 } hook_ctx;
 
-static int hook_l2_probe(void *ctx, char *msg, size_t cap) {
+/* Before a case's timings: profiling builds zero the phase sums (so the phases printed
+ * after b2b are this case's), and FI_BENCH_L2_PAGES rewrites the page table. */
+static int hook_before_timing(void *ctx, char *msg, size_t cap) {
     const hook_ctx *h = (const hook_ctx *)ctx;
 #ifdef FI_PROFILE
-    profile_phases_zero(); /* the phases printed after b2b are this case's */
+    profile_phases_zero();
 #endif
     /* dense page tables only: a sparse table's entries are slots, not page ids */
     return h->g->l2_pages > 0 && h->c->o.sparse_top_k == 0
@@ -390,7 +392,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     } else {
         const bench_inputs in = case_inputs(&c);
         hook_ctx hc = {&c, g, &v};
-        const bench_hooks hooks = {hook_l2_probe, HOOK_AFTER_B2B, &hc};
+        const bench_hooks hooks = {hook_before_timing, HOOK_AFTER_B2B, &hc};
         bench_times t;
         rc = bench_time_modes(&in, &g->b, flush, flush_bytes, &hooks, &t, msg, cap);
         const row_ctx r = {bc, bytes, flops, g};

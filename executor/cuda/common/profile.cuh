@@ -73,9 +73,9 @@ __shared__ __align__(1024) unsigned long long s_phase[2][64];
  * g_phase zeroed (host, n unused: a case's sums then start from nothing). */
 #define FI_PROFILE_READERS(name)                                                           \
     extern "C" void name(unsigned long long *host, int which, int n) {                    \
-        static const unsigned long long zero[1024 * 32] = {0};                            \
-        if (which == 4)                                                                    \
-            cudaMemcpyToSymbol(fi::g_phase, zero, sizeof zero);                           \
+        void *phase = NULL;                                                                \
+        if (which == 4 && cudaGetSymbolAddress(&phase, fi::g_phase) == cudaSuccess)        \
+            cudaMemset(phase, 0, sizeof fi::g_phase);                                      \
         else if (which == 3)                                                               \
             cudaMemcpyFromSymbol(host, fi::g_phase, sizeof(unsigned long long) * 32 * (size_t)n); \
         else                                                                               \
