@@ -653,6 +653,14 @@ static inline void bench_profile_head_tail(const fi_plan_view *v, const bench_st
         h[4][m] = bench_us(st[c * 4 + 3], s2[c * 4 + 3]);
         m++;
     }
+    /* the latest split arrival (kernel-relative): the cooperative merges start after it */
+    unsigned long long t_arr = 0;
+    int c_arr = -1;
+    for (int c = 0; c < S->n; c++)
+        if (bench_cta_busy(v, c) && st[c * 4 + 2] >= st[c * 4] && st[c * 4 + 2] > t_arr) {
+            t_arr = st[c * 4 + 2];
+            c_arr = c;
+        }
     const double span = bench_us(t_end, S->t0);
     const double mplan = bench_med(h[0], m), mq = bench_med(h[1], m), mkv = bench_med(h[2], m),
                  mloop = bench_med(h[3], m), mout = bench_med(h[4], m),
@@ -661,6 +669,24 @@ static inline void bench_profile_head_tail(const fi_plan_view *v, const bench_st
            "block %.2f; tail (to CTA end): from last loop end %.2f, from last output %.2f; "
            "start skew median %.2f max %.2f; stamp span %.1f\n",
            mplan, mq, mkv, mloop, mout, mskew, skew[S->n - 1], span);
+    if (c_arr >= 0) {
+        /* the cooperative merges (g_stamp3 [1] group complete, [2] slice written), medians
+         * over the CTAs that ran one in this launch */
+        static double mw[1024], mx[1024], ms[1024];
+        int k = 0;
+        for (int c = 0; c < S->n; c++)
+            if (bench_cta_busy(v, c) && S->s3[c * 4 + 1] >= st[c * 4] &&
+                S->s3[c * 4 + 3] >= S->s3[c * 4 + 1] && S->s3[c * 4 + 2] >= S->s3[c * 4 + 3]) {
+                mw[k] = bench_us(S->s3[c * 4 + 1], S->t0);
+                mx[k] = bench_us(S->s3[c * 4 + 3], S->s3[c * 4 + 1]);
+                ms[k++] = bench_us(S->s3[c * 4 + 2], S->s3[c * 4 + 3]);
+            }
+        printf("# profile: last split arrival +%.2f us (cta %d), kernel end +%.2f (from the "
+               "earliest start); cooperative merges (%d CTAs): group complete seen +%.2f, "
+               "weights %.2f, sums and stores %.2f (medians)\n",
+               bench_us(t_arr, S->t0), c_arr, span, k, bench_med(mw, k), bench_med(mx, k),
+               bench_med(ms, k));
+    }
 }
 
 /* SMs 2k and 2k + 1 share a TPC: the CTAs with items whose partner SM ran none, against

@@ -198,7 +198,8 @@ __device__ __forceinline__ void softmax64(const RunCtx &ctx, const Lane &ln, flo
 template <typename T, typename TO, class Merge>
 __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
-                                           unsigned char *smem, Cursor &cur) {
+                                           unsigned char *smem, bool first, Cursor &cur) {
+    (void)first; /* profiling stamps only (FI_STAMP2: the CTA's first item) */
     const uint32_t s0 = smem_u32(smem);
     const Lane ln = lane_of(threadIdx.x);
     const int w = ln.w;
@@ -242,6 +243,9 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
      * softmax, 8 P_b published, 9 P_b V_b issued, 10 P_b V_b awaited, the stage released. */
     FI_PHASE_START();
     mbar_wait(qfull(s0), cur.qph);
+    if (first) {
+        FI_STAMP2(0);
+    }
     bool q_held = true;
     for (int b = w; b < nblk; b += 2) {
         const int st = stage_of(b);
@@ -271,6 +275,9 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         wg_pin<kBlockN / 2>(S);
         wg_pin<128>(O);
         FI_PHASE(5);
+        if (first && b == 0) {
+            FI_STAMP2(1);
+        }
         mbar_arrive(empty(s0, st, 1 - w)); /* the owner is done with the other's V half */
         if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
             mbar_arrive(qempty(s0));
@@ -311,12 +318,14 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         FI_PHASE(4);
     }
     FI_PHASE_END();
+    FI_STAMP2(2);
     if (q_held && ln.lane == 0)
         mbar_arrive(qempty(s0));
     for (int b = 0; b < nblk; ++b)
         cur.next();
     cur.qph ^= 1u;
     fimlawg::store_rows<TO>(p, ctx, it, rq, nh, M, ln, O, m, l);
+    FI_STAMP2(3);
     if (it.out_slot < 0)
         return false;
     return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + Sh::kFlag),
@@ -389,8 +398,7 @@ template <typename T> struct MlaWg64Family {
 
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
                                     const fi_request_info &rq, unsigned char *smem, bool first, State &cur) {
-        (void)first;
-        return run_item64<T, T, Merge>(p, ctx, it, rq, smem, cur);
+        return run_item64<T, T, Merge>(p, ctx, it, rq, smem, first, cur);
     }
 };
 

@@ -385,8 +385,7 @@ struct MlaWg8Family {
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
                                     const fi_request_info &rq, unsigned char *smem, bool first,
                                     State &cur) {
-        (void)first;
-        return fimlawg::wg_run_item<Ops8>(p, ctx, it, rq, smem, cur);
+        return fimlawg::wg_run_item<Ops8>(p, ctx, it, rq, smem, first, cur);
     }
 };
 

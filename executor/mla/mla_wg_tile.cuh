@@ -568,7 +568,8 @@ __device__ __forceinline__ void rescale_o(float *O, const float *alpha) {
 template <class Ops>
 __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx &ctx,
                                             const fi_work_item &it, const fi_request_info &rq,
-                                            unsigned char *smem, Cursor &cur) {
+                                            unsigned char *smem, bool first, Cursor &cur) {
+    (void)first; /* profiling stamps only (FI_STAMP2: the CTA's first item) */
     using Sh = typename Ops::Sh;
     const uint32_t s0 = smem_u32(smem);
     const Lane ln = lane_of(threadIdx.x);
@@ -612,11 +613,17 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
         FI_PHASE(2);
     };
     mbar_wait(Sh::qfull(s0), cur.qph);
+    if (first) {
+        FI_STAMP2(0);
+    }
     bool q_held = true;
     if (ln.w < nblk)
         own_scores(ln.w);
     wg_wait<0>();
     wg_pin<kBlockN / 2>(S);
+    if (first) {
+        FI_STAMP2(1);
+    }
     for (int b = ln.w; b < nblk; b += 2) { /* S_b done; nothing in flight */
         FI_PHASE_ROUND();
         const uint32_t keys = p.m.sparse ? sparse_keys(p, it, rq, it.kv_begin + b * kBlockN, ln.lane) : ~0u;
@@ -672,6 +679,7 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
         FI_PHASE(6);
     }
     FI_PHASE_END();
+    FI_STAMP2(2);
     if (q_held && ln.lane == 0)
         mbar_arrive(Sh::qempty(s0));
     for (int b = 0; b < nblk; ++b)
@@ -679,6 +687,7 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
     cur.qph ^= 1u;
     Ops::finish(O, l);
     Ops::store(p, ctx, it, rq, nh, M, ln, O, m, l);
+    FI_STAMP2(3);
     if (it.out_slot < 0)
         return false;
     return Ops::Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + Sh::kFlag),
@@ -786,8 +795,7 @@ template <typename T, typename KV = T> struct MlaWgFamily {
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
                                     const fi_request_info &rq, unsigned char *smem, bool first,
                                     State &cur) {
-        (void)first;
-        return wg_run_item<Ops16<T, TO>>(p, ctx, it, rq, smem, cur);
+        return wg_run_item<Ops16<T, TO>>(p, ctx, it, rq, smem, first, cur);
     }
 };
 

@@ -8,7 +8,9 @@
  *                 arrival, [3] CTA end
  *   g_stamp2[cta] %globaltimer, first item: [0] Q landed, [1] first KV block landed; last
  *                 item: [2] KV loop done, [3] output (or partial) written
- *   g_stamp3[cta] [0] the SM it ran on (%smid; SMs 2k and 2k + 1 share a TPC)
+ *   g_stamp3[cta] [0] the SM it ran on (%smid; SMs 2k and 2k + 1 share a TPC); the
+ *                 last cooperative merge (%globaltimer): [1] its group complete, [3] its
+ *                 slice's weights ready, [2] its slice written
  *   g_phase[cta][wg][k]  clock64 cycles a consumer warpgroup spent in phase k of its rounds
  *                 (k < 14; [15]: the rounds), summed over the launches since the host
  *                 last zeroed them (the reader, which 4); a tile body marks
@@ -39,6 +41,8 @@ __device__ __forceinline__ unsigned long long gtimer() {
     }
 #define FI_STAMP2(i) \
     if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp2[blockIdx.x][i] = fi::gtimer()
+#define FI_STAMP3(i) \
+    if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp3[blockIdx.x][i] = fi::gtimer()
 namespace fi {
 __device__ unsigned long long g_phase[1024][2][16];
 /* 1 KB and 1 KB-aligned: the dynamic shared memory after it stays aligned for the
@@ -85,6 +89,7 @@ __shared__ __align__(1024) unsigned long long s_phase[2][64];
 #else
 #define FI_STAMP(i)
 #define FI_STAMP2(i)
+#define FI_STAMP3(i)
 #define FI_STAMP_SM()
 #define FI_PHASE_START()
 #define FI_PHASE(k)

@@ -204,22 +204,54 @@ struct SplitMerge {
         }
     }
 
-    /* Cooperative merge of group g: its outputs, M rows x kF4 float4 columns (units
-     * u = r * kF4 + c4, also the float4 offset inside a slot), are cut into `nparts`
-     * contiguous slices; slice `part` (the split index of the calling CTA's item) is
-     * merged here by the whole CTA, once every split has arrived.  So n CTAs share a
+    /* a[q] += sum over splits s in [sa, sb) of weight(s, row) x O_s[unit uq[q]], q < kQn
+     * and vq[q], in split order: kH splits x kQn units of loads in flight at once. */
+    template <int kH, int kQn, typename Wf>
+    static __device__ __forceinline__ void sum_splits(const float4 *po, int64_t slot_f4, int sa,
+                                                      int sb, const int *uq, const bool *vq,
+                                                      int r_lo, Wf weight, float4 *a) {
+        for (int s = sa; s < sb; s += kH) {
+            float4 o[kH][kQn];
+#pragma unroll
+            for (int h = 0; h < kH; ++h)
+#pragma unroll
+                for (int q = 0; q < kQn; ++q)
+                    if (s + h < sb && vq[q])
+                        o[h][q] = __ldcg(po + (int64_t)(s + h) * slot_f4 + uq[q]);
+#pragma unroll
+            for (int h = 0; h < kH; ++h)
+#pragma unroll
+                for (int q = 0; q < kQn; ++q)
+                    if (s + h < sb && vq[q]) {
+                        const float w = weight(s + h, uq[q] / kF4 - r_lo);
+                        a[q].x += w * o[h][q].x;
+                        a[q].y += w * o[h][q].y;
+                        a[q].z += w * o[h][q].z;
+                        a[q].w += w * o[h][q].w;
+                    }
+        }
+    }
+
+    /* Cooperative merge of group grp (its request row rq): its outputs, M rows x kF4 float4
+     * columns (units u = r * kF4 + c4, also the float4 offset inside a slot), are cut into
+     * `nparts` contiguous slices; slice `part` (the split index of the calling CTA's item)
+     * is merged here by the whole CTA, once every split has arrived.  So n CTAs share a
      * group's merge (B1 x 32k: 128 CTAs read 32 KB each instead of one CTA 4 MB).
      * Steps: the slice rows' LSEs into shared memory, a warp a row for max and sum, the
      * weights in place, then each thread sums up to kQ units over its part of the splits
      * (K parts a unit, K = Threads / units, at most n), parts added in order through
-     * shared memory.  Deterministic: a row's statistics come out the same in any slice; K
-     * depends only on (slice size, n); parts are summed in split order and added in order.
-     * smem: the whole dynamic block (no item in flight), smem_bytes long. */
+     * shared memory.  A thread holding one unit keeps 16 splits' loads in flight, else 4
+     * splits x kQ units (B1 x 32k heads 128, 32 splits a part: the sums took 10.7 us with
+     * 4 in flight, 6.7 with 16; H200, docs/perf-log.md).  Loading the first 16 before the
+     * statistics made those wait behind them (6.2 us instead of 2).  Deterministic: a
+     * row's statistics come out the same in any slice; K depends only on (slice size, n);
+     * parts are summed in split order and added in order.  smem: the whole dynamic block
+     * (no item in flight), smem_bytes long. */
     static __device__ __noinline__ void merge_slice(const fi_exec_common &c, const RunCtx &ctx,
-                                                    int g, int part, int nparts,
-                                                    unsigned char *smem, size_t smem_bytes) {
-        const fi_merge_group grp = c.groups[g];
-        const fi_request_info rq = c.requests[grp.request];
+                                                    const fi_merge_group &grp,
+                                                    const fi_request_info &rq, int part,
+                                                    int nparts, unsigned char *smem,
+                                                    size_t smem_bytes) {
         const int nh = grp.head_end - grp.head_begin;
         const int M = (grp.q_end - grp.q_begin) * nh;
         const int ns = grp.num_splits;
@@ -263,6 +295,7 @@ struct SplitMerge {
             return staged ? sWt[s * R + rr]
                           : weight_of(__ldcg(plse + (int64_t)s * c.tile_rows + rr), rr);
         };
+        FI_STAMP3(3);
         const int nu = u1 - u0;
         /* parts a unit (1 when nu >= Threads); NVFP4: 1, so thread j of a round writes unit
          * base + q * Threads + j and an aligned quad of lanes holds a block (write_merged) */
@@ -285,26 +318,11 @@ struct SplitMerge {
                 uq[q] = u0 + j;
                 a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
             }
-            for (int s = sa; s < sb; s += 4) {
-                float4 o[4][kQ]; /* 4 splits x kQ units in flight, summed in split order */
-#pragma unroll
-                for (int h = 0; h < 4; ++h)
-#pragma unroll
-                    for (int q = 0; q < kQ; ++q)
-                        if (s + h < sb && vq[q])
-                            o[h][q] = __ldcg(po + (int64_t)(s + h) * slot_f4 + uq[q]);
-#pragma unroll
-                for (int h = 0; h < 4; ++h)
-#pragma unroll
-                    for (int q = 0; q < kQ; ++q)
-                        if (s + h < sb && vq[q]) {
-                            const float w = weight(s + h, uq[q] / kF4 - r_lo);
-                            a[q].x += w * o[h][q].x;
-                            a[q].y += w * o[h][q].y;
-                            a[q].z += w * o[h][q].z;
-                            a[q].w += w * o[h][q].w;
-                        }
-            }
+            /* a unit a thread (nu <= per: only q 0 holds one): 16 splits in flight, not 4 */
+            if (nu <= per)
+                sum_splits<16, 1>(po, slot_f4, sa, sb, uq, vq, r_lo, weight, a);
+            else
+                sum_splits<4, kQ>(po, slot_f4, sa, sb, uq, vq, r_lo, weight, a);
             if (K > 1) {
 #pragma unroll
                 for (int q = 0; q < kQ; ++q)
@@ -349,14 +367,17 @@ struct SplitMerge {
             const fi_merge_group grp = c.groups[g];
             if (solo(grp))
                 continue;
+            const fi_request_info rq = c.requests[grp.request]; /* loaded before the wait */
             const int n = grp.num_splits;
             if (threadIdx.x == 0)
                 while (ld_acquire(c.semaphores + g) < (uint32_t)n)
                     __nanosleep(64);
             cta_sync<Threads>();
             __threadfence();
-            merge_slice(c, ctx, g, slot - grp.first_slot, n, smem, smem_bytes);
+            FI_STAMP3(1);
+            merge_slice(c, ctx, grp, rq, slot - grp.first_slot, n, smem, smem_bytes);
             cta_sync<Threads>();
+            FI_STAMP3(2);
             if (threadIdx.x == 0)
                 sem_inc(c.semaphores + g, (uint32_t)(2 * n - 1));
         }
