@@ -671,7 +671,8 @@ template <typename T, typename KV = T> struct MlaFamily {
     static_assert(!kF8 || std::is_same<T, __half>::value, "an fp8 cache runs fp16 matmuls");
     using TO = typename std::conditional<kF8, __nv_bfloat16, T>::type; /* output element */
     using Params = fi_mla_params;
-    using Merge = SplitMerge<kDv, kRows, TO, kThreads, true, 8>; /* long pieces merge together */
+    /* long pieces merge together; 16 loads in flight in a one-unit slice (B1 x 32k) */
+    using Merge = SplitMerge<kDv, kRows, TO, kThreads, true, 8, 16>;
     static constexpr int kThreads = fimla::kThreads;
     static constexpr int kProducerWarps = 0; /* every warp loads and computes */
     static constexpr int kConsumerRegs = 0;

@@ -335,7 +335,8 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
 /* The family (bf16 or fp16 q / KV / out). */
 template <typename T> struct MlaWg64Family {
     using Params = fi_mla_params;
-    using Merge = SplitMerge<kDv, kRows, T, kThreads, false>;
+    /* 12 loads in flight in a one-unit merge slice (16 spilled 4 bytes in merge_slice) */
+    using Merge = SplitMerge<kDv, kRows, T, kThreads, false, 1 << 30, 12>;
     static constexpr int kThreads = fimlaw64::kThreads;
     static constexpr int kProducerWarps = fimlaw64::kProducerWarps;
     static constexpr int kConsumerRegs = fimlaw64::kConsumerRegs;

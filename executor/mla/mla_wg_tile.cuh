@@ -697,7 +697,9 @@ __device__ __forceinline__ bool wg_run_item(const fi_mla_params &p, const RunCtx
 /* The 16-bit body's pieces for wg_run_item: T the matmul element, TO the output's. */
 template <typename T, typename TO> struct Ops16 {
     using Sh = Sh16;
-    using Merge = SplitMerge<kDv, kRows, TO, kThreads, false>; /* all merges after the items */
+    /* all merges after the items; 12 loads in flight in a one-unit slice on a 16-bit cache
+     * (16 spilled 4 bytes in merge_slice; the fp8 cache's family, whose kernel spills, 4) */
+    using Merge = SplitMerge<kDv, kRows, TO, kThreads, false, 1 << 30, std::is_same<T, TO>::value ? 12 : 4>;
     static constexpr int kPLog2 = 0;
     static constexpr int kLazyLog2 = kLazy16Log2;
     static constexpr bool kPOverKpe = true;

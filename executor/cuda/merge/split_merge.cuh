@@ -40,8 +40,11 @@ __device__ __forceinline__ bool merge_is_solo(const fi_merge_group &grp) {
  * splits two at a time, and the long requests of small batches (heads 16, 8 x 32k: 16
  * splits a tile) ran 4% faster cooperatively (H200, perf-log 2026-11-29 sixth session);
  * the GQA body keeps every small group solo (its B1 x 32k, 16 splits of 4 rows, ran 10%
- * slower cooperatively). */
-template <int W, int Rows, typename O, int Threads, bool kSolo = true, int kSoloSplits = 1 << 30>
+ * slower cooperatively).  kOneLoads: the splits' loads a merge_slice thread holding one
+ * unit keeps in flight; 8 to 16 (4 registers each) where the family's merge_slice has the
+ * registers (ptxas reports no spill there), else 4. */
+template <int W, int Rows, typename O, int Threads, bool kSolo = true, int kSoloSplits = 1 << 30,
+          int kOneLoads = 4>
 struct SplitMerge {
     static_assert(W % 4 == 0 && W / 4 <= Threads && Threads % (W / 4) == 0, "merge width");
     static_assert(Rows >= 16 && Rows <= 128, "merge rows");
@@ -232,26 +235,26 @@ struct SplitMerge {
         }
     }
 
-    /* Cooperative merge of group grp (its request row rq): its outputs, M rows x kF4 float4
-     * columns (units u = r * kF4 + c4, also the float4 offset inside a slot), are cut into
-     * `nparts` contiguous slices; slice `part` (the split index of the calling CTA's item)
-     * is merged here by the whole CTA, once every split has arrived.  So n CTAs share a
+    /* Cooperative merge of group g: its outputs, M rows x kF4 float4 columns (units u = r *
+     * kF4 + c4, also the float4 offset inside a slot), are cut into `nparts` contiguous
+     * slices; slice `part` (the split index of the calling CTA's item) is merged here by
+     * the whole CTA, once every split has arrived.  So n CTAs share a
      * group's merge (B1 x 32k: 128 CTAs read 32 KB each instead of one CTA 4 MB).
      * Steps: the slice rows' LSEs into shared memory, a warp a row for max and sum, the
      * weights in place, then each thread sums up to kQ units over its part of the splits
      * (K parts a unit, K = Threads / units, at most n), parts added in order through
-     * shared memory.  A thread holding one unit keeps 16 splits' loads in flight, else 4
-     * splits x kQ units (B1 x 32k heads 128, 32 splits a part: the sums took 10.7 us with
-     * 4 in flight, 6.7 with 16; H200, docs/perf-log.md).  Loading the first 16 before the
-     * statistics made those wait behind them (6.2 us instead of 2).  Deterministic: a
+     * shared memory.  A thread holding one unit keeps kOneLoads splits' loads in flight,
+     * else 4 splits x kQ units (B1 x 32k heads 128, 32 splits a part: the sums took 10.7 us
+     * with 4 in flight, 6.7 with 16; H200, docs/perf-log.md).  Loading the first 16 before
+     * the statistics made those wait behind them (6.2 us instead of 2).  Deterministic: a
      * row's statistics come out the same in any slice; K depends only on (slice size, n);
      * parts are summed in split order and added in order.  smem: the whole dynamic block
      * (no item in flight), smem_bytes long. */
     static __device__ __noinline__ void merge_slice(const fi_exec_common &c, const RunCtx &ctx,
-                                                    const fi_merge_group &grp,
-                                                    const fi_request_info &rq, int part,
-                                                    int nparts, unsigned char *smem,
-                                                    size_t smem_bytes) {
+                                                    int g, int part, int nparts,
+                                                    unsigned char *smem, size_t smem_bytes) {
+        const fi_merge_group grp = c.groups[g];
+        const fi_request_info rq = c.requests[grp.request];
         const int nh = grp.head_end - grp.head_begin;
         const int M = (grp.q_end - grp.q_begin) * nh;
         const int ns = grp.num_splits;
@@ -318,10 +321,15 @@ struct SplitMerge {
                 uq[q] = u0 + j;
                 a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
             }
-            /* a unit a thread (nu <= per: only q 0 holds one): 16 splits in flight, not 4 */
-            if (nu <= per)
-                sum_splits<16, 1>(po, slot_f4, sa, sb, uq, vq, r_lo, weight, a);
-            else
+            /* a unit a thread (nu <= per: only q 0 holds one): kOneLoads splits in flight */
+            bool summed = false;
+            if constexpr (kOneLoads > 4) {
+                if (nu <= per) {
+                    sum_splits<kOneLoads, 1>(po, slot_f4, sa, sb, uq, vq, r_lo, weight, a);
+                    summed = true;
+                }
+            }
+            if (!summed)
                 sum_splits<4, kQ>(po, slot_f4, sa, sb, uq, vq, r_lo, weight, a);
             if (K > 1) {
 #pragma unroll
@@ -367,7 +375,6 @@ struct SplitMerge {
             const fi_merge_group grp = c.groups[g];
             if (solo(grp))
                 continue;
-            const fi_request_info rq = c.requests[grp.request]; /* loaded before the wait */
             const int n = grp.num_splits;
             if (threadIdx.x == 0)
                 while (ld_acquire(c.semaphores + g) < (uint32_t)n)
@@ -375,7 +382,7 @@ struct SplitMerge {
             cta_sync<Threads>();
             __threadfence();
             FI_STAMP3(1);
-            merge_slice(c, ctx, grp, rq, slot - grp.first_slot, n, smem, smem_bytes);
+            merge_slice(c, ctx, g, slot - grp.first_slot, n, smem, smem_bytes);
             cta_sync<Threads>();
             FI_STAMP3(2);
             if (threadIdx.x == 0)
