@@ -6,8 +6,9 @@
  * other build the stamps compile to nothing.
  *   g_stamp[cta]  %globaltimer: [0] kernel start, [1] plan record read, [2] a split's
  *                 arrival, [3] CTA end
- *   g_stamp2[cta] %globaltimer, first item: [0] Q landed, [1] first KV block landed; last
- *                 item: [2] KV loop done, [3] output (or partial) written
+ *   g_stamp2[cta] %globaltimer, first item: [0] Q landed, [1] first KV block landed (the
+ *                 wgmma MLA bodies: the first scores done); last item: [2] KV loop done,
+ *                 [3] output (or partial) written
  *   g_stamp3[cta] [0] the SM it ran on (%smid; SMs 2k and 2k + 1 share a TPC); the
  *                 last cooperative merge (%globaltimer): [1] its group complete, [3] its
  *                 slice's weights ready, [2] its slice written
