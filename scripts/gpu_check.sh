@@ -8,8 +8,9 @@
 #     quick   build and gpu-test only (no sanitizer, no benches)
 #     ncu     also Nsight Compute on one launch each of bench_mla's h16_q1 and h128_q1
 #     stamps  also the profiling build (make profile, -DFI_PROFILE, build-prof/): per-CTA
-#             stamps of the trace snapshots, and the wgmma MLA bodies' round phases
-#             (profile.cuh FI_PHASE: cycles a round by phase) on the heads-128 cases
+#             stamps of the trace snapshots, the wgmma MLA bodies' round phases
+#             (profile.cuh FI_PHASE: cycles a round by phase) on the heads-128 cases, and
+#             the batch-1 cases' head, latest split arrival and cooperative merge
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
@@ -98,6 +99,11 @@ if [ "$MODE" = stamps ]; then
            mla_sparse_top2048_h128_q2 mla_sparse_fp8_top2048_h128_q2; do
     timeout 60 build-prof/bench/bench_mla --case "$c" --chain 0 --reps 20 --sets 1 2>&1 \
       | grep -E "^# profile: .*body|^\| $c +\| b2b" | tee -a "$OUT/phases.txt"
+  done
+  # batch 1: the head (Q, first scores), the latest arrival and the cooperative merge
+  for c in b1_32k_h16 b1_32k_h128 mla_fp8_b1_kv32768_h128; do
+    timeout 60 build-prof/bench/bench_mla --case "$c" --chain 0 --reps 20 --sets 1 2>&1 \
+      | grep -E "^# profile: (head|last)|^\| $c +\| b2b" | tee -a "$OUT/phases.txt"
   done
 fi
 
