@@ -316,14 +316,11 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
     }
 }
 
-/* Splits' loads in flight in a one-unit merge slice (SplitMerge kOneLoads): 16 spilled
- * 96 / 192 bytes in this family's merge_slice, 8 does not. */
-constexpr int kOneLoads8 = 8;
-
 /* The fp8 body's pieces for fimlawg::wg_run_item. */
 struct Ops8 {
     using Sh = Sh8;
-    using Merge = SplitMerge<kDv, kRows, __nv_bfloat16, kThreads, false, 1 << 30, kOneLoads8>;
+    /* 8 loads in flight in a one-unit merge slice (16 spilled 96 / 192 bytes there) */
+    using Merge = SplitMerge<kDv, kRows, __nv_bfloat16, kThreads, false, 1 << 30, 8>;
     static constexpr int kPLog2 = 8;          /* P x 2^8: small weights stay above e4m3's subnormals */
     static constexpr int kLazyLog2 = 0;       /* no lazy max: P x 2^8 x 2^margin would pass e4m3's 448 */
     static constexpr bool kPOverKpe = false;  /* P has panels of its own */

@@ -321,15 +321,11 @@ struct SplitMerge {
                 uq[q] = u0 + j;
                 a[q] = make_float4(0.f, 0.f, 0.f, 0.f);
             }
-            /* a unit a thread (nu <= per: only q 0 holds one): kOneLoads splits in flight */
-            bool summed = false;
-            if constexpr (kOneLoads > 4) {
-                if (nu <= per) {
-                    sum_splits<kOneLoads, 1>(po, slot_f4, sa, sb, uq, vq, r_lo, weight, a);
-                    summed = true;
-                }
-            }
-            if (!summed)
+            /* a unit a thread (nu <= per: only q 0 holds one): kOneLoads splits in flight;
+             * kOneLoads 4 compiles the general path alone */
+            if (kOneLoads > 4 && nu <= per)
+                sum_splits<kOneLoads, 1>(po, slot_f4, sa, sb, uq, vq, r_lo, weight, a);
+            else
                 sum_splits<4, kQ>(po, slot_f4, sa, sb, uq, vq, r_lo, weight, a);
             if (K > 1) {
 #pragma unroll
