@@ -422,36 +422,19 @@ static void gqa_bad_tensors_return_their_status_and_write_nothing(void **state) 
 
 /* ---- one small split case, for compute-sanitizer memcheck / racecheck -------------------- */
 
-/* Batch 1 x 1500-2000 keys, heads 16 / 4, head_dim 128, page 16, sinks, on `ctas` CTAs of
- * tile table row `variant`: split into >= 2 pieces, checked once against the reference. */
-static void sanitize_split(uint64_t seed, int32_t variant, int32_t q_len, int32_t ctas,
-                           gqa_layout layout) {
-    tt_rng rng = gt_test_rng(seed);
-    gqa_opts o = default_opts(16, 4, 128, 16);
-    o.variant = variant;
-    o.q_len = q_len;
-    o.num_ctas = ctas;
-    o.sinks = 1;
-    o.layout = layout;
-    gqa_case c;
-    split_case(&c, &o, 1, 1500, 2000, 2, &rng);
-    check_case(&c, 1);
-    gqa_case_free(&c);
-}
-
 static void sanitize_small_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    sanitize_split(10, 0, 2, 8, GQA_HND); /* 4 tiles on 8 CTAs: >= 2 pieces */
-}
-
-/* The rows-8 row (caps.variant 2), q_len 1, 16 CTAs: the transposed-only kernel and its
- * one-row solo merge (4 rows a KV head), for compute-sanitizer
- * (FI_GPU_TEST_FILTER=sanitize_rows8_small_case). */
-static void sanitize_rows8_small_case(void **state) {
-    (void)state;
-    REQUIRE_GPU();
-    sanitize_split(18, 2, 1, 16, GQA_NHD);
+    tt_rng rng = gt_test_rng(10);
+    gqa_opts o = default_opts(16, 4, 128, 16);
+    o.q_len = 2;
+    o.num_ctas = 8;
+    o.sinks = 1;
+    o.layout = GQA_HND;
+    gqa_case c;
+    split_case(&c, &o, 1, 1500, 2000, 2, &rng); /* 4 tiles on 8 CTAs: >= 2 pieces */
+    check_case(&c, 1);
+    gqa_case_free(&c);
 }
 
 /* ---- fp8 e4m3 KV (scale folded into bmm1 / bmm2) against the dequantised reference -------- */
@@ -542,54 +525,6 @@ static void gqa_nvfp4_kv_matches_dequantised_reference(void **state) {
     }
 }
 
-/* ---- the tile_rows-8 row (caps.variant 2: gqa_decode_rows8, its transposed-only kernel) -- */
-
-/* Every KV dtype and head_dim on the rows-8 row against the (dequantising) fp64
- * reference: groups 1 to 16 and q_len 1 to 3, so requests of more than 8 rows are cut into
- * several tiles (group 16: tiles of 8 heads); kv_len 2 pages or random up to 900 (2500 on
- * 7 CTAs); and batch 1 x 16-20k over every CTA (16-split groups: the one-row solo merge,
- * SplitMerge kOneRow). */
-static void gqa_rows8_row_matches_reference(void **state) {
-    (void)state;
-    REQUIRE_GPU();
-    tt_rng rng = gt_test_rng(17);
-    const int fp4 = !nvfp4_refused();
-    static const fi_dtype KVD[3] = {(fi_dtype)0 /* the q dtype */, FI_DTYPE_E4M3, FI_DTYPE_E2M1};
-    int n = 0;
-    for (int k = 0; k < 27; k++) {
-        const int32_t d = DIMS[k % 3], group = GROUPS[(k / 3) % 6], hkv = group == 16 ? 2 : 4;
-        const fi_dtype kvd = KVD[(k / 9) % 3];
-        if (kvd == FI_DTYPE_E2M1 && !fp4)
-            continue;
-        gqa_opts o = default_opts(group * hkv, hkv, d, PAGES[k % 4]);
-        o.variant = 2;
-        o.kv_dtype = kvd;
-        o.dtype = k & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
-        o.q_len = 1 + k % 3;
-        o.layout = k & 2 ? GQA_HND : GQA_NHD;
-        o.sinks = (k >> 2) & 1;
-        o.num_ctas = k % 4 == 1 ? 7 : 0;
-        int32_t kv[3];
-        for (int32_t b = 0; b < 3; b++)
-            kv[b] = pick_kv_len(&rng, b + 3, o.q_len, o.page_size, o.num_ctas ? 2500 : 900);
-        run_and_check(&o, kv, 3, &rng, 2);
-        n++;
-    }
-    for (int k = 0; k < 3; k++) { /* batch 1, long: 16 splits a KV head on 132 CTAs */
-        gqa_opts o = default_opts(32, 8, DIMS[k], 64);
-        o.variant = 2;
-        o.kv_dtype = KVD[k];
-        if (o.kv_dtype == FI_DTYPE_E2M1 && !fp4)
-            continue;
-        o.dtype = k & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
-        const int32_t kv = tt_rng_int(&rng, 16000, 20000);
-        const split_stats st = run_and_check(&o, &kv, 1, &rng, 2);
-        assert_true(st.groups > 0);
-        n++;
-    }
-    print_message("  %d cases on gqa_decode_rows8\n", n);
-}
-
 static void gqa_nvfp4_bad_scale_tensors_return_their_status(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -673,7 +608,6 @@ int main(void) {
     gt_begin("test_gqa_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sanitize_small_case),
-        cmocka_unit_test(sanitize_rows8_small_case),
         cmocka_unit_test(gqa_bad_tensors_return_their_status_and_write_nothing),
         cmocka_unit_test(gqa_matches_reference_every_shape),
         cmocka_unit_test(gqa_spec_decoding_causal_window_sinks_match_reference),
@@ -687,7 +621,6 @@ int main(void) {
         cmocka_unit_test(gqa_fp8_out_matches_reference),
         cmocka_unit_test(gqa_nvfp4_kv_matches_dequantised_reference),
         cmocka_unit_test(gqa_nvfp4_bad_scale_tensors_return_their_status),
-        cmocka_unit_test(gqa_rows8_row_matches_reference),
         cmocka_unit_test(gqa_nonfinite_inputs_follow_the_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
