@@ -682,10 +682,12 @@ static inline void bench_profile_head_tail(const fi_plan_view *v, const bench_st
                 ms[k++] = bench_us(S->s3[c * 4 + 2], S->s3[c * 4 + 3]);
             }
         printf("# profile: last split arrival +%.2f us (cta %d), kernel end +%.2f (from the "
-               "earliest start); cooperative merges (%d CTAs): group complete seen +%.2f, "
-               "weights %.2f, sums and stores %.2f (medians)\n",
-               bench_us(t_arr, S->t0), c_arr, span, k, bench_med(mw, k), bench_med(mx, k),
-               bench_med(ms, k));
+               "earliest start)", bench_us(t_arr, S->t0), c_arr, span);
+        if (k > 0) /* none: every group merged solo */
+            printf("; cooperative merges (%d CTAs): group complete seen +%.2f, weights %.2f, "
+                   "sums and stores %.2f (medians)", k, bench_med(mw, k), bench_med(mx, k),
+                   bench_med(ms, k));
+        printf("\n");
     }
 }
 

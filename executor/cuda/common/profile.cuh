@@ -79,9 +79,10 @@ __shared__ __align__(1024) unsigned long long s_phase[2][64];
 #define FI_PROFILE_READERS(name)                                                           \
     extern "C" void name(unsigned long long *host, int which, int n) {                    \
         void *phase = NULL;                                                                \
-        if (which == 4 && cudaGetSymbolAddress(&phase, fi::g_phase) == cudaSuccess)        \
-            cudaMemset(phase, 0, sizeof fi::g_phase);                                      \
-        else if (which == 3)                                                               \
+        if (which == 4) {                                                                  \
+            if (cudaGetSymbolAddress(&phase, fi::g_phase) == cudaSuccess)                  \
+                cudaMemset(phase, 0, sizeof fi::g_phase);                                  \
+        } else if (which == 3)                                                             \
             cudaMemcpyFromSymbol(host, fi::g_phase, sizeof(unsigned long long) * 32 * (size_t)n); \
         else                                                                               \
             cudaMemcpyFromSymbol(host, which == 2 ? fi::g_stamp3 : which ? fi::g_stamp2 : fi::g_stamp, \
