@@ -31,7 +31,9 @@
  * the same run (--read-tbps or env FI_CEIL_READ_TBPS; bench/run_gpu_bench.sh wires it).
  *
  * Usage: bench_gqa [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
- *                  [--ctas N] [--trace-step S] [--layout nhd|hnd]
+ *                  [--ctas N] [--trace-step S] [--layout nhd|hnd] [--variant V]
+ * --variant V: the plan's tile table row (caps.variant; 2: gqa_decode_rows8, the
+ * transposed-only kernel, for an A/B against the default row in one build).
  * Output: a table on stdout, and machine-readable lines on stderr
  *   "result <case> <mode> us <x> GBps <x> read_frac <x>".
  * No GPU: prints "skip" and exits 0.
@@ -68,6 +70,7 @@ static const bench_case CASES[] = {
 typedef struct cfg {
     bench_cfg b;
     gqa_layout layout; /* --layout nhd | hnd: the KV cache's axis order */
+    int32_t variant;   /* --variant V: caps.variant (0 the default row; 2 gqa_decode_rows8) */
 } cfg;
 
 static double out_value(const void *c, int64_t i) { return gqa_out_value((const gqa_case *)c, i); }
@@ -149,6 +152,7 @@ static int run_case(const bench_case *bc, const cfg *g, void *flush, size_t flus
     o.kv_form = GQA_KV_SINGLE;
     o.q_len = 1;
     o.num_ctas = g->b.ctas;
+    o.variant = g->variant;
     o.return_lse = 0;
     if (nvfp4) { /* ask the caps first: no point filling gigabytes for a refusal */
         fi_caps caps = gqa_caps(&o, bc->batch, bc->batch, 1);
@@ -221,11 +225,12 @@ int main(int argc, char **argv) {
         if (!val) {
             fprintf(stderr, "usage: bench_gqa [--reps N] [--sets N] [--chain N] [--case SUBSTR] "
                             "[--read-tbps X] [--ctas N] [--trace-step S] [--layout nhd|hnd] "
-                            "[--warm-ms N]\n");
+                            "[--variant V] [--warm-ms N]\n");
             return 2;
         }
         if (bench_cfg_option(&g.b, a, val)) continue;
         if (!strcmp(a, "--layout")) g.layout = !strcmp(val, "hnd") ? GQA_HND : GQA_NHD;
+        else if (!strcmp(a, "--variant")) g.variant = atoi(val);
         else if (!strcmp(a, "--tflops")) (void)0; /* accepted for run_gpu_bench.sh symmetry */
         else {
             fprintf(stderr, "bench_gqa: unknown option %s\n", a);

@@ -30,6 +30,21 @@ static uint64_t g_seed;
 
 /* Nonzero: plan the decode kinds with their data-parallel partition rows (ppart.c). */
 static int g_parallel_rows;
+/* Nonzero: plan GQA decode on its tile_rows-8 row (gqa_decode_rows8), whose kernel runs
+ * items of at most 8 rows only: every item is checked for it too. */
+static int g_gqa_rows8;
+
+/* 0 when every work item of p has at most max_rows rows (query rows x heads). */
+static int items_over_rows(const fi_plan *p, int32_t max_rows) {
+    fi_plan_view v;
+    assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+    for (int32_t i = 0; i < v.header->num_items; i++) {
+        const fi_work_item *it = &v.items[i];
+        if ((it->q_end - it->q_begin) * (it->head_end - it->head_begin) > max_rows)
+            return 1;
+    }
+    return 0;
+}
 
 static void run_many(int iters, const batchgen_opts *base) {
     tt_rng rng = {g_seed ^ (uint64_t)iters * 0x9e37ull ^ (uint64_t)(base ? base->shape : 0)};
@@ -40,6 +55,8 @@ static void run_many(int iters, const batchgen_opts *base) {
         assert_int_equal(batchgen_make(&rng, &o, &g), 0);
         if (g_parallel_rows && g.caps.kind != FI_KIND_CONTEXT)
             g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : 1;
+        if (g_gqa_rows8 && g.caps.kind == FI_KIND_GQA_DECODE)
+            g.caps.variant = 2;
         fi_plan *p = NULL;
         fi_status st = fi_plan_create(&g.caps, NULL, 0, NULL, &p);
         if (st != FI_OK)
@@ -56,6 +73,9 @@ static void run_many(int iters, const batchgen_opts *base) {
         if (tt_plan_check(p, &g.batch, &want, msg, sizeof msg) != 0)
             fail_msg("seed %llu iter %d: %s (%s)", (unsigned long long)g_seed, it, msg,
                      batchgen_describe(&g));
+        if (g.caps.kind == FI_KIND_GQA_DECODE && g.caps.variant == 2 && items_over_rows(p, 8))
+            fail_msg("seed %llu iter %d: an item of more than 8 rows on gqa_decode_rows8 (%s)",
+                     (unsigned long long)g_seed, it, batchgen_describe(&g));
         fi_plan_destroy(p);
         batchgen_free(&g);
     }
@@ -124,16 +144,28 @@ static void plan_covers_every_kv_token_once_global_walk(void **state) {
     fi_partition_test_force_global = 0;
 }
 
-/* The data-parallel partition (planner/ppart.c) on the same random batches: every KV token
- * once, bounds, groups and slots as for the walk (tt_plan_check). */
-static void plan_covers_every_kv_token_once_parallel_partition(void **state) {
-    (void)state;
-    g_parallel_rows = 1;
+/* 2000 random batches and 200 long-tailed ones with *mode set (a row override above). */
+static void run_many_with(int *mode) {
+    *mode = 1;
     run_many(2000, NULL);
     batchgen_opts o = {0};
     o.shape = BATCHGEN_LONG_TAIL;
     run_many(200, &o);
-    g_parallel_rows = 0;
+    *mode = 0;
+}
+
+/* The data-parallel partition (planner/ppart.c) on the same random batches: every KV token
+ * once, bounds, groups and slots as for the walk (tt_plan_check). */
+static void plan_covers_every_kv_token_once_parallel_partition(void **state) {
+    (void)state;
+    run_many_with(&g_parallel_rows);
+}
+
+/* GQA decode on the tile_rows-8 row: every KV token once (tt_plan_check) and no item of
+ * more than 8 rows, whatever the group and q_len (a request of more rows is cut). */
+static void plan_covers_every_kv_token_once_gqa_rows8(void **state) {
+    (void)state;
+    run_many_with(&g_gqa_rows8);
 }
 
 static void plan_with_one_cta_never_splits(void **state) {
@@ -146,6 +178,8 @@ static void plan_with_one_cta_never_splits(void **state) {
         assert_int_equal(batchgen_make(&rng, &o, &g), 0);
         if (g_parallel_rows && g.caps.kind != FI_KIND_CONTEXT)
             g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : 1;
+        if (g_gqa_rows8 && g.caps.kind == FI_KIND_GQA_DECODE)
+            g.caps.variant = 2;
         fi_plan *p = NULL;
         assert_int_equal(fi_plan_create(&g.caps, NULL, 0, NULL, &p), FI_OK);
         assert_int_equal(fi_plan_update(p, &g.batch, NULL), FI_OK);
@@ -237,15 +271,15 @@ static void mla_head_chunks_of_a_request_run_side_by_side(void **state) {
 
 /* GQA decode batches past the packing limit: tiles KV-head-major (tiles.h), so with 64
  * uniform requests x 8 KV heads on 64 CTAs (8 whole tiles a CTA) CTA c + 8 k runs KV head
- * k of the requests CTA c runs head 0 of, in the same order.  Both GQA rows (the walk and
- * the data-parallel partition); random kv_len. */
+ * k of the requests CTA c runs head 0 of, in the same order.  The three GQA rows (the
+ * walk, the data-parallel partition, the rows-8 tiles); random kv_len. */
 static void gqa_kv_heads_of_a_request_run_side_by_side(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 12};
     enum { B = 64, P = 64, PS = 16, CTAS = 64, HKV = 8, GROUP = 4 };
     static int32_t bt[B * P], lens[B];
     const int32_t kv = (int32_t)tt_rng_int(&rng, 100, P * PS);
-    for (int variant = 0; variant <= 1; variant++) {
+    for (int variant = 0; variant <= 2; variant++) {
         fi_caps c;
         memset(&c, 0, sizeof c);
         c.kind = FI_KIND_GQA_DECODE;
@@ -373,6 +407,7 @@ int main(void) {
         cmocka_unit_test(plan_covers_windows_and_non_causal),
         cmocka_unit_test(plan_covers_every_kv_token_once_global_walk),
         cmocka_unit_test(plan_covers_every_kv_token_once_parallel_partition),
+        cmocka_unit_test(plan_covers_every_kv_token_once_gqa_rows8),
         cmocka_unit_test(plan_with_one_cta_never_splits),
         cmocka_unit_test(mla_head_chunks_of_a_request_run_side_by_side),
         cmocka_unit_test(gqa_kv_heads_of_a_request_run_side_by_side),

@@ -75,6 +75,15 @@ static const fi_variant k_variants[] = {
      .tile_rows = 64, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .kv_head_major = 1,
      .family = &fi_family_gqa},
+    /* GQA decode on tiles of at most 8 rows (group x q_len <= 8 a tile: Llama / Qwen /
+     * Mistral decode), run by the kernel that holds the transposed consumers alone
+     * (executor/gqa: GqaRows8Family); opt-in by caps.variant 2.  A request of more rows
+     * (MTP at group 4 past q_len 2, or a group above 8) is cut into several tiles, each
+     * reading its KV head's keys again, so this row is for batches known not to have them. */
+    {.kind = FI_KIND_GQA_DECODE, .variant = 2, .name = "gqa_decode_rows8", .tile_rows = 8,
+     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
+     .family = &fi_family_gqa},
     /* Context: the walk, or the list schedule (planner/listsched.h) when the model rates
      * it within FI_LIST_SLACK_64THS / 64 of the walk's plan (plan/cost_model.h). */
     {.kind = FI_KIND_CONTEXT, .variant = 0, .name = "context", .tile_rows = 128,

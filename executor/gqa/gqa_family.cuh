@@ -270,4 +270,28 @@ template <typename T, typename KV, int D> struct GqaFamily {
     }
 };
 
+/* The family for plans of a registry row of tile_rows <= kSwapRows (gqa_decode_rows8):
+ * every item has at most 8 rows, so the kernel holds the transposed consumers alone.
+ * Without the 16-row path it needs fewer registers than the shared kernel's cap of 255
+ * (head_dim 128: 226-242, no spills, against 8-48 spilled bytes there), and its solo
+ * merger reads 16 splits a round when a thread holds one row (SplitMerge kOneRow).  Probe
+ * builds of this split on an H200 (docs/perf-log.md, 2026-11-30 nineteenth session), b2b
+ * against the shared kernel: B128 x 4096 fp8 -3.5%, bf16 -0.9%, B1 x 32k -4.3%. */
+template <typename T, typename KV, int D> struct GqaRows8Family : GqaFamily<T, KV, D> {
+    using Base = GqaFamily<T, KV, D>;
+    using G = typename Base::G;
+    using Merge = SplitMerge<D, kRows, OutDyn<T>, kThreads, true, 1 << 30, 4, true>;
+
+    static __device__ bool run_item(const fi_gqa_params &p, const RunCtx &ctx, const fi_work_item &it,
+                                    const fi_request_info &rq, unsigned char *smem, bool first,
+                                    typename Base::State &cur) {
+        Base::template consume<typename Base::Swap>(p, ctx, it, rq, smem, first, cur);
+        if (it.out_slot < 0)
+            return false;
+        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + G::kOffFlag),
+                             reinterpret_cast<float *>(smem + G::kOffW),
+                             reinterpret_cast<float *>(smem + G::kOffRow));
+    }
+};
+
 }  // namespace figqa

@@ -15,6 +15,10 @@
 /* The tile body's shape (executor/gqa/gqa_family.cuh), which a registry row of this family
  * must match: tiles of at most 64 rows (query heads of one KV head x query tokens). */
 #define FI_GQA_MAX_TILE_ROWS 64
+/* Items of at most this many rows run on the transposed consumers (gqa_swap.cuh); plans of
+ * a registry row whose tile_rows is at most this run on the kernel that holds those
+ * consumers alone (GqaRows8Family, gqa_family.cuh). */
+#define FI_GQA_SWAP_ROWS 8
 
 /* A paged view [num_pages, page_size, H_kv, W]: any order of the first three axes (NHD,
  * HND, one tensor or a (K, V) pair), W contiguous. */

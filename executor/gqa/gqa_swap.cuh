@@ -33,7 +33,7 @@
 namespace figqa {
 using namespace fi;
 
-constexpr int kSwapRows = 8; /* items of at most this many rows take this path */
+constexpr int kSwapRows = FI_GQA_SWAP_ROWS; /* items of at most this many rows take this path */
 
 /* A warp's softmax state for rows 2 q4, 2 q4 + 1, and its O^T (D / 16 tiles). */
 template <int D> struct AccT {

@@ -525,6 +525,53 @@ static void gqa_nvfp4_kv_matches_dequantised_reference(void **state) {
     }
 }
 
+/* ---- the tile_rows-8 row (caps.variant 2: gqa_decode_rows8, its transposed-only kernel) -- */
+
+/* Every KV dtype and head_dim on the rows-8 row against the (dequantising) fp64
+ * reference: groups 1 to 16 and q_len 1 to 3, so requests of more than 8 rows are cut into
+ * several tiles (group 16: tiles of 8 heads); few CTAs or the device's, and batch 1 x 20k
+ * over every CTA (16-split groups: the one-row solo merge, SplitMerge kOneRow). */
+static void gqa_rows8_row_matches_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(17);
+    const int fp4 = !nvfp4_refused();
+    static const fi_dtype KVD[3] = {(fi_dtype)0 /* the q dtype */, FI_DTYPE_E4M3, FI_DTYPE_E2M1};
+    int n = 0;
+    for (int k = 0; k < 27; k++) {
+        const int32_t d = DIMS[k % 3], group = GROUPS[(k / 3) % 6], hkv = group == 16 ? 2 : 4;
+        const fi_dtype kvd = KVD[(k / 9) % 3];
+        if (kvd == FI_DTYPE_E2M1 && !fp4)
+            continue;
+        gqa_opts o = default_opts(group * hkv, hkv, d, PAGES[k % 4]);
+        o.variant = 2;
+        o.kv_dtype = kvd;
+        o.dtype = k & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
+        o.q_len = 1 + k % 3;
+        o.layout = k & 2 ? GQA_HND : GQA_NHD;
+        o.sinks = (k >> 2) & 1;
+        o.num_ctas = k % 4 == 1 ? 7 : 0;
+        int32_t kv[3];
+        for (int32_t b = 0; b < 3; b++)
+            kv[b] = pick_kv_len(&rng, b + 1, o.q_len, o.page_size, o.num_ctas ? 2500 : 900);
+        run_and_check(&o, kv, 3, &rng, 2);
+        n++;
+    }
+    for (int k = 0; k < 3; k++) { /* batch 1, long: 16 splits a KV head on 132 CTAs */
+        gqa_opts o = default_opts(32, 8, DIMS[k], 64);
+        o.variant = 2;
+        o.kv_dtype = KVD[k];
+        if (o.kv_dtype == FI_DTYPE_E2M1 && !fp4)
+            continue;
+        o.dtype = k & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
+        const int32_t kv = tt_rng_int(&rng, 16000, 20000);
+        const split_stats st = run_and_check(&o, &kv, 1, &rng, 2);
+        assert_true(st.groups > 0);
+        n++;
+    }
+    print_message("  %d cases on gqa_decode_rows8\n", n);
+}
+
 static void gqa_nvfp4_bad_scale_tensors_return_their_status(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -621,6 +668,7 @@ int main(void) {
         cmocka_unit_test(gqa_fp8_out_matches_reference),
         cmocka_unit_test(gqa_nvfp4_kv_matches_dequantised_reference),
         cmocka_unit_test(gqa_nvfp4_bad_scale_tensors_return_their_status),
+        cmocka_unit_test(gqa_rows8_row_matches_reference),
         cmocka_unit_test(gqa_nonfinite_inputs_follow_the_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

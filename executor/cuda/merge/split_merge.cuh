@@ -40,11 +40,14 @@ __device__ __forceinline__ bool merge_is_solo(const fi_merge_group &grp) {
  * splits two at a time, and the long requests of small batches (heads 16, 8 x 32k: 16
  * splits a tile) ran 4% faster cooperatively (H200, perf-log 2026-11-29 sixth session);
  * the GQA body keeps every small group solo (its B1 x 32k, 16 splits of 4 rows, ran 10%
- * slower cooperatively).  kOneLoads: the splits' loads a merge_slice thread holding one
- * unit keeps in flight; 8 to 16 (4 registers each) where the family's merge_slice has the
- * registers (ptxas reports no spill there), else 4. */
+ * slower cooperatively, and 5% slower with kOneLoads 16).  kOneLoads: the splits' loads a
+ * merge_slice thread holding one unit keeps in flight; 8 to 16 (4 registers each) where
+ * the family's merge_slice has the registers (ptxas reports no spill there), else 4.
+ * kOneRow: a solo merger whose threads hold at most one row each reads 16 splits a round
+ * instead of 2 (merge_group; the GQA rows-8 kernel: in the shared GQA kernel, at the
+ * register cap, the path moved the spills and cost 1-3% on B128 x 4096). */
 template <int W, int Rows, typename O, int Threads, bool kSolo = true, int kSoloSplits = 1 << 30,
-          int kOneLoads = 4>
+          int kOneLoads = 4, bool kOneRow = false>
 struct SplitMerge {
     static_assert(W % 4 == 0 && W / 4 <= Threads && Threads % (W / 4) == 0, "merge width");
     static_assert(Rows >= 16 && Rows <= 128, "merge rows");
@@ -126,7 +129,9 @@ struct SplitMerge {
      * shared memory (splits x group rows <= kSoloMergeRows floats); sRow: 2 * Rows floats.  Each pass issues all its loads at once: the
      * partial LSEs into shared memory, a warp a row for max and sum, the weights
      * w_s = exp(lse_s - max) / sum, then each thread sums float4 columns of 8 rows, splits
-     * outer, so 16 loads are in flight.  Not inlined: the tile bodies spill least then. */
+     * outer, so 16 loads are in flight (kOneRow: of 16 splits when a thread has one row;
+     * GQA B1 x 32k's merge 7.0 -> 4.6 us, H200).  Not inlined: the tile bodies spill least
+     * then. */
     static __device__ __noinline__ void merge_group(const fi_exec_common &c, const RunCtx &ctx,
                                                     int g, float *sW, float *sRow) {
         const fi_merge_group grp = c.groups[g];
@@ -175,27 +180,44 @@ struct SplitMerge {
                 const float4 *src = reinterpret_cast<const float4 *>(
                                         c.partial_o + ((int64_t)(grp.first_slot + s0) * c.tile_rows + r0) * W) +
                                     v4;
-                /* Two splits x 8 rows = 16 independent loads in flight, summed in split order. */
+                /* Two splits x 8 rows = 16 independent loads in flight, summed in split order.
+                 * kOneRow, at most a row a thread (one: GQA decode, a KV head's 4 to 8 rows): the
+                 * same 16 registers take 16 splits of the thread's row instead, acc[i] summing
+                 * splits i, i + 8 (of each 16) in order, and the 8 sums are added in order
+                 * at the end (one round trip for 16 splits, not 8). */
                 constexpr int kU = 2;
-                for (int s = 0; s < nc; s += kU) {
+                const bool one = kOneRow && M <= kRowsPerStep;
+                /* register (u, i): split s + sp(u, i) of row r0 + dr(i) */
+                auto sp = [one](int u, int i) { return one ? 8 * u + i : u; };
+                auto dr = [one](int i) { return one ? 0 : kRowsPerStep * i; };
+                for (int s = 0; s < nc; s += one ? 8 * kU : kU) {
                     float4 o[kU][8];
 #pragma unroll
                     for (int u = 0; u < kU; ++u)
 #pragma unroll
                         for (int i = 0; i < 8; ++i)
-                            if (s + u < nc && r0 + kRowsPerStep * i < M)
-                                o[u][i] = __ldcg(src + (s + u) * slot_f4 + i * kRowsPerStep * kF4);
+                            if (s + sp(u, i) < nc && r0 + dr(i) < M)
+                                o[u][i] = __ldcg(src + (s + sp(u, i)) * slot_f4 + dr(i) * kF4);
 #pragma unroll
                     for (int u = 0; u < kU; ++u)
 #pragma unroll
                         for (int i = 0; i < 8; ++i)
-                            if (s + u < nc && r0 + kRowsPerStep * i < M) {
-                                const float w = sW[(s + u) * M + r0 + kRowsPerStep * i];
+                            if (s + sp(u, i) < nc && r0 + dr(i) < M) {
+                                const float w = sW[(s + sp(u, i)) * M + r0 + dr(i)];
                                 acc[i].x += w * o[u][i].x;
                                 acc[i].y += w * o[u][i].y;
                                 acc[i].z += w * o[u][i].z;
                                 acc[i].w += w * o[u][i].w;
                             }
+                }
+            }
+            if (kOneRow && M <= kRowsPerStep) { /* one: the loop below writes row r0 alone */
+#pragma unroll
+                for (int i = 1; i < 8; ++i) {
+                    acc[0].x += acc[i].x;
+                    acc[0].y += acc[i].y;
+                    acc[0].z += acc[i].z;
+                    acc[0].w += acc[i].w;
                 }
             }
 #pragma unroll
