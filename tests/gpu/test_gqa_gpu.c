@@ -422,19 +422,36 @@ static void gqa_bad_tensors_return_their_status_and_write_nothing(void **state) 
 
 /* ---- one small split case, for compute-sanitizer memcheck / racecheck -------------------- */
 
+/* Batch 1 x 1500-2000 keys, heads 16 / 4, head_dim 128, page 16, sinks, on `ctas` CTAs of
+ * tile table row `variant`: split into >= 2 pieces, checked once against the reference. */
+static void sanitize_split(uint64_t seed, int32_t variant, int32_t q_len, int32_t ctas,
+                           gqa_layout layout) {
+    tt_rng rng = gt_test_rng(seed);
+    gqa_opts o = default_opts(16, 4, 128, 16);
+    o.variant = variant;
+    o.q_len = q_len;
+    o.num_ctas = ctas;
+    o.sinks = 1;
+    o.layout = layout;
+    gqa_case c;
+    split_case(&c, &o, 1, 1500, 2000, 2, &rng);
+    check_case(&c, 1);
+    gqa_case_free(&c);
+}
+
 static void sanitize_small_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    tt_rng rng = gt_test_rng(10);
-    gqa_opts o = default_opts(16, 4, 128, 16);
-    o.q_len = 2;
-    o.num_ctas = 8;
-    o.sinks = 1;
-    o.layout = GQA_HND;
-    gqa_case c;
-    split_case(&c, &o, 1, 1500, 2000, 2, &rng); /* 4 tiles on 8 CTAs: >= 2 pieces */
-    check_case(&c, 1);
-    gqa_case_free(&c);
+    sanitize_split(10, 0, 2, 8, GQA_HND); /* 4 tiles on 8 CTAs: >= 2 pieces */
+}
+
+/* The rows-8 row (caps.variant 2), q_len 1, 16 CTAs: the transposed-only kernel and its
+ * one-row solo merge (4 rows a KV head), for compute-sanitizer
+ * (FI_GPU_TEST_FILTER=sanitize_rows8_small_case). */
+static void sanitize_rows8_small_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    sanitize_split(18, 2, 1, 16, GQA_NHD);
 }
 
 /* ---- fp8 e4m3 KV (scale folded into bmm1 / bmm2) against the dequantised reference -------- */
@@ -655,6 +672,7 @@ int main(void) {
     gt_begin("test_gqa_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sanitize_small_case),
+        cmocka_unit_test(sanitize_rows8_small_case),
         cmocka_unit_test(gqa_bad_tensors_return_their_status_and_write_nothing),
         cmocka_unit_test(gqa_matches_reference_every_shape),
         cmocka_unit_test(gqa_spec_decoding_causal_window_sinks_match_reference),
