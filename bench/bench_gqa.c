@@ -32,8 +32,9 @@
  *
  * Usage: bench_gqa [--reps N] [--sets N] [--chain N] [--case SUBSTR] [--read-tbps X]
  *                  [--ctas N] [--trace-step S] [--layout nhd|hnd] [--variant V]
- * --variant V: the plan's tile table row (caps.variant; 2: gqa_decode_rows8, the
- * transposed-only kernel, for an A/B against the default row in one build).
+ * --variant V: the plan's tile table row (caps.variant; 0 the default: gqa_decode_rows8
+ * when group x q_len <= 8, else gqa_decode; 2 gqa_decode_rows8, 3 gqa_decode_rows64 (the
+ * 64-row kernel by number), for an A/B of the two kernels in one build).
  * Output: a table on stdout, and machine-readable lines on stderr
  *   "result <case> <mode> us <x> GBps <x> read_frac <x>".
  * No GPU: prints "skip" and exits 0.
@@ -70,7 +71,7 @@ static const bench_case CASES[] = {
 typedef struct cfg {
     bench_cfg b;
     gqa_layout layout; /* --layout nhd | hnd: the KV cache's axis order */
-    int32_t variant;   /* --variant V: caps.variant (0 the default row; 2 gqa_decode_rows8) */
+    int32_t variant;   /* --variant V: caps.variant (0 the default row; 2 rows8, 3 rows64) */
 } cfg;
 
 static double out_value(const void *c, int64_t i) { return gqa_out_value((const gqa_case *)c, i); }

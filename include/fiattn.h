@@ -182,9 +182,12 @@ typedef struct fi_caps {
                                body (variant 3) from 32 heads on, the 64-token wgmma body
                                (variant 6) from 128 heads on a bf16 / fp16 cache of
                                page_size >= 64, and the mma.sync body below 32 heads;
-                               FI_KIND_GQA_DECODE 2 = tiles of at most 8 rows on the kernel
-                               that holds only the transposed consumers, for batches of
-                               group x q_len <= 8); rows: docs/DESIGN.md, the tile table */
+                               for FI_KIND_GQA_DECODE tiles of at most 8 rows on the kernel
+                               that holds only the transposed consumers (row 2) when
+                               group x ceil(max_q_tokens / max_batch) <= 8, else 64-row
+                               tiles (row 0, also by number as 3); a request of more rows
+                               than that bound still runs, in more tiles); rows:
+                               docs/DESIGN.md, the tile table */
     /* Appended in 0.3 (zero keeps the dense behaviour): */
     int32_t sparse_top_k;   /* MLA_DECODE, BLOCK_TABLES form only: K > 0 makes the plan
                                sparse (DeepSeek sparse attention, the reference's

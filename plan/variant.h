@@ -59,6 +59,9 @@ typedef struct fi_variant {
     int32_t default_kv16_page;  /* > 0: default_min_heads holds only for a 16-bit (bf16 /
                                    fp16) cache of page_size >= it; other plans take the
                                    next threshold */
+    int32_t default_max_rows;   /* > 0: this row serves caps.variant 0 when the caps bound a
+                                   request's rows (group x q_len, fi_variant_request_rows) to
+                                   at most it: the tile then holds a whole request */
     int32_t list_slack_64ths;   /* FI_PARTITION_LIST rows: the list schedule is chosen while
                                    its modelled time is <= (64 + this) / 64 of the walk's plan:
                                    the model counts work, not L2 misses, and the walk's plan of
@@ -88,21 +91,38 @@ FI_HOST_DEVICE int64_t fi_variant_piece_charge(const fi_variant *v) {
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
 
 /* The row that serves (kind, variant) at num_qo_heads: variant 0 is the kind's default,
- * the row with default_special when `special` (a sparse plan), else the
+ * the row with default_special when `special` (a sparse plan), else a row with
+ * default_max_rows >= request_rows (request_rows > 0), else the
  * row whose default_min_heads is the largest one <= num_qo_heads (a row with
  * default_kv16_page only when kv16_page_size >= it), else the row with variant 0; any
  * other variant, its own row.  kv16_page_size: the page size of a bf16 / fp16 cache, 0
- * for any other cache.  NULL when there is none. */
+ * for any other cache; request_rows: fi_variant_request_rows (0: unknown).  NULL when
+ * there is none. */
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
-                                    int32_t special, int32_t kv16_page_size);
+                                    int32_t special, int32_t kv16_page_size,
+                                    int32_t request_rows);
 
-/* The row for caps->kind / variant / num_qo_heads / sparse_top_k / kv_dtype / page_size
- * (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the heads like a 16-bit one
+/* The rows a request of the caps has at most, as far as the caps tell: group (H_q / H_kv)
+ * x the mean MTP depth ceil(max_q_tokens / max_batch).  A batch that gives one request
+ * more query rows than the mean still runs correctly on the row this picks, in more tiles
+ * (a row of tile_rows 8 cuts it into tiles of 8, each reading the KV head again).  0 when
+ * a field is not positive (the caps check refuses those). */
+static inline int32_t fi_variant_request_rows(const fi_caps *caps) {
+    if (caps->num_kv_heads <= 0 || caps->num_qo_heads <= 0 || caps->max_batch <= 0 ||
+        caps->max_q_tokens <= 0)
+        return 0;
+    const int64_t depth = ((int64_t)caps->max_q_tokens + caps->max_batch - 1) / caps->max_batch;
+    const int64_t rows = (int64_t)(caps->num_qo_heads / caps->num_kv_heads) * depth;
+    return rows > INT32_MAX ? INT32_MAX : (int32_t)rows;
+}
+
+/* The row for caps->kind / variant / num_qo_heads / sparse_top_k / kv_dtype / page_size /
+ * request rows (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the heads like a 16-bit one
  * up to the row only 16-bit caches of 64-token pages take (the 64-token wgmma body). */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
     const int kv16 = caps->kv_dtype == FI_DTYPE_BF16 || caps->kv_dtype == FI_DTYPE_F16;
     return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads, caps->sparse_top_k > 0,
-                             kv16 ? caps->page_size : 0);
+                             kv16 ? caps->page_size : 0, fi_variant_request_rows(caps));
 }
 
 #endif /* FIATTN_PLAN_VARIANT_H */

@@ -7,8 +7,8 @@
 #   source .device/setup.sh && [SKIP_GPU_TEST=1] scripts/gpu_check.sh [quick|ncu|stamps]
 #     quick   build and gpu-test only (no sanitizer, no benches)
 #     ncu     also Nsight Compute on one launch each of bench_mla's h16_q1 and h128_q1
-#     rows8   also bench_gqa on the default row and on gqa_decode_rows8 (--variant 2), one
-#             case after the other, twice (the A/B of the rows-8 kernel in one build)
+#     rows8   also bench_gqa on gqa_decode_rows64 (--variant 3) and gqa_decode_rows8
+#             (--variant 2), one case after the other, twice (the A/B of the two kernels)
 #     stamps  also the profiling build (make profile, -DFI_PROFILE, build-prof/): per-CTA
 #             stamps of the trace snapshots, the wgmma MLA bodies' round phases
 #             (profile.cuh FI_PHASE: cycles a round by phase) on the heads-128 cases, and
@@ -69,7 +69,7 @@ if [ "$MODE" != quick ] && [ -x "$TEST" ]; then
       sum "$tool $filter variant $v rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${filter}_v${v}_$tool.log" | tail -1)"
     done
   done
-  # GQA: the default kernel's small split case and the rows-8 kernel's (caps.variant 2)
+  # GQA: the 64-row kernel's small split case (caps.variant 3) and the rows-8 kernel's (2)
   for filter in sanitize_small_case sanitize_rows8_small_case; do
     for tool in memcheck racecheck; do
       FI_GPU_TEST_FILTER=$filter timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -97,7 +97,7 @@ if [ "$MODE" = rows8 ]; then
   R=$(awk '$1 == "ceiling" && $2 == "read_TBps" { print $3 }' build/bench/ceilings.out 2>/dev/null)
   for r in 1 2; do
     for c in b1_kv32768 p64_fp8 p64_nvfp4 p64_bf16 p16_bf16 trace128 64x8; do
-      for v in 0 2; do
+      for v in 3 2; do
         timeout 60 build/bench/bench_gqa ${R:+--read-tbps $R} --case $c --variant $v --chain 0 \
           --reps 50 --sets 2 2>&1 | grep "^result" | sed "s/^/variant $v round $r /" | tee -a "$OUT/rows8.txt"
       done

@@ -75,12 +75,19 @@ static const fi_variant k_variants[] = {
      .tile_rows = 64, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .kv_head_major = 1,
      .family = &fi_family_gqa},
-    /* GQA decode on tiles of at most 8 rows (group x q_len <= 8 a tile: Llama / Qwen /
-     * Mistral decode), run by the kernel that holds the transposed consumers alone
-     * (executor/gqa: GqaRows8Family); opt-in by caps.variant 2.  A request of more rows
-     * (MTP at group 4 past q_len 2, or a group above 8) is cut into several tiles, each
-     * reading its KV head's keys again, so this row is for batches known not to have them. */
+    /* GQA decode on tiles of at most 8 rows, run by the kernel that holds the transposed
+     * consumers alone (executor/gqa: GqaRows8Family).  The default when the caps bound a
+     * request to 8 rows (group x q_len: Llama / Qwen / Mistral decode, MTP at group 4 to
+     * q_len 2); a batch that still brings a request of more rows has it cut into tiles of
+     * 8, each reading its KV head's keys again.  H200, us, against row 0's kernel
+     * (perf-log 2026-11-30 twentieth session): B1 x 32k 43.0-43.4 vs 45.9, B128 x 4096
+     * fp8 279 vs 291, NVFP4 373-376 vs 380-382, bf16 494 vs 500. */
     {.kind = FI_KIND_GQA_DECODE, .variant = 2, .name = "gqa_decode_rows8", .tile_rows = 8,
+     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
+     .default_max_rows = 8, .family = &fi_family_gqa},
+    /* Row 0 by number: the 64-row tiles whatever the caps' rows (A/B against row 2). */
+    {.kind = FI_KIND_GQA_DECODE, .variant = 3, .name = "gqa_decode_rows64", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
      .family = &fi_family_gqa},
@@ -105,7 +112,8 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant) {
 }
 
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
-                                    int32_t special, int32_t kv16_page_size) {
+                                    int32_t special, int32_t kv16_page_size,
+                                    int32_t request_rows) {
     const fi_variant *best = NULL;
     if (variant == 0)
         for (size_t i = 0; i < sizeof k_variants / sizeof k_variants[0]; ++i) {
@@ -113,6 +121,9 @@ const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_q
             if (v->kind != kind)
                 continue;
             if (special && v->default_special)
+                return v;
+            if (!special && v->default_max_rows > 0 && request_rows > 0 &&
+                request_rows <= v->default_max_rows)
                 return v;
             if (v->default_kv16_page > 0 && kv16_page_size < v->default_kv16_page)
                 continue;

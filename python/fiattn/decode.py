@@ -291,6 +291,11 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     caps.head_dim_qk = caps.head_dim_vo = D
     caps.q_dtype, caps.kv_dtype, caps.o_dtype = fi_dtype(query.dtype), kv_fi, fi_dtype(out.dtype)
     caps.num_ctas = num_ctas_for(device)
+    # the tile table row, by number: the rows-8 row (gqa_decode_rows8, the faster kernel)
+    # while group x q_len_per_req fits its tiles, else the 64-row one; named here rather than
+    # left to caps.variant 0 (which infers q_len from the rounded capacities) so that a
+    # cached plan keeps its row only for calls of the same depth
+    caps.variant = 2 if (H // Hkv) * qlen <= 8 else 3
 
     b = C.fi_batch()
     built = []

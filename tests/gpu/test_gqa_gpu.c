@@ -442,7 +442,9 @@ static void sanitize_split(uint64_t seed, int32_t variant, int32_t q_len, int32_
 static void sanitize_small_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    sanitize_split(10, 0, 2, 8, GQA_HND); /* 4 tiles on 8 CTAs: >= 2 pieces */
+    /* row 3: the 64-row kernel (group 4 x q_len 2 = 8 rows would take row 2 by default);
+     * 4 tiles on 8 CTAs: >= 2 pieces */
+    sanitize_split(10, 3, 2, 8, GQA_HND);
 }
 
 /* The rows-8 row (caps.variant 2), q_len 1, 16 CTAs: the transposed-only kernel and its
@@ -544,8 +546,9 @@ static void gqa_nvfp4_kv_matches_dequantised_reference(void **state) {
 
 /* ---- the tile_rows-8 row (caps.variant 2: gqa_decode_rows8, its transposed-only kernel) -- */
 
-/* Every KV dtype and head_dim on the rows-8 row against the (dequantising) fp64
- * reference: groups 1 to 16 and q_len 1 to 3, so requests of more than 8 rows are cut into
+/* Every KV dtype and head_dim on the rows-8 row (and, for k in 8..15 and 24..26, on row 3:
+ * the 64-row kernel's transposed path, which the default rows no longer give few-row
+ * tiles) against the (dequantising) fp64 reference: groups 1 to 16 and q_len 1 to 3, so requests of more than 8 rows are cut into
  * several tiles (group 16: tiles of 8 heads); kv_len 2 pages or random up to 900 (2500 on
  * 7 CTAs); and batch 1 x 16-20k over every CTA (16-split groups: the one-row solo merge,
  * SplitMerge kOneRow). */
@@ -562,7 +565,7 @@ static void gqa_rows8_row_matches_reference(void **state) {
         if (kvd == FI_DTYPE_E2M1 && !fp4)
             continue;
         gqa_opts o = default_opts(group * hkv, hkv, d, PAGES[k % 4]);
-        o.variant = 2;
+        o.variant = (k >> 3) & 1 ? 3 : 2; /* 3: row 0's kernel by number, on few rows */
         o.kv_dtype = kvd;
         o.dtype = k & 1 ? FI_DTYPE_F16 : FI_DTYPE_BF16;
         o.q_len = 1 + k % 3;
