@@ -558,7 +558,7 @@ static void gqa_rows8_row_matches_reference(void **state) {
     tt_rng rng = gt_test_rng(17);
     const int fp4 = !nvfp4_refused();
     static const fi_dtype KVD[3] = {(fi_dtype)0 /* the q dtype */, FI_DTYPE_E4M3, FI_DTYPE_E2M1};
-    int n = 0;
+    int n = 0, n3 = 0;
     for (int k = 0; k < 27; k++) {
         const int32_t d = DIMS[k % 3], group = GROUPS[(k / 3) % 6], hkv = group == 16 ? 2 : 4;
         const fi_dtype kvd = KVD[(k / 9) % 3];
@@ -576,7 +576,8 @@ static void gqa_rows8_row_matches_reference(void **state) {
         for (int32_t b = 0; b < 3; b++)
             kv[b] = pick_kv_len(&rng, b + 3, o.q_len, o.page_size, o.num_ctas ? 2500 : 900);
         run_and_check(&o, kv, 3, &rng, 2);
-        n++;
+        n += o.variant == 2;
+        n3 += o.variant == 3;
     }
     for (int k = 0; k < 3; k++) { /* batch 1, long: 16 splits a KV head on 132 CTAs */
         gqa_opts o = default_opts(32, 8, DIMS[k], 64);
@@ -590,7 +591,7 @@ static void gqa_rows8_row_matches_reference(void **state) {
         assert_true(st.groups > 0);
         n++;
     }
-    print_message("  %d cases on gqa_decode_rows8\n", n);
+    print_message("  %d cases on gqa_decode_rows8, %d on gqa_decode_rows64\n", n, n3);
 }
 
 static void gqa_nvfp4_bad_scale_tensors_return_their_status(void **state) {
