@@ -458,8 +458,8 @@ typedef struct fi_device_batch {
  * fi_plan_get_view returns FI_ERR_PLAN_ON_DEVICE and fi_plan_balance 0, and the next
  * fi_plan_update makes it a host plan again.
  * Speed: the caps' tile table row decides.  Rows with the data-parallel partition
- * (caps.variant 2 for FI_KIND_MLA_DECODE, 5 from 32 heads on (the wgmma body), 1 for
- * FI_KIND_GQA_DECODE; planner/ppart.c) plan
+ * (caps.variant 2 for FI_KIND_MLA_DECODE, 5 from 32 heads on (the wgmma body); 1 for
+ * FI_KIND_GQA_DECODE, 4 for requests of at most 8 rows (the rows-8 kernel); planner/ppart.c) plan
  * with the whole CTA in tens of microseconds; the default rows run the capped walk and
  * packing on one thread (milliseconds: correct, for tests and tools).
  * Allocates nothing.  Algorithm: as fi_plan_update for the default rows; flash-decoding's

@@ -53,8 +53,8 @@ static void run_many(int iters, const batchgen_opts *base) {
         batchgen_batch g;
         batchgen_opts o = base ? *base : (batchgen_opts){0};
         assert_int_equal(batchgen_make(&rng, &o, &g), 0);
-        if (g_parallel_rows && g.caps.kind != FI_KIND_CONTEXT)
-            g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : 1;
+        if (g_parallel_rows && g.caps.kind != FI_KIND_CONTEXT) /* GQA: rows 1 and 4 */
+            g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : it & 1 ? 4 : 1;
         if (g_gqa_rows8 && g.caps.kind == FI_KIND_GQA_DECODE)
             g.caps.variant = 2;
         fi_plan *p = NULL;
@@ -73,8 +73,9 @@ static void run_many(int iters, const batchgen_opts *base) {
         if (tt_plan_check(p, &g.batch, &want, msg, sizeof msg) != 0)
             fail_msg("seed %llu iter %d: %s (%s)", (unsigned long long)g_seed, it, msg,
                      batchgen_describe(&g));
-        if (g.caps.kind == FI_KIND_GQA_DECODE && g.caps.variant == 2 && items_over_rows(p, 8))
-            fail_msg("seed %llu iter %d: an item of more than 8 rows on gqa_decode_rows8 (%s)",
+        if (g.caps.kind == FI_KIND_GQA_DECODE && fi_variant_of(&g.caps)->tile_rows == 8 &&
+            items_over_rows(p, 8))
+            fail_msg("seed %llu iter %d: an item of more than 8 rows on a rows-8 row (%s)",
                      (unsigned long long)g_seed, it, batchgen_describe(&g));
         fi_plan_destroy(p);
         batchgen_free(&g);
@@ -176,8 +177,8 @@ static void plan_with_one_cta_never_splits(void **state) {
         batchgen_opts o = {0};
         o.num_ctas = 1;
         assert_int_equal(batchgen_make(&rng, &o, &g), 0);
-        if (g_parallel_rows && g.caps.kind != FI_KIND_CONTEXT)
-            g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : 1;
+        if (g_parallel_rows && g.caps.kind != FI_KIND_CONTEXT) /* GQA: rows 1 and 4 */
+            g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : it & 1 ? 4 : 1;
         if (g_gqa_rows8 && g.caps.kind == FI_KIND_GQA_DECODE)
             g.caps.variant = 2;
         fi_plan *p = NULL;
@@ -271,15 +272,16 @@ static void mla_head_chunks_of_a_request_run_side_by_side(void **state) {
 
 /* GQA decode batches past the packing limit: tiles KV-head-major (tiles.h), so with 64
  * uniform requests x 8 KV heads on 64 CTAs (8 whole tiles a CTA) CTA c + 8 k runs KV head
- * k of the requests CTA c runs head 0 of, in the same order.  The three GQA rows (the
- * walk, the data-parallel partition, the rows-8 tiles); random kv_len. */
+ * k of the requests CTA c runs head 0 of, in the same order.  The five GQA rows (the
+ * default, the data-parallel partition, the rows-8 tiles, the 64-row tiles by number, the
+ * rows-8 tiles on the data-parallel partition); random kv_len. */
 static void gqa_kv_heads_of_a_request_run_side_by_side(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 12};
     enum { B = 64, P = 64, PS = 16, CTAS = 64, HKV = 8, GROUP = 4 };
     static int32_t bt[B * P], lens[B];
     const int32_t kv = (int32_t)tt_rng_int(&rng, 100, P * PS);
-    for (int variant = 0; variant <= 2; variant++) {
+    for (int variant = 0; variant <= 4; variant++) {
         fi_caps c;
         memset(&c, 0, sizeof c);
         c.kind = FI_KIND_GQA_DECODE;

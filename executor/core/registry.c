@@ -86,6 +86,12 @@ static const fi_variant k_variants[] = {
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
      .default_max_rows = 8, .family = &fi_family_gqa},
+    /* Row 2's tiles and kernel with the data-parallel partition: the device-planning row
+     * for requests of at most 8 rows (as row 1 is for row 0). */
+    {.kind = FI_KIND_GQA_DECODE, .variant = 4, .name = "gqa_decode_rows8_parallel_plan",
+     .tile_rows = 8, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
+     .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .kv_head_major = 1,
+     .family = &fi_family_gqa},
     /* Row 0 by number: the 64-row tiles whatever the caps' rows (A/B against row 2). */
     {.kind = FI_KIND_GQA_DECODE, .variant = 3, .name = "gqa_decode_rows64", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,

@@ -41,10 +41,13 @@ _PARALLEL_VARIANT = {C.FI_KIND_MLA_DECODE: 2, C.FI_KIND_GQA_DECODE: 1}
 
 
 def _parallel_variant(caps):
-    """The data-parallel partition row of the caps: GQA 1; MLA 5 from 32 heads on (the wgmma
-    body, as the default row there), else 2 (the mma.sync body)."""
+    """The data-parallel partition row of the caps: GQA 4 on the rows-8 row's caps (variant
+    2: requests of at most 8 rows), else 1; MLA 5 from 32 heads on (the wgmma body, as the
+    default row there), else 2 (the mma.sync body)."""
     if caps.kind == C.FI_KIND_MLA_DECODE and caps.num_qo_heads >= 32:
         return 5
+    if caps.kind == C.FI_KIND_GQA_DECODE and caps.variant == 2:
+        return 4
     return _PARALLEL_VARIANT[caps.kind]
 
 
@@ -62,7 +65,7 @@ def device_planning(enabled=True):
     then in seq_lens (no fiattn.plan_only() step before replays).
 
     The plans use the kind's data-parallel partition row (caps variant: MLA 2, or 5 from 32
-    heads on, the wgmma body; GQA 1; about
+    heads on, the wgmma body; GQA 1, or 4 when group x q_len_per_req <= 8; about
     1-14% more on the largest CTA than the default walk on trace batches, docs/DESIGN.md).
     A length or page index the device planner refuses is not raised by the call: the step
     runs nothing (out and lse keep what they held) and device_plan_status(workspace_buffer)

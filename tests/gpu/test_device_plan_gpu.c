@@ -107,7 +107,7 @@ typedef struct bytes_cfg {
     const char *name;
     fi_kind kind;
     int32_t hq, hkv, dim_qk, page_size, max_batch, num_ctas;
-    int32_t variant; /* tile table row: 0 the walk, MLA 2 / GQA 1 the parallel partition */
+    int32_t variant; /* tile table row: 0 the walk, MLA 2 / GQA 1 or 4 the parallel partition */
 } bytes_cfg;
 
 /* MLA heads 16 (thin tiles: the packing partition) and 128 (two tiles a row), GQA
@@ -924,7 +924,7 @@ static void device_plan_graph_loop_gqa_10000_steps(void **state) {
     (void)state;
     graph_loop_gqa(0);
 }
-/* The same loops on the data-parallel partition rows (MLA 2, GQA 1: planner/ppart.c). */
+/* The same loops on the data-parallel partition rows (MLA 2, GQA 1 and 4: planner/ppart.c). */
 static void device_plan_graph_loop_mla_parallel_10000_steps(void **state) {
     (void)state;
     graph_loop_mla(2);
@@ -933,6 +933,7 @@ static void device_plan_graph_loop_mla_parallel_10000_steps(void **state) {
 static void device_plan_graph_loop_gqa_parallel_10000_steps(void **state) {
     (void)state;
     graph_loop_gqa(1);
+    graph_loop_gqa(4); /* the rows-8 kernel's parallel row (group 4 x q_len 2 = 8 rows) */
 }
 
 /* ==== 3. rules broken on the device: the status word, nothing written =================== */
