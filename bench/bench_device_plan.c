@@ -8,6 +8,8 @@
  *   devplan_gqa_32x8_d128_p16_b{32,128,1024}  GQA decode, 32 / 8 heads, d128, page 16, NHD
  *   devplan_{mla_h16,gqa_32x8_d128_p16}_parallel_b{...}  the same on the tile table rows with
  *                                           the data-parallel partition (MLA 2, GQA 1)
+ *   devplan_gqa_32x8_d128_p16_rows8_parallel_b{...}  GQA on row 4 (the rows-8 kernel's
+ *                                           data-parallel row; the walk's row is then row 2)
  * bf16, q_len 1, the trace's decode snapshot of B requests (rows from 0) at --trace-step
  * (default 100), caps.max_batch = B, caps.num_ctas = the SM count (or --ctas).
  *
@@ -188,6 +190,8 @@ static const family GQA = {"gqa_32x8_d128_p16", gqa_init, 0};
 /* The same with the data-parallel partition rows (planner/ppart.c). */
 static const family MLA_PP = {"mla_h16_parallel", mla_init, 2};
 static const family GQA_PP = {"gqa_32x8_d128_p16_parallel", gqa_init, 1};
+/* GQA 32/8 at q_len 1 is 4 rows a request: the rows-8 kernel's parallel row (GQA 4). */
+static const family GQA_PP8 = {"gqa_32x8_d128_p16_rows8_parallel", gqa_init, 4};
 
 /* ---- the device plan beside the case's host plan ----------------------------------------- */
 
@@ -633,9 +637,9 @@ int main(int argc, char **argv) {
            "back (median of %d); host loops: %d steps of the same batch\n", g.b.trace_step,
            g.b.reps, g.steps);
     int header = 0, failed = 0;
-    const family *fams[4] = {g.mla ? &MLA_PP : NULL, g.gqa ? &GQA_PP : NULL,
-                             g.mla ? &MLA : NULL, g.gqa ? &GQA : NULL};
-    for (int f = 0; f < 4; f++)
+    const family *fams[5] = {g.mla ? &MLA_PP : NULL, g.gqa ? &GQA_PP : NULL,
+                             g.gqa ? &GQA_PP8 : NULL, g.mla ? &MLA : NULL, g.gqa ? &GQA : NULL};
+    for (int f = 0; f < 5; f++)
         for (int i = 0; fams[f] && i < g.nbatch; i++)
             failed |= run_case(fams[f], g.batch[i], &g, &rng, &header);
     return failed;
