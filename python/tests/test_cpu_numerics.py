@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fiattn  # noqa: E402
+from fiattn import _engine as E  # noqa: E402
 from reference import paged_attention_ref, rel_err  # noqa: E402
 
 TOL = 2e-5
@@ -196,14 +197,41 @@ def test_xqa_batch_decode(layout, form, ql, window, sinks, group):
     sk = torch.randn(H, generator=g) if sinks else None
     mask = torch.ones(B, ql, ql, dtype=torch.bool).tril() if ql > 1 else None
     out = torch.full((B * ql, H, D), float("nan"))
+    ws = torch.empty(1)
     r = fiattn.decode.xqa_batch_decode_with_kv_cache(
-        q, kv, torch.empty(1), bt, lens, 64, bmm1_scale=0.125, bmm2_scale=0.5,
+        q, kv, ws, bt, lens, 64, bmm1_scale=0.125, bmm2_scale=0.5,
         window_left=window, out=out, sinks=sk, kv_layout=layout, q_len_per_req=ql, mask=mask)
     assert r is out
+    # the tile table row: rows-8 (2) while group x q_len_per_req <= 8, else 64-row tiles (3)
+    assert E.cached_entry(ws).caps.variant == (2 if group * ql <= 8 else 3)
     ref, _ = paged_attention_ref(q, K, V, bt.tolist(), lens.tolist(), [ql] * B,
                                  [b * ql for b in range(B)], 0.125, 0.5, window_left=window,
                                  sinks=sk)
     assert rel_err(out, ref) < TOL
+
+
+def test_xqa_batch_decode_row_follows_q_len_per_req():
+    """One workspace, group 4: q_len_per_req 1 and 2 (4 and 8 rows a request) plan on the
+    rows-8 row, 3 (12 rows) replaces the plan with one on the 64-row tiles; every call
+    against the reference."""
+    g = torch.Generator().manual_seed(7)
+    B, Hkv, group, D, ps, num_pages = 3, 2, 4, 64, 16, 14
+    H = Hkv * group
+    K = torch.randn(num_pages, ps, Hkv, D, generator=g)
+    V = torch.randn(num_pages, ps, Hkv, D, generator=g)
+    bt = _tables(B, 4, num_pages, g)
+    ws = torch.empty(1)
+    for ql, row in ((1, 2), (2, 2), (3, 3), (1, 2)):
+        lens = torch.randint(ql, 64, (B,), generator=g, dtype=torch.int32)
+        q = torch.randn(B * ql, H, D, generator=g)
+        mask = torch.ones(B, ql, ql, dtype=torch.bool).tril() if ql > 1 else None
+        out = fiattn.decode.xqa_batch_decode_with_kv_cache(
+            q, (K, V), ws, bt, lens, 64, bmm1_scale=0.2, q_len_per_req=ql, mask=mask)
+        assert E.cached_entry(ws).caps.variant == row
+        ref, _ = paged_attention_ref(q, K, V, bt.tolist(), lens.tolist(), [ql] * B,
+                                     [b * ql for b in range(B)], 0.2, 1.0)
+        assert rel_err(out, ref) < TOL
+    fiattn.release_workspace(ws)
 
 
 def test_xqa_batch_decode_non_causal_mask_not_implemented():
