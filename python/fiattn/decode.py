@@ -129,6 +129,9 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
     Repeat calls: a call with the same tensor layouts and options as an earlier successful
     one on the same workspace_buffer reuses the descriptors recorded then (only data
     addresses, scalar scales and the lengths are refreshed; lengths and mask still checked).
+    Kernel: group x q_len_per_req <= 8 rows a request run on tiles of 8 rows (the kernel
+    of the transposed consumers alone), more on 64-row tiles; the plan is made for one of
+    the two, so a call of the other kind re-plans (outside graph capture).
     LSE: fiattn.decode.xqa_batch_decode_with_lse (same arguments) also returns it.
     """
     return _decode(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_scale,
