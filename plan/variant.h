@@ -117,8 +117,9 @@ static inline int32_t fi_variant_request_rows(const fi_caps *caps) {
 }
 
 /* The row for caps->kind / variant / num_qo_heads / sparse_top_k / kv_dtype / page_size /
- * request rows (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the heads like a 16-bit one
- * up to the row only 16-bit caches of 64-token pages take (the 64-token wgmma body). */
+ * request rows (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the heads like a
+ * 16-bit one up to the row only 16-bit caches of 64-token pages take (the 64-token wgmma
+ * body). */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
     const int kv16 = caps->kv_dtype == FI_DTYPE_BF16 || caps->kv_dtype == FI_DTYPE_F16;
     return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads, caps->sparse_top_k > 0,
