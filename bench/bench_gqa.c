@@ -11,6 +11,9 @@
  *                                        Azure trace (step --trace-step, default 100)
  *   gqa_32x8_d128_b1_kv32768             batch 1 x 32768 (split-k decides everything)
  *   gqa_64x8_d128_b64_kv8192             Llama-3-70B heads, batch 64 x 8192
+ * and, only when --case names their head_dim ("d64", "d256", or more of a name; not in
+ * the issue's table: for A/Bs of the tile table rows, e.g. --variant 2 against 3):
+ *   gqa_32x8_d64_b128_kv4096_p64_{bf16,fp8}, gqa_32x8_d256_b64_kv4096_p64_{bf16,fp8}
  *
  * Correctness first: one fi_run on NaN-poisoned outputs; every output element must be
  * finite, and a few requests (first, last, longest) are compared with fi_naive_attention
@@ -66,6 +69,14 @@ static const bench_case CASES[] = {
     {"gqa_32x8_d128_trace128", 128, 32, 8, 128, -1, 64, 0},
     {"gqa_32x8_d128_b1_kv32768", 1, 32, 8, 128, 32768, 64, 0},
     {"gqa_64x8_d128_b64_kv8192", 64, 64, 8, 128, 8192, 64, 0},
+};
+
+/* Run only when --case names their head_dim (the other head_dims of the family). */
+static const bench_case EXTRA_CASES[] = {
+    {"gqa_32x8_d64_b128_kv4096_p64_bf16", 128, 32, 8, 64, 4096, 64, 0},
+    {"gqa_32x8_d64_b128_kv4096_p64_fp8", 128, 32, 8, 64, 4096, 64, FI_DTYPE_E4M3},
+    {"gqa_32x8_d256_b64_kv4096_p64_bf16", 64, 32, 8, 256, 4096, 64, 0},
+    {"gqa_32x8_d256_b64_kv4096_p64_fp8", 64, 32, 8, 256, 4096, 64, FI_DTYPE_E4M3},
 };
 
 typedef struct cfg {
@@ -251,6 +262,13 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         if (g.b.only && !strstr(CASES[i].name, g.b.only)) continue;
         if (run_case(&CASES[i], &g, flush, flush_bytes, &rng, &header) == 1) failed = 1;
+    }
+    for (size_t i = 0; i < sizeof EXTRA_CASES / sizeof EXTRA_CASES[0]; i++) {
+        /* only a --case that names d64 or d256 (so "p64_fp8" keeps its one case) */
+        if (!g.b.only || (!strstr(g.b.only, "d64") && !strstr(g.b.only, "d256")) ||
+            !strstr(EXTRA_CASES[i].name, g.b.only))
+            continue;
+        if (run_case(&EXTRA_CASES[i], &g, flush, flush_bytes, &rng, &header) == 1) failed = 1;
     }
     cudaFree(flush);
     return failed;
