@@ -157,6 +157,9 @@ struct SplitMerge {
         row_stats(lse_at, ns, M, sRow);
         const int v4 = tid % kF4; /* float4 column: dims 4*v4 .. 4*v4+3 */
         const int64_t slot_f4 = (int64_t)c.tile_rows * kF4;
+        /* kOneRow with at most a row a thread (GQA decode, a KV head's 4 to 8 rows): the
+         * loads below take 16 splits of that row, not 2 splits of 8 rows */
+        const bool one = kOneRow && M <= kRowsPerStep;
         /* Passes of 8 * kRowsPerStep rows: thread rows r0 + kRowsPerStep * i, i < 8. */
         for (int pass = 0; pass * 8 * kRowsPerStep < M; ++pass) {
             const int r0 = pass * 8 * kRowsPerStep + tid / kF4;
@@ -181,12 +184,10 @@ struct SplitMerge {
                                         c.partial_o + ((int64_t)(grp.first_slot + s0) * c.tile_rows + r0) * W) +
                                     v4;
                 /* Two splits x 8 rows = 16 independent loads in flight, summed in split order.
-                 * kOneRow, at most a row a thread (one: GQA decode, a KV head's 4 to 8 rows): the
-                 * same 16 registers take 16 splits of the thread's row instead, acc[i] summing
-                 * splits i, i + 8 (of each 16) in order, and the 8 sums are added in order
-                 * at the end (one round trip for 16 splits, not 8). */
+                 * `one`: the same 16 registers take 16 splits of the thread's row instead,
+                 * acc[i] summing splits i, i + 8 (of each 16) in order, and the 8 sums are
+                 * added in order at the end (one round trip for 16 splits, not 8). */
                 constexpr int kU = 2;
-                const bool one = kOneRow && M <= kRowsPerStep;
                 /* register (u, i): split s + sp(u, i) of row r0 + dr(i) */
                 auto sp = [one](int u, int i) { return one ? 8 * u + i : u; };
                 auto dr = [one](int i) { return one ? 0 : kRowsPerStep * i; };
@@ -211,7 +212,7 @@ struct SplitMerge {
                             }
                 }
             }
-            if (kOneRow && M <= kRowsPerStep) { /* one: the loop below writes row r0 alone */
+            if (one) { /* the loop below writes row r0 alone */
 #pragma unroll
                 for (int i = 1; i < 8; ++i) {
                     acc[0].x += acc[i].x;
