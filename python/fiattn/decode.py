@@ -33,6 +33,9 @@ from .errors import error_for_status
 __all__ = ["xqa_batch_decode_with_kv_cache", "xqa_batch_decode_with_lse"]
 
 _FAMILY = "GQA decode"
+# gqa_decode_rows8's tile_rows (executor/core/registry.c, row 2; FI_GQA_SWAP_ROWS): requests
+# of at most this many rows (group x q_len_per_req) plan on that row
+_ROWS8 = 8
 
 
 def check_causal_mask(mask, q_len):
@@ -298,7 +301,7 @@ def _checked(query, kv_cache, workspace_buffer, block_tables, seq_lens, bmm1_sca
     # while group x q_len_per_req fits its tiles, else the 64-row one; named here rather than
     # left to caps.variant 0 (which infers q_len from the rounded capacities) so that a
     # cached plan keeps its row only for calls of the same depth
-    caps.variant = 2 if (H // Hkv) * qlen <= 8 else 3
+    caps.variant = 2 if (H // Hkv) * qlen <= _ROWS8 else 3
 
     b = C.fi_batch()
     built = []

@@ -548,10 +548,10 @@ static void gqa_nvfp4_kv_matches_dequantised_reference(void **state) {
 
 /* Every KV dtype and head_dim on the rows-8 row (and, for k in 8..15 and 24..26, on row 3:
  * the 64-row kernel's transposed path, which the default rows no longer give few-row
- * tiles) against the (dequantising) fp64 reference: groups 1 to 16 and q_len 1 to 3, so requests of more than 8 rows are cut into
- * several tiles (group 16: tiles of 8 heads); kv_len 2 pages or random up to 900 (2500 on
- * 7 CTAs); and batch 1 x 16-20k over every CTA (16-split groups: the one-row solo merge,
- * SplitMerge kOneRow). */
+ * tiles) against the (dequantising) fp64 reference: groups 1 to 16 and q_len 1 to 3, so
+ * requests of more than 8 rows are cut into several tiles (group 16: tiles of 8 heads);
+ * kv_len 2 pages or random up to 900 (2500 on 7 CTAs); and batch 1 x 16-20k over every CTA
+ * (16-split groups: the one-row solo merge, SplitMerge kOneRow). */
 static void gqa_rows8_row_matches_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
