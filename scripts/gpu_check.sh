@@ -59,9 +59,11 @@ if [ "$MODE" != quick ] && [ -x "$TEST" ]; then
     done
     done
   done
-  # the fp8 cache small case on both bodies (FI_MLA_TEST_VARIANT 4: mma.sync, 3: wgmma) and
-  # the sparse top-k one (the wgmma body's only) (tests/gpu/test_mla_fp8_gpu.c)
-  for run in sanitize_fp8_small_case:4 sanitize_fp8_small_case:3 sanitize_sparse_small_case:0; do
+  # the fp8 cache small case on both bodies (FI_MLA_TEST_VARIANT 4: mma.sync, 3: wgmma), on
+  # the transposed fp8 body (row 7, its own case) and the sparse top-k one (the wgmma body's
+  # only) (tests/gpu/test_mla_fp8_gpu.c)
+  for run in sanitize_fp8_small_case:4 sanitize_fp8_small_case:3 sanitize_fp8_rows16_small_case:0 \
+             sanitize_sparse_small_case:0; do
     filter=${run%%:*} v=${run#*:}
     for tool in memcheck racecheck; do
       FI_MLA_TEST_VARIANT=$v FI_GPU_TEST_FILTER=$filter timeout 200 compute-sanitizer --tool $tool \

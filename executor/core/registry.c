@@ -13,6 +13,7 @@
 extern const fi_family fi_family_mla;
 extern const fi_family fi_family_mla_wg;
 extern const fi_family fi_family_mla_wg64;
+extern const fi_family fi_family_mla_wgt;
 extern const fi_family fi_family_gqa;
 extern const fi_family fi_family_context;
 
@@ -66,6 +67,13 @@ static const fi_variant k_variants[] = {
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 128,
      .default_kv16_page = 64, .family = &fi_family_mla_wg64},
+    /* The transposed fp8 body (executor/mla/mla_wgt_tile.cuh): q and cache fp8 e4m3, tiles
+     * of at most 16 rows (a query token's 16 heads), KV blocks of 64 tokens on wgmma's M
+     * side.  H200, heads 16, b2b us, against the mma.sync body (row 0 there): B128 x 4096
+     * page 64 86.1-87.0 vs 155.0, trace snapshot of 128 requests 48.3-50.9 vs 50.1-50.2. */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 7, .name = "mla_decode_fp8_rows16", .tile_rows = 16,
+     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla_wgt},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,

@@ -45,3 +45,11 @@ extern "C" int fi_mla_wg64_launch(const void *params, fi_dtype dtype, int enable
         return (int)cudaErrorInvalidValue;
     }
 }
+
+extern "C" int fi_mla_wgt_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
+    (void)dtype; /* out is bf16 whatever the caps' dtype */
+    const fi_mla_params &p = *static_cast<const fi_mla_params *>(params);
+    if (!p.m.kv_e4m3 || p.m.q_kind != FI_MLA_Q_E4M3)
+        return (int)cudaErrorInvalidValue;
+    return (int)fi_mla_wgt_launch_e4m3(p, enable_pdl, static_cast<cudaStream_t>(stream));
+}

@@ -16,6 +16,7 @@ cudaError_t fi_mla_wg_launch_e4m3(const fi_mla_params &p, int enable_pdl, cudaSt
 cudaError_t fi_mla_wg8_launch(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wg64_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wg64_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
+cudaError_t fi_mla_wgt_launch_e4m3(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 extern "C" {
 #endif
 
@@ -27,6 +28,9 @@ int fi_mla_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stre
 int fi_mla_wg_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
 /* The same for the 64-token wgmma variant (mla_wg64_tile.cuh; 16-bit caches only). */
 int fi_mla_wg64_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
+/* The same for the transposed fp8 body (mla_wgt_tile.cuh; q and cache fp8 e4m3 only, else
+ * cudaErrorInvalidValue). */
+int fi_mla_wgt_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
 
 #ifdef __cplusplus
 }

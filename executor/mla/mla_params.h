@@ -22,6 +22,10 @@
 #define FI_MLA_WG_KV_BLOCK 32
 /* The 64-token wgmma body (executor/mla/mla_wg64_tile.cuh): 64-row tiles, 64-token blocks. */
 #define FI_MLA_WG64_KV_BLOCK 64
+/* The transposed fp8 body (executor/mla/mla_wgt_tile.cuh): tiles of at most 16 rows (wgmma's
+ * N), KV blocks of 64 tokens (its M). */
+#define FI_MLA_WGT_TILE_ROWS 16
+#define FI_MLA_WGT_KV_BLOCK 64
 
 typedef struct fi_mla_block {
     const void *q_nope;          /* [q_tokens, H_q, 512] */
@@ -60,8 +64,9 @@ typedef struct fi_mla_params {
     int32_t tma_on; /* 1: maps encoded; 0: every block by cp.async (sparse cache, an fp8
                        cache under a 16-bit q, page_size < 8, strides TMA cannot take, no
                        driver entry point, the mma.sync body) */
-    int32_t tma_box_rows; /* tokens a box: 8 (the 32-token body: a producer warp's tokens)
-                             or 64 (the 64-token body: a whole block, page_size >= 64) */
+    int32_t tma_box_rows; /* tokens a box: 8 (the 32-token body: a producer warp's tokens),
+                             64 (the 64-token body: a whole block, page_size >= 64) or
+                             min(64, page_size) (the transposed fp8 body: a page of a block) */
 } fi_mla_params;
 
 #endif /* FIATTN_EXECUTOR_MLA_PARAMS_H */

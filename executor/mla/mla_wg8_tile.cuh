@@ -38,6 +38,7 @@
  */
 #pragma once
 
+#include "executor/mla/mla_q8.cuh"
 #include "executor/mla/mla_wg_tile.cuh"
 
 namespace fimlawg8 {
@@ -77,26 +78,6 @@ constexpr int kDepth = 2; /* a block is transposed kDepth steps after its copies
 __device__ __forceinline__ uint32_t stage_at(uint32_t s0, int st) { return s0 + kOffRing + st * kBlockBytes; }
 
 /* ---- producer ------------------------------------------------------------------------ */
-
-/* Q rows of item it (e4m3) into the Q panels by 16-byte cp.async; rows past M zero. */
-__device__ __forceinline__ void produce_q(const fi_mla_params &p, const fi_work_item &it,
-                                          const fi_request_info &rq, uint32_t s0, int pt) {
-    const int nh = it.head_end - it.head_begin;
-    const int M = (it.q_end - it.q_begin) * nh;
-    for (int idx = pt; idx < kRows * (kDqk / 16); idx += kProducerThreads) {
-        const int r = idx / (kDqk / 16), c = idx - r * (kDqk / 16); /* 16-byte chunk c */
-        const uint32_t dst = s0 + kOffQ + (c < 32 ? (c >> 3) * kQPanel + sw128_8(r, (c & 7) * 16)
-                                                  : kOffQpe + sw64_8(r, (c - 32) * 16));
-        const uint8_t *src = (const uint8_t *)p.m.q_nope;
-        if (r < M) {
-            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
-            const int h = it.head_begin + r % nh;
-            src = c < 32 ? (const uint8_t *)p.m.q_nope + tok * p.m.q_nope_stride_tok + h * p.m.q_nope_stride_head + c * 16
-                         : (const uint8_t *)p.m.q_pe + tok * p.m.q_pe_stride_tok + h * p.m.q_pe_stride_head + (c - 32) * 16;
-        }
-        cp_async16(dst, src, r < M ? 16 : 0);
-    }
-}
 
 /* Block b's K rows into stage st: warp pw's 8 tokens, lanes 4 j .. 4 j + 3 token j, lane
  * q = l % 4 the 16-byte chunks q, q + 4, .. of its 512 ckv bytes and chunk q of its 64 kpe
@@ -238,13 +219,6 @@ __device__ __forceinline__ void issue_pv(float *O, uint32_t s0, int st, int w) {
     wg_commit();
 }
 
-/* Two fp32 -> e4m3 (round to nearest, saturating): lo in byte 0, hi in byte 1. */
-__device__ __forceinline__ uint16_t e4m3x2(float lo, float hi) {
-    uint16_t r;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
 /* P for softmax_block: the thread's weights (P x 2^8) of columns c, c + 1 in rows r0 and
  * r0 + 8 as two e4m3 panels of stage st, P_hi = e4m3(P) and P_lo = e4m3(P - P_hi), so
  * P V carries P to ~2^-8 relative (P_hi alone, 2^-4, left rows of a few keys at 2e-2). */
@@ -376,7 +350,7 @@ struct MlaWg8Family {
         Cursor cur{0, 0u, 0u};
         for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
             mbar_wait(Sh8::qempty(s0), cur.qph ^ 1u);
-            produce_q(p, it, rq, s0, pt);
+            fimla8::produce_q_e4m3<kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
             cp_async_mbar_arrive(Sh8::qfull(s0));
             cur.qph ^= 1u;
             produce_blocks(p, it, rq, s0, pt, cur, fimlawg::blocks_of(it));

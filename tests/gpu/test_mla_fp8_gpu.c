@@ -5,7 +5,7 @@
  * device.
  *
  * fp8: caps.kv_dtype E4M3 (ckv / kpe caches of random e4m3 codes, |x| < 2), q e4m3 or
- * bf16 (fp16 in one case), out bf16; the truth is fi_naive_attention on the same bytes
+ * bf16 (fp16 in one case; the transposed fp8 body, row 7, q e4m3 only), out bf16; the truth is fi_naive_attention on the same bytes
  * (fp8 widened exactly, no scale of its own: bmm1 / bmm2 carry it, as the reference APIs'
  * callers fold q_scale * kv_scale and kv_scale).  Tolerance per (token, head) row
  * ||out - ref|| / ||ref|| <= 2e-2 (MLA_TOL_FP8: the kernel's matmuls are fp16, a bf16 q
@@ -21,8 +21,11 @@
  *
  * Fresh random inputs each run; the seed is printed and FI_TEST_SEED=<seed> replays it.
  * One small case each for compute-sanitizer (split pieces and merges included; the fp8
- * one on the body FI_MLA_TEST_VARIANT names, 4 or 3, else the default: mma.sync):
+ * one on the body FI_MLA_TEST_VARIANT names, 4 or 3, else the default: mma.sync; the
+ * rows16 one on the transposed fp8 body, row 7):
  *   FI_GPU_TEST_FILTER=sanitize_fp8_small_case compute-sanitizer --tool memcheck \
+ *       build/tests/gpu/test_mla_fp8_gpu
+ *   FI_GPU_TEST_FILTER=sanitize_fp8_rows16_small_case compute-sanitizer --tool memcheck \
  *       build/tests/gpu/test_mla_fp8_gpu
  *   FI_GPU_TEST_FILTER=sanitize_sparse_small_case compute-sanitizer --tool memcheck \
  *       build/tests/gpu/test_mla_fp8_gpu
@@ -64,14 +67,14 @@ static void build_and_check(const mla_opts *o, const int32_t *q, const int32_t *
 
 /* ---- small cases for compute-sanitizer ------------------------------------------------ */
 
-/* fp8 q and cache, heads 16 on 8 CTAs: two requests cut into merged pieces, sinks, lse. */
-static void sanitize_fp8_small_case(void **state) {
-    (void)state;
-    REQUIRE_GPU();
-    tt_rng rng = gt_test_rng(201);
+/* fp8 q and cache, heads 16 on 8 CTAs, on registry row `variant` (0: the default, or the
+ * row FI_MLA_TEST_VARIANT names): two requests cut into merged pieces, sinks, lse. */
+static void sanitize_fp8_on(int32_t variant, uint64_t seed) {
+    tt_rng rng = gt_test_rng(seed);
     mla_opts o = fp8_opts(E4M3, 16, 32, FI_FORM_BLOCK_TABLES);
     o.num_ctas = 8;
     o.sinks = 1;
+    o.variant = variant;
     const int32_t q[2] = {1, 1}, kv[2] = {700, 900};
     mla_case c;
     char msg[MSG];
@@ -80,6 +83,20 @@ static void sanitize_fp8_small_case(void **state) {
     gt_require_splits(&g, 2);
     gt_check(&g, 1);
     mla_case_free(&c);
+}
+
+static void sanitize_fp8_small_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    sanitize_fp8_on(0, 201);
+}
+
+/* The same on the transposed fp8 body (row 7): its TMA boxes of a 32-token page, its
+ * cp.async tail, its split pieces. */
+static void sanitize_fp8_rows16_small_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    sanitize_fp8_on(7, 213);
 }
 
 /* Sparse, bf16, heads 16, q_len 2, K 64 on 4 CTAs: -1 padding, a row without keys. */
@@ -117,13 +134,16 @@ static int32_t fp8_kv_len(tt_rng *r, int32_t b, int32_t ql, int32_t ps, int caus
  * concatenated (BLOCK_TABLES) or split (INDPTR) caches, sinks, lse, scales by value or by
  * device pointer, CTAs (the device's count or 3..17: splits), causal (q_len 4 also
  * non-causal, with an empty request). */
-static void fp8_every_shape(int32_t variant, uint64_t seed) {
+static void fp8_every_shape(int32_t variant, uint64_t seed, int q8_only) {
     tt_rng rng = gt_test_rng(seed);
     const int32_t heads[4] = {16, 32, 64, 128}, qls[3] = {1, 2, 4}, pss[4] = {16, 32, 64, 128};
-    int idx = 0, n_split = 0;
+    int idx = 0, n_split = 0, n_run = 0;
     for (int ih = 0; ih < 4; ih++)
         for (int iq = 0; iq < 3; iq++)
             for (int qd = 0; qd < 2; qd++, idx++) {
+                if (q8_only && qd)
+                    continue; /* the options still rotate with idx */
+                n_run++;
                 const int32_t ql = qls[iq];
                 mla_opts o = fp8_opts(qd ? BF16 : E4M3, heads[ih], pss[(idx + ih) % 4],
                                       (idx >> 1) & 1 ? FI_FORM_INDPTR : FI_FORM_BLOCK_TABLES);
@@ -149,14 +169,14 @@ static void fp8_every_shape(int32_t variant, uint64_t seed) {
                 gt_check(&g, idx % 4 == 0 ? 2 : 1);
                 mla_case_free(&c);
             }
-    print_message("  %d fp8 cases on variant %d, %d with merged splits\n", idx, (int)variant, n_split);
+    print_message("  %d fp8 cases on variant %d, %d with merged splits\n", n_run, (int)variant, n_split);
     assert_true(n_split > 0);
 }
 
 static void mla_fp8_matches_reference_every_shape(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fp8_every_shape(0, 203);
+    fp8_every_shape(0, 203, 0);
 }
 
 /* The mma.sync body (row 4) reads an fp8 cache at every head count, not only where it is
@@ -164,7 +184,16 @@ static void mla_fp8_matches_reference_every_shape(void **state) {
 static void mla_fp8_mma_sync_body_every_shape(void **state) {
     (void)state;
     REQUIRE_GPU();
-    fp8_every_shape(4, 208);
+    fp8_every_shape(4, 208, 0);
+}
+
+/* The transposed fp8 body (row 7: q and cache fp8, 16-row tiles, 64-token blocks) at every
+ * head count (heads 32 to 128 cut into tiles of 16 rows), q_len 1 / 2 / 4, every page size
+ * (TMA boxes of a page, or 16 rows of a larger one; cp.async for an item's ragged end). */
+static void mla_fp8_rows16_body_every_shape(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    fp8_every_shape(7, 212, 1);
 }
 
 /* fp16 q over an fp8 cache (the third q type the body converts), and the wgmma row named
@@ -334,10 +363,10 @@ static void mla_sparse_matches_gathered_reference(void **state) {
 /* A plan the chosen row has no path for is refused by fi_run with its status and writes
  * nothing (a planner that refuses the caps already, with the same status, is accepted
  * too): kv_dtype 0 = bf16 cache; want the status. */
-static void expect_row_refuses(int32_t variant, int32_t sparse_top_k, fi_dtype kv_dtype,
-                               fi_status want, uint64_t seed, const char *what) {
+static void expect_row_refuses_q(int32_t variant, int32_t sparse_top_k, fi_dtype q_dtype,
+                                 fi_dtype kv_dtype, fi_status want, uint64_t seed, const char *what) {
     tt_rng rng = gt_test_rng(seed);
-    mla_opts o = fp8_opts(kv_dtype == E4M3 ? E4M3 : BF16, 16, 64, FI_FORM_BLOCK_TABLES);
+    mla_opts o = fp8_opts(q_dtype, 16, 64, FI_FORM_BLOCK_TABLES);
     o.kv_dtype = kv_dtype;
     o.variant = variant;
     o.sparse_top_k = sparse_top_k;
@@ -356,25 +385,40 @@ static void expect_row_refuses(int32_t variant, int32_t sparse_top_k, fi_dtype k
     mla_case_free(&c);
 }
 
-/* Sparse plans run on the 32-token wgmma body only: the mma.sync row (caps.variant 4) and
- * the 64-token wgmma row (6) refuse them with FI_ERR_SPARSE_UNSUPPORTED; the 64-token row
- * runs 16-bit caches only: an fp8 cache there is FI_ERR_UNSUPPORTED_DTYPE. */
+/* The same with q in the cache's dtype (fp8 e4m3 over an fp8 cache, else bf16). */
+static void expect_row_refuses(int32_t variant, int32_t sparse_top_k, fi_dtype kv_dtype,
+                               fi_status want, uint64_t seed, const char *what) {
+    expect_row_refuses_q(variant, sparse_top_k, kv_dtype == E4M3 ? E4M3 : BF16, kv_dtype, want,
+                         seed, what);
+}
+
+/* Sparse plans run on the 32-token wgmma body only: the mma.sync row (caps.variant 4), the
+ * 64-token wgmma row (6) and the transposed fp8 row (7) refuse them with
+ * FI_ERR_SPARSE_UNSUPPORTED; the 64-token row runs 16-bit caches only: an fp8 cache there
+ * is FI_ERR_UNSUPPORTED_DTYPE; row 7 runs q and cache fp8 only: a bf16 q or a bf16 cache
+ * there is FI_ERR_UNSUPPORTED_DTYPE. */
 static void mla_rows_without_a_path_refuse(void **state) {
     (void)state;
     REQUIRE_GPU();
     expect_row_refuses(4, 64, 0, FI_ERR_SPARSE_UNSUPPORTED, 209, "sparse plan on variant 4 (mma.sync)");
     expect_row_refuses(6, 64, 0, FI_ERR_SPARSE_UNSUPPORTED, 210, "sparse plan on variant 6 (wgmma64)");
     expect_row_refuses(6, 0, E4M3, FI_ERR_UNSUPPORTED_DTYPE, 211, "fp8 cache on variant 6 (wgmma64)");
+    expect_row_refuses(7, 64, E4M3, FI_ERR_SPARSE_UNSUPPORTED, 214, "sparse plan on variant 7 (fp8 rows16)");
+    expect_row_refuses(7, 0, 0, FI_ERR_UNSUPPORTED_DTYPE, 215, "bf16 cache on variant 7 (fp8 rows16)");
+    expect_row_refuses_q(7, 0, BF16, E4M3, FI_ERR_UNSUPPORTED_DTYPE, 216,
+                         "bf16 q over an fp8 cache on variant 7 (fp8 rows16)");
 }
 
 int main(void) {
     gt_begin("test_mla_fp8_gpu");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sanitize_fp8_small_case),
+        cmocka_unit_test(sanitize_fp8_rows16_small_case),
         cmocka_unit_test(sanitize_sparse_small_case),
         cmocka_unit_test(mla_fp8_bad_dtypes_refused_and_nothing_written),
         cmocka_unit_test(mla_fp8_matches_reference_every_shape),
         cmocka_unit_test(mla_fp8_mma_sync_body_every_shape),
+        cmocka_unit_test(mla_fp8_rows16_body_every_shape),
         cmocka_unit_test(mla_fp8_f16_q_and_explicit_wgmma_row),
         cmocka_unit_test(mla_fp8_empty_requests_write_zeros),
         cmocka_unit_test(mla_fp8_graph_decode_loop_follows_trace),

@@ -27,6 +27,9 @@ template <> struct Dt<__nv_bfloat16> {
         __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
         return *reinterpret_cast<uint32_t *>(&v);
     }
+    static __device__ __forceinline__ float2 unpack(uint32_t x) {
+        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&x));
+    }
     static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
                                                uint32_t b1) {
         asm volatile(
@@ -40,6 +43,9 @@ template <> struct Dt<__half> {
     static __device__ __forceinline__ uint32_t pack(float a, float b) {
         __half2 v = __floats2half2_rn(a, b);
         return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t x) {
+        return __half22float2(*reinterpret_cast<const __half2 *>(&x));
     }
     static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
                                                uint32_t b1) {
@@ -192,6 +198,14 @@ __device__ __forceinline__ void store_nvfp4_4(const C &c, int64_t tok, int h, in
     if ((c4 & 3) == 0)
         static_cast<uint8_t *>(c.o_sf)[tok * c.o_sf_stride_tok + h * c.o_sf_stride_head + (c4 >> 2)] =
             (uint8_t)sf;
+}
+
+/* Two fp32 -> e4m3 (round to nearest, saturating; NaN stays NaN): lo in byte 0, hi in
+ * byte 1. */
+__device__ __forceinline__ uint16_t e4m3x2(float lo, float hi) {
+    uint16_t r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
 }
 
 /* fp8 e4m3 -> fp16 (exact: every e4m3 value is an fp16 value; NaN stays NaN). */

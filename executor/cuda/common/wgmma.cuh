@@ -175,11 +175,13 @@ FI_WGMMA(256, __half, "f16", 128, 129, 130, 131, 132, 133, 134)
 
 #undef FI_WGMMA
 
-/* fp8 e4m3 x e4m3 -> fp32, m64nNk32, A and B from shared memory, both K-major (fp8 wgmma
- * has no transpose: an MN-major operand must be transposed in shared memory first); the
- * accumulator layout is Wgmma's. */
+/* fp8 e4m3 x e4m3 -> fp32, m64nNk32, both operands K-major (fp8 wgmma has no transpose:
+ * an MN-major operand must be transposed first); the accumulator layout is Wgmma's.
+ * ss: A and B from shared memory.  rs: A from registers, a[4] per thread holding 4 bytes
+ * each in the m16n8k32 8-bit A-fragment order of the thread's 16-row slice (a[0] row
+ * lane / 4, k 4 (lane % 4) .. + 3; a[1] row + 8; a[2], a[3] the same at k + 16). */
 template <int N> struct Wgmma8;
-#define FI_WGMMA8(N, R0, R1, R2)                                                            \
+#define FI_WGMMA8(N, R0, R1, R2, R3, R4, R5)                                                \
     template <> struct Wgmma8<N> {                                                          \
         static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b,         \
                                                   int accumulate) {                         \
@@ -189,10 +191,25 @@ template <int N> struct Wgmma8;
                          : FI_WG_OPS_##N                                                    \
                          : "l"(a), "l"(b), "r"(accumulate));                                \
         }                                                                                   \
+        static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b,  \
+                                                  int accumulate) {                         \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #R5 ", 0;\n"                 \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 "        \
+                         FI_WG_REGS_##N ", {%" #R0 ", %" #R1 ", %" #R2 ", %" #R3 "}, %" #R4 \
+                         ", p, 1, 1;\n}\n"                                                  \
+                         : FI_WG_OPS_##N                                                    \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),              \
+                           "r"(accumulate));                                                \
+        }                                                                                   \
     };
-FI_WGMMA8(32, 16, 17, 18)
-FI_WGMMA8(256, 128, 129, 130)
+#define FI_WG_REGS_16 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define FI_WG_OPS_16 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+FI_WGMMA8(16, 8, 9, 10, 11, 12, 13)
+FI_WGMMA8(32, 16, 17, 18, 19, 20, 21)
+FI_WGMMA8(256, 128, 129, 130, 131, 132, 133)
 #undef FI_WGMMA8
+#undef FI_WG_REGS_16
+#undef FI_WG_OPS_16
 #undef FI_WG_REGS_32
 #undef FI_WG_OPS_32
 #undef FI_WG_REGS_256

@@ -1,0 +1,508 @@
+/*
+ * executor/mla/mla_wgt_tile.cuh - the MLA decode family's transposed fp8 body (sm_90a):
+ * q and the KV cache fp8 e4m3, out bf16, tiles of at most 16 rows (heads 16 at q_len 1:
+ * DeepSeek's per-GPU heads under tensor parallelism 8, `xqa_mla`).  Both matmuls run on
+ * the fp8 tensor cores with the KV block as wgmma's M side ("swap AB"), so a 16-row tile
+ * pays for 16 columns, not for 64 padded rows, and no KV byte is converted or transposed.
+ *
+ * Why: at 16 rows the mma.sync body converts every fp8 byte to fp16 and runs
+ * latency-bound (perf-log 2026-11-27: ~155 us for B128 x 4096, as for a bf16 cache, with
+ * half the bytes); the 64-row fp8 wgmma body pads 16 rows to 64 and writes V^T in shared
+ * memory, which costs as much.  Here the work a KV byte costs is small and the kernel is
+ * meant to be bound by the KV stream.
+ *
+ * What it computes: as mla_tile.cuh (fiattn_run.h): s_j = bmm1_scale * (q_nope . ckv_j +
+ * q_pe . kpe_j), out = bmm2_scale * softmax(s) . ckv, the mask rule of plan/mask.h, sinks
+ * in the denominator, natural-log LSE; bmm1 / bmm2 fold the quantisation scales.  P is
+ * rounded to e4m3 in two terms (P_hi = e4m3(2^8 p), P_lo = e4m3(2^8 p - P_hi)), so P V
+ * carries p to ~2^-8 relative, as the 64-row fp8 body.
+ *
+ * How (one CTA = one consumer warpgroup + one producer warpgroup, one CTA an SM):
+ *  - Shared memory: Q [16 rows][576 B] as four 128-byte-swizzled panels of ckv dims and a
+ *    [16][64 B] kpe panel (64-byte swizzle); P^T hi and lo [16 rows][64 tokens] (64-byte
+ *    swizzle); a ring of 5 blocks of 64 tokens, each K [64][576 B] in the same panels
+ *    (4 x 8 KB + 4 KB).  V = ckv is read from the K panels.
+ *  - Producer warpgroup: Q by 16-byte cp.async; a block wholly inside an item that starts
+ *    on a box boundary by TMA (fi_mla_params.tma_box_rows = min(64, page_size) rows a box:
+ *    4 ckv boxes and 1 kpe box a page of the block, one lane a page), else by 16-byte
+ *    cp.async (two threads a token, a token's page from the page table; keys past the item
+ *    zero-filled, so P = 0 never meets NaN bit patterns).  full / empty mbarriers a stage.
+ *  - Consumer warpgroup, per block: S^T = K Q^T, 18 wgmma m64n16k32 (A = K from the ring,
+ *    B = Q); warp w holds tokens 16 w + g (+ 8) x rows 8 j + 2 q4 (+ 1) (g = lane / 4,
+ *    q4 = lane % 4).  The block's column maxima meet in shared memory (one named barrier);
+ *    P^T's bytes go to the P panels (a shuffle between lane pairs, one more barrier);
+ *    O^T += V^T P^T, 2 x 16 wgmma m64n16k32 with A = V^T from registers: ldmatrix.trans of
+ *    a 16-byte chunk (16 dims) of 32 tokens gives lane (g, q4) dims (2 g, 2 g + 1) x
+ *    tokens (2 q4, 2 q4 + 1) of each 8-token group, and the byte permutations 0x6420 /
+ *    0x7531 of two groups' registers give the A fragments of dim 2 g (M row g) and 2 g + 1
+ *    (M row g + 8) at k = tokens {2 q4, 2 q4 + 1, 8 + 2 q4, 9 + 2 q4}.  So token p of a
+ *    16-token group sits at k position 4 (p % 8 / 2) + p % 2 + 2 (p / 8) of P^T, and O^T's
+ *    M row 16 w + g (+ 8) of m-tile mt is dim 64 mt + 16 w + 2 g (+ 1).
+ *  - A round of block b: V^T fragments of b from shared memory, the ring block freed
+ *    (its K and V are in registers or read), the softmax of S_b, then P_b V_b and the next
+ *    block's S_{b+1} issued together and waited for once, so the tensor cores run the two
+ *    back to back.  (Two consumer warpgroups on alternate blocks halved the consumers'
+ *    own time but not the kernel's, which the KV stream bounds: perf-log.)
+ *  - O^T [512][16] fp32 lives in 64 registers a thread; the running max is one per column
+ *    and the same in every thread; row sums are summed over the warpgroup at the end.
+ *  - Splits: partial O / lse into the item's slot, merged by the shared split merge after
+ *    the CTA's items (SplitMerge, cooperative only, as the other wgmma bodies).
+ * Sources: FlashAttention-3 (Shah et al. 2024: fp8 wgmma, P in e4m3, producer / consumer
+ * warpgroups); the transposed (swap-AB) decode tiling of TensorRT-LLM's XQA kernels; the
+ * online softmax of FlashAttention-2 (Dao 2023); flash-decoding split-KV; the PTX ISA
+ * (wgmma register fragments, swizzle modes).  The layouts are this file's own.
+ */
+#pragma once
+
+#include "executor/cuda/common/dtype.cuh"
+#include "executor/cuda/common/profile.cuh"
+#include "executor/cuda/common/ptx.cuh"
+#include "executor/cuda/common/wgmma.cuh"
+#include "executor/cuda/merge/split_merge.cuh"
+#include "executor/mla/mla_params.h"
+#include "executor/mla/mla_q8.cuh"
+#include "plan/mask.h"
+
+namespace fimlawgt {
+using namespace fi;
+
+constexpr int kThreads = 128;                /* one consumer warpgroup */
+constexpr int kProducerWarps = 4;            /* one producer warpgroup */
+constexpr int kProducerThreads = kProducerWarps * 32;
+constexpr int kRows = FI_MLA_WGT_TILE_ROWS;  /* 16: wgmma's N */
+constexpr int kBlockN = FI_MLA_WGT_KV_BLOCK; /* 64: wgmma's M */
+constexpr int kDqk = 576, kDv = 512;
+constexpr int kStages = 5;
+constexpr int kPLog2 = 8;                    /* P x 2^8: small weights above e4m3's subnormals */
+constexpr int kBarWg = 2;                    /* the consumer warpgroup's named barrier */
+static_assert(kRows == 16 && kBlockN == 64, "m64n16 tiles");
+
+/* Shared memory (bytes from the dynamic base; every swizzle atom on its alignment). */
+constexpr uint32_t kQPanel = kRows * 128;                  /* [16][128 B] */
+constexpr uint32_t kOffQ = 0, kOffQpe = 4 * kQPanel;       /* [16][64 B] at 8192 */
+constexpr uint32_t kPBytes = kRows * 64;                   /* P^T [16][64 B] */
+constexpr uint32_t kOffP = kOffQpe + 1024;                 /* hi, then lo */
+constexpr uint32_t kOffRed = kOffP + 2 * kPBytes;          /* [4 warps][16] fp32 */
+constexpr uint32_t kOffFlag = kOffRed + 4 * kRows * 4;     /* the merge's flags */
+constexpr uint32_t kOffW = kOffFlag + 16;                  /* its weights */
+constexpr uint32_t kOffRow = kOffW + kSoloMergeRows * 4;   /* its row statistics */
+constexpr uint32_t kOffBar = kOffRow + 2 * kRows * 4;      /* full[5], empty[5], qfull, qempty */
+constexpr uint32_t kOffRing = 14336;
+constexpr uint32_t kKPanel = kBlockN * 128;                /* [64][128 B] */
+constexpr uint32_t kOffKpe = 4 * kKPanel;                  /* [64][64 B] */
+constexpr uint32_t kBlockBytes = kOffKpe + kBlockN * 64;   /* 36864 */
+constexpr size_t kSmemBytes = kOffRing + (size_t)kStages * kBlockBytes;
+static_assert(kOffBar + 8 * (2 * kStages + 2) <= kOffRing && kOffP % 1024 == 0 &&
+                  kOffRing % 1024 == 0 && kBlockBytes % 1024 == 0 && kSmemBytes <= 232448,
+              "shared memory map");
+
+__device__ __forceinline__ uint32_t full(uint32_t s0, int st) { return s0 + kOffBar + 8 * st; }
+__device__ __forceinline__ uint32_t empty(uint32_t s0, int st) { return s0 + kOffBar + 8 * (kStages + st); }
+__device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 16 * kStages; }
+__device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kOffBar + 16 * kStages + 8; }
+
+/* Ring position of the next block and Q's phase; producer and consumers advance their own. */
+struct Cursor {
+    int st;
+    uint32_t ph, qph;
+    __device__ __forceinline__ void next() {
+        st = st + 1 == kStages ? 0 : st + 1;
+        ph ^= st == 0 ? 1u : 0u;
+    }
+};
+
+__device__ __forceinline__ int blocks_of(const fi_work_item &it) {
+    return it.kv_end > it.kv_begin ? (it.kv_end - it.kv_begin + kBlockN - 1) / kBlockN : 0;
+}
+
+/* ---- producer ------------------------------------------------------------------------ */
+
+/* Page-table entry of the token producer thread pt copies in block b (token pt / 2), or 0
+ * past the item. */
+__device__ __forceinline__ int32_t page_of(const fi_mla_params &p, const fi_work_item &it,
+                                           const fi_request_info &rq, int b, int pt) {
+    const int t = it.kv_begin + b * kBlockN + (pt >> 1);
+    return t < it.kv_end ? p.c.page_table[(int64_t)rq.page_row_offset + (t >> p.c.page_shift)] : 0;
+}
+
+/* Block b into the ring block at `base` by 16-byte cp.async: thread pt copies token pt / 2,
+ * its 16-byte chunks pt % 2, pt % 2 + 2, ... of 36 (32 of ckv, 4 of kpe); zeros past the
+ * item.  pg: page_of. */
+__device__ __forceinline__ void copy_block(const fi_mla_params &p, const fi_work_item &it, uint32_t base,
+                                           int b, int pt, int32_t pg, uint64_t pol) {
+    const int tok = pt >> 1, t = it.kv_begin + b * kBlockN + tok;
+    const bool in = t < it.kv_end;
+    const int64_t slot = t & (p.c.page_size - 1);
+    const uint8_t *ckv = (const uint8_t *)p.m.ckv + (int64_t)pg * p.m.ckv_stride_page + slot * p.m.ckv_stride_tok;
+    const uint8_t *kpe = (const uint8_t *)p.m.kpe + (int64_t)pg * p.m.kpe_stride_page + slot * p.m.kpe_stride_tok;
+#pragma unroll
+    for (int i = 0; i < kDqk / 32; ++i) {
+        const int c = (pt & 1) + 2 * i;
+        const uint32_t dst = c < 32 ? base + (c >> 3) * kKPanel + sw128_8(tok, (c & 7) * 16)
+                                    : base + kOffKpe + sw64_8(tok, (c - 32) * 16);
+        const uint8_t *src = c < 32 ? ckv + 16 * c : kpe + 16 * (c - 32);
+        cp_async16(dst, in ? src : (const uint8_t *)p.m.ckv, in ? 16 : 0, pol);
+    }
+}
+
+/* Block b by tensor maps (the block wholly inside the item, the item starting on a box
+ * boundary): the thread that copies the first token of a box (R = tma_box_rows tokens, one
+ * page) issues its 4 ckv boxes and 1 kpe box on `bar`, whose transaction count it raises
+ * first.  pg: page_of (that token's page). */
+__device__ __forceinline__ void map_block(const fi_mla_params &p, const fi_work_item &it, uint32_t base,
+                                          int b, int pt, int32_t pg, uint32_t bar, uint64_t pol) {
+    const int tok = pt >> 1, R = p.tma_box_rows;
+    if ((pt & 1) != 0 || (tok & (R - 1)) != 0)
+        return;
+    const int slot = (it.kv_begin + b * kBlockN + tok) & (p.c.page_size - 1);
+    mbar_expect_tx_only(bar, (uint32_t)R * (4 * 128 + 64));
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        tma_load_3d(base + i * kKPanel + tok * 128, &p.tma_ckv, 128 * i, slot, pg, bar, pol);
+    tma_load_3d(base + kOffKpe + tok * 64, &p.tma_kpe, 0, slot, pg, bar, pol);
+}
+
+/* ---- consumers ----------------------------------------------------------------------- */
+
+/* S^T = K Q^T over the 576 dims of the ring block at kb: 16 wgmma m64n16k32 over the ckv
+ * panels, 2 over kpe, one commit group (not waited for). */
+__device__ __forceinline__ void issue_scores(float *S, uint32_t s0, uint32_t kb) {
+    const WgDesc dk = wg_desc_base(kb, 16, 1024);
+    const WgDesc dq = wg_desc_base(s0 + kOffQ, 16, 1024);
+    const WgDesc dkp = wg_desc_base(kb + kOffKpe, 16, 512, 2);
+    const WgDesc dqp = wg_desc_base(s0 + kOffQpe, 16, 512, 2);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        S[i] = 0.f;
+    wg_pin<8>(S); /* the zeros written before the fence (C7515) */
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < 16; ++k)
+        Wgmma8<16>::ss(S, dk.at((k >> 2) * kKPanel + (k & 3) * 32), dq.at((k >> 2) * kQPanel + (k & 3) * 32), k > 0);
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+        Wgmma8<16>::ss(S, dkp.at(k * 32), dqp.at(k * 32), 1);
+    wg_commit();
+}
+
+/* V^T A fragments of the ring block at kb for warp w: av[mt][ks] covers dims 64 mt + 16 w
+ * .. (chunk 4 (mt % 2) + w of ckv panel mt / 2) x tokens 32 ks .. 32 ks + 31 (header). */
+__device__ __forceinline__ void v_fragments(uint32_t kb, int w, int lane, uint32_t (*av)[2][4]) {
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+            const int tok = 32 * ks + 8 * (lane >> 3) + (lane & 7), c = 4 * (mt & 1) + w;
+            uint32_t v[4];
+            ldsm_x4_t(kb + (mt >> 1) * kKPanel + tok * 128 + ((c ^ (tok & 7)) << 4), v);
+            av[mt][ks][0] = __byte_perm(v[0], v[1], 0x6420);
+            av[mt][ks][1] = __byte_perm(v[0], v[1], 0x7531);
+            av[mt][ks][2] = __byte_perm(v[2], v[3], 0x6420);
+            av[mt][ks][3] = __byte_perm(v[2], v[3], 0x7531);
+        }
+}
+
+
+/* O^T += V^T (P_hi^T + P_lo^T): both P panels against the same A registers (one commit
+ * group, not waited for). */
+__device__ __forceinline__ void issue_pv(float (*O)[8], uint32_t (*av)[2][4], uint32_t s0) {
+    const WgDesc dh = wg_desc_base(s0 + kOffP, 16, 512, 2);
+    const WgDesc dl = wg_desc_base(s0 + kOffP + kPBytes, 16, 512, 2);
+    wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+            Wgmma8<16>::rs(O[mt], av[mt][ks], dh.at(ks * 32), 1);
+            Wgmma8<16>::rs(O[mt], av[mt][ks], dl.at(ks * 32), 1);
+        }
+    wg_commit();
+}
+
+/* A consumer thread's place: warp w, g = lane / 4, q4 = lane % 4; its columns c = 2 j + e
+ * are the tile rows 8 j + 2 q4 + e (the S^T / O^T accumulators' d[4 j + e], d[4 j + 2 + e]). */
+struct Lane {
+    int w, lane, g, q4;
+    __device__ __forceinline__ int row(int c) const { return 8 * (c >> 1) + 2 * q4 + (c & 1); }
+};
+
+/* One block's softmax (tokens t0 ..; S the raw S^T accumulator): mask and scale, the
+ * columns' new running max m over the warpgroup (red), O and l rescaled, P^T = 2^8 exp2(S
+ * - m) in two e4m3 terms into the P panels, the weights added to l. */
+__device__ __forceinline__ void softmax(const RunCtx &ctx, const Lane &ln, const float *S, int t0,
+                                        const int *lo, const int *hi, float *m, float *l,
+                                        float (*O)[8], unsigned char *smem) {
+    const float sl = ctx.scale_log2;
+    float v[8], mx[4] = {-CUDART_INF_F, -CUDART_INF_F, -CUDART_INF_F, -CUDART_INF_F};
+    const int tk = t0 + 16 * ln.w + ln.g; /* token of S[4 j + e], + 8 for S[4 j + 2 + e] */
+    bool whole = true;
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+        whole = whole && lo[c] <= t0 && hi[c] >= t0 + kBlockN - 1;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int c = 2 * j + e, t = tk + 8 * i;
+                float x = S[4 * j + 2 * i + e] * sl;
+                if (!whole && (t < lo[c] || t > hi[c]))
+                    x = -CUDART_INF_F;
+                v[4 * j + 2 * i + e] = x;
+                mx[c] = fmaxf(mx[c], x);
+            }
+    float *red = reinterpret_cast<float *>(smem + kOffRed);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+        for (int o = 4; o <= 16; o <<= 1)
+            mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], o));
+        if (ln.g == 0)
+            red[ln.w * kRows + ln.row(c)] = mx[c];
+    }
+    nbar_sync(kBarWg, kThreads);
+    float sub[4], alpha[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const int r = ln.row(c);
+        const float bm = fmaxf(fmaxf(red[r], red[kRows + r]), fmaxf(red[2 * kRows + r], red[3 * kRows + r]));
+        const float mn = fmaxf(m[c], bm), mu = mn == -CUDART_INF_F ? 0.f : mn;
+        alpha[c] = ex2_ftz(m[c] - mu);
+        m[c] = mn;
+        l[c] *= alpha[c];
+        sub[c] = mu - (float)kPLog2;
+    }
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f || alpha[2] != 1.f || alpha[3] != 1.f)) {
+#pragma unroll
+        for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    O[mt][4 * j + e] *= alpha[2 * j + e];
+                    O[mt][4 * j + 2 + e] *= alpha[2 * j + e];
+                }
+    }
+    /* own[c]: column c's bytes (hi tok i0, hi tok i1, lo tok i0, lo tok i1); an even-g lane
+     * writes the rows of e = 0 and its odd partner (lane ^ 4, the next token of the pair)
+     * those of e = 1, 4 consecutive k bytes each (header: k position of the tokens). */
+    uint32_t own[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const int j = c >> 1, e = c & 1;
+        const float p0 = ex2_ftz(v[4 * j + e] - sub[c]), p1 = ex2_ftz(v[4 * j + 2 + e] - sub[c]);
+        l[c] += p0 + p1;
+        const uint16_t h = e4m3x2(p0, p1);
+        const uint32_t hf = e4m3x2_to_f16x2(h);
+        const float2 q = __half22float2(*reinterpret_cast<const __half2 *>(&hf));
+        own[c] = (uint32_t)h | ((uint32_t)e4m3x2(p0 - q.x, p1 - q.y) << 16);
+    }
+    const bool odd = ln.g & 1;
+    const uint32_t ph = smem_u32(smem + kOffP), pl = ph + kPBytes;
+    const int kbyte = 32 * (ln.w >> 1) + 16 * (ln.w & 1) + 4 * (ln.g >> 1);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const uint32_t recv = __shfl_xor_sync(0xffffffffu, odd ? own[2 * j] : own[2 * j + 1], 4);
+        const uint32_t first = odd ? recv : own[2 * j], second = odd ? own[2 * j + 1] : recv;
+        const int row = 8 * j + 2 * ln.q4 + (odd ? 1 : 0);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ph + sw64_8(row, kbyte)),
+                     "r"(__byte_perm(first, second, 0x5140))
+                     : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(pl + sw64_8(row, kbyte)),
+                     "r"(__byte_perm(first, second, 0x7362))
+                     : "memory");
+    }
+}
+
+/* The item's rows out: l summed over the warpgroup (red), the P scale 2^8 taken out;
+ * unsplit, out = bmm2 O / l with the sink (out_row), bf16 pairs of consecutive dims;
+ * split, the fp32 partial O / l and lse_keys into the item's slot.  Thread (w, g) holds
+ * dims 64 mt + 16 w + 2 g + {0, 1} of its four rows. */
+__device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx &ctx,
+                                           const fi_work_item &it, const fi_request_info &rq,
+                                           const Lane &ln, float (*O)[8], const float *m, const float *l,
+                                           unsigned char *smem) {
+    const fi_exec_common &c = p.c;
+    const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
+    constexpr float kDown = 1.f / (1 << kPLog2);
+    float *red = reinterpret_cast<float *>(smem + kOffRed);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        float x = l[k];
+#pragma unroll
+        for (int o = 4; o <= 16; o <<= 1)
+            x += __shfl_xor_sync(0xffffffffu, x, o);
+        if (ln.g == 0) /* every warp read red last before the last block's P barrier */
+            red[ln.w * kRows + ln.row(k)] = x;
+    }
+    nbar_sync(kBarWg, kThreads);
+    float L[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int r = ln.row(k);
+        L[k] = (red[r] + red[kRows + r] + red[2 * kRows + r] + red[3 * kRows + r]) * kDown;
+    }
+    nbar_sync(kBarWg, kThreads); /* red read before the next item's first block max */
+    const bool lse_writer = ln.w == 0 && ln.g == 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int j = k >> 1, e = k & 1, r = ln.row(k);
+        if (r >= M)
+            continue;
+        const float lse_keys = row_lse_keys(m[k], L[k]);
+        if (it.out_slot >= 0) {
+            const float f = L[k] == 0.f ? 0.f : kDown / L[k];
+            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kDv;
+#pragma unroll
+            for (int mt = 0; mt < 8; ++mt)
+                __stcg(reinterpret_cast<float2 *>(dst + 64 * mt + 16 * ln.w + 2 * ln.g),
+                       make_float2(O[mt][4 * j + e] * f, O[mt][4 * j + 2 + e] * f));
+            if (lse_writer)
+                __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
+        } else {
+            const OutRow o = out_row(c, ctx, it, rq, nh, r, lse_keys, L[k]);
+            const float f = o.f * kDown;
+            __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(c.out) + o.tok * c.out_stride_tok + o.h * c.out_stride_head;
+#pragma unroll
+            for (int mt = 0; mt < 8; ++mt)
+                *reinterpret_cast<uint32_t *>(out + 64 * mt + 16 * ln.w + 2 * ln.g) =
+                    Dt<__nv_bfloat16>::pack(O[mt][4 * j + e] * f, O[mt][4 * j + 2 + e] * f);
+            if (c.lse && lse_writer)
+                c.lse[o.tok * c.lse_stride_tok + o.h * c.lse_stride_head] = o.lse;
+        }
+    }
+}
+
+/* The family: q and cache fp8 e4m3, out bf16, tiles of at most 16 rows. */
+struct MlaWgtFamily {
+    using Params = fi_mla_params;
+    using Merge = SplitMerge<kDv, kRows, __nv_bfloat16, kThreads, false>;
+    static constexpr int kThreads = fimlawgt::kThreads;
+    static constexpr int kProducerWarps = fimlawgt::kProducerWarps;
+    static constexpr int kConsumerRegs = 0; /* 256 threads: registers enough for both roles */
+    static constexpr size_t kSmemBytes = fimlawgt::kSmemBytes;
+    using State = Cursor;
+
+    /* full: every producer thread (and TMA bytes); empty and qempty: every consumer thread. */
+    static __device__ __forceinline__ State setup(unsigned char *smem) {
+        const uint32_t s0 = smem_u32(smem);
+        if (threadIdx.x == 0) {
+            for (int st = 0; st < kStages; ++st) {
+                mbar_init(full(s0, st), kProducerThreads);
+                mbar_init(empty(s0, st), kThreads);
+            }
+            mbar_init(qfull(s0), kProducerThreads);
+            mbar_init(qempty(s0), kThreads);
+            mbar_init_fence();
+        }
+        return Cursor{0, 0u, 0u};
+    }
+
+    /* The producer warpgroup: Q and every block of every item of the CTA, in item order. */
+    static __device__ void produce(const fi_mla_params &p, const fi_cta_start &cs, unsigned char *smem) {
+        const uint32_t s0 = smem_u32(smem);
+        const int pt = (int)threadIdx.x - kThreads;
+        Cursor cur{0, 0u, 0u};
+        for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
+            mbar_wait(qempty(s0), cur.qph ^ 1u);
+            fimla8::produce_q_e4m3<kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
+            cp_async_mbar_arrive(qfull(s0));
+            cur.qph ^= 1u;
+            const int nblk = blocks_of(it);
+            const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
+            const bool maps = p.tma_on && (it.kv_begin & (p.tma_box_rows - 1)) == 0;
+            const int nmap = maps ? (it.kv_end - it.kv_begin) / kBlockN : 0;
+            int32_t pg = nblk > 0 ? page_of(p, it, rq, 0, pt) : 0;
+            for (int b = 0; b < nblk; ++b) {
+                /* the next block's entries travel while this one waits for its slot */
+                const int32_t pn = b + 1 < nblk ? page_of(p, it, rq, b + 1, pt) : 0;
+                mbar_wait(empty(s0, cur.st), cur.ph ^ 1u);
+                const uint32_t base = s0 + kOffRing + cur.st * kBlockBytes, bar = full(s0, cur.st);
+                if (b < nmap) {
+                    map_block(p, it, base, b, pt, pg, bar, pol);
+                    mbar_arrive(bar);
+                } else {
+                    copy_block(p, it, base, b, pt, pg, pol);
+                    cp_async_mbar_arrive(bar);
+                }
+                pg = pn;
+                cur.next();
+            }
+        });
+    }
+
+    /* One item on the consumer warpgroup, in rounds (header comment). */
+    static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
+                                    const fi_request_info &rq, unsigned char *smem, bool first,
+                                    State &cur) {
+        (void)first;
+        const uint32_t s0 = smem_u32(smem);
+        Lane ln;
+        ln.w = uniform((int)(threadIdx.x >> 5));
+        ln.lane = threadIdx.x & 31;
+        ln.g = ln.lane >> 2;
+        ln.q4 = ln.lane & 3;
+        const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
+        const int nblk = uniform(blocks_of(it));
+        int lo[4], hi[4]; /* column c = 2 j + e: tile row 8 j + 2 q4 + e */
+        row_bounds(ctx, it, rq, M, nh, 2 * ln.q4, 1, lo, hi);
+        row_bounds(ctx, it, rq, M, nh, 8 + 2 * ln.q4, 1, lo + 2, hi + 2);
+        float O[8][8];
+#pragma unroll
+        for (int mt = 0; mt < 8; ++mt) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                O[mt][i] = 0.f;
+            wg_pin<8>(O[mt]);
+        }
+        float m[4], l[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            m[k] = -CUDART_INF_F;
+            l[k] = 0.f;
+        }
+        mbar_wait(qfull(s0), cur.qph);
+        float S[8];
+        if (nblk > 0) {
+            mbar_wait(full(s0, cur.st), cur.ph);
+            fence_proxy_async(); /* cp.async rows, read by wgmma */
+            issue_scores(S, s0, s0 + kOffRing + cur.st * kBlockBytes);
+            wg_wait<0>();
+            wg_pin<8>(S);
+        }
+        for (int b = 0; b < nblk; ++b) { /* S_b done, nothing in flight */
+            uint32_t av[8][2][4];
+            v_fragments(s0 + kOffRing + cur.st * kBlockBytes, ln.w, ln.lane, av);
+            /* K was read by S_b and V is in registers: the block is free */
+            mbar_arrive(empty(s0, cur.st));
+            cur.next();
+            softmax(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, l, O, smem);
+            fence_proxy_async(); /* P^T: ordinary stores, read by wgmma */
+            nbar_sync(kBarWg, kThreads);
+            issue_pv(O, av, s0);
+            if (b + 1 < nblk) {
+                mbar_wait(full(s0, cur.st), cur.ph);
+                fence_proxy_async();
+                issue_scores(S, s0, s0 + kOffRing + cur.st * kBlockBytes);
+            } else { /* every score of the item done: Q is free */
+                mbar_arrive(qempty(s0));
+            }
+            wg_wait<0>();
+#pragma unroll
+            for (int mt = 0; mt < 8; ++mt)
+                wg_pin<8>(O[mt]);
+            wg_pin<8>(S);
+        }
+        if (nblk == 0)
+            mbar_arrive(qempty(s0));
+        cur.qph ^= 1u;
+        store_rows(p, ctx, it, rq, ln, O, m, l, smem);
+        if (it.out_slot < 0)
+            return false;
+        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + kOffFlag),
+                             reinterpret_cast<float *>(smem + kOffW), reinterpret_cast<float *>(smem + kOffRow));
+    }
+};
+
+}  // namespace fimlawgt
