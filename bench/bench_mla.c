@@ -20,7 +20,8 @@
  * fp8 e4m3, out bf16 for fp8; the wgmma body, which runs both):
  *   mla_fp8_h128_q1_b128_kv4096 / mla_fp8_h128_q2_b128_kv4096 / mla_fp8_h16_q1_b128_kv4096
  *              the h128_q1 / h128_q2 / h16_q1 batches with an fp8 cache
- *   mla_fp8_b1_kv32768_h128   b1_32k_h128 with an fp8 cache
+ *   mla_fp8_b1_kv32768_h128 / mla_fp8_b1_kv32768_h16   b1_32k_h128 / b1_32k_h16 with an
+ *              fp8 cache
  *   mla_sparse_top2048_h128_q2 sparse top-k 2048 (fiattn.h fi_caps.sparse_top_k), heads
  *              128, q_len 2, 64 requests of 32768 tokens, bf16 cache: each query token reads
  *              2048 distinct keys drawn from its request's 32768 (mla_gpu_case.h)
@@ -101,6 +102,7 @@ static const bench_case CASES[] = {
     {"mla_fp8_h16_q1_b128_kv4096", 128, 16, 1, 4096, 0, 1, 0},
     {"mla_fp8_trace128_h16", 128, 16, 1, -1, 0, 1, 0},
     {"mla_fp8_b1_kv32768_h128", 1, 128, 1, 32768, 0, 1, 0},
+    {"mla_fp8_b1_kv32768_h16", 1, 16, 1, 32768, 0, 1, 0},
     {"mla_sparse_top2048_h128_q2", 64, 128, 2, 32768, 0, 0, 2048},
     {"mla_sparse_fp8_top2048_h128_q2", 64, 128, 2, 32768, 0, 1, 2048},
 };

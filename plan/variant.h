@@ -62,6 +62,8 @@ typedef struct fi_variant {
     int32_t default_max_rows;   /* > 0: this row serves caps.variant 0 when the caps bound a
                                    request's rows (group x q_len, fi_variant_request_rows) to
                                    at most it: the tile then holds a whole request */
+    int32_t default_fp8_max_rows; /* > 0: default_max_rows for plans whose q and cache are
+                                   both fp8 e4m3 only (checked first) */
     int32_t list_slack_64ths;   /* FI_PARTITION_LIST rows: the list schedule is chosen while
                                    its modelled time is <= (64 + this) / 64 of the walk's plan:
                                    the model counts work, not L2 misses, and the walk's plan of
@@ -91,7 +93,8 @@ FI_HOST_DEVICE int64_t fi_variant_piece_charge(const fi_variant *v) {
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
 
 /* The row that serves (kind, variant) at num_qo_heads: variant 0 is the kind's default,
- * the row with default_special when `special` (a sparse plan), else a row with
+ * the row with default_special when `special` (a sparse plan), else (fp8_qkv: q and cache
+ * fp8 e4m3) a row with default_fp8_max_rows >= request_rows, else a row with
  * default_max_rows >= request_rows (request_rows > 0), else the
  * row whose default_min_heads is the largest one <= num_qo_heads (a row with
  * default_kv16_page only when kv16_page_size >= it), else the row with variant 0; any
@@ -100,7 +103,7 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
  * there is none. */
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
                                     int32_t special, int32_t kv16_page_size,
-                                    int32_t request_rows);
+                                    int32_t request_rows, int32_t fp8_qkv);
 
 /* The rows a request of the caps has at most, as far as the caps tell: group (H_q / H_kv)
  * x the mean MTP depth ceil(max_q_tokens / max_batch).  A batch that gives one request
@@ -116,14 +119,16 @@ static inline int32_t fi_variant_request_rows(const fi_caps *caps) {
     return rows > INT32_MAX ? INT32_MAX : (int32_t)rows;
 }
 
-/* The row for caps->kind / variant / num_qo_heads / sparse_top_k / kv_dtype / page_size /
- * request rows (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the heads like a
- * 16-bit one up to the row only 16-bit caches of 64-token pages take (the 64-token wgmma
- * body). */
+/* The row for caps->kind / variant / num_qo_heads / sparse_top_k / kv_dtype / q_dtype /
+ * page_size / request rows (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the
+ * heads like a 16-bit one up to the row only 16-bit caches of 64-token pages take (the
+ * 64-token wgmma body), except that q and cache both fp8 with requests of at most 16 rows
+ * take the transposed fp8 body. */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
     const int kv16 = caps->kv_dtype == FI_DTYPE_BF16 || caps->kv_dtype == FI_DTYPE_F16;
+    const int fp8_qkv = caps->kv_dtype == FI_DTYPE_E4M3 && caps->q_dtype == FI_DTYPE_E4M3;
     return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads, caps->sparse_top_k > 0,
-                             kv16 ? caps->page_size : 0, fi_variant_request_rows(caps));
+                             kv16 ? caps->page_size : 0, fi_variant_request_rows(caps), fp8_qkv);
 }
 
 #endif /* FIATTN_PLAN_VARIANT_H */

@@ -348,34 +348,35 @@ static void mla_indptr_long_query_blocks_are_covered(void **state) {
 /* caps.variant 0 picks the kind's default row by heads (plan/variant.h fi_variant_select):
  * MLA decode, the mma.sync row below 32 heads, the wgmma row from 32 on, and for a 16-bit
  * cache of page_size >= 64 the 64-token wgmma row from 128 on (an fp8 cache or smaller
- * pages stay on the wgmma row; at every head count a sparse plan takes the wgmma row); a
+ * pages stay on the wgmma row; at every head count a sparse plan takes the wgmma row; q
+ * and cache fp8 with requests of at most 16 rows take the transposed fp8 row 7); a
  * number picks its row whatever the heads; GQA, the rows-8 row while the caps bound a
  * request to 8 rows (group x ceil(max_q_tokens / max_batch)), else the 64-row one. */
 static void default_variant_follows_heads(void **state) {
     (void)state;
     const int32_t heads[] = {1, 16, 31, 32, 64, 128};
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
-        const fi_variant *v = fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 64, 0);
+        const fi_variant *v = fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 64, 0, 0);
         assert_non_null(v);
         assert_string_equal(v->name, heads[i] >= 128 ? "mla_decode_wgmma64"
                                      : heads[i] >= 32 ? "mla_decode_wgmma" : "mla_decode");
         /* an fp8 cache (0), a 16-bit one of page_size 32 */
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 0, 0)->name,
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 0, 0, 0)->name,
                             heads[i] >= 32 ? "mla_decode_wgmma" : "mla_decode");
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 32, 0)->name,
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 0, 32, 0, 0)->name,
                             heads[i] >= 32 ? "mla_decode_wgmma" : "mla_decode");
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i], 0, 64, 0)->name, "mla_decode_mma");
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 2, heads[i], 0, 64, 0)->name,
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i], 0, 64, 0, 0)->name, "mla_decode_mma");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 2, heads[i], 0, 64, 0, 0)->name,
                             "mla_decode_parallel_plan");
-        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64, 0)->name, "gqa_decode");
+        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64, 0, 0)->name, "gqa_decode");
     }
-    assert_null(fi_variant_select(FI_KIND_MLA_DECODE, 99, 128, 0, 64, 0));
+    assert_null(fi_variant_select(FI_KIND_MLA_DECODE, 99, 128, 0, 64, 0, 0));
     /* a sparse plan: the wgmma row at every head count (the mma.sync body has no sparse
      * path); a numbered variant still wins; GQA unaffected */
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 1, 64, 0)->name, "mla_decode_wgmma");
-        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i], 1, 64, 0)->name, "mla_decode_mma");
-        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 1, 64, 0)->name, "gqa_decode");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, heads[i], 1, 64, 0, 0)->name, "mla_decode_wgmma");
+        assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 4, heads[i], 1, 64, 0, 0)->name, "mla_decode_mma");
+        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 1, 64, 0, 0)->name, "gqa_decode");
     }
     fi_caps c = {.kind = FI_KIND_MLA_DECODE, .num_qo_heads = 16, .kv_dtype = FI_DTYPE_E4M3};
     assert_string_equal(fi_variant_of(&c)->name, "mla_decode"); /* fp8 at heads 16: mma.sync */
@@ -397,13 +398,41 @@ static void default_variant_follows_heads(void **state) {
     assert_string_equal(fi_variant_of(&c)->name, "mla_decode");
     c.sparse_top_k = 2048;
     assert_string_equal(fi_variant_of(&c)->name, "mla_decode_wgmma");
+    /* q and cache fp8 with requests of at most 16 rows (heads x ceil(max_q_tokens /
+     * max_batch)): the transposed fp8 row 7; more rows, a 16-bit q, a sparse plan or a
+     * numbered variant: as before */
+    fi_caps f = {.kind = FI_KIND_MLA_DECODE, .num_qo_heads = 16, .num_kv_heads = 1,
+                 .q_dtype = FI_DTYPE_E4M3, .kv_dtype = FI_DTYPE_E4M3, .page_size = 64,
+                 .max_batch = 128, .max_q_tokens = 128};
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode_fp8_rows16");
+    f.max_q_tokens = 256; /* q_len 2: 32 rows */
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode");
+    f.max_q_tokens = 128;
+    f.num_qo_heads = 8;
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode_fp8_rows16");
+    f.num_qo_heads = 32;
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode_wgmma");
+    f.num_qo_heads = 16;
+    f.q_dtype = FI_DTYPE_BF16;
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode");
+    f.q_dtype = FI_DTYPE_E4M3;
+    f.sparse_top_k = 64;
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode_wgmma");
+    f.sparse_top_k = 0;
+    f.variant = 4;
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode_mma");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 16, 1)->name,
+                        "mla_decode_fp8_rows16");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 17, 1)->name, "mla_decode");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 0, 1)->name, "mla_decode");
+    assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, 32, 0, 0, 4, 1)->name, "gqa_decode_rows8");
     /* GQA: rows a request = group x ceil(max_q_tokens / max_batch); up to 8 the rows-8 row */
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
-        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64, 8)->name,
+        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64, 8, 0)->name,
                             "gqa_decode_rows8");
-        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64, 9)->name,
+        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64, 9, 0)->name,
                             "gqa_decode");
-        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 3, heads[i], 0, 64, 1)->name,
+        assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 3, heads[i], 0, 64, 1, 0)->name,
                             "gqa_decode_rows64");
     }
     fi_caps g = {.kind = FI_KIND_GQA_DECODE, .num_qo_heads = 32, .num_kv_heads = 8,
