@@ -123,10 +123,13 @@ static inline int32_t fi_variant_request_rows(const fi_caps *caps) {
  * page_size / request rows (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the
  * heads like a 16-bit one up to the row only 16-bit caches of 64-token pages take (the
  * 64-token wgmma body), except that q and cache both fp8 with requests of at most 16 rows
- * take the transposed fp8 body. */
+ * (and pages of >= 16 tokens) take the transposed fp8 body. */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
     const int kv16 = caps->kv_dtype == FI_DTYPE_BF16 || caps->kv_dtype == FI_DTYPE_F16;
-    const int fp8_qkv = caps->kv_dtype == FI_DTYPE_E4M3 && caps->q_dtype == FI_DTYPE_E4M3;
+    /* pages of >= 16 tokens: the sizes the transposed fp8 body's GPU tests cover (it runs
+     * smaller ones by cp.async when named by number) */
+    const int fp8_qkv = caps->kv_dtype == FI_DTYPE_E4M3 && caps->q_dtype == FI_DTYPE_E4M3 &&
+                        caps->page_size >= 16;
     return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads, caps->sparse_top_k > 0,
                              kv16 ? caps->page_size : 0, fi_variant_request_rows(caps), fp8_qkv);
 }

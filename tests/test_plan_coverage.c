@@ -399,11 +399,15 @@ static void default_variant_follows_heads(void **state) {
     c.sparse_top_k = 2048;
     assert_string_equal(fi_variant_of(&c)->name, "mla_decode_wgmma");
     /* q and cache fp8 with requests of at most 16 rows (heads x ceil(max_q_tokens /
-     * max_batch)): the transposed fp8 row 7; more rows, a 16-bit q, a sparse plan or a
-     * numbered variant: as before */
+     * max_batch)) and pages of >= 16 tokens: the transposed fp8 row 7; more rows, smaller
+     * pages, a 16-bit q, a sparse plan or a numbered variant: as before */
     fi_caps f = {.kind = FI_KIND_MLA_DECODE, .num_qo_heads = 16, .num_kv_heads = 1,
                  .q_dtype = FI_DTYPE_E4M3, .kv_dtype = FI_DTYPE_E4M3, .page_size = 64,
                  .max_batch = 128, .max_q_tokens = 128};
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode_fp8_rows16");
+    f.page_size = 8; /* below the page sizes row 7 is tested on */
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode");
+    f.page_size = 16;
     assert_string_equal(fi_variant_of(&f)->name, "mla_decode_fp8_rows16");
     f.max_q_tokens = 256; /* q_len 2: 32 rows */
     assert_string_equal(fi_variant_of(&f)->name, "mla_decode");

@@ -70,7 +70,7 @@ static const fi_variant k_variants[] = {
     /* The transposed fp8 body (executor/mla/mla_wgt_tile.cuh): q and cache fp8 e4m3, tiles
      * of at most 16 rows (a query token's 16 heads), KV blocks of 64 tokens on wgmma's M
      * side.  The default for q and cache fp8 when the caps bound a request to 16 rows
-     * (heads 16 at q_len 1).  H200, heads 16, b2b us, against the mma.sync body (row 0
+     * (heads 16 at q_len 1) on pages of >= 16 tokens (plan/variant.h fi_variant_of).  H200, heads 16, b2b us, against the mma.sync body (row 0
      * there): B128 x 4096 page 64 86.1-87.0 vs 155.0, trace snapshot of 128 requests
      * 48.3-50.9 vs 50.1-50.2. */
     {.kind = FI_KIND_MLA_DECODE, .variant = 7, .name = "mla_decode_fp8_rows16", .tile_rows = 16,
