@@ -196,6 +196,24 @@ static void mla_fp8_rows16_body_every_shape(void **state) {
     fp8_every_shape(7, 212, 1);
 }
 
+/* Row 7 on pages smaller than its default's (it is the default from 16 tokens a page up):
+ * page_size 1 and 4 copy every token by cp.async (a page-table entry a token), 8 by TMA
+ * boxes of 8 rows; splits, sinks, both forms. */
+static void mla_fp8_rows16_small_pages(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    tt_rng rng = gt_test_rng(217);
+    const int32_t pss[3] = {1, 4, 8};
+    for (int i = 0; i < 3; i++) {
+        mla_opts o = fp8_opts(E4M3, 16, pss[i], i == 1 ? FI_FORM_INDPTR : FI_FORM_BLOCK_TABLES);
+        o.variant = 7;
+        o.num_ctas = 5 + 3 * i;
+        o.sinks = i == 2;
+        const int32_t q[3] = {1, 1, 1}, kv[3] = {1, 333, 777};
+        build_and_check(&o, q, kv, 3, 1, &rng);
+    }
+}
+
 /* fp16 q over an fp8 cache (the third q type the body converts), and the wgmma row named
  * explicitly (caps.variant 3) instead of the default. */
 static void mla_fp8_f16_q_and_explicit_wgmma_row(void **state) {
@@ -419,6 +437,7 @@ int main(void) {
         cmocka_unit_test(mla_fp8_matches_reference_every_shape),
         cmocka_unit_test(mla_fp8_mma_sync_body_every_shape),
         cmocka_unit_test(mla_fp8_rows16_body_every_shape),
+        cmocka_unit_test(mla_fp8_rows16_small_pages),
         cmocka_unit_test(mla_fp8_f16_q_and_explicit_wgmma_row),
         cmocka_unit_test(mla_fp8_empty_requests_write_zeros),
         cmocka_unit_test(mla_fp8_graph_decode_loop_follows_trace),
