@@ -42,7 +42,9 @@
  *    (its K and V are in registers or read), the softmax of S_b, then P_b V_b and the next
  *    block's S_{b+1} issued together and waited for once, so the tensor cores run the two
  *    back to back.  (Two consumer warpgroups on alternate blocks halved the consumers'
- *    own time but not the kernel's, which the KV stream bounds: perf-log.)
+ *    own time but not the kernel's; they held their ring blocks to the end of P V, and on
+ *    this 5-stage ring each saw every other phase of a stage's barrier, which a parity
+ *    wait cannot tell apart: perf-log, twenty-second session.)
  *  - O^T [512][16] fp32 lives in 64 registers a thread; the running max is one per column
  *    and the same in every thread; row sums are summed over the warpgroup at the end.
  *  - Splits: partial O / lse into the item's slot, merged by the shared split merge after
