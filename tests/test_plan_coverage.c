@@ -425,11 +425,12 @@ static void default_variant_follows_heads(void **state) {
     f.sparse_top_k = 0;
     f.variant = 4;
     assert_string_equal(fi_variant_of(&f)->name, "mla_decode_mma");
-    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 16, 1)->name,
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 16, 64)->name,
                         "mla_decode_fp8_rows16");
-    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 17, 1)->name, "mla_decode");
-    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 0, 1)->name, "mla_decode");
-    assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, 32, 0, 0, 4, 1)->name, "gqa_decode_rows8");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 17, 64)->name, "mla_decode");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 16, 8)->name, "mla_decode");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 0, 64)->name, "mla_decode");
+    assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, 32, 0, 0, 4, 64)->name, "gqa_decode_rows8");
     /* GQA: rows a request = group x ceil(max_q_tokens / max_batch); up to 8 the rows-8 row */
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
         assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64, 8, 0)->name,

@@ -102,6 +102,7 @@ __device__ __forceinline__ uint32_t full(uint32_t s0, int st) { return s0 + kOff
 __device__ __forceinline__ uint32_t empty(uint32_t s0, int st) { return s0 + kOffBar + 8 * (kStages + st); }
 __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 16 * kStages; }
 __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kOffBar + 16 * kStages + 8; }
+__device__ __forceinline__ uint32_t stage_at(uint32_t s0, int st) { return s0 + kOffRing + st * kBlockBytes; }
 
 /* Ring position of the next block and Q's phase; producer and consumers advance their own. */
 struct Cursor {
@@ -420,7 +421,7 @@ struct MlaWgtFamily {
                 /* the next block's entries travel while this one waits for its slot */
                 const int32_t pn = b + 1 < nblk ? page_of(p, it, rq, b + 1, pt) : 0;
                 mbar_wait(empty(s0, cur.st), cur.ph ^ 1u);
-                const uint32_t base = s0 + kOffRing + cur.st * kBlockBytes, bar = full(s0, cur.st);
+                const uint32_t base = stage_at(s0, cur.st), bar = full(s0, cur.st);
                 if (b < nmap) {
                     map_block(p, it, base, b, pt, pg, bar, pol);
                     mbar_arrive(bar);
@@ -466,16 +467,19 @@ struct MlaWgtFamily {
         }
         mbar_wait(qfull(s0), cur.qph);
         float S[8];
-        if (nblk > 0) {
+        auto start_scores = [&]() { /* S of the block at cur, once its copies landed */
             mbar_wait(full(s0, cur.st), cur.ph);
             fence_proxy_async(); /* cp.async rows, read by wgmma */
-            issue_scores(S, s0, s0 + kOffRing + cur.st * kBlockBytes);
+            issue_scores(S, s0, stage_at(s0, cur.st));
+        };
+        if (nblk > 0) {
+            start_scores();
             wg_wait<0>();
             wg_pin<8>(S);
         }
         for (int b = 0; b < nblk; ++b) { /* S_b done, nothing in flight */
             uint32_t av[8][2][4];
-            v_fragments(s0 + kOffRing + cur.st * kBlockBytes, ln.w, ln.lane, av);
+            v_fragments(stage_at(s0, cur.st), ln.w, ln.lane, av);
             /* K was read by S_b and V is in registers: the block is free */
             mbar_arrive(empty(s0, cur.st));
             cur.next();
@@ -483,13 +487,10 @@ struct MlaWgtFamily {
             fence_proxy_async(); /* P^T: ordinary stores, read by wgmma */
             nbar_sync(kBarWg, kThreads);
             issue_pv(O, av, s0);
-            if (b + 1 < nblk) {
-                mbar_wait(full(s0, cur.st), cur.ph);
-                fence_proxy_async();
-                issue_scores(S, s0, s0 + kOffRing + cur.st * kBlockBytes);
-            } else { /* every score of the item done: Q is free */
+            if (b + 1 < nblk)
+                start_scores();
+            else /* every score of the item done: Q is free */
                 mbar_arrive(qempty(s0));
-            }
             wg_wait<0>();
 #pragma unroll
             for (int mt = 0; mt < 8; ++mt)
