@@ -181,7 +181,7 @@ static void shares_equal_the_whole_partition(void **state) {
         o.max_batch = tt_rng_int(&rng, 0, 1) ? 0 : tt_rng_int(&rng, 65, 1024);
         batchgen_batch g;
         assert_int_equal(batchgen_make(&rng, &o, &g), 0);
-        g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? 2 : 1;
+        g.caps.variant = g.caps.kind == FI_KIND_MLA_DECODE ? (tt_rng_int(&rng, 0, 1) ? 8 : 2) : 1;
         const char *what = batchgen_describe(&g);
         slice_ctx x;
         ctx_open(&x, &g);

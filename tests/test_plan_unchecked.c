@@ -62,13 +62,14 @@ static void ctx_close(build_ctx *x) {
     free(x->unchecked);
 }
 
-/* A valid batch of a decode kind on its data-parallel row (MLA variant 2, GQA variant 1). */
+/* A valid batch of a decode kind on a data-parallel row (MLA variant 2, or 8: 16-row tiles
+ * of 64-token blocks; GQA variant 1). */
 static void make_parallel_batch(tt_rng *rng, batchgen_batch *g) {
     batchgen_opts o = {0};
     o.kind = tt_rng_int(rng, 0, 1) ? FI_KIND_MLA_DECODE : FI_KIND_GQA_DECODE;
     o.form = tt_rng_int(rng, 0, 1) ? FI_FORM_BLOCK_TABLES : FI_FORM_INDPTR;
     assert_int_equal(batchgen_make(rng, &o, g), 0);
-    g->caps.variant = g->caps.kind == FI_KIND_MLA_DECODE ? 2 : 1;
+    g->caps.variant = g->caps.kind == FI_KIND_MLA_DECODE ? (tt_rng_int(rng, 0, 1) ? 8 : 2) : 1;
 }
 
 static void unchecked_build_equals_checked_on_valid_batches(void **state) {

@@ -77,6 +77,11 @@ static const fi_variant k_variants[] = {
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_fp8_max_rows = 16,
      .default_fp8_min_page = 16, .family = &fi_family_mla_wgt},
+    /* Row 7's tiles and body with the data-parallel partition: the device planner's row for
+     * q and cache fp8 at <= 16 rows a request (as row 2 is for row 0). */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 8, .name = "mla_decode_fp8_rows16_parallel_plan",
+     .tile_rows = 16, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
+     .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wgt},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,

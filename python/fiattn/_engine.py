@@ -42,8 +42,14 @@ _PARALLEL_VARIANT = {C.FI_KIND_MLA_DECODE: 2, C.FI_KIND_GQA_DECODE: 1}
 
 def _parallel_variant(caps):
     """The data-parallel partition row of the caps: GQA 4 on the rows-8 row's caps (variant
-    2: requests of at most 8 rows), else 1; MLA 5 from 32 heads on (the wgmma body, as the
-    default row there), else 2 (the mma.sync body)."""
+    2: requests of at most 8 rows), else 1; MLA 8 for q and cache fp8 e4m3 with requests of
+    at most 16 rows (heads x ceil(max_q_tokens / max_batch): the transposed fp8 body, as the
+    default row there), 5 from 32 heads on (the wgmma body), else 2 (the mma.sync body)."""
+    if caps.kind == C.FI_KIND_MLA_DECODE:
+        depth = -(-caps.max_q_tokens // max(caps.max_batch, 1))
+        if (caps.q_dtype == C.FI_DTYPE_E4M3 and caps.kv_dtype == C.FI_DTYPE_E4M3
+                and caps.num_qo_heads * depth <= 16):
+            return 8
     if caps.kind == C.FI_KIND_MLA_DECODE and caps.num_qo_heads >= 32:
         return 5
     if caps.kind == C.FI_KIND_GQA_DECODE and caps.variant == 2:
