@@ -147,3 +147,20 @@ def test_bad_length_is_reported_and_writes_nothing(ws):
         fiattn.device_plan_status(ws)
     assert e.value.status_name == "FI_ERR_SEQ_LEN_EXCEEDS_PAGES" and "request 3" in str(e.value)
     assert (out == 7.0).all()
+
+
+def test_mla_fp8_device_planned_matches_reference(ws):
+    """q and cache fp8 e4m3 at heads 16: the transposed fp8 body's parallel row (variant 8),
+    against the fp64 reference on the same e4m3 values; pages of 32 tokens."""
+    g = torch.Generator().manual_seed(131)
+    q, kv, bt, lens = _mla_case(g, H=16, ps=32, ppr=40)
+    q8 = (q * 0.5).to(torch.float8_e4m3fn)
+    kv8 = (kv * 0.5).to(torch.float8_e4m3fn)
+    out = torch.full((6, 1, 16, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    with fiattn.device_planning():
+        fiattn.mla.trtllm_batch_decode_with_kv_cache_mla(q8, kv8, ws, 128, 512, 64, bt, lens, 0,
+                                                          out=out, bmm1_scale=0.05)
+    torch.cuda.synchronize()
+    assert fiattn.device_plan_status(ws) is None
+    ref = _mla_ref(q8.float(), kv8.float(), bt, lens, 0.05)
+    assert rel_err(out.cpu().reshape(6, 16, 512), ref) < 2e-2
