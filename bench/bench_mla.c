@@ -20,6 +20,7 @@
  * fp8 e4m3, out bf16 for fp8; the wgmma body, which runs both):
  *   mla_fp8_h128_q1_b128_kv4096 / mla_fp8_h128_q2_b128_kv4096 / mla_fp8_h16_q1_b128_kv4096
  *              the h128_q1 / h128_q2 / h16_q1 batches with an fp8 cache
+ *   mla_fp8_h16_q1_ps1 mla_fp8_h16_q1_b128_kv4096 with page_size 1
  *   mla_fp8_b1_kv32768_h128 / mla_fp8_b1_kv32768_h16   b1_32k_h128 / b1_32k_h16 with an
  *              fp8 cache
  *   mla_sparse_top2048_h128_q2 sparse top-k 2048 (fiattn.h fi_caps.sparse_top_k), heads
@@ -59,7 +60,7 @@
  *                  requests, heads H (16), instead of the list) [--trace-step S] (the trace
  *                  snapshots' decode step, default 100: the issue's figures)
  * --case NAME: the case of that name, or, when no case has it, every case whose name
- * contains it (--case h128_q1: that case only; --case mla_fp8: the five fp8 ones).
+ * contains it (--case h128_q1: that case only; --case mla_fp8: the seven fp8 ones).
  * --warm-ms N: each mode first replays for N ms (default: 10 replays), so it is timed at
  * the clock sustained work runs at (heads 128 is power-capped after ~0.1 s: BENCHMARKS.md).
  * Env FI_BENCH_L2_PAGES=N: consumer-rate probe (page ids modulo N, KV served from L2;
@@ -100,6 +101,7 @@ static const bench_case CASES[] = {
     {"mla_fp8_h128_q1_b128_kv4096", 128, 128, 1, 4096, 0, 1, 0},
     {"mla_fp8_h128_q2_b128_kv4096", 128, 128, 2, 4096, 0, 1, 0},
     {"mla_fp8_h16_q1_b128_kv4096", 128, 16, 1, 4096, 0, 1, 0},
+    {"mla_fp8_h16_q1_ps1", 128, 16, 1, 4096, 1, 1, 0},
     {"mla_fp8_trace128_h16", 128, 16, 1, -1, 0, 1, 0},
     {"mla_fp8_b1_kv32768_h128", 1, 128, 1, 32768, 0, 1, 0},
     {"mla_fp8_b1_kv32768_h16", 1, 16, 1, 32768, 0, 1, 0},

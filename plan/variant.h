@@ -64,8 +64,6 @@ typedef struct fi_variant {
                                    at most it: the tile then holds a whole request */
     int32_t default_fp8_max_rows; /* > 0: default_max_rows for plans whose q and cache are
                                    both fp8 e4m3 only (checked first) */
-    int32_t default_fp8_min_page; /* default_fp8_max_rows holds only on pages of >= this many
-                                   tokens (the sizes the row's GPU tests cover) */
     int32_t list_slack_64ths;   /* FI_PARTITION_LIST rows: the list schedule is chosen while
                                    its modelled time is <= (64 + this) / 64 of the walk's plan:
                                    the model counts work, not L2 misses, and the walk's plan of
@@ -95,18 +93,16 @@ FI_HOST_DEVICE int64_t fi_variant_piece_charge(const fi_variant *v) {
 const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
 
 /* The row that serves (kind, variant) at num_qo_heads: variant 0 is the kind's default,
- * the row with default_special when `special` (a sparse plan), else (fp8_page_size > 0: q
- * and cache fp8 e4m3) a row with default_fp8_max_rows >= request_rows and
- * default_fp8_min_page <= fp8_page_size, else a row with
+ * the row with default_special when `special` (a sparse plan), else (both_fp8: q and
+ * cache fp8 e4m3) a row with default_fp8_max_rows >= request_rows, else a row with
  * default_max_rows >= request_rows (request_rows > 0), else the
  * row whose default_min_heads is the largest one <= num_qo_heads (a row with
  * default_kv16_page only when kv16_page_size >= it), else the row with variant 0; any
  * other variant, its own row.  kv16_page_size: the page size of a bf16 / fp16 cache, 0
- * for any other cache; fp8_page_size: the page size when q and cache are both fp8 e4m3,
- * else 0; request_rows: fi_variant_request_rows (0: unknown).  NULL when there is none. */
+ * for any other cache; both_fp8: 1 when q and cache are both fp8 e4m3; request_rows: fi_variant_request_rows (0: unknown).  NULL when there is none. */
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
                                     int32_t special, int32_t kv16_page_size,
-                                    int32_t request_rows, int32_t fp8_page_size);
+                                    int32_t request_rows, int32_t both_fp8);
 
 /* The rows a request of the caps has at most, as far as the caps tell: group (H_q / H_kv)
  * x the mean MTP depth ceil(max_q_tokens / max_batch).  A batch that gives one request
@@ -126,13 +122,12 @@ static inline int32_t fi_variant_request_rows(const fi_caps *caps) {
  * page_size / request rows (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the
  * heads like a 16-bit one up to the row only 16-bit caches of 64-token pages take (the
  * 64-token wgmma body), except that q and cache both fp8 with requests of at most 16 rows
- * (on pages of >= 16 tokens: the row's own floor) take the transposed fp8 body. */
+ * take the transposed fp8 body. */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
     const int kv16 = caps->kv_dtype == FI_DTYPE_BF16 || caps->kv_dtype == FI_DTYPE_F16;
     const int fp8 = caps->kv_dtype == FI_DTYPE_E4M3 && caps->q_dtype == FI_DTYPE_E4M3;
     return fi_variant_select(caps->kind, caps->variant, caps->num_qo_heads, caps->sparse_top_k > 0,
-                             kv16 ? caps->page_size : 0, fi_variant_request_rows(caps),
-                             fp8 ? caps->page_size : 0);
+                             kv16 ? caps->page_size : 0, fi_variant_request_rows(caps), fp8);
 }
 
 #endif /* FIATTN_PLAN_VARIANT_H */

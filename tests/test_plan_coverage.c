@@ -399,14 +399,14 @@ static void default_variant_follows_heads(void **state) {
     c.sparse_top_k = 2048;
     assert_string_equal(fi_variant_of(&c)->name, "mla_decode_wgmma");
     /* q and cache fp8 with requests of at most 16 rows (heads x ceil(max_q_tokens /
-     * max_batch)) and pages of >= 16 tokens: the transposed fp8 row 7; more rows, smaller
-     * pages, a 16-bit q, a sparse plan or a numbered variant: as before */
+     * max_batch)), on every page size: the transposed fp8 row 7; more rows, a 16-bit q, a
+     * sparse plan or a numbered variant: as before */
     fi_caps f = {.kind = FI_KIND_MLA_DECODE, .num_qo_heads = 16, .num_kv_heads = 1,
                  .q_dtype = FI_DTYPE_E4M3, .kv_dtype = FI_DTYPE_E4M3, .page_size = 64,
                  .max_batch = 128, .max_q_tokens = 128};
     assert_string_equal(fi_variant_of(&f)->name, "mla_decode_fp8_rows16");
-    f.page_size = 8; /* below the page sizes row 7 is tested on */
-    assert_string_equal(fi_variant_of(&f)->name, "mla_decode");
+    f.page_size = 1;
+    assert_string_equal(fi_variant_of(&f)->name, "mla_decode_fp8_rows16");
     f.page_size = 16;
     assert_string_equal(fi_variant_of(&f)->name, "mla_decode_fp8_rows16");
     f.max_q_tokens = 256; /* q_len 2: 32 rows */
@@ -425,12 +425,12 @@ static void default_variant_follows_heads(void **state) {
     f.sparse_top_k = 0;
     f.variant = 4;
     assert_string_equal(fi_variant_of(&f)->name, "mla_decode_mma");
-    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 16, 64)->name,
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 16, 1)->name,
                         "mla_decode_fp8_rows16");
-    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 17, 64)->name, "mla_decode");
-    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 16, 8)->name, "mla_decode");
-    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 0, 64)->name, "mla_decode");
-    assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, 32, 0, 0, 4, 64)->name, "gqa_decode_rows8");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 17, 1)->name, "mla_decode");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 16, 0)->name, "mla_decode");
+    assert_string_equal(fi_variant_select(FI_KIND_MLA_DECODE, 0, 16, 0, 0, 0, 1)->name, "mla_decode");
+    assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, 32, 0, 0, 4, 1)->name, "gqa_decode_rows8");
     /* GQA: rows a request = group x ceil(max_q_tokens / max_batch); up to 8 the rows-8 row */
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
         assert_string_equal(fi_variant_select(FI_KIND_GQA_DECODE, 0, heads[i], 0, 64, 8, 0)->name,

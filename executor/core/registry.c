@@ -70,13 +70,13 @@ static const fi_variant k_variants[] = {
     /* The transposed fp8 body (executor/mla/mla_wgt_tile.cuh): q and cache fp8 e4m3, tiles
      * of at most 16 rows (a query token's 16 heads), KV blocks of 64 tokens on wgmma's M
      * side.  The default for q and cache fp8 when the caps bound a request to 16 rows
-     * (heads 16 at q_len 1) on pages of >= 16 tokens, the sizes its GPU tests cover.  H200, heads 16, b2b us, against the mma.sync body (row 0
-     * there): B128 x 4096 page 64 86.1-87.0 vs 155.0, trace snapshot of 128 requests
-     * 48.3-50.9 vs 50.1-50.2. */
+     * (heads 16 at q_len 1), on every page size.  H200, heads 16, b2b us, against the
+     * mma.sync body (row 0 there): B128 x 4096 page 64 86.1-87.0 vs 155.0, page 1
+     * 102.9-103.0 vs 156.8-157.1, trace snapshot of 128 requests 48.3-50.9 vs 50.1-50.2. */
     {.kind = FI_KIND_MLA_DECODE, .variant = 7, .name = "mla_decode_fp8_rows16", .tile_rows = 16,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_fp8_max_rows = 16,
-     .default_fp8_min_page = 16, .family = &fi_family_mla_wgt},
+     .family = &fi_family_mla_wgt},
     /* Row 7's tiles and body with the data-parallel partition: the device planner's row for
      * q and cache fp8 at <= 16 rows a request (as row 2 is for row 0). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 8, .name = "mla_decode_fp8_rows16_parallel_plan",
@@ -135,7 +135,7 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant) {
 
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
                                     int32_t special, int32_t kv16_page_size,
-                                    int32_t request_rows, int32_t fp8_page_size) {
+                                    int32_t request_rows, int32_t both_fp8) {
     const fi_variant *best = NULL;
     if (variant == 0)
         for (size_t i = 0; i < sizeof k_variants / sizeof k_variants[0]; ++i) {
@@ -144,8 +144,8 @@ const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_q
                 continue;
             if (special && v->default_special)
                 return v;
-            if (!special && fp8_page_size > 0 && v->default_fp8_max_rows > 0 && request_rows > 0 &&
-                request_rows <= v->default_fp8_max_rows && fp8_page_size >= v->default_fp8_min_page)
+            if (!special && both_fp8 && v->default_fp8_max_rows > 0 && request_rows > 0 &&
+                request_rows <= v->default_fp8_max_rows)
                 return v;
             if (!special && v->default_max_rows > 0 && request_rows > 0 &&
                 request_rows <= v->default_max_rows)
