@@ -181,7 +181,9 @@ typedef struct fi_caps {
                                kind's default, which for FI_KIND_MLA_DECODE is the wgmma
                                body (variant 3) from 32 heads on, the 64-token wgmma body
                                (variant 6) from 128 heads on a bf16 / fp16 cache of
-                               page_size >= 64, and the mma.sync body below 32 heads;
+                               page_size >= 64, the transposed fp8 body (variant 7) when
+                               q and cache are fp8 e4m3 and group x ceil(max_q_tokens /
+                               max_batch) <= 16, and the mma.sync body below 32 heads;
                                for FI_KIND_GQA_DECODE tiles of at most 8 rows on the kernel
                                that holds only the transposed consumers (row 2) when
                                group x ceil(max_q_tokens / max_batch) <= 8, else 64-row
@@ -458,7 +460,8 @@ typedef struct fi_device_batch {
  * fi_plan_get_view returns FI_ERR_PLAN_ON_DEVICE and fi_plan_balance 0, and the next
  * fi_plan_update makes it a host plan again.
  * Speed: the caps' tile table row decides.  Rows with the data-parallel partition
- * (caps.variant 2 for FI_KIND_MLA_DECODE, 5 from 32 heads on (the wgmma body); 1 for
+ * (caps.variant 2 for FI_KIND_MLA_DECODE, 5 from 32 heads on (the wgmma body), 8 for q and
+ * cache fp8 e4m3 at requests of at most 16 rows (the transposed fp8 body); 1 for
  * FI_KIND_GQA_DECODE, 4 for requests of at most 8 rows (the rows-8 kernel); planner/ppart.c) plan
  * with the whole CTA in tens of microseconds; the default rows run the capped walk and
  * packing on one thread (milliseconds: correct, for tests and tools).
