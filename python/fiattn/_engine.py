@@ -71,7 +71,8 @@ def device_planning(enabled=True):
     then in seq_lens (no fiattn.plan_only() step before replays).
 
     The plans use the kind's data-parallel partition row (caps variant: MLA 2, or 5 from 32
-    heads on, the wgmma body; GQA 1, or 4 when group x q_len_per_req <= 8; about
+    heads on, the wgmma body, or 8 for q and cache fp8 e4m3 at heads x q_len <= 16, the
+    transposed fp8 body; GQA 1, or 4 when group x q_len_per_req <= 8; about
     1-14% more on the largest CTA than the default walk on trace batches, docs/DESIGN.md).
     A length or page index the device planner refuses is not raised by the call: the step
     runs nothing (out and lse keep what they held) and device_plan_status(workspace_buffer)
