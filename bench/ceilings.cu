@@ -3,7 +3,7 @@
  * same GPU in the same run as the benchmark (clocks and power limits drift between runs).
  *
  *   read_TBps    streaming read bandwidth: a grid-stride kernel of 16-byte loads (uint4),
- *                UNROLL independent loads in flight per thread, over a >= 1 GiB buffer
+ *                8 independent loads in flight per thread (bench/stream_read.cuh), over a >= 1 GiB buffer
  *                (far beyond L2), median of REPEATS timed runs (cudaEvent).  A plain
  *                reduction (torch.sum) stays below this; it is the number to divide by.
  *   bf16_TFLOPs  cublasGemmEx, bf16 in / bf16 out, fp32 accumulation, M = N = K = 8192,
@@ -27,6 +27,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/stream_read.cuh"
+
 #define CK(call)                                                                            \
     do {                                                                                    \
         cudaError_t e_ = (call);                                                            \
@@ -47,29 +49,6 @@
     } while (0)
 
 static const int REPEATS = 21;
-static const int UNROLL = 8;
-
-/* Sum of 16-byte words, grid-stride; n16 = number of uint4.  The XOR result is stored only
- * when it equals an impossible sentinel, so the loads cannot be removed but nothing is
- * written in practice. */
-__global__ void __launch_bounds__(256) stream_read(const uint4 *__restrict__ p, size_t n16,
-                                                  unsigned *sink) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    unsigned acc = 0;
-    for (; i + (UNROLL - 1) * stride < n16; i += UNROLL * stride) {
-        uint4 v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) v[u] = __ldcs(p + i + u * stride); /* streaming */
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    for (; i < n16; i += stride) {
-        uint4 v = __ldcs(p + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x9e3779b9u) *sink = acc;
-}
 
 /* Deterministic pseudo-random bf16 in [-1, 1) (hash of the index). */
 __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed) {

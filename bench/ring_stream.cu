@@ -15,11 +15,12 @@
  *   box4d     the 4 ckv boxes as one 4-D box (dims 128 B, rows, panels, pages)
  *
  * at 132 (the SM count) and 128 CTAs, 5 stages, L2 evict-first, beside a grid-stride
- * 16-byte read of the same byte count; then "bulk" on pieces of 8, 16, 18 and 72 KB instead
- * of pages (the same bytes, ~180 KB in flight a CTA: how the DRAM rate follows the length
- * of each contiguous run; GQA's HND pages give runs of page_size x head_dim bytes).  Why it exists: the transposed body's KV stream
- * alone reached 84% of the read ceiling; this separates the copy form from the rest of the
- * kernel (docs/perf-log.md, twenty-third session: boxes ~7% slower than bulk).
+ * 16-byte read of the same byte count (bench/ceilings' kernel, bench/stream_read.cuh);
+ * then "bulk" on pieces of 8, 16, 18 and 72 KB instead of pages (the same bytes, ~180 KB in
+ * flight a CTA: how the DRAM rate follows the length of each contiguous run; GQA's HND
+ * pages give runs of page_size x head_dim bytes).  Why it exists: the transposed body's KV
+ * stream alone reached 84% of the read ceiling; this separates the copy form from the rest
+ * of the kernel (docs/perf-log.md, twenty-third session: boxes ~6-7% slower than bulk).
  *
  * Output: "ring <form> ctas <n> us <x> TBps <x>" and "stream_read us <x> TBps <x>" lines,
  * medians of --reps (default 20) back-to-back launches timed with cudaEvents.  Exit 0 with
@@ -35,6 +36,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/stream_read.cuh"
 #include "executor/cuda/common/ptx.cuh"
 extern "C" {
 #include "executor/core/tensor_map.h"
@@ -120,15 +122,6 @@ __global__ void __launch_bounds__(64) ring(const uint8_t *kv, const int *order, 
         if (acc == 0xdeadbeefu) /* never in practice: keeps the reads */
             *sink = acc;
     }
-}
-
-__global__ void stream_read(const uint4 *__restrict__ p, size_t n16, unsigned *sink) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    unsigned acc = 0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride)
-        acc ^= p[i].x ^ p[i].w;
-    if (acc == 0x12345678u)
-        *sink = acc;
 }
 
 bool ok(cudaError_t e, const char *what) {

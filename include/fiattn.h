@@ -462,7 +462,8 @@ typedef struct fi_device_batch {
  * Speed: the caps' tile table row decides.  Rows with the data-parallel partition
  * (caps.variant 2 for FI_KIND_MLA_DECODE, 5 from 32 heads on (the wgmma body), 8 for q and
  * cache fp8 e4m3 at requests of at most 16 rows (the transposed fp8 body); 1 for
- * FI_KIND_GQA_DECODE, 4 for requests of at most 8 rows (the rows-8 kernel); planner/ppart.c) plan
+ * FI_KIND_GQA_DECODE, 4 for requests of at most 8 rows (the rows-8 kernel); planner/ppart.c;
+ * fi_caps_parallel_variant gives the caps' own) plan
  * with the whole CTA in tens of microseconds; the default rows run the capped walk and
  * packing on one thread (milliseconds: correct, for tests and tools).
  * Allocates nothing.  Algorithm: as fi_plan_update for the default rows; flash-decoding's
@@ -470,6 +471,17 @@ typedef struct fi_device_batch {
  * ones (docs/DESIGN.md section 6a). */
 fi_status fi_plan_update_device(fi_plan *plan, const fi_device_batch *dbatch, int enable_pdl,
                                 void *stream);
+
+/* The tile-table row with the data-parallel partition that plans on the device what the
+ * caps' own row runs (the row caps.variant names, or for 0 the kind's default for these
+ * caps: fi_caps.variant): give its number as caps.variant to the plan fi_plan_update_device
+ * updates.  MLA decode: 2 for the mma.sync body, 5 for the wgmma bodies, 8 for the
+ * transposed fp8 body; GQA decode: 1, or 4 for the rows-8 row; a parallel row answers its
+ * own number.  Pure (reads the static tile table); *variant written only on FI_OK.
+ * @return FI_OK; FI_ERR_NULL_ARGUMENT; the status fi_caps_validate gives for invalid caps;
+ *   FI_ERR_UNSUPPORTED_VARIANT when the row has no parallel counterpart (context
+ *   attention, mla_decode_rows32). */
+fi_status fi_caps_parallel_variant(const fi_caps *caps, int32_t *variant);
 
 /* The device planner's verdict on the last planned step: copies the workspace status word
  * to the host on `stream` and waits for it (a stream synchronisation: call it off the hot

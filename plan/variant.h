@@ -64,6 +64,10 @@ typedef struct fi_variant {
                                    at most it: the tile then holds a whole request */
     int32_t default_fp8_max_rows; /* > 0: default_max_rows for plans whose q and cache are
                                    both fp8 e4m3 only (checked first) */
+    int32_t parallel_variant;   /* > 0: the row with FI_PARTITION_PARALLEL that plans this
+                                   row's batches on the device (fi_caps_parallel_variant);
+                                   0: none (rows that are parallel themselves answer their
+                                   own number) */
     int32_t list_slack_64ths;   /* FI_PARTITION_LIST rows: the list schedule is chosen while
                                    its modelled time is <= (64 + this) / 64 of the walk's plan:
                                    the model counts work, not L2 misses, and the walk's plan of
@@ -99,7 +103,8 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
  * row whose default_min_heads is the largest one <= num_qo_heads (a row with
  * default_kv16_page only when kv16_page_size >= it), else the row with variant 0; any
  * other variant, its own row.  kv16_page_size: the page size of a bf16 / fp16 cache, 0
- * for any other cache; both_fp8: 1 when q and cache are both fp8 e4m3; request_rows: fi_variant_request_rows (0: unknown).  NULL when there is none. */
+ * for any other cache; both_fp8: 1 when q and cache are both fp8 e4m3; request_rows:
+ * fi_variant_request_rows (0: unknown).  NULL when there is none. */
 const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_qo_heads,
                                     int32_t special, int32_t kv16_page_size,
                                     int32_t request_rows, int32_t both_fp8);

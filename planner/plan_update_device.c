@@ -3,7 +3,8 @@
  * the host half of device planning.  The host checks what it can know without reading a
  * length (the batch's scalars, the declared capacities), records what fi_run must check
  * its tensors against, and launches the planning kernel (planner/device/plan_kernel.cu).
- * No copy, no synchronisation, no allocation: capturable.
+ * No copy, no synchronisation, no allocation: capturable.  Also fi_caps_parallel_variant,
+ * the tile table's answer to which row plans on the device.
  */
 #include <cuda_runtime_api.h>
 
@@ -103,4 +104,18 @@ fi_status fi_plan_update_device(fi_plan *plan, const fi_device_batch *dbatch, in
     const fi_status st = update_device_here(plan, dbatch, enable_pdl, stream);
     fi_device_leave(prev);
     return st;
+}
+
+fi_status fi_caps_parallel_variant(const fi_caps *caps, int32_t *variant) {
+    if (!caps || !variant)
+        return FI_ERR_NULL_ARGUMENT;
+    const fi_status st = fi_caps_validate(caps);
+    if (st != FI_OK)
+        return st;
+    const fi_variant *v = fi_variant_of(caps);
+    const int32_t pv = !v ? 0 : v->partition == FI_PARTITION_PARALLEL ? v->variant : v->parallel_variant;
+    if (pv <= 0)
+        return FI_ERR_UNSUPPORTED_VARIANT;
+    *variant = pv;
+    return FI_OK;
 }

@@ -345,6 +345,59 @@ static void mla_indptr_long_query_blocks_are_covered(void **state) {
     }
 }
 
+/* fi_caps_parallel_variant: the data-parallel row that plans the caps' own row on the
+ * device (the default row for variant 0), from the tile table; refusals leave *variant. */
+static int32_t parallel_of(fi_caps c, fi_status want) {
+    int32_t v = -7;
+    assert_int_equal(fi_caps_parallel_variant(&c, &v), want);
+    return v;
+}
+
+static void parallel_variant_follows_the_row(void **state) {
+    (void)state;
+    fi_caps m = {.kind = FI_KIND_MLA_DECODE, .max_batch = 128, .max_q_tokens = 128,
+                 .num_pages = 4096, .page_size = 64, .num_qo_heads = 16, .num_kv_heads = 1,
+                 .head_dim_qk = 576, .head_dim_vo = 512, .q_dtype = FI_DTYPE_BF16,
+                 .kv_dtype = FI_DTYPE_BF16, .o_dtype = FI_DTYPE_BF16, .num_ctas = 132};
+    assert_int_equal(parallel_of(m, FI_OK), 2); /* row 0, mma.sync */
+    m.num_qo_heads = 32;
+    assert_int_equal(parallel_of(m, FI_OK), 5); /* row 3, wgmma */
+    m.num_qo_heads = 128;
+    assert_int_equal(parallel_of(m, FI_OK), 5); /* row 6, the 64-token body */
+    m.num_qo_heads = 16;
+    m.q_dtype = m.kv_dtype = FI_DTYPE_E4M3;
+    assert_int_equal(parallel_of(m, FI_OK), 8); /* row 7, transposed fp8 */
+    m.page_size = 1;
+    assert_int_equal(parallel_of(m, FI_OK), 8);
+    m.max_q_tokens = 256; /* q_len 2: 32 rows, row 0 */
+    assert_int_equal(parallel_of(m, FI_OK), 2);
+    m.variant = 8; /* a parallel row answers itself */
+    assert_int_equal(parallel_of(m, FI_OK), 8);
+    m.variant = 4;
+    assert_int_equal(parallel_of(m, FI_OK), 2);
+    m.variant = 1; /* mla_decode_rows32: none */
+    assert_int_equal(parallel_of(m, FI_ERR_UNSUPPORTED_VARIANT), -7);
+    m.variant = 99;
+    assert_int_equal(parallel_of(m, FI_ERR_UNSUPPORTED_VARIANT), -7);
+    fi_caps g = {.kind = FI_KIND_GQA_DECODE, .max_batch = 128, .max_q_tokens = 128,
+                 .num_pages = 4096, .page_size = 16, .num_qo_heads = 32, .num_kv_heads = 8,
+                 .head_dim_qk = 128, .head_dim_vo = 128, .q_dtype = FI_DTYPE_BF16,
+                 .kv_dtype = FI_DTYPE_BF16, .o_dtype = FI_DTYPE_BF16, .num_ctas = 132};
+    assert_int_equal(parallel_of(g, FI_OK), 4); /* 4 rows a request: rows-8 row */
+    g.max_q_tokens = 384;                       /* q_len 3: 12 rows */
+    assert_int_equal(parallel_of(g, FI_OK), 1);
+    g.variant = 2;
+    assert_int_equal(parallel_of(g, FI_OK), 4);
+    g.variant = 3;
+    assert_int_equal(parallel_of(g, FI_OK), 1);
+    g.num_kv_heads = 5; /* 32 % 5: invalid caps, fi_caps_validate's status */
+    assert_int_equal(parallel_of(g, FI_ERR_INVALID_CAPS), -7);
+    int32_t v = -7;
+    assert_int_equal(fi_caps_parallel_variant(NULL, &v), FI_ERR_NULL_ARGUMENT);
+    assert_int_equal(fi_caps_parallel_variant(&m, NULL), FI_ERR_NULL_ARGUMENT);
+    assert_int_equal(v, -7);
+}
+
 /* caps.variant 0 picks the kind's default row by heads (plan/variant.h fi_variant_select):
  * MLA decode, the mma.sync row below 32 heads, the wgmma row from 32 on, and for a 16-bit
  * cache of page_size >= 64 the 64-token wgmma row from 128 on (an fp8 cache or smaller
@@ -468,6 +521,7 @@ int main(void) {
         cmocka_unit_test(plan_covers_max_batch),
         cmocka_unit_test(plan_covers_windows_and_non_causal),
         cmocka_unit_test(plan_covers_every_kv_token_once_global_walk),
+        cmocka_unit_test(parallel_variant_follows_the_row),
         cmocka_unit_test(plan_covers_every_kv_token_once_parallel_partition),
         cmocka_unit_test(plan_covers_every_kv_token_once_gqa_rows8),
         cmocka_unit_test(plan_with_one_cta_never_splits),

@@ -26,7 +26,8 @@ extern const fi_family fi_family_context;
 static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 0, .name = "mla_decode", .tile_rows = 64,
      .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
-     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .parallel_variant = 2,
+     .family = &fi_family_mla},
     /* The same MLA tile body on 32-row tiles (heads 16 x q_len 2 in one tile, heads 128 in
      * four per query row): proves tile shape is data; not chosen by default. */
     {.kind = FI_KIND_MLA_DECODE, .variant = 1, .name = "mla_decode_rows32", .tile_rows = 32,
@@ -47,12 +48,13 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 3, .name = "mla_decode_wgmma", .tile_rows = 64,
      .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 32,
-     .default_special = 1, .family = &fi_family_mla_wg},
+     .default_special = 1, .parallel_variant = 5, .family = &fi_family_mla_wg},
     /* The mma.sync body of row 0 by its own number, whatever the heads (row 0 itself is
      * what variant 0 means below 32 heads). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 4, .name = "mla_decode_mma", .tile_rows = 64,
      .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
-     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .parallel_variant = 2,
+     .family = &fi_family_mla},
     /* The wgmma body with the data-parallel partition: the device planner's row from 32
      * heads on (as mla_decode_parallel_plan above). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 5, .name = "mla_decode_wgmma_parallel_plan",
@@ -62,11 +64,12 @@ static const fi_variant k_variants[] = {
      * 64 tokens, 16-bit dense caches.  The default from 128 heads for a 16-bit cache of
      * page_size >= 64, where its blocks go by TMA (H200, heads 128, us, against row 3:
      * B128 x 4096 293-295 vs 300-302, q_len 2 578-582 vs 587-592, trace snapshot 139-140
-     * vs 140-143, B1 x 32k 49 vs 50; at page_size 16 it copies by cp.async: 378 vs 299). */
+     * vs 140-143, B1 x 32k 49 vs 50; at page_size 16 it copies by cp.async: 378 vs 299).
+     * Planned on the device by row 5 (the 32-token body: no 64-token parallel row). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 6, .name = "mla_decode_wgmma64", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 128,
-     .default_kv16_page = 64, .family = &fi_family_mla_wg64},
+     .default_kv16_page = 64, .parallel_variant = 5, .family = &fi_family_mla_wg64},
     /* The transposed fp8 body (executor/mla/mla_wgt_tile.cuh): q and cache fp8 e4m3, tiles
      * of at most 16 rows (a query token's 16 heads), KV blocks of 64 tokens on wgmma's M
      * side.  The default for q and cache fp8 when the caps bound a request to 16 rows
@@ -76,7 +79,7 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 7, .name = "mla_decode_fp8_rows16", .tile_rows = 16,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_fp8_max_rows = 16,
-     .family = &fi_family_mla_wgt},
+     .parallel_variant = 8, .family = &fi_family_mla_wgt},
     /* Row 7's tiles and body with the data-parallel partition: the device planner's row for
      * q and cache fp8 at <= 16 rows a request (as row 2 is for row 0). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 8, .name = "mla_decode_fp8_rows16_parallel_plan",
@@ -85,7 +88,7 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
-     .family = &fi_family_gqa},
+     .parallel_variant = 1, .family = &fi_family_gqa},
     /* GQA decode with the data-parallel partition (as mla_decode_parallel_plan). */
     {.kind = FI_KIND_GQA_DECODE, .variant = 1, .name = "gqa_decode_parallel_plan",
      .tile_rows = 64, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
@@ -101,7 +104,7 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_GQA_DECODE, .variant = 2, .name = "gqa_decode_rows8", .tile_rows = 8,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
-     .default_max_rows = 8, .family = &fi_family_gqa},
+     .default_max_rows = 8, .parallel_variant = 4, .family = &fi_family_gqa},
     /* Row 2's tiles and kernel with the data-parallel partition: the device-planning row
      * for requests of at most 8 rows (as row 1 is for row 0). */
     {.kind = FI_KIND_GQA_DECODE, .variant = 4, .name = "gqa_decode_rows8_parallel_plan",
@@ -112,7 +115,7 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_GQA_DECODE, .variant = 3, .name = "gqa_decode_rows64", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
-     .family = &fi_family_gqa},
+     .parallel_variant = 1, .family = &fi_family_gqa},
     /* Context: the walk, or the list schedule (planner/listsched.h) when the model rates
      * it within FI_LIST_SLACK_64THS / 64 of the walk's plan (plan/cost_model.h). */
     {.kind = FI_KIND_CONTEXT, .variant = 0, .name = "context", .tile_rows = 128,

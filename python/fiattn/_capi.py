@@ -234,6 +234,10 @@ def _declare(lib):
     if fn is not None:
         fn.restype = c.c_int
         fn.argtypes = [P, c.POINTER(fi_error_detail), P]
+    fn = getattr(lib, "fi_caps_parallel_variant", None)
+    if fn is not None:
+        fn.restype = c.c_int
+        fn.argtypes = [c.POINTER(fi_caps), c.POINTER(c.c_int32)]
     return lib
 
 

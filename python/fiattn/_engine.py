@@ -35,26 +35,13 @@ def _plan_only():
     return _state.plan_only
 
 
-# The tile table rows with the data-parallel partition (docs/DESIGN.md section 10), used for
-# plans made on the device: the planning kernel then runs with a whole CTA.
-_PARALLEL_VARIANT = {C.FI_KIND_MLA_DECODE: 2, C.FI_KIND_GQA_DECODE: 1}
-
-
 def _parallel_variant(caps):
-    """The data-parallel partition row of the caps: GQA 4 on the rows-8 row's caps (variant
-    2: requests of at most 8 rows), else 1; MLA 8 for q and cache fp8 e4m3 with requests of
-    at most 16 rows (heads x ceil(max_q_tokens / max_batch): the transposed fp8 body, as the
-    default row there), 5 from 32 heads on (the wgmma body), else 2 (the mma.sync body)."""
-    if caps.kind == C.FI_KIND_MLA_DECODE:
-        depth = -(-caps.max_q_tokens // max(caps.max_batch, 1))
-        if (caps.q_dtype == C.FI_DTYPE_E4M3 and caps.kv_dtype == C.FI_DTYPE_E4M3
-                and caps.num_qo_heads * depth <= 16):
-            return 8
-    if caps.kind == C.FI_KIND_MLA_DECODE and caps.num_qo_heads >= 32:
-        return 5
-    if caps.kind == C.FI_KIND_GQA_DECODE and caps.variant == 2:
-        return 4
-    return _PARALLEL_VARIANT[caps.kind]
+    """The tile-table row with the data-parallel partition that plans the caps' row on the
+    device (fi_caps_parallel_variant: the planning kernel then runs with a whole CTA)."""
+    v = ctypes.c_int32()
+    C.check(C.lib().fi_caps_parallel_variant(ctypes.byref(caps), ctypes.byref(v)),
+            "fi_caps_parallel_variant")
+    return v.value
 
 
 def _device_planning():
@@ -70,9 +57,9 @@ def device_planning(enabled=True):
     torch.cuda.graph captures the planning kernel too: every replay plans for the lengths
     then in seq_lens (no fiattn.plan_only() step before replays).
 
-    The plans use the kind's data-parallel partition row (caps variant: MLA 2, or 5 from 32
-    heads on, the wgmma body, or 8 for q and cache fp8 e4m3 at heads x q_len <= 16, the
-    transposed fp8 body; GQA 1, or 4 when group x q_len_per_req <= 8; about
+    The plans use the caps' data-parallel partition row (fi_caps_parallel_variant: MLA 2,
+    or 5 from 32 heads on, the wgmma body, or 8 for q and cache fp8 e4m3 at heads x q_len
+    <= 16, the transposed fp8 body; GQA 1, or 4 when group x q_len_per_req <= 8; about
     1-14% more on the largest CTA than the default walk on trace batches, docs/DESIGN.md).
     A length or page index the device planner refuses is not raised by the call: the step
     runs nothing (out and lse keep what they held) and device_plan_status(workspace_buffer)

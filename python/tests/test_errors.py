@@ -231,3 +231,32 @@ def test_sparse_table_shapes_accepted_by_validation(monkeypatch):
     for bt in (_sparse_table(ql=2), _sparse_table(ql=2).reshape(4, 8)):
         _call(q, kv, bt, lens, torch.zeros(2, 2, 16, 512), sparse_mla_top_k=8)
     assert seen == [(8, (4, 8), 2, 4, None)] * 2
+
+
+def _caps(kind, heads, kv_heads, dim_qk, dim_vo, dtype, q_tokens=8):
+    c = C.fi_caps()
+    c.kind, c.max_batch, c.max_q_tokens = kind, 8, q_tokens
+    c.num_pages, c.page_size, c.num_ctas = 64, 64, 132
+    c.num_qo_heads, c.num_kv_heads, c.head_dim_qk, c.head_dim_vo = heads, kv_heads, dim_qk, dim_vo
+    c.q_dtype = c.kv_dtype = dtype
+    c.o_dtype = C.FI_DTYPE_BF16
+    return c
+
+
+def test_parallel_variant_comes_from_the_tile_table():
+    """The device-planning row of the caps (fi_caps_parallel_variant), and its refusal."""
+    from fiattn._engine import _parallel_variant
+    mla = C.FI_KIND_MLA_DECODE
+    assert _parallel_variant(_caps(mla, 16, 1, 576, 512, C.FI_DTYPE_BF16)) == 2
+    assert _parallel_variant(_caps(mla, 64, 1, 576, 512, C.FI_DTYPE_BF16)) == 5
+    assert _parallel_variant(_caps(mla, 16, 1, 576, 512, C.FI_DTYPE_E4M3)) == 8
+    assert _parallel_variant(_caps(mla, 16, 1, 576, 512, C.FI_DTYPE_E4M3, 16)) == 2
+    g = _caps(C.FI_KIND_GQA_DECODE, 32, 8, 128, 128, C.FI_DTYPE_BF16)
+    g.variant = 3
+    assert _parallel_variant(g) == 1
+    g.variant = 2
+    assert _parallel_variant(g) == 4
+    c = _caps(mla, 16, 1, 576, 512, C.FI_DTYPE_BF16)
+    c.variant = 1  # mla_decode_rows32 has no parallel row
+    with pytest.raises(FiattnError, match="FI_ERR_UNSUPPORTED_VARIANT"):
+        _parallel_variant(c)

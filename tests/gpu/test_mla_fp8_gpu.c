@@ -196,9 +196,9 @@ static void mla_fp8_rows16_body_every_shape(void **state) {
     fp8_every_shape(7, 212, 1);
 }
 
-/* Row 7 on pages of one token, the only supported size below its default's 16 (caps.c
- * takes 1, 16, 32, 64, 128): every token copied by cp.async through its own page-table
- * entry; both forms, splits (few CTAs over long requests), sinks. */
+/* Row 7 on pages of one token (caps.c takes 1, 16, 32, 64, 128; the every-shape test
+ * covers 16-128): every token copied by cp.async through its own page-table entry; both
+ * forms, splits (few CTAs over long requests), sinks. */
 static void mla_fp8_rows16_small_pages(void **state) {
     (void)state;
     REQUIRE_GPU();
