@@ -35,6 +35,11 @@ def _plan_only():
     return _state.plan_only
 
 
+# The kinds whose tile table has data-parallel rows (docs/DESIGN.md section 10): the ones
+# planned on the device inside device_planning().
+_DEVICE_PLANNED_KINDS = (C.FI_KIND_MLA_DECODE, C.FI_KIND_GQA_DECODE)
+
+
 def _parallel_variant(caps):
     """The tile-table row with the data-parallel partition that plans the caps' row on the
     device (fi_caps_parallel_variant: the planning kernel then runs with a whole CTA)."""
@@ -373,7 +378,7 @@ def launch(workspace, caps, batch_size, q_tokens, device, make_batch, args, fami
     if not host:
         kind_supported_on_gpu(caps)
     if (make_device_batch is not None and not host and _state.device_planning
-            and caps.kind in _PARALLEL_VARIANT and not _plan_only()):
+            and caps.kind in _DEVICE_PLANNED_KINDS and not _plan_only()):
         return launch_device_planned(workspace, caps, batch_size, q_tokens, device,
                                      make_device_batch, args, family, dtypes_text, capturing,
                                      record)
