@@ -49,6 +49,16 @@ def _parallel_variant(caps):
     return v.value
 
 
+def _device_plan_caps(caps, batch_size, q_tokens):
+    """A copy of the call's caps (max_batch / max_q_tokens still 0: get_entry sizes them)
+    with the data-parallel row of this call's batch.  The row depends on the mean MTP depth
+    (fi_variant_request_rows), so the copy carries the batch before the library is asked."""
+    c = C.fi_caps.from_buffer_copy(caps)
+    c.max_batch, c.max_q_tokens = max(batch_size, 1), max(q_tokens, 1)
+    c.variant = _parallel_variant(c)
+    return c
+
+
 def _device_planning():
     return _state.device_planning
 
@@ -452,11 +462,7 @@ def launch_device_planned(workspace, caps, batch_size, q_tokens, device, make_de
     """fi_plan_update_device then fi_run on the current stream (captured as they are).
     make_device_batch() -> (fi_device_batch, keepalive); record(entry, device_batch), when
     given, memoises the call for fast_call."""
-    # The row depends on the mean MTP depth (fi_variant_request_rows), so the copy carries
-    # this call's batch before it is asked; get_entry sizes the plan's own caps again.
-    c = C.fi_caps.from_buffer_copy(caps)
-    c.max_batch, c.max_q_tokens = max(batch_size, 1), max(q_tokens, 1)
-    c.variant = _parallel_variant(c)
+    c = _device_plan_caps(caps, batch_size, q_tokens)
     entry = get_entry(workspace, c, batch_size, q_tokens, False, capturing)
     db, keep = make_device_batch()
     stream = stream_handle(device)

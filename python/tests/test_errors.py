@@ -260,3 +260,19 @@ def test_parallel_variant_comes_from_the_tile_table():
     c.variant = 1  # mla_decode_rows32 has no parallel row
     with pytest.raises(FiattnError, match="FI_ERR_UNSUPPORTED_VARIANT"):
         _parallel_variant(c)
+
+
+def test_device_plan_caps_are_sized_by_the_call():
+    """The functional APIs' caps arrive unsized (max_batch = max_q_tokens = 0): the
+    device-planned row is asked with the call's batch, whose MTP depth picks it."""
+    from fiattn._engine import _device_plan_caps
+    mla = C.FI_KIND_MLA_DECODE
+    c = _caps(mla, 16, 1, 576, 512, C.FI_DTYPE_E4M3)
+    c.max_batch = c.max_q_tokens = 0
+    assert _device_plan_caps(c, 128, 128).variant == 8  # 16 rows a request
+    assert _device_plan_caps(c, 128, 256).variant == 2  # q_len 2: 32 rows
+    assert _device_plan_caps(c, 0, 0).variant == 8
+    assert (c.max_batch, c.max_q_tokens, c.variant) == (0, 0, 0)  # the caller's caps kept
+    c.variant = 1  # a row without a data-parallel twin: refused as before
+    with pytest.raises(FiattnError, match="FI_ERR_UNSUPPORTED_VARIANT"):
+        _device_plan_caps(c, 128, 128)
