@@ -68,6 +68,17 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
 #define FI_COST_ARRIVE 64
 #endif
 
+/* The transposed fp8 MLA body's row (mla_decode_fp8_rows16, executor/mla/mla_wgt_tile.cuh)
+ * charges its own: a token costs it half the bytes of a 16-bit one, while an item's start
+ * and a group's merge cost it about as much time, so in KV-token units they are several
+ * times the shared ones above.  Swept on an H200 (fp8 q and cache, heads 16, the bundled
+ * trace's 128-request snapshots at steps 100 / 400 / 800; docs/perf-log.md, twenty-fourth
+ * session): with the shared charges 48.7 / 55.0 / 58.2 us, with these 36.1 / 39.2 / 41.5;
+ * raising beta alone did nothing, the merge and arrival charges did most of it. */
+#define FI_COST_BETA_FP8_ROWS16 768
+#define FI_COST_MERGE_FP8_ROWS16 900
+#define FI_COST_ARRIVE_FP8_ROWS16 256
+
 /* Packing limits (planner/pack.h): tiles a CTA may hold when the planner packs. */
 #ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */
 #define FI_PACK_MAX_TILES_PER_CTA 0

@@ -22,6 +22,11 @@ extern const fi_family fi_family_context;
     .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
     .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA, .cost_merge = FI_COST_MERGE,    \
     .cost_arrive = FI_COST_ARRIVE
+/* Row 7's own per-item and split charges (plan/cost_model.h). */
+#define FI_FP8_ROWS16_COSTS                                                                \
+    .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
+    .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA_FP8_ROWS16,                      \
+    .cost_merge = FI_COST_MERGE_FP8_ROWS16, .cost_arrive = FI_COST_ARRIVE_FP8_ROWS16
 
 static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 0, .name = "mla_decode", .tile_rows = 64,
@@ -75,9 +80,10 @@ static const fi_variant k_variants[] = {
      * side.  The default for q and cache fp8 when the caps bound a request to 16 rows
      * (heads 16 at q_len 1), on every page size.  H200, heads 16, b2b us, against the
      * mma.sync body (row 0 there): B128 x 4096 page 64 86.1-87.0 vs 155.0, page 1
-     * 102.9-103.0 vs 156.8-157.1, trace snapshot of 128 requests 48.3-50.9 vs 50.1-50.2. */
+     * 102.9-103.0 vs 156.8-157.1, trace snapshot of 128 requests 48.3-50.9 vs 50.1-50.2
+     * (35.7-36.6 since the row has its own charges, FI_FP8_ROWS16_COSTS). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 7, .name = "mla_decode_fp8_rows16", .tile_rows = 16,
-     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_FP8_ROWS16_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_fp8_max_rows = 16,
      .parallel_variant = 8, .family = &fi_family_mla_wgt},
     /* Row 7's tiles and body with the data-parallel partition: the device planner's row for
