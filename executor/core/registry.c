@@ -22,6 +22,11 @@ extern const fi_family fi_family_context;
     .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
     .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA, .cost_merge = FI_COST_MERGE,    \
     .cost_arrive = FI_COST_ARRIVE
+/* The shared charges with an item's charge of FI_COST_BETA_COARSE (plan/cost_model.h). */
+#define FI_DECODE_COSTS_COARSE                                                             \
+    .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
+    .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA_COARSE,                          \
+    .cost_merge = FI_COST_MERGE, .cost_arrive = FI_COST_ARRIVE
 /* Row 7's own per-item and split charges (plan/cost_model.h). */
 #define FI_FP8_ROWS16_COSTS                                                                \
     .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
@@ -72,7 +77,7 @@ static const fi_variant k_variants[] = {
      * vs 140-143, B1 x 32k 49 vs 50; at page_size 16 it copies by cp.async: 378 vs 299).
      * Planned on the device by row 5 (the 32-token body: no 64-token parallel row). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 6, .name = "mla_decode_wgmma64", .tile_rows = 64,
-     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_DECODE_COSTS_COARSE, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 128,
      .default_kv16_page = 64, .parallel_variant = 5, .family = &fi_family_mla_wg64},
     /* The transposed fp8 body (executor/mla/mla_wgt_tile.cuh): q and cache fp8 e4m3, tiles
@@ -108,7 +113,7 @@ static const fi_variant k_variants[] = {
      * (perf-log 2026-11-30 twentieth session): B1 x 32k 43.0-43.4 vs 45.9, B128 x 4096
      * fp8 279 vs 291, NVFP4 373-376 vs 380-382, bf16 494 vs 500. */
     {.kind = FI_KIND_GQA_DECODE, .variant = 2, .name = "gqa_decode_rows8", .tile_rows = 8,
-     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_DECODE_COSTS_COARSE, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
      .default_max_rows = 8, .parallel_variant = 4, .family = &fi_family_gqa},
     /* Row 2's tiles and kernel with the data-parallel partition: the device-planning row
