@@ -76,15 +76,15 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
  * session): with the shared charges 48.7 / 55.0 / 58.2 us, with these 36.1 / 39.2 / 41.5;
  * raising beta alone did nothing, the merge and arrival charges did most of it. */
 #define FI_COST_BETA_FP8_ROWS16 768
-/* The 64-token wgmma MLA body (mla_decode_wgmma64, heads 128) and GQA's rows-8 row charge an
- * item twice the shared beta (the split charges stay): H200, the trace's 128-request
- * snapshots, b2b us, shared -> this (docs/perf-log.md, twenty-fourth session): MLA heads
- * 128 steps 100 / 400 / 800 137.9-139.5 / 163.6 / 175.0 -> 135.8-136.2 / 153.9-154.2 /
- * 161.6; GQA 32/8 d128 bf16 steps 100 / 400 121.3-121.8 / 157.0-157.8 -> 118.1-118.3 /
- * 153.1-154.0.  (Merge and arrival charges of 900 / 256 were slower on both.) */
-#define FI_COST_BETA_COARSE 384
 #define FI_COST_MERGE_FP8_ROWS16 900
 #define FI_COST_ARRIVE_FP8_ROWS16 256
+/* The 64-token wgmma MLA body (mla_decode_wgmma64, heads 128) charges an item twice the
+ * shared beta (the split charges stay): H200, the trace's 128-request snapshots at heads
+ * 128, b2b us, shared -> this (docs/perf-log.md, twenty-fourth session): steps 100 / 400 /
+ * 800 137.9-139.5 / 163.6 / 175.0 -> 135.8-136.2 / 153.9-154.2 / 161.6.  The uniform
+ * B128 x 4096 and B1 x 32768 plans are the same cuts either way (fiplan).  Merge and
+ * arrival charges of 900 / 256 were slower. */
+#define FI_COST_BETA_WG64 384
 
 /* Packing limits (planner/pack.h): tiles a CTA may hold when the planner packs. */
 #ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */

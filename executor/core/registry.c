@@ -22,10 +22,10 @@ extern const fi_family fi_family_context;
     .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
     .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA, .cost_merge = FI_COST_MERGE,    \
     .cost_arrive = FI_COST_ARRIVE
-/* The shared charges with an item's charge of FI_COST_BETA_COARSE (plan/cost_model.h). */
-#define FI_DECODE_COSTS_COARSE                                                             \
+/* Row 6's charges: the shared ones with an item's of FI_COST_BETA_WG64 (plan/cost_model.h). */
+#define FI_WG64_COSTS                                                                      \
     .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
-    .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA_COARSE,                          \
+    .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA_WG64,                            \
     .cost_merge = FI_COST_MERGE, .cost_arrive = FI_COST_ARRIVE
 /* Row 7's own per-item and split charges (plan/cost_model.h). */
 #define FI_FP8_ROWS16_COSTS                                                                \
@@ -75,9 +75,10 @@ static const fi_variant k_variants[] = {
      * page_size >= 64, where its blocks go by TMA (H200, heads 128, us, against row 3:
      * B128 x 4096 293-295 vs 300-302, q_len 2 578-582 vs 587-592, trace snapshot 139-140
      * vs 140-143, B1 x 32k 49 vs 50; at page_size 16 it copies by cp.async: 378 vs 299).
-     * Planned on the device by row 5 (the 32-token body: no 64-token parallel row). */
+     * Planned on the device by row 5 (the 32-token body: no 64-token parallel row).  Its
+     * item charge is its own (FI_COST_BETA_WG64: the trace snapshot 136 vs 138-140 us). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 6, .name = "mla_decode_wgmma64", .tile_rows = 64,
-     .kv_block = 64, FI_DECODE_COSTS_COARSE, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_WG64_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 128,
      .default_kv16_page = 64, .parallel_variant = 5, .family = &fi_family_mla_wg64},
     /* The transposed fp8 body (executor/mla/mla_wgt_tile.cuh): q and cache fp8 e4m3, tiles
@@ -113,7 +114,7 @@ static const fi_variant k_variants[] = {
      * (perf-log 2026-11-30 twentieth session): B1 x 32k 43.0-43.4 vs 45.9, B128 x 4096
      * fp8 279 vs 291, NVFP4 373-376 vs 380-382, bf16 494 vs 500. */
     {.kind = FI_KIND_GQA_DECODE, .variant = 2, .name = "gqa_decode_rows8", .tile_rows = 8,
-     .kv_block = 64, FI_DECODE_COSTS_COARSE, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
      .default_max_rows = 8, .parallel_variant = 4, .family = &fi_family_gqa},
     /* Row 2's tiles and kernel with the data-parallel partition: the device-planning row
