@@ -4,8 +4,9 @@
     scripts/plan_quality.py OLD.json NEW.json
 
 Prints one line: each plan's max CTA cost (the plan header's, from the JSON summary) and
-its executor-model score (planner/model.c's fi_model_max, recomputed here from the items
-with the cost constants of plan/cost_model.h), then a verdict:
+its executor-model score (planner/model.c's fi_model_max, recomputed here from the items;
+both plans with the charges of the NEW plan's tile-table row: its JSON "row", or for a plan
+written before fiplan gave it, the shared constants of plan/cost_model.h), then a verdict:
   worse   - the new plan's max CTA cost or model score is higher than the old one's;
   better  - neither is higher and one is lower;
   equal   - both figures are the same (the plans may still differ in layout).
@@ -21,7 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cost_constants():
-    """FI_COST_{ALPHA,BETA,MERGE,ARRIVE} from plan/cost_model.h (every row shares them)."""
+    """The shared FI_COST_{ALPHA,BETA,MERGE,ARRIVE} of plan/cost_model.h: the charges of a
+    plan whose JSON has no "row" (fiplan before the rows had their own charges)."""
     text = open(os.path.join(ROOT, "plan", "cost_model.h")).read()
     out = {}
     for name in ("ALPHA", "BETA", "MERGE", "ARRIVE"):
@@ -63,8 +65,15 @@ def model_max(plan, k):
     return best
 
 
-def figures(path, k):
-    d = json.load(open(path))
+def row_constants(d, shared):
+    """The charges of the tile-table row that made the plan (its JSON "row"), else shared."""
+    row = d.get("row")
+    if row is None:
+        return shared
+    return {name: row["cost_" + name.lower()] for name in ("ALPHA", "BETA", "MERGE", "ARRIVE")}
+
+
+def figures(d, k):
     return d["summary"]["max_cta_cost"], model_max(d["plan"], k)
 
 
@@ -72,9 +81,11 @@ def main():
     if len(sys.argv) != 3:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    k = cost_constants()
     try:
-        (om, os_), (nm, ns) = figures(sys.argv[1], k), figures(sys.argv[2], k)
+        old, new = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+        # One model for both: the new plan's row charges (the ones under review).
+        k = row_constants(new, cost_constants())
+        (om, os_), (nm, ns) = figures(old, k), figures(new, k)
     except (OSError, ValueError, KeyError) as e:
         print("plan_quality.py: %s" % e, file=sys.stderr)
         return 2

@@ -96,6 +96,26 @@ ok = ok and all(cov.get((r, 0, 0), 0) == kv[r] for r in range(len(kv)) if q[r] =
 sys.exit(0 if ok else 1)' "$TMP/c.json"
 }
 
+# The JSON names the tile-table row with its own charges (plan/cost_model.h: WANT_BETA is
+# the name of the define the row's beta comes from), and scripts/plan_quality.py scores the
+# plan with them: on a plan without split pieces its model score is the header's max CTA
+# cost exactly, which the shared charges would miss for a row with its own beta.
+json_row_charges() {
+    want_name=$1; want_beta=$2; shift 2
+    "$FIPLAN" --repeat 0 --json "$@" >"$TMP/r.json" 2>"$TMP/err" || return 1
+    beta=$(sed -n "s/^#define $want_beta \([0-9]*\)$/\1/p" plan/cost_model.h)
+    [ -n "$beta" ] || return 1
+    python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["row"]
+sys.exit(0 if r["name"] == sys.argv[2] and r["cost_beta"] == int(sys.argv[3])
+         and d["summary"]["num_groups"] == 0 else 1)' "$TMP/r.json" "$want_name" "$beta" || return 1
+    q=$(python3 scripts/plan_quality.py "$TMP/r.json" "$TMP/r.json") || return 1
+    max=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["summary"]["max_cta_cost"])' "$TMP/r.json")
+    echo "$q" | grep -q "^old max $max model $max | new max $max model $max | equal$"
+}
+
 bad_trace() {
     printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,12,x\n' >"$TMP/bad.csv"
     "$FIPLAN" --trace "$TMP/bad.csv" --repeat 0 >/dev/null 2>"$TMP/err"
@@ -121,6 +141,9 @@ check "dot output of a 1024-request plan is capped at 64 CTAs" dot_is_capped
 check_py "json output parses (decode)" json_parses
 check_py "json output parses (mixed, cum_seq_lens form)" json_parses --mode mixed --kind context --batch 12 --form cum_seq_lens
 check_py "json plan covers every decode request's keys" json_covers_kv --batch 64 --step 50 --ctas 32
+check_py "json row and plan_quality charges (row 6: the default at heads 128 on bf16)" json_row_charges mla_decode_wgmma64 FI_COST_BETA_WG64 --lengths 4096,4096,4096 --ctas 6
+check_py "json row and plan_quality charges (row 7: --dtype e4m3 at heads 16)" json_row_charges mla_decode_fp8_rows16 FI_COST_BETA_FP8_ROWS16 --dtype e4m3 --heads 16 --lengths 4096,4096,4096 --ctas 3
+check_py "json row and plan_quality charges (row 0, the shared beta)" json_row_charges mla_decode FI_COST_BETA --heads 16 --lengths 4096,4096,4096 --ctas 3
 check "svg file written" svg_written --batch 16 --ctas 24
 check "execute on CPU below 1e-5 (MLA decode, default batch)" execute_below 1e-5
 check "execute on CPU below 1e-5 (MLA, MTP 2, indptr, 16 heads)" execute_below 1e-5 --heads 16 --q-len 2 --form indptr --batch 6 --step 30
@@ -132,6 +155,7 @@ exit_code 2 "unknown option" --bogus
 exit_code 2 "--batch 0" --batch 0
 exit_code 2 "--mode nonsense" --mode nonsense
 exit_code 2 "--kind nonsense" --kind nonsense
+exit_code 2 "--dtype nonsense" --dtype fp4
 exit_code 2 "--lengths with an empty entry" --lengths 1,,2
 exit_code 2 "--page-size not a number" --page-size 6x4
 exit_code 2 "stray argument" extra

@@ -220,7 +220,9 @@ fi_status fiplan_execute(const fi_caps *caps, const fibatch *b, const fi_plan *p
     problem p;
     memset(&p, 0, sizeof p);
     int mla = caps->kind == FI_KIND_MLA_DECODE;
-    int gpu = !force_cpu && mla && fiplan_have_gpu();
+    /* The GPU half runs bf16 copies on a plan of bf16 caps: the shown plan's row only when
+     * the caps are bf16 too; other dtypes are checked on the CPU reference. */
+    int gpu = !force_cpu && mla && caps->q_dtype == FI_DTYPE_BF16 && fiplan_have_gpu();
     p.T = b->total_q_tokens;
     p.H = caps->num_qo_heads;
     p.Hkv = caps->num_kv_heads;

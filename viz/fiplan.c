@@ -28,6 +28,7 @@ typedef struct options {
     int32_t heads, kv_heads, head_dim, page_size, ctas, window_left, causal, variant;
     int32_t form;               /* 0: by kind and lengths */
     int32_t sparse_top_k;       /* > 0: plan the batch as a sparse top-k one (MLA) */
+    int32_t dtype;              /* fi_dtype of q and the KV cache: picks the tile-table row */
     int32_t shuffle;
     uint64_t seed;
     int32_t repeat;
@@ -62,6 +63,9 @@ static void usage(FILE *f) {
         "  --head-dim D        gqa/context head dim   [128] (MLA is 576/512)\n"
         "  --page-size P       tokens per page        [64]\n"
         "  --ctas N            persistent CTAs        [132]\n"
+        "  --dtype D           q and KV cache dtype: bf16 | f16 | e4m3 | f32 (it picks the\n"
+        "                      default row: e.g. MLA heads 128 bf16 row 6, e4m3 at heads\n"
+        "                      16 row 7; the out dtype is bf16, f16 or f32)    [bf16]\n"
         "  --variant N         tile table row of the kind (docs/DESIGN.md; e.g. the\n"
         "                      data-parallel partition rows: mla 2, gqa 1)   [0]\n"
         "  --window-left W     sliding window (-1 unlimited) [-1]\n"
@@ -120,7 +124,7 @@ enum {
     OPT_TRACE = 256, OPT_MODE, OPT_BATCH, OPT_STEP, OPT_FIRST, OPT_LENGTHS, OPT_QLEN,
     OPT_PREFIX, OPT_PREFILL, OPT_KIND, OPT_HEADS, OPT_KVHEADS, OPT_HEADDIM, OPT_PAGESIZE,
     OPT_CTAS, OPT_VARIANT, OPT_WINDOW, OPT_CAUSAL, OPT_FORM, OPT_SHUFFLE, OPT_SEED, OPT_DOT, OPT_SVG,
-    OPT_JSON, OPT_EXECUTE, OPT_CPU, OPT_REPEAT, OPT_HELP, OPT_EXPLAIN, OPT_SPARSE,
+    OPT_JSON, OPT_EXECUTE, OPT_CPU, OPT_REPEAT, OPT_HELP, OPT_EXPLAIN, OPT_SPARSE, OPT_DTYPE,
 };
 
 /* @return 0 ok, 2 usage error (message printed), 3 --help. */
@@ -138,6 +142,7 @@ static int parse_options(int argc, char **argv, options *o) {
         {"page-size", required_argument, 0, OPT_PAGESIZE},
         {"ctas", required_argument, 0, OPT_CTAS},
         {"variant", required_argument, 0, OPT_VARIANT},
+        {"dtype", required_argument, 0, OPT_DTYPE},
         {"window-left", required_argument, 0, OPT_WINDOW},
         {"causal", required_argument, 0, OPT_CAUSAL}, {"form", required_argument, 0, OPT_FORM},
         {"shuffle", no_argument, 0, OPT_SHUFFLE}, {"seed", required_argument, 0, OPT_SEED},
@@ -179,6 +184,13 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_PAGESIZE: ok = parse_int(optarg, 1, 1 << 16, &o->page_size); break;
         case OPT_CTAS: ok = parse_int(optarg, 1, 1 << 16, &o->ctas); break;
         case OPT_VARIANT: ok = parse_int(optarg, 0, 64, &o->variant); break;
+        case OPT_DTYPE:
+            if (!strcmp(optarg, "bf16")) o->dtype = FI_DTYPE_BF16;
+            else if (!strcmp(optarg, "f16")) o->dtype = FI_DTYPE_F16;
+            else if (!strcmp(optarg, "e4m3")) o->dtype = FI_DTYPE_E4M3;
+            else if (!strcmp(optarg, "f32")) o->dtype = FI_DTYPE_F32;
+            else ok = 0;
+            break;
         case OPT_WINDOW: ok = parse_int(optarg, -1, big, &o->window_left); break;
         case OPT_CAUSAL: ok = parse_int(optarg, 0, 1, &o->causal); break;
         case OPT_FORM:
@@ -303,6 +315,7 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.batch = 8;
     o.page_size = 64;
+    o.dtype = FI_DTYPE_BF16; /* what serving engines run, so the plan shown is theirs */
     o.ctas = 132;
     o.window_left = -1;
     o.causal = 1;
@@ -382,7 +395,10 @@ int main(int argc, char **argv) {
     caps.num_kv_heads = o.kv_heads ? o.kv_heads : mla ? 1 : 8;
     caps.head_dim_qk = mla ? 576 : (o.head_dim ? o.head_dim : 128);
     caps.head_dim_vo = mla ? 512 : caps.head_dim_qk;
-    caps.q_dtype = caps.kv_dtype = caps.o_dtype = FI_DTYPE_F32;
+    /* The dtypes choose the row (plan/variant.h fi_variant_of); the CPU reference of
+     * --execute reads f32 tensors whatever the plan was made for. */
+    caps.q_dtype = caps.kv_dtype = o.dtype;
+    caps.o_dtype = o.dtype == FI_DTYPE_E4M3 ? FI_DTYPE_BF16 : o.dtype;
     caps.num_ctas = o.ctas;
     caps.variant = o.variant;
     caps.sparse_top_k = o.sparse_top_k;
@@ -447,7 +463,8 @@ int main(int argc, char **argv) {
         } else if (!o.force_cpu) {
             fprintf(sf, "gpu            none here (no CUDA device%s): checked on the CPU "
                         "reference executor only\n",
-                    caps.kind == FI_KIND_MLA_DECODE ? "" : ", or a kind without a GPU executor");
+                    caps.kind != FI_KIND_MLA_DECODE ? ", or a kind without a GPU executor"
+                    : caps.q_dtype != FI_DTYPE_BF16 ? ", or a dtype other than bf16" : "");
         }
     }
 

@@ -67,6 +67,7 @@ void fiplan_print_summary(FILE *f, const fi_caps *caps, const fibatch *b,
                           const fiplan_stats *st, int explain);
 
 const char *fiplan_kind_name(fi_kind kind);
+const char *fiplan_dtype_name(fi_dtype d); /* "bf16", "f16", "e4m3", "f32", else "other" */
 const char *fiplan_form_name(fi_batch_form form);
 
 /* ---- dot.c ----------------------------------------------------------------------------- */

@@ -1,15 +1,17 @@
 /*
- * viz/json.c - fiplan --json: caps, batch lengths, statistics, the whole plan (CTA ranges,
- * work items, merge groups) and the execution check, as one JSON object.
+ * viz/json.c - fiplan --json: caps, the tile-table row and its cost-model charges, batch
+ * lengths, statistics, the whole plan (CTA ranges, work items, merge groups) and the
+ * execution check, as one JSON object.
  *
- * Hand-written emitter: only numbers, fixed ASCII keys and a few fixed strings are
- * written, so no escaping is needed; non-finite doubles become null.  Items and groups are
- * arrays of integers whose field order is given once in "item_fields" / "group_fields",
- * which keeps a 10k-item plan readable by tools and small.
+ * Hand-written emitter: only numbers, fixed ASCII keys and a few fixed strings (the tile
+ * table's row names among them) are written, so no escaping is needed; non-finite doubles
+ * become null.  Items and groups are arrays of integers whose field order is given once in
+ * "item_fields" / "group_fields", which keeps a 10k-item plan readable by tools and small.
  */
 #include <math.h>
 #include <stdio.h>
 
+#include "plan/variant.h"
 #include "viz/fiplan.h"
 
 static void num(FILE *f, double x) {
@@ -35,6 +37,14 @@ int fiplan_write_json(FILE *f, const fi_plan *plan, const fi_caps *caps, const f
             fiplan_kind_name(caps->kind), caps->max_batch, caps->max_q_tokens, caps->num_pages,
             caps->page_size, caps->num_qo_heads, caps->num_kv_heads, caps->head_dim_qk,
             caps->head_dim_vo, v.num_ctas);
+    /* The tile-table row that planned it, with the charges its cost model used (they differ
+     * from row to row: plan/cost_model.h), so tools score the plan with its own charges. */
+    const fi_variant *row = fi_variant_of(caps);
+    if (row)
+        fprintf(f, "  \"row\": {\"variant\": %d, \"name\": \"%s\", \"cost_alpha\": %d, "
+                   "\"cost_beta\": %d, \"cost_merge\": %d, \"cost_arrive\": %d},\n",
+                row->variant, row->name, row->cost_alpha, row->cost_beta, row->cost_merge,
+                row->cost_arrive);
     fprintf(f, "  \"batch\": {\"form\": \"%s\", \"batch_size\": %d, \"causal\": %d, "
                "\"window_left\": %d, \"total_q_tokens\": %d, \"q_len\": ",
             fiplan_form_name(b->batch.form), b->batch.batch_size, b->batch.causal,

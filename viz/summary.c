@@ -10,6 +10,16 @@
 #include "viz/fiplan.h"
 #include "workspace/layout.h" /* fi_layout_used_bytes: what an update copies */
 
+const char *fiplan_dtype_name(fi_dtype d) {
+    switch (d) {
+    case FI_DTYPE_F32: return "f32";
+    case FI_DTYPE_BF16: return "bf16";
+    case FI_DTYPE_F16: return "f16";
+    case FI_DTYPE_E4M3: return "e4m3";
+    default: return "other";
+    }
+}
+
 const char *fiplan_kind_name(fi_kind kind) {
     switch (kind) {
     case FI_KIND_MLA_DECODE: return "mla";
@@ -122,6 +132,16 @@ void fiplan_print_summary(FILE *f, const fi_caps *caps, const fibatch *b,
             caps->head_dim_qk, caps->head_dim_vo, caps->page_size, st->num_ctas);
     why(f, explain, "attention kind, query / KV heads, head dims (qk/vo), tokens per KV page, "
                     "and the persistent grid (one CTA per SM)");
+    const fi_variant *row = fi_variant_of(caps);
+    if (row) {
+        fprintf(f, "row            %s (tile table row %d) for q / KV %s: beta %d, merge %d, "
+                   "arrive %d\n",
+                row->name, row->variant, fiplan_dtype_name(caps->kv_dtype), row->cost_beta,
+                row->cost_merge, row->cost_arrive);
+        why(f, explain, "the tile-table row that planned the batch (plan/variant.h: the "
+                        "kernel body and its tiles) and its cost-model charges in KV tokens "
+                        "(plan/cost_model.h: an item, a merging piece, an arriving one)");
+    }
     fprintf(f, "batch          %d requests (%s), %d query tokens, kv_len mean %.0f max %d, "
                "causal %d, window_left %d\n",
             b->batch.batch_size, fiplan_form_name(b->batch.form), b->total_q_tokens, mean_kv,
