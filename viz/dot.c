@@ -22,6 +22,7 @@
 #include <graphviz/gvc.h>
 #include <graphviz/gvplugin.h>
 
+#include "plan/variant.h"
 #include "viz/fiplan.h"
 
 extern gvplugin_library_t gvplugin_dot_layout_LTX_library __attribute__((weak));
@@ -58,10 +59,12 @@ static Agraph_t *build_graph(const fi_plan *plan, const fiplan_stats *st) {
     if (!g) return NULL;
     char buf[512], name[64];
 
+    const fi_variant *row = fi_variant_of(caps);
     snprintf(buf, sizeof buf,
-             "fiattn plan: %s, %d requests, %d work items on %d CTAs, %d merge groups, "
-             "balance %.3f (max/mean CTA cost)",
-             fiplan_kind_name(caps->kind), st->batch_size, st->num_items, st->num_ctas,
+             "fiattn plan: %s (%s, %s), %d requests, %d work items on %d CTAs, %d merge "
+             "groups, balance %.3f (max/mean CTA cost)",
+             fiplan_kind_name(caps->kind), row ? row->name : "no row",
+             fiplan_dtype_name(caps->kv_dtype), st->batch_size, st->num_items, st->num_ctas,
              st->num_groups, st->balance);
     set(g, "label", buf);
     set(g, "labelloc", "t");
