@@ -75,16 +75,24 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
  * trace's 128-request snapshots at steps 100 / 400 / 800; docs/perf-log.md, twenty-fourth
  * session): with the shared charges 48.7 / 55.0 / 58.2 us, with these 36.1 / 39.2 / 41.5;
  * raising beta alone did nothing, the merge and arrival charges did most of it. */
+#ifndef FI_COST_BETA_FP8_ROWS16 /* -D... overrides them (calibration: scripts/sweep_charges.sh) */
 #define FI_COST_BETA_FP8_ROWS16 768
+#endif
+#ifndef FI_COST_MERGE_FP8_ROWS16
 #define FI_COST_MERGE_FP8_ROWS16 900
+#endif
+#ifndef FI_COST_ARRIVE_FP8_ROWS16
 #define FI_COST_ARRIVE_FP8_ROWS16 256
+#endif
 /* The 64-token wgmma MLA body (mla_decode_wgmma64, heads 128) charges an item twice the
  * shared beta (the split charges stay): H200, the trace's 128-request snapshots at heads
  * 128, b2b us, shared -> this (docs/perf-log.md, twenty-fourth session): steps 100 / 400 /
  * 800 137.9-139.5 / 163.6 / 175.0 -> 135.8-136.2 / 153.9-154.2 / 161.6.  The uniform
  * B128 x 4096 and B1 x 32768 plans are the same cuts either way (fiplan).  Merge and
  * arrival charges of 900 / 256 were slower. */
+#ifndef FI_COST_BETA_WG64
 #define FI_COST_BETA_WG64 384
+#endif
 
 /* Packing limits (planner/pack.h): tiles a CTA may hold when the planner packs. */
 #ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */
