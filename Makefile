@@ -138,7 +138,7 @@ $(BUILD)/bench/%: bench/%.c $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A)
 
 $(BUILD)/bench/%: bench/%.cu $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -o $@ $< $(LIB_A) -lcublas
+	$(NVCC) $(NVFLAGS) -o $@ $< $(LIB_A) -lcublas -lcublasLt
 
 $(BUILD)/scripts/%: scripts/%.cu
 	@mkdir -p $(dir $@)

@@ -51,10 +51,13 @@
  * token (576 x 2 or 576 bytes each); TFLOP/s = 2 x heads x sum over query tokens of the keys
  * they see (visible, or listed) x (576 + 512) / time;
  * fractions of the ceilings measured by bench/ceilings in the same run (--read-tbps,
- * --tflops, or env FI_CEIL_READ_TBPS / FI_CEIL_BF16_TFLOPS; bench/run_gpu_bench.sh wires it).
+ * --tflops, --tflops-fp8, or env FI_CEIL_READ_TBPS / FI_CEIL_BF16_TFLOPS /
+ * FI_CEIL_FP8_TFLOPS; bench/run_gpu_bench.sh wires them): the fp8 cases' matmul fraction is
+ * of the fp8 rate when it is given, else of the bf16 one.
  *
  * Usage: bench_mla [--reps N] [--sets N] [--chain N] [--case NAME] [--read-tbps X]
- *                  [--tflops Y] [--ctas N] (caps.num_ctas instead of the SM count)
+ *                  [--tflops Y] [--tflops-fp8 Z] [--ctas N] (caps.num_ctas instead of the
+ *                  SM count)
  *                  [--uniform B:KV ...]   (heads-16 q_len-1 batches B x KV
  *                  instead of the list) [--trace B[:H] ...] (trace decode snapshots of B
  *                  requests, heads H (16), instead of the list) [--trace-step S] (the trace
@@ -111,7 +114,8 @@ static const bench_case CASES[] = {
 
 typedef struct cfg {
     bench_cfg b;
-    double tflops; /* bf16 mma ceiling (bench/ceilings), 0: unknown */
+    double tflops;     /* bf16 mma ceiling (bench/ceilings), 0: unknown */
+    double tflops_fp8; /* fp8 e4m3 mma ceiling, 0: unknown (the fp8 cases then use tflops) */
     int l2_pages;  /* > 0: consumer-rate probe, see main */
 } cfg;
 
@@ -211,7 +215,8 @@ static void print_row(const void *ctx, const char *mode, double s) {
     const row_ctx *r = (const row_ctx *)ctx;
     double gbps = r->bytes / s / 1e9, tf = r->flops / s / 1e12;
     double rf = r->g->b.read_tbps > 0 ? gbps / (r->g->b.read_tbps * 1e3) : NAN;
-    double mf = r->g->tflops > 0 ? tf / r->g->tflops : NAN;
+    const double ceil_tf = r->bc->fp8 && r->g->tflops_fp8 > 0 ? r->g->tflops_fp8 : r->g->tflops;
+    double mf = ceil_tf > 0 ? tf / ceil_tf : NAN;
     printf("| %-12s | %-5s | %9.1f | %8.1f | %6.1f%% | %8.1f | %6.1f%% |\n", r->bc->name, mode,
            s * 1e6, gbps, rf * 100, tf, mf * 100);
     fprintf(stderr, "result %s %s us %.2f GBps %.1f TFLOPs %.2f read_frac %.4f mma_frac %.4f\n",
@@ -449,6 +454,7 @@ static void report_trace_bar(const double gbps[][2]) {
 
 int main(int argc, char **argv) {
     cfg g = {.b = bench_cfg_default(), .tflops = bench_env_double("FI_CEIL_BF16_TFLOPS"),
+             .tflops_fp8 = bench_env_double("FI_CEIL_FP8_TFLOPS"),
              .l2_pages = (int)bench_env_double("FI_BENCH_L2_PAGES")};
     static bench_case extra[MAX_EXTRA];
     static char extra_name[MAX_EXTRA][32];
@@ -457,7 +463,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
             fprintf(stderr, "usage: bench_mla [--reps N] [--sets N] [--chain N] [--case NAME] "
-                            "[--read-tbps X] [--tflops Y] [--ctas N] [--uniform B:KV ...] "
+                            "[--read-tbps X] [--tflops Y] [--tflops-fp8 Z] [--ctas N] "
+                            "[--uniform B:KV ...] "
                             "[--trace B[:H] ...] [--trace-step S] [--warm-ms N]\n");
             return 2;
         }
@@ -466,6 +473,7 @@ int main(int argc, char **argv) {
             continue;
         }
         if (!strcmp(a, "--tflops")) g.tflops = atof(val);
+        else if (!strcmp(a, "--tflops-fp8")) g.tflops_fp8 = atof(val);
         else if (!strcmp(a, "--uniform")) {
             /* extra heads-16 q_len-1 case B x KV (e.g. 132:818), run instead of the list */
             int b = 0, k = 0;
@@ -500,7 +508,9 @@ int main(int argc, char **argv) {
     tt_rng rng;
     int rc = 0;
     if (bench_begin("bench_mla", &g.b, &d, &rng, &rc)) return rc;
-    printf("# ceilings: read %.3f TB/s, bf16 mma %.1f TFLOP/s (%s)\n", g.b.read_tbps, g.tflops,
+    printf("# ceilings: read %.3f TB/s, bf16 mma %.1f TFLOP/s, fp8 mma %.1f TFLOP/s (%s; the "
+           "fp8 cases' %%mma is of the fp8 rate when it is known)\n",
+           g.b.read_tbps, g.tflops, g.tflops_fp8,
            g.b.read_tbps > 0 ? "measured by bench/ceilings" : "not given: fractions are nan");
     size_t flush_bytes = 0;
     void *flush = bench_flush_alloc("bench_mla", &d, &flush_bytes);

@@ -9,17 +9,24 @@
  *   bf16_TFLOPs  cublasGemmEx, bf16 in / bf16 out, fp32 accumulation, M = N = K = 8192,
  *                random data in [-1, 1) (zeros would let the tensor cores idle at lower
  *                power and read high), median of REPEATS, 2 M N K flops per product.
+ *   fp8_TFLOPs   the same product with fp8 e4m3 inputs (cublasLtMatmul, A transposed as
+ *                fp8 requires, bf16 out, fp32 accumulation): the rate the fp8 MLA bodies'
+ *                TFLOP/s is measured against.  0 when cuBLASLt has no such product here
+ *                (the reason on stderr): the run goes on with the other ceilings.
  *
  * Output: human lines on stderr, machine-readable lines on stdout:
  *   device <name> sms <n> l2_bytes <n>
  *   ceiling read_TBps <x>
  *   ceiling bf16_TFLOPs <x>
+ *   ceiling fp8_TFLOPs <x>
  *   floor empty_kernel_us <x>            (reference points, see small_reads)
  *   small_read MB <n> us <x> TBps <x>
  * Usage: ceilings [read_GiB (default 2)].  Exit 0 with "skip" on stdout when no GPU.
  */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -61,6 +68,20 @@ __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed) {
         x *= 0x846ca68bu;
         x ^= x >> 16;
         p[i] = __float2bfloat16((float)(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}
+
+/* The same values as fill_bf16, as fp8 e4m3 (round to nearest). */
+__global__ void fill_e4m3(__nv_fp8_e4m3 *p, size_t n, unsigned seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned x = (unsigned)i * 2654435761u ^ seed;
+        x ^= x >> 16;
+        x *= 0x7feb352du;
+        x ^= x >> 15;
+        x *= 0x846ca68bu;
+        x ^= x >> 16;
+        p[i] = __nv_fp8_e4m3((float)(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
     }
 }
 
@@ -174,6 +195,84 @@ static double gemm_ceiling(void) {
     return 2.0 * n * (double)n * n / s / 1e12;
 }
 
+/* cuBLASLt's status as a message; 0 when ok.  The fp8 ceiling is optional, so its errors
+ * are reported and the ceiling skipped instead of exiting. */
+static int lt_failed(cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return 0;
+    fprintf(stderr, "fp8 gemm: %s: cublas status %d (fp8_TFLOPs reported as 0)\n", what, (int)st);
+    return 1;
+}
+
+/* fp8 e4m3 8192^3 through cublasLtMatmul: D (bf16, M x N) = A^T B, A stored K x M and B
+ * K x N column-major (the TN form fp8 matmuls take), fp32 accumulation and scale.  TFLOP/s,
+ * or 0 when cuBLASLt finds no algorithm or fails (the message on stderr). */
+static double fp8_gemm_ceiling(void) {
+    const int n = 8192;
+    const size_t elems = (size_t)n * n, ws_bytes = (size_t)32 << 20;
+    __nv_fp8_e4m3 *A, *B;
+    __nv_bfloat16 *D;
+    void *ws;
+    CK(cudaMalloc(&A, elems));
+    CK(cudaMalloc(&B, elems));
+    CK(cudaMalloc(&D, elems * 2));
+    CK(cudaMalloc(&ws, ws_bytes));
+    fill_e4m3<<<1024, 256>>>(A, elems, 12345u);
+    fill_e4m3<<<1024, 256>>>(B, elems, 67890u);
+    CK(cudaGetLastError());
+    double tflops = 0;
+    cublasLtHandle_t lt = NULL;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t algo;
+    int found = 0;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const float alpha = 1.0f, beta = 0.0f;
+    if (lt_failed(cublasLtCreate(&lt), "cublasLtCreate") ||
+        lt_failed(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc") ||
+        lt_failed(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+                  "transa") ||
+        lt_failed(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+                  "transb") ||
+        lt_failed(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, n, n, n), "layout A") ||
+        lt_failed(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, n, n, n), "layout B") ||
+        lt_failed(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, n, n), "layout D") ||
+        lt_failed(cublasLtMatmulPreferenceCreate(&pref), "preference") ||
+        lt_failed(cublasLtMatmulPreferenceSetAttribute(
+                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes),
+                  "workspace") ||
+        lt_failed(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &algo, &found),
+                  "heuristic"))
+        goto out;
+    if (found < 1) {
+        fprintf(stderr, "fp8 gemm: no cuBLASLt algorithm (fp8_TFLOPs reported as 0)\n");
+        goto out;
+    }
+    {
+        auto gemm = [&]() {
+            return cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo.algo,
+                                  ws, ws_bytes, 0);
+        };
+        if (lt_failed(gemm(), "cublasLtMatmul")) goto out;
+        for (int w = 0; w < 2; w++) gemm();
+        const double s = median_time([&](int) { gemm(); });
+        fprintf(stderr, "fp8 gemm %d^3: median %.1f us over %d\n", n, s * 1e6, REPEATS);
+        tflops = 2.0 * n * (double)n * n / s / 1e12;
+    }
+out:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    if (lt) cublasLtDestroy(lt);
+    CK(cudaFree(A));
+    CK(cudaFree(B));
+    CK(cudaFree(D));
+    CK(cudaFree(ws));
+    return tflops;
+}
+
 int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -193,6 +292,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
     double tflops = gemm_ceiling();
     printf("ceiling bf16_TFLOPs %.1f\n", tflops);
+    fflush(stdout);
+    printf("ceiling fp8_TFLOPs %.1f\n", fp8_gemm_ceiling());
     fflush(stdout);
     small_reads(prop.multiProcessorCount);
     return 0;
