@@ -57,32 +57,27 @@
 
 static const int REPEATS = 21;
 
-/* Deterministic pseudo-random bf16 in [-1, 1) (hash of the index). */
-__global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned x = (unsigned)i * 2654435761u ^ seed;
-        x ^= x >> 16;
-        x *= 0x7feb352du;
-        x ^= x >> 15;
-        x *= 0x846ca68bu;
-        x ^= x >> 16;
-        p[i] = __float2bfloat16((float)(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
-    }
+/* Deterministic pseudo-random value in [-1, 1) of index i (a hash of it). */
+__device__ __forceinline__ float hash_unit(size_t i, unsigned seed) {
+    unsigned x = (unsigned)i * 2654435761u ^ seed;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return (float)(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
 }
 
-/* The same values as fill_bf16, as fp8 e4m3 (round to nearest). */
+/* Those values as bf16, and as fp8 e4m3 (round to nearest). */
+__global__ void fill_bf16(__nv_bfloat16 *p, size_t n, unsigned seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = __float2bfloat16(hash_unit(i, seed));
+}
 __global__ void fill_e4m3(__nv_fp8_e4m3 *p, size_t n, unsigned seed) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned x = (unsigned)i * 2654435761u ^ seed;
-        x ^= x >> 16;
-        x *= 0x7feb352du;
-        x ^= x >> 15;
-        x *= 0x846ca68bu;
-        x ^= x >> 16;
-        p[i] = __nv_fp8_e4m3((float)(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = __nv_fp8_e4m3(hash_unit(i, seed));
 }
 
 static double median(std::vector<double> v) {
