@@ -184,13 +184,17 @@ static int parse_options(int argc, char **argv, options *o) {
         case OPT_PAGESIZE: ok = parse_int(optarg, 1, 1 << 16, &o->page_size); break;
         case OPT_CTAS: ok = parse_int(optarg, 1, 1 << 16, &o->ctas); break;
         case OPT_VARIANT: ok = parse_int(optarg, 0, 64, &o->variant); break;
-        case OPT_DTYPE:
-            if (!strcmp(optarg, "bf16")) o->dtype = FI_DTYPE_BF16;
-            else if (!strcmp(optarg, "f16")) o->dtype = FI_DTYPE_F16;
-            else if (!strcmp(optarg, "e4m3")) o->dtype = FI_DTYPE_E4M3;
-            else if (!strcmp(optarg, "f32")) o->dtype = FI_DTYPE_F32;
-            else ok = 0;
+        case OPT_DTYPE: { /* the names fiplan_dtype_name prints */
+            static const fi_dtype choices[] = {FI_DTYPE_BF16, FI_DTYPE_F16, FI_DTYPE_E4M3,
+                                               FI_DTYPE_F32};
+            ok = 0;
+            for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
+                if (!strcmp(optarg, fiplan_dtype_name(choices[i]))) {
+                    o->dtype = choices[i];
+                    ok = 1;
+                }
             break;
+        }
         case OPT_WINDOW: ok = parse_int(optarg, -1, big, &o->window_left); break;
         case OPT_CAUSAL: ok = parse_int(optarg, 0, 1, &o->causal); break;
         case OPT_FORM:

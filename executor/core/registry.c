@@ -17,21 +17,19 @@ extern const fi_family fi_family_mla_wgt;
 extern const fi_family fi_family_gqa;
 extern const fi_family fi_family_context;
 
-/* Cost-model constants shared by the rows calibrated together (plan/cost_model.h). */
-#define FI_DECODE_COSTS                                                                    \
+/* A row's cost-model constants (plan/cost_model.h): the split grain, the per tile-row charge, and
+ * the item / merging-piece / arriving-piece charges, which some rows set for themselves. */
+#define FI_COSTS(beta, merge, arrive)                                                      \
     .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
-    .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA, .cost_merge = FI_COST_MERGE,    \
-    .cost_arrive = FI_COST_ARRIVE
-/* Row 6's charges: the shared ones with an item's of FI_COST_BETA_WG64 (plan/cost_model.h). */
-#define FI_WG64_COSTS                                                                      \
-    .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
-    .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA_WG64,                            \
-    .cost_merge = FI_COST_MERGE, .cost_arrive = FI_COST_ARRIVE
-/* Row 7's own per-item and split charges (plan/cost_model.h). */
+    .cost_alpha = FI_COST_ALPHA, .cost_beta = (beta), .cost_merge = (merge),                \
+    .cost_arrive = (arrive)
+/* The charges shared by the rows calibrated together. */
+#define FI_DECODE_COSTS FI_COSTS(FI_COST_BETA, FI_COST_MERGE, FI_COST_ARRIVE)
+/* Row 6's: the shared ones with an item's of FI_COST_BETA_WG64. */
+#define FI_WG64_COSTS FI_COSTS(FI_COST_BETA_WG64, FI_COST_MERGE, FI_COST_ARRIVE)
+/* Row 7's own. */
 #define FI_FP8_ROWS16_COSTS                                                                \
-    .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
-    .cost_alpha = FI_COST_ALPHA, .cost_beta = FI_COST_BETA_FP8_ROWS16,                      \
-    .cost_merge = FI_COST_MERGE_FP8_ROWS16, .cost_arrive = FI_COST_ARRIVE_FP8_ROWS16
+    FI_COSTS(FI_COST_BETA_FP8_ROWS16, FI_COST_MERGE_FP8_ROWS16, FI_COST_ARRIVE_FP8_ROWS16)
 
 static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 0, .name = "mla_decode", .tile_rows = 64,
