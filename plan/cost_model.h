@@ -94,6 +94,16 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
 #define FI_COST_BETA_WG64 384
 #endif
 
+/* GQA's 8-row body (gqa_decode_rows8, executor/gqa) charges an item twice the shared beta
+ * (the split charges stay).  H200, b2b us, shared -> this, two interleaved rounds
+ * (docs/perf-log.md, twenty-fifth session): the bundled trace's 128-request snapshots at
+ * steps 100 / 400 121.8-122.0 / 156.9-157.2 -> 117.7-118.0 / 154.3-154.4, NVFP4 B128 x
+ * 4096 376.7-377.1 -> 371.5-372.8; bf16 (page 64 and 16), fp8 and B1 x 32k within noise
+ * although their cuts move (1147 -> 1129 items at B128 x 4096). */
+#ifndef FI_COST_BETA_GQA_ROWS8
+#define FI_COST_BETA_GQA_ROWS8 384
+#endif
+
 /* Packing limits (planner/pack.h): tiles a CTA may hold when the planner packs. */
 #ifndef FI_PACK_MAX_TILES_PER_CTA /* -D...=0 with the next =0 turns packing off */
 #define FI_PACK_MAX_TILES_PER_CTA 0

@@ -30,6 +30,8 @@ extern const fi_family fi_family_context;
 /* Row 7's own. */
 #define FI_FP8_ROWS16_COSTS                                                                \
     FI_COSTS(FI_COST_BETA_FP8_ROWS16, FI_COST_MERGE_FP8_ROWS16, FI_COST_ARRIVE_FP8_ROWS16)
+/* GQA row 2's: the shared ones with an item's of FI_COST_BETA_GQA_ROWS8. */
+#define FI_GQA_ROWS8_COSTS FI_COSTS(FI_COST_BETA_GQA_ROWS8, FI_COST_MERGE, FI_COST_ARRIVE)
 
 static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 0, .name = "mla_decode", .tile_rows = 64,
@@ -110,9 +112,10 @@ static const fi_variant k_variants[] = {
      * q_len 2); a batch that still brings a request of more rows has it cut into tiles of
      * 8, each reading its KV head's keys again.  H200, us, against row 0's kernel
      * (perf-log 2026-11-30 twentieth session): B1 x 32k 43.0-43.4 vs 45.9, B128 x 4096
-     * fp8 279 vs 291, NVFP4 373-376 vs 380-382, bf16 494 vs 500. */
+     * fp8 279 vs 291, NVFP4 373-376 vs 380-382, bf16 494 vs 500.  Its item charge is its own
+     * (FI_COST_BETA_GQA_ROWS8: the trace snapshot 118 vs 122 us). */
     {.kind = FI_KIND_GQA_DECODE, .variant = 2, .name = "gqa_decode_rows8", .tile_rows = 8,
-     .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_GQA_ROWS8_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
      .default_max_rows = 8, .parallel_variant = 4, .family = &fi_family_gqa},
     /* Row 2's tiles and kernel with the data-parallel partition: the device-planning row
