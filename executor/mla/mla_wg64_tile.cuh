@@ -10,22 +10,27 @@
  * run the scores as m64n64k16 (half the Q reads).
  *
  * How (one CTA = 2 consumer warpgroups + 1 producer warpgroup, one CTA per SM):
- *  - Shared memory: Q (64 rows x 576, 9 panels of [64][64] in the 128-byte swizzle) and two
- *    ring stages of a 64-token block, 9 panels each: 216 KB.  A stage's panels are three
- *    groups with their own full / empty mbarriers: g0 = ckv columns 0-255 (V for warpgroup
- *    0's half of O), g1 = 256-511 (warpgroup 1's), g2 = kpe (overwritten by P_b once S_b
- *    is done).
+ *  - Shared memory: Q (64 rows x 576, 9 panels of [64][64] in the 128-byte swizzle), two
+ *    ring stages of a 64-token block, 9 panels each, and one P buffer ([64][64], 8 KB):
+ *    224 KB.  A stage's panels are three groups with their own full / empty mbarriers: g0
+ *    = ckv columns 0-255 (V for warpgroup 0's half of O), g1 = 256-511 (warpgroup 1's), g2
+ *    = kpe.
  *  - Block b belongs to warpgroup w = b % 2 (FlashMLA's 2025 kernel alternates blocks the
  *    same way): w computes S_b = Q K_b^T (36 m64n64k16), its softmax and P_b; both
- *    warpgroups add P_b V_b to their half of O (4 m64n256k16 each).  Who reads what, and
- *    so when a group of block b is free again: g_w (the owner's V half): the owner's S_b
- *    and P V; g_{1-w}: the owner's S_b and the other's P V; g2: S_b, then P_b by both P V.
- *    Each of the 256 consumer threads arrives once on each group's "empty" a block; the
- *    thread that never reads a group (the other on g_w) arrives when it starts block b.
- *  - The producer refills a stage group by group in the order they free up (g_w, g_{1-w},
- *    g2) and the owner's scores read them in that order, waiting on each group's "full":
- *    a score matmul starts on the first group while the others land (FlashMLA's per-tile
- *    barriers, at three groups).
+ *    warpgroups add P_b V_b to their half of O (4 m64n256k16 each): the owner with P_b
+ *    from registers (wgmma's A from registers, FlashAttention-3's P), the other from the P
+ *    buffer, which the owner writes.  One buffer is enough: a warpgroup writes its P only
+ *    after its own P V of the other's previous P is waited, and the item's end syncs both
+ *    warpgroups (the last P's reader is done before the next item's first P).
+ *  - Who reads what, and so when a group of block b is free again: g2 the owner's S_b
+ *    only; g_w (the owner's V half) the owner's S_b and P V; g_{1-w} the owner's S_b and
+ *    the other's P V.  g2's "empty" counts the owner's 128 threads; g_w and g_{1-w} count
+ *    all 256 consumer threads, the thread that never reads g_w (the other) arriving when it
+ *    starts the other's P V.
+ *  - The producer refills a stage group by group in the order they free up (g2, g_w,
+ *    g_{1-w}) and the owner's scores read them in that order, waiting on each group's
+ *    "full": a score matmul starts on the first group while the others land (FlashMLA's
+ *    per-tile barriers, at three groups).
  *  - A warpgroup's round for its block b: the other's P_{b-1} V_{b-1} and its own S_b
  *    issued together, both waited; the softmax of S_b; P_b V_b issued and waited.  The
  *    other warpgroup's matmuls run beside this one's softmax.
@@ -65,7 +70,10 @@ constexpr uint32_t kKPanel = (uint32_t)kBlockN * 128; /* 8192: [64 tokens][64] *
 constexpr uint32_t kBlockBytes = kPanels * kKPanel;   /* 73728 */
 constexpr int kStages = 2;
 constexpr uint32_t kOffQ = 0, kOffRing = kQBytes;
-constexpr uint32_t kBar = kOffRing + kStages * kBlockBytes;
+/* P_b for the other warpgroup ([64 rows][64 tokens], 128-byte swizzle): one buffer is
+ * enough, since each warpgroup writes it only after its own P V of the previous P. */
+constexpr uint32_t kOffP = kOffRing + kStages * kBlockBytes;
+constexpr uint32_t kBar = kOffP + kKPanel;
 static_assert(fimlawg::kOffQ == kOffQ && fimlawg::kQPanel == kQPanel, "Q as the 32-token body");
 /* Exchange slots, merge scratch: the 32-token body's layout after this ring. */
 using Sh = fimlawg::WgShared<kBar>;
@@ -150,25 +158,34 @@ __device__ __forceinline__ void scores_group(float *S, uint32_t s0, int st, int 
     FI_PHASE(3);
 }
 
-/* O_w += P V_w: P in stage st's panel 8 ([64 rows][64 tokens], 128-byte swizzle, K-major),
- * V = panels 4w .. 4w + 3 read MN-major; 4 k16 steps, not committed here. */
+/* O_w += P V_w, V = stage st's panels 4w .. 4w + 3 read MN-major, 4 k16 steps, not
+ * committed here.  The other's block: P from the P buffer (K-major).  The own block: P
+ * from registers (pr[16], the m16n8k16 A fragments of the softmax's P, wgmma.cuh rs). */
 template <typename T>
 __device__ __forceinline__ void issue_pv(float *O, uint32_t s0, int st, int w) {
     const uint32_t kb = s0 + kOffRing + st * kBlockBytes;
-    const WgDesc dp = wg_desc_base(kb + 8 * kKPanel, 16, 1024);
+    const WgDesc dp = wg_desc_base(s0 + kOffP, 16, 1024);
     const WgDesc dv = wg_desc_base(kb + 4 * w * kKPanel, kKPanel, 1024);
 #pragma unroll
     for (int k = 0; k < kBlockN / 16; ++k)
         Wgmma<256, T>::template ss<1>(O, dp.at(k * 32), dv.at(k * 2048), 1);
 }
+template <typename T>
+__device__ __forceinline__ void issue_pv_own(float *O, const uint32_t *pr, uint32_t s0, int st, int w) {
+    const WgDesc dv = wg_desc_base(s0 + kOffRing + st * kBlockBytes + 4 * w * kKPanel, kKPanel, 1024);
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k)
+        Wgmma<256, T>::template rs<1>(O, pr + 4 * k, dv.at(k * 2048), 1);
+}
 
 /* The owner's softmax of block b (tokens t0 ..): as fimlawg::softmax_block over 64
- * columns; P_b into stage st's panel 8; m_b and rowsum(P_b) into exchange slot `slot`.
+ * columns; P_b into pr (A fragments) and the P buffer; m_b and rowsum(P_b) into exchange
+ * slot `slot`.
  * kPos: scores raw (scale_log2 > 0), the max scaled once. */
 template <typename T, bool kPos>
 __device__ __forceinline__ void softmax64(const RunCtx &ctx, const Lane &ln, float *S, int t0,
                                           const int *lo, const int *hi, float *m, float *alpha,
-                                          float *rs, unsigned char *smem, int st, int slot) {
+                                          float *rs, uint32_t *pr, unsigned char *smem, int slot) {
     float mloc[2] = {-CUDART_INF_F, -CUDART_INF_F};
     const bool inside = keys_inside(lo, hi, t0, t0 + kBlockN - 1);
 #pragma unroll
@@ -185,10 +202,12 @@ __device__ __forceinline__ void softmax64(const RunCtx &ctx, const Lane &ln, flo
     const float sl = ctx.scale_log2;
     float mu[2];
     row_max_step<kPos, fimlawg::kLazy16Log2>(mloc, sl, m, alpha, mu, rs);
-    unsigned char *pp = smem + kOffRing + st * kBlockBytes + 8 * kKPanel;
-    fimlawg::exp_scores<kBlockN, kPos>(ln, S, sl, mu, rs, [&](int, int c, float p0, float p1, float p2, float p3) {
-        *reinterpret_cast<uint32_t *>(pp + sw128(ln.r0, c)) = Dt<T>::pack(p0, p1);
-        *reinterpret_cast<uint32_t *>(pp + sw128(ln.r0 + 8, c)) = Dt<T>::pack(p2, p3);
+    unsigned char *pp = smem + kOffP;
+    fimlawg::exp_scores<kBlockN, kPos>(ln, S, sl, mu, rs, [&](int j, int c, float p0, float p1, float p2, float p3) {
+        pr[2 * j] = Dt<T>::pack(p0, p1);
+        pr[2 * j + 1] = Dt<T>::pack(p2, p3);
+        *reinterpret_cast<uint32_t *>(pp + sw128(ln.r0, c)) = pr[2 * j];
+        *reinterpret_cast<uint32_t *>(pp + sw128(ln.r0 + 8, c)) = pr[2 * j + 1];
     });
     fimlawg::publish_rows(ln, m, rs, reinterpret_cast<float *>(smem + Sh::kM) + slot * kRows,
                           reinterpret_cast<float *>(smem + Sh::kRS) + slot * kRows);
@@ -232,11 +251,8 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         wg_fence();
         issue_pv<T>(O, s0, stage_of(b), w);
     };
-    /* Done with the other's block b (its P V waited): this thread's own V half and P. */
-    auto release_other = [&](int b) {
-        mbar_arrive(empty(s0, stage_of(b), w));
-        mbar_arrive(empty(s0, stage_of(b), 2));
-    };
+    /* Done with the other's block b (its P V waited): this thread's own V half. */
+    auto release_other = [&](int b) { mbar_arrive(empty(s0, stage_of(b), w)); };
     /* Profiling builds: a round's phases (profile.cuh FI_PHASE): 0 the other's P awaited,
      * 1 its P V issued, 2 a group of S_b's stage awaited (`full`), 3 its scores issued, 4
      * P_{b-1} V_{b-1} awaited, 5 S_b awaited, 6 the barrier before the softmax, 7 the
@@ -261,9 +277,9 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
             S[i] = 0.f;
         wg_pin<kBlockN / 2>(S);
         wg_fence();
-        scores_group<T>(S, s0, st, w, par, true);
+        scores_group<T>(S, s0, st, 2, par, true);
+        scores_group<T>(S, s0, st, w, par, false);
         scores_group<T>(S, s0, st, 1 - w, par, false);
-        scores_group<T>(S, s0, st, 2, par, false);
         wg_commit();
         if (b > 0) {
             wg_wait<1>(); /* P_{b-1} V_{b-1} */
@@ -279,20 +295,22 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
             FI_STAMP2(1);
         }
         mbar_arrive(empty(s0, st, 1 - w)); /* the owner is done with the other's V half */
+        mbar_arrive(empty(s0, st, 2));     /* ... and with the rope panel (its only reader) */
         if (b + 2 >= nblk && ln.lane == 0) /* no more scores: Q is free */
             mbar_arrive(qempty(s0));
         q_held = b + 2 < nblk ? q_held : false;
-        nbar_sync(4 + w, 128); /* every warp's S_b done: the kpe panel may become P_b */
+        nbar_sync(4 + w, 128); /* every warp's P_{b-1} V_{b-1} done: the P buffer is free */
         FI_PHASE(6);
         float alpha[2], rs[2];
+        uint32_t pr[kBlockN / 4];
         if (ctx.scale_log2 > 0.f)
-            softmax64<T, true>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, smem, st, b & 1);
+            softmax64<T, true>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, pr, smem, b & 1);
         else
-            softmax64<T, false>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, smem, st, b & 1);
+            softmax64<T, false>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, alpha, rs, pr, smem, b & 1);
         FI_PHASE(7);
         fence_proxy_async();
-        nbar_sync(4 + w, 128);     /* P_b whole before this warpgroup reads it */
-        nbar_arrive(2 + (b & 1), 256); /* ... and before the other one does */
+        nbar_sync(4 + w, 128);         /* P_b and m_b whole in this warpgroup ... */
+        nbar_arrive(2 + (b & 1), 256); /* ... before the other one reads them */
         FI_PHASE(8);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
@@ -300,13 +318,12 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         fimlawg::rescale_o(O, alpha);
         wg_pin<128>(O);
         wg_fence();
-        issue_pv<T>(O, s0, st, w);
+        issue_pv_own<T>(O, pr, s0, st, w);
         wg_commit();
         FI_PHASE(9);
         wg_wait<0>();
         wg_pin<128>(O);
         mbar_arrive(empty(s0, st, w));
-        mbar_arrive(empty(s0, st, 2));
         FI_PHASE(10);
     }
     if (nblk > 0 && ((nblk - 1) & 1) != w) { /* the item's last block is the other's */
@@ -325,6 +342,9 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         cur.next();
     cur.qph ^= 1u;
     fimlawg::store_rows<TO>(p, ctx, it, rq, nh, M, ln, O, m, l);
+    /* The item's last P in the P buffer is read by the warpgroup that did not write it
+     * (its tail above): done before the next item's first P is written over it. */
+    cta_sync<kThreads>();
     FI_STAMP2(3);
     if (it.out_slot < 0)
         return false;
@@ -350,7 +370,7 @@ template <typename T> struct MlaWg64Family {
             for (int st = 0; st < kStages; ++st)
                 for (int g = 0; g < kGroups; ++g) {
                     mbar_init(full(s0, st, g), kProducerThreads);
-                    mbar_init(empty(s0, st, g), kThreads);
+                    mbar_init(empty(s0, st, g), g == 2 ? kThreads / 2 : kThreads);
                 }
             mbar_init(qfull(s0), kProducerThreads);
             mbar_init(qempty(s0), 8);
@@ -378,7 +398,7 @@ template <typename T> struct MlaWg64Family {
                 const int t = it.kv_begin + b * kBlockN + (b < nmap ? 0 : pt >> 1);
                 const int32_t pg = t < it.kv_end ? p.c.page_table[(int64_t)rq.page_row_offset + (t >> p.c.page_shift)] : 0;
                 const int w = b & 1;
-                const int order[3] = {w, 1 - w, 2};
+                const int order[3] = {2, w, 1 - w};
 #pragma unroll
                 for (int k = 0; k < kGroups; ++k) {
                     const int g = order[k];
