@@ -28,7 +28,7 @@ from ._common import (NUM, check_block_tables, check_lengths, finite_scalar, fil
                       num_ctas_for, require_device, set_pdl, set_scale, set_sinks, sig_arg)
 from ._paged import fill_paged_kv, nvfp4_dtypes, record_paged_call, unpack_kv
 from ._torch import check_tensor, fi_dtype, float_dtypes, fp8_dtypes, torch
-from .errors import error_for_status
+from .errors import FiattnNotImplementedError, error_for_status
 
 __all__ = ["xqa_batch_decode_with_kv_cache", "xqa_batch_decode_with_lse"]
 
@@ -45,7 +45,7 @@ def check_causal_mask(mask, q_len):
     rows [..., q_len, W] (uint16 / int16 with W >= q_len / 16, uint32 / int32 with
     W >= q_len / 32), bit c of row r (least significant first) set when row r attends
     draft token c.  The causal mask is row r attending tokens 0..r.  Any other mask raises
-    NotImplementedError.  Reads the mask on the host (a device mask costs a sync)."""
+    FiattnNotImplementedError.  Reads the mask on the host (a device mask costs a sync)."""
     if mask is None:
         return
     t = torch()
@@ -69,8 +69,8 @@ def check_causal_mask(mask, q_len):
     else:
         raise TypeError(f"fiattn: mask dtype {m.dtype} not understood")
     if not bool((dense == causal).all()):
-        raise NotImplementedError("fiattn: only the causal speculative-decoding mask is "
-                                  "implemented (row r attends draft tokens 0..r)")
+        raise FiattnNotImplementedError("fiattn: only the causal speculative-decoding mask "
+                                        "is implemented (row r attends draft tokens 0..r)")
 
 
 def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tables, seq_lens,
@@ -112,7 +112,7 @@ def xqa_batch_decode_with_kv_cache(query, kv_cache, workspace_buffer, block_tabl
         q_len_per_req: query rows per request (MTP / speculative depth) 1..8, causal.
         o_scale: fp8 output only: stored = out / o_scale.
         mask: None, or the causal speculative mask (see check_causal_mask); another mask
-            raises NotImplementedError.  Not inspected during CUDA graph capture.
+            raises FiattnNotImplementedError.  Not inspected during CUDA graph capture.
         kv_cache_sf: NVFP4 KV only (ValueError otherwise): the e4m3 block scales, one per
             16 elements of head_dim, in kv_cache's form and layout with last dim
             head_dim / 16: one tensor [num_pages, 1 or 2, page_size, H_kv, D / 16] (NHD) /

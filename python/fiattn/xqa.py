@@ -22,6 +22,7 @@ import os
 from . import _engine as E
 from ._common import check_lengths, num_ctas_for, require_device
 from ._torch import check_tensor, float_dtypes, fp8_dtypes, torch
+from .errors import FiattnNotImplementedError
 from .mla import _mla_block_tables
 
 __all__ = ["xqa_mla"]
@@ -105,7 +106,8 @@ def xqa_mla(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer,
     require_device(device)
     B, beam, H, D = q.shape
     if beam != 1:
-        raise NotImplementedError("fiattn: xqa_mla supports beam_width 1 only")
+        raise FiattnNotImplementedError("fiattn: xqa_mla supports beam_width 1 only (as the "
+                                        "reference)")
     if D != 576:
         raise ValueError(f"fiattn: q's last dim must be 576, got {D}")
     check_tensor(k_cache, "k_cache", float_dtypes() + fp8_dtypes(), device, (2, 3))

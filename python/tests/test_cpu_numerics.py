@@ -118,6 +118,19 @@ def test_xqa_mla():
     assert rel_err(out.reshape(B, H, 512), ref) < TOL
 
 
+def test_xqa_mla_beam_width_above_one_not_implemented():
+    """beam_width > 1 (the reference supports 1 only): FiattnNotImplementedError, the
+    output untouched."""
+    cache = torch.randn(2 * 16, 576)
+    out = torch.full((1, 2, 128, 512), 7.0)
+    with pytest.raises(fiattn.FiattnNotImplementedError, match="beam_width"):
+        fiattn.xqa.xqa_mla(torch.randn(1, 2, 128, 576), cache, cache[:, :512],
+                           torch.zeros(1, 2, dtype=torch.int32),
+                           torch.tensor([[5]], dtype=torch.int32), out, torch.empty(1),
+                           torch.empty(1, dtype=torch.int32), 16)
+    assert (out == 7.0).all()
+
+
 def _xqa_mla_case(g, dtype=torch.float32, B=3, H=16, ps=16, num_pages=12):
     cache = torch.randn(num_pages * ps, 576, generator=g).to(dtype)
     q = torch.randn(B, 1, H, 576, generator=g).to(dtype)
@@ -238,7 +251,7 @@ def test_xqa_batch_decode_non_causal_mask_not_implemented():
     q = torch.randn(4, 2, 64)
     kv = torch.randn(4, 2, 16, 2, 64)
     out = torch.zeros(4, 2, 64)
-    with pytest.raises(NotImplementedError, match="causal"):
+    with pytest.raises(fiattn.FiattnNotImplementedError, match="causal"):
         fiattn.decode.xqa_batch_decode_with_kv_cache(
             q, kv, torch.empty(1), torch.zeros(2, 1, dtype=torch.int32),
             torch.tensor([4, 4], dtype=torch.int32), 16, out=out, q_len_per_req=2,
@@ -250,7 +263,7 @@ def test_packed_causal_mask_accepted():
     from fiattn.decode import check_causal_mask
     rows = torch.tensor([[1], [3], [7]], dtype=torch.int32)  # bits 0..r
     check_causal_mask(rows, 3)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(fiattn.FiattnNotImplementedError):
         check_causal_mask(torch.tensor([[1], [1], [7]], dtype=torch.int32), 3)
 
 
