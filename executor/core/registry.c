@@ -23,15 +23,13 @@ extern const fi_family fi_family_context;
     .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
     .cost_alpha = FI_COST_ALPHA, .cost_beta = (beta), .cost_merge = (merge),                \
     .cost_arrive = (arrive)
+/* The shared split charges with an item charge of `beta` (a row's own, or the shared one). */
+#define FI_BETA_COSTS(beta) FI_COSTS(beta, FI_COST_MERGE, FI_COST_ARRIVE)
 /* The charges shared by the rows calibrated together. */
-#define FI_DECODE_COSTS FI_COSTS(FI_COST_BETA, FI_COST_MERGE, FI_COST_ARRIVE)
-/* Row 6's: the shared ones with an item's of FI_COST_BETA_WG64. */
-#define FI_WG64_COSTS FI_COSTS(FI_COST_BETA_WG64, FI_COST_MERGE, FI_COST_ARRIVE)
+#define FI_DECODE_COSTS FI_BETA_COSTS(FI_COST_BETA)
 /* Row 7's own. */
 #define FI_FP8_ROWS16_COSTS                                                                \
     FI_COSTS(FI_COST_BETA_FP8_ROWS16, FI_COST_MERGE_FP8_ROWS16, FI_COST_ARRIVE_FP8_ROWS16)
-/* GQA row 2's: the shared ones with an item's of FI_COST_BETA_GQA_ROWS8. */
-#define FI_GQA_ROWS8_COSTS FI_COSTS(FI_COST_BETA_GQA_ROWS8, FI_COST_MERGE, FI_COST_ARRIVE)
 
 static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 0, .name = "mla_decode", .tile_rows = 64,
@@ -78,7 +76,8 @@ static const fi_variant k_variants[] = {
      * Planned on the device by row 5 (the 32-token body: no 64-token parallel row).  Its
      * item charge is its own (FI_COST_BETA_WG64: the trace snapshot 136 vs 138-140 us). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 6, .name = "mla_decode_wgmma64", .tile_rows = 64,
-     .kv_block = 64, FI_WG64_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_BETA_COSTS(FI_COST_BETA_WG64),
+     .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_min_heads = 128,
      .default_kv16_page = 64, .parallel_variant = 5, .family = &fi_family_mla_wg64},
     /* The transposed fp8 body (executor/mla/mla_wgt_tile.cuh): q and cache fp8 e4m3, tiles
@@ -115,7 +114,8 @@ static const fi_variant k_variants[] = {
      * fp8 279 vs 291, NVFP4 373-376 vs 380-382, bf16 494 vs 500.  Its item charge is its own
      * (FI_COST_BETA_GQA_ROWS8: the trace snapshot 118 vs 122 us). */
     {.kind = FI_KIND_GQA_DECODE, .variant = 2, .name = "gqa_decode_rows8", .tile_rows = 8,
-     .kv_block = 64, FI_GQA_ROWS8_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_BETA_COSTS(FI_COST_BETA_GQA_ROWS8),
+     .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
      .default_max_rows = 8, .parallel_variant = 4, .family = &fi_family_gqa},
     /* Row 2's tiles and kernel with the data-parallel partition: the device-planning row

@@ -75,7 +75,7 @@ constexpr uint32_t kOffQ = 0, kOffRing = kQBytes;
 constexpr uint32_t kOffP = kOffRing + kStages * kBlockBytes;
 constexpr uint32_t kBar = kOffP + kKPanel;
 static_assert(fimlawg::kOffQ == kOffQ && fimlawg::kQPanel == kQPanel, "Q as the 32-token body");
-/* Exchange slots, merge scratch: the 32-token body's layout after this ring. */
+/* Exchange slots, merge scratch: the 32-token body's layout after the P buffer. */
 using Sh = fimlawg::WgShared<kBar>;
 constexpr size_t kSmemBytes = Sh::kEnd;
 constexpr int kGroups = 3;
@@ -161,18 +161,20 @@ __device__ __forceinline__ void scores_group(float *S, uint32_t s0, int st, int 
 /* O_w += P V_w, V = stage st's panels 4w .. 4w + 3 read MN-major, 4 k16 steps, not
  * committed here.  The other's block: P from the P buffer (K-major).  The own block: P
  * from registers (pr[16], the m16n8k16 A fragments of the softmax's P, wgmma.cuh rs). */
+__device__ __forceinline__ WgDesc v_desc(uint32_t s0, int st, int w) {
+    return wg_desc_base(s0 + kOffRing + st * kBlockBytes + 4 * w * kKPanel, kKPanel, 1024);
+}
 template <typename T>
 __device__ __forceinline__ void issue_pv(float *O, uint32_t s0, int st, int w) {
-    const uint32_t kb = s0 + kOffRing + st * kBlockBytes;
     const WgDesc dp = wg_desc_base(s0 + kOffP, 16, 1024);
-    const WgDesc dv = wg_desc_base(kb + 4 * w * kKPanel, kKPanel, 1024);
+    const WgDesc dv = v_desc(s0, st, w);
 #pragma unroll
     for (int k = 0; k < kBlockN / 16; ++k)
         Wgmma<256, T>::template ss<1>(O, dp.at(k * 32), dv.at(k * 2048), 1);
 }
 template <typename T>
 __device__ __forceinline__ void issue_pv_own(float *O, const uint32_t *pr, uint32_t s0, int st, int w) {
-    const WgDesc dv = wg_desc_base(s0 + kOffRing + st * kBlockBytes + 4 * w * kKPanel, kKPanel, 1024);
+    const WgDesc dv = v_desc(s0, st, w);
 #pragma unroll
     for (int k = 0; k < kBlockN / 16; ++k)
         Wgmma<256, T>::template rs<1>(O, pr + 4 * k, dv.at(k * 2048), 1);
