@@ -75,8 +75,10 @@ constexpr uint32_t kOffQ = 0, kOffRing = kQBytes;
 constexpr uint32_t kOffP = kOffRing + kStages * kBlockBytes;
 constexpr uint32_t kBar = kOffP + kKPanel;
 static_assert(fimlawg::kOffQ == kOffQ && fimlawg::kQPanel == kQPanel, "Q as the 32-token body");
-/* Exchange slots, merge scratch: the 32-token body's layout after the P buffer. */
-using Sh = fimlawg::WgShared<kBar>;
+/* Exchange slots, merge flags: the 32-token body's layout after the P buffer, without the
+ * solo merge's weights (this family merges every group cooperatively), so that the
+ * profiling build's 1 KB of static shared memory still fits beside it. */
+using Sh = fimlawg::WgShared<kBar, false>;
 constexpr size_t kSmemBytes = Sh::kEnd;
 constexpr int kGroups = 3;
 /* Panels of group g: [first, first + count). */
@@ -344,12 +346,14 @@ __device__ __forceinline__ bool run_item64(const fi_mla_params &p, const RunCtx 
         cur.next();
     cur.qph ^= 1u;
     fimlawg::store_rows<TO>(p, ctx, it, rq, nh, M, ln, O, m, l);
-    /* The item's last P in the P buffer is read by the warpgroup that did not write it
-     * (its tail above): done before the next item's first P is written over it. */
-    cta_sync<kThreads>();
     FI_STAMP2(3);
-    if (it.out_slot < 0)
+    /* The item's last P in the P buffer is read by the warpgroup that did not write it
+     * (its tail above): a consumer barrier before the next item's first P is written over
+     * it (Merge::arrive opens with one). */
+    if (it.out_slot < 0) {
+        cta_sync<kThreads>();
         return false;
+    }
     return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + Sh::kFlag),
                          reinterpret_cast<float *>(smem + Sh::kW), reinterpret_cast<float *>(smem + Sh::kRow));
 }

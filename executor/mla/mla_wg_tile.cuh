@@ -114,9 +114,12 @@ constexpr uint32_t kOffRing = kQBytes;
  * full[4], empty[4], qfull, qempty, landed[4] (the fp8 body's); the owner's block maxima
  * and row sums [2][64] fp32 each (exchange slot b % 2); the merge's flags, weights and row
  * stats. */
-template <uint32_t kBar> struct WgShared {
+template <uint32_t kBar, bool kSoloScratch = true> struct WgShared {
     static constexpr uint32_t kM = kBar + 128, kRS = kM + 2 * kRows * 4;
-    static constexpr uint32_t kFlag = kRS + 2 * kRows * 4, kW = kFlag + 16, kRow = kW + kSoloMergeRows * 4;
+    /* kW: the solo merge's weights (merge_group), none for a family whose SplitMerge has
+     * kSolo false */
+    static constexpr uint32_t kFlag = kRS + 2 * kRows * 4, kW = kFlag + 16;
+    static constexpr uint32_t kRow = kW + (kSoloScratch ? kSoloMergeRows * 4 : 0);
     static constexpr size_t kEnd = kRow + 2 * kRows * 4;
     static_assert(kEnd <= 232448, "smem");
     static __device__ __forceinline__ uint32_t full(uint32_t s0, int st) { return s0 + kBar + 8 * st; }
