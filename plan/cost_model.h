@@ -84,19 +84,6 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
 #ifndef FI_COST_ARRIVE_FP8_ROWS16
 #define FI_COST_ARRIVE_FP8_ROWS16 256
 #endif
-/* Its device-planning twin (mla_decode_fp8_rows16_parallel_plan, the data-parallel
- * partition, which has no merge charges: it cuts wherever the equal share falls) keeps the
- * shared charges but leaves no piece shorter than this many tokens, so fewer of the body's
- * costly merges.  H200, b2b us, the shared floor 128 -> 512 (docs/perf-log.md,
- * twenty-sixth session): trace snapshots at steps 100 / 400 / 800 51.0-52.2 / 57.4-57.6 /
- * 59.3-60.0 -> 41.8-43.9 / 56.5-56.6 / 58.2-60.8, B128 x 4096 116.1-117.7 -> 115.2-115.3
- * (768: 50.1-50.3 / 54.1-55.3 / 56.6-57.2 / 115.2).  The host-planned row 7 runs the two
- * first in 35.9-36.0 / 39.2-40.0 (same machine) and B128 x 4096 in 86.7 (BENCHMARKS.md):
- * the equal-share cut, not the floor, is most of the gap.  The mma.sync twin (row 2), planned the same, got slower with any larger
- * floor (trace +15-40%), so the shared floor stays for it. */
-#ifndef FI_MIN_CHUNK_TOKENS_FP8_PARALLEL
-#define FI_MIN_CHUNK_TOKENS_FP8_PARALLEL 512
-#endif
 /* The 64-token wgmma MLA body (mla_decode_wgmma64, heads 128) charges an item twice the
  * shared beta (the split charges stay): H200, the trace's 128-request snapshots at heads
  * 128, b2b us, shared -> this (docs/perf-log.md, twenty-fourth session): steps 100 / 400 /

@@ -95,6 +95,7 @@ static __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
     return v;
 }
 #define fi_pp_min(v) fi_pp_reduce((v), 1)
+#define fi_pp_max(v) fi_pp_reduce((v), 2)
 
 /* The sum of every thread's *s and the maximum of every thread's *m in one pass (one
  * barrier pair instead of two), both returned to all threads. */
@@ -176,6 +177,7 @@ static __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
 FI_PD_STATIC inline int32_t fi_pp_chunk(int32_t n, int end) { return end ? n : 0; }
 FI_PD_STATIC inline int64_t fi_pp_warp_sum(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_min(int64_t v) { return v; }
+FI_PD_STATIC inline int64_t fi_pp_max(int64_t v) { return v; }
 FI_PD_STATIC inline void fi_pp_sum_max(int64_t *s, int64_t *m) { (void)s, (void)m; }
 FI_PD_STATIC inline int64_t fi_pp_scan(int64_t *a, int32_t n) {
     int64_t run = 0;

@@ -19,7 +19,10 @@
  *   boundary -> CTA costs per CTA.
  * Unlike the capped walk (partition.c) the budget is not searched: the largest CTA can
  * exceed the mean by what snapping moves (less than a floor plus one tile's fixed cost),
- * and no packing follows.  Bounds: n - 1 interior boundaries give at most n - 1 cuts, so
+ * and no packing follows.  A batch of at most n tiles whose largest costs at most the
+ * budget plus the row's charge for a cut is planned a tile a CTA instead, none cut
+ * (pp_boundaries: the equal share would cut nearly every tile of a uniform decode batch
+ * of B <= n in two, for no smaller largest CTA).  Bounds: n - 1 interior boundaries give at most n - 1 cuts, so
  * items <= tiles + n - 1, groups <= n - 1, slots <= 2 (n - 1) (workspace/layout.h).
  */
 #include "planner/partition.h"
@@ -51,7 +54,7 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     const fi_split_grain sg = fi_split_grain_of(v);
     fi_ppart_scratch *pp = &s->pp;
     int64_t *prefix = s->tile_prefix; /* [T + 1] */
-    const int64_t budget = pp_boundaries(sg, tiles, T, n, prefix, pp);
+    const int64_t budget = pp_boundaries(sg, pp_cut_charge(v), tiles, T, n, prefix, pp);
     if (FI_PP_LEADER)
         FI_PD_STAMP(3);
     /* Cuts before each boundary; one more entry, 0, so cut_scan[n + 1] is the total. */

@@ -66,11 +66,18 @@ FI_PD_STATIC inline int64_t pp_slots(int64_t w, int64_t t) {
 }
 
 /* The tile costs' prefix sums into prefix [T + 1] (prefix[T] the total S) and the n + 1
- * boundaries of the equal share into pp (CTA c runs [boundary c, boundary c + 1)); returns
- * the budget, max(ceil(S / n), floor + tile).  Every thread; ends with a barrier. */
-FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, const fi_tile *tiles, int32_t T,
-                                          int32_t n, int64_t *prefix,
+ * boundaries of the CTAs into pp (CTA c runs [boundary c, boundary c + 1)).  Every thread;
+ * ends with a barrier.  Two plans:
+ *  - equal share: boundary c at cost c * budget, budget = max(ceil(S / n), floor + tile);
+ *  - a tile a CTA, none cut: when there are no more tiles than CTAs and the largest tile
+ *    costs at most budget + cut_charge (what the row charges a cut: its merging and its
+ *    arriving piece), since the equal share would cut nearly every such tile in two and
+ *    its largest CTA would be no cheaper (a uniform decode batch of B <= num_ctas).
+ * Returns the cost a CTA is planned for: the budget, or the largest tile's cost. */
+FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, int64_t cut_charge, const fi_tile *tiles,
+                                          int32_t T, int32_t n, int64_t *prefix,
                                           fi_ppart_scratch *pp) {
+    int64_t cmax = 0; /* the largest cost of this thread's chunk */
     { /* four tile loads in flight a thread (at 1024 GQA requests the tiles are in global
        * memory: one at a time, a round trip each) */
         const int32_t t1 = fi_pp_chunk(T, 1);
@@ -83,10 +90,16 @@ FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, const fi_tile *tile
             prefix[t + 1] = c1;
             prefix[t + 2] = c2;
             prefix[t + 3] = c3;
+            const int64_t m01 = c0 > c1 ? c0 : c1, m23 = c2 > c3 ? c2 : c3;
+            const int64_t m = m01 > m23 ? m01 : m23;
+            cmax = m > cmax ? m : cmax;
         }
         FI_PD_NO_UNROLL
-        for (; t < t1; t++)
-            prefix[t] = tiles[t].cost;
+        for (; t < t1; t++) {
+            const int64_t c = tiles[t].cost;
+            prefix[t] = c;
+            cmax = c > cmax ? c : cmax;
+        }
     }
     const int64_t S = fi_pp_scan(prefix, T);
     if (FI_PP_LEADER)
@@ -94,9 +107,18 @@ FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, const fi_tile *tile
     int64_t budget = (S + n - 1) / n;
     if (budget < (int64_t)sg.floor + sg.tile)
         budget = (int64_t)sg.floor + sg.tile;
+    int whole = 0;
+    if (T > 0 && T <= n) { /* uniform across the CTA: every thread joins the reduction */
+        cmax = fi_pp_max(cmax);
+        whole = cmax <= budget + cut_charge;
+    }
     FI_PP_FOR(c, n + 1) {
         const int64_t x = (int64_t)c * budget;
-        if (x >= S || T == 0) {
+        if (whole) { /* tile c on CTA c; CTAs T .. n - 1 idle */
+            pp->btile[c] = c < T ? c : T;
+            pp->bkv[c] = c < T ? tiles[c].kv_begin : 0;
+            pp->interior[c] = 0;
+        } else if (x >= S || T == 0) {
             pp->btile[c] = T;
             pp->bkv[c] = 0;
             pp->interior[c] = 0;
@@ -106,7 +128,12 @@ FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, const fi_tile *tile
         }
     }
     FI_PP_SYNC();
-    return budget;
+    return whole ? cmax : budget;
+}
+
+/* What row v charges a cut (one more merging and one more arriving piece). */
+FI_PD_STATIC inline int64_t pp_cut_charge(const fi_variant *v) {
+    return (int64_t)v->cost_merge + v->cost_arrive;
 }
 
 /* Boundary c (0 .. n + 1) as a cut: an interior boundary distinct from the one before

@@ -8,7 +8,9 @@
  *     any CTAs), first_item its first piece, pieces >= the floor, cuts on the KV tile,
  *     every slot used once, counts within the workspace/layout.h bounds;
  *   - work_indptr is a CSR over all items; the request table matches the batch.
- The checks are tt_plan_check (tests/common/plan_check.h, shared with the fuzzer); the
+ * Also where some plans put work: a request's head chunks and KV heads side by side, and
+ * the data-parallel rows' whole tiles for small uniform batches.
+ * The checks are tt_plan_check (tests/common/plan_check.h, shared with the fuzzer); the
  * expected request table is batchgen's.  Seed printed; replay with FI_TEST_SEED.
  */
 #include <setjmp.h>
@@ -193,6 +195,20 @@ static void plan_with_one_cta_never_splits(void **state) {
     }
 }
 
+/* The BLOCK_TABLES decode batch of B requests of q_len 1 over bt [B * P] and lens [B]. */
+static fi_batch decode_batch(int32_t B, int32_t P, int32_t *bt, int32_t *lens) {
+    fi_batch bb;
+    memset(&bb, 0, sizeof bb);
+    bb.form = FI_FORM_BLOCK_TABLES;
+    bb.batch_size = B;
+    bb.block_tables = bt;
+    bb.max_pages_per_seq = P;
+    bb.seq_lens = lens;
+    bb.q_len_per_request = 1;
+    bb.window_left = -1;
+    return bb;
+}
+
 /* A uniform decode batch (the side-by-side tests below): B requests of kv_len kv each, q_len
  * 1, request b on pages b * P ..; c holds the kind, heads, dims and variant, the rest is set
  * here.  bt [B * P], lens [B]: the caller's.  Returns the updated plan (the caller destroys
@@ -209,15 +225,7 @@ static fi_plan *plan_uniform_decode(fi_caps c, int32_t B, int32_t P, int32_t PS,
     c.page_size = PS;
     c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
     c.num_ctas = ctas;
-    fi_batch bb;
-    memset(&bb, 0, sizeof bb);
-    bb.form = FI_FORM_BLOCK_TABLES;
-    bb.batch_size = B;
-    bb.block_tables = bt;
-    bb.max_pages_per_seq = P;
-    bb.seq_lens = lens;
-    bb.q_len_per_request = 1;
-    bb.window_left = -1;
+    const fi_batch bb = decode_batch(B, P, bt, lens);
     fi_plan *p = NULL;
     assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
     assert_int_equal(fi_plan_update(p, &bb, NULL), FI_OK);
@@ -296,6 +304,66 @@ static void gqa_kv_heads_of_a_request_run_side_by_side(void **state) {
                 assert_side_by_side(&v, cta, cta + k * (CTAS / HKV), 0, k * GROUP);
         fi_plan_destroy(p);
     }
+}
+
+/* The data-parallel rows plan a batch of no more tiles than CTAs a tile a CTA, none cut,
+ * when its largest tile costs at most the equal share plus the row's charge for a cut
+ * (planner/ppart_core.h pp_boundaries): uniform decode batches of B <= num_ctas requests
+ * (MLA heads 16 on row 2: a tile a request; GQA 32 / 8 on rows 1 and 4: 8 tiles a
+ * request), random B, CTAs and kv_len, each checked against that rule; and one request
+ * 32x longer than the rest is still cut. */
+static void parallel_partition_gives_small_uniform_batches_whole_tiles(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 13};
+    enum { P = 512, PS = 64, MAXB = 132 };
+    int32_t *bt = malloc(sizeof(int32_t) * MAXB * P), *lens = malloc(sizeof(int32_t) * MAXB);
+    assert_true(bt && lens);
+    int wholes = 0;
+    for (int it = 0; it < 60; it++) {
+        const int gqa = it % 3 != 0;
+        fi_caps c;
+        memset(&c, 0, sizeof c);
+        c.kind = gqa ? FI_KIND_GQA_DECODE : FI_KIND_MLA_DECODE;
+        c.num_qo_heads = gqa ? 32 : 16;
+        c.num_kv_heads = gqa ? 8 : 1;
+        c.head_dim_qk = gqa ? 128 : 576;
+        c.head_dim_vo = gqa ? 128 : 512;
+        c.variant = gqa ? (it & 1 ? 4 : 1) : 2;
+        const int32_t per = gqa ? 8 : 1; /* tiles a request */
+        /* the first four: T = ctas = 128, so the share is a whole tile */
+        const int32_t ctas = it < 4 ? 128 : tt_rng_int(&rng, 16, 132);
+        const int32_t B = ctas / per - (it < 4 ? 0 : tt_rng_int(&rng, 0, ctas / per > 3 ? 3 : ctas / per - 1));
+        const int32_t kv = it < 4 ? 4096 : tt_rng_int(&rng, 1, 8192);
+        fi_plan_view v;
+        fi_plan *p = plan_uniform_decode(c, B, P, PS, ctas, kv, bt, lens, &v);
+        const fi_variant *row = fi_variant_find(c.kind, c.variant);
+        assert_non_null(row);
+        const int32_t T = B * per;
+        const int64_t cost = fi_variant_item_cost(row, kv, v.header->tile_rows < c.num_qo_heads / c.num_kv_heads
+                                                               ? v.header->tile_rows
+                                                               : c.num_qo_heads / c.num_kv_heads);
+        int64_t budget = (T * cost + ctas - 1) / ctas;
+        if (budget < (int64_t)row->min_chunk_tokens + row->kv_tile_tokens)
+            budget = (int64_t)row->min_chunk_tokens + row->kv_tile_tokens;
+        if (cost <= budget + row->cost_merge + row->cost_arrive) {
+            wholes++;
+            assert_int_equal(v.header->num_groups, 0);
+            assert_int_equal(v.header->num_items, T);
+            for (int32_t k = 0; k <= ctas; k++)
+                assert_int_equal(v.work_indptr[k], k < T ? k : T);
+        }
+        if (it < 4) { /* one request 32x longer: its tile is cut */
+            lens[0] = 32 * 4096 < P * PS ? 32 * 4096 : P * PS;
+            const fi_batch bb = decode_batch(B, P, bt, lens);
+            assert_int_equal(fi_plan_update(p, &bb, NULL), FI_OK);
+            assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+            assert_true(v.header->num_groups > 0);
+        }
+        fi_plan_destroy(p);
+    }
+    assert_true(wholes >= 4); /* the kv 4096 batches at least */
+    free(bt);
+    free(lens);
 }
 
 /* MLA decode in the INDPTR form takes query blocks of any length (the wrapper's
@@ -529,6 +597,7 @@ int main(void) {
         cmocka_unit_test(gqa_kv_heads_of_a_request_run_side_by_side),
         cmocka_unit_test(default_variant_follows_heads),
         cmocka_unit_test(mla_indptr_long_query_blocks_are_covered),
+        cmocka_unit_test(parallel_partition_gives_small_uniform_batches_whole_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,15 +17,12 @@ extern const fi_family fi_family_mla_wgt;
 extern const fi_family fi_family_gqa;
 extern const fi_family fi_family_context;
 
-/* A row's cost-model constants (plan/cost_model.h): the split grain and floor, the per tile-row
- * charge, and the item / merging-piece / arriving-piece charges, which some rows set for
- * themselves. */
-#define FI_COSTS_FLOOR(beta, merge, arrive, floor)                                         \
-    .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = (floor),                       \
+/* A row's cost-model constants (plan/cost_model.h): the split grain, the per tile-row charge, and
+ * the item / merging-piece / arriving-piece charges, which some rows set for themselves. */
+#define FI_COSTS(beta, merge, arrive)                                                      \
+    .kv_tile_tokens = FI_KV_TILE_TOKENS, .min_chunk_tokens = FI_MIN_CHUNK_TOKENS,           \
     .cost_alpha = FI_COST_ALPHA, .cost_beta = (beta), .cost_merge = (merge),                \
     .cost_arrive = (arrive)
-/* ... with the shared split floor. */
-#define FI_COSTS(beta, merge, arrive) FI_COSTS_FLOOR(beta, merge, arrive, FI_MIN_CHUNK_TOKENS)
 /* The shared split charges with an item charge of `beta` (a row's own, or the shared one). */
 #define FI_BETA_COSTS(beta) FI_COSTS(beta, FI_COST_MERGE, FI_COST_ARRIVE)
 /* The charges shared by the rows calibrated together. */
@@ -95,12 +92,9 @@ static const fi_variant k_variants[] = {
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_fp8_max_rows = 16,
      .parallel_variant = 8, .family = &fi_family_mla_wgt},
     /* Row 7's tiles and body with the data-parallel partition: the device planner's row for
-     * q and cache fp8 at <= 16 rows a request (as row 2 is for row 0).  Its split floor is
-     * its own (FI_MIN_CHUNK_TOKENS_FP8_PARALLEL: fewer of the body's costly merges). */
+     * q and cache fp8 at <= 16 rows a request (as row 2 is for row 0). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 8, .name = "mla_decode_fp8_rows16_parallel_plan",
-     .tile_rows = 16, .kv_block = 64,
-     FI_COSTS_FLOOR(FI_COST_BETA, FI_COST_MERGE, FI_COST_ARRIVE, FI_MIN_CHUNK_TOKENS_FP8_PARALLEL),
-     .pack_thin_tiles_per_cta = 0,
+     .tile_rows = 16, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wgt},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
