@@ -95,7 +95,6 @@ static __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
     return v;
 }
 #define fi_pp_min(v) fi_pp_reduce((v), 1)
-#define fi_pp_max(v) fi_pp_reduce((v), 2)
 
 /* The sum of every thread's *s and the maximum of every thread's *m in one pass (one
  * barrier pair instead of two), both returned to all threads. */
@@ -134,16 +133,21 @@ __device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
 }
 
 /* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread (a
- * barrier).  Each thread scans its chunk (fi_pp_chunk: before the first barrier it reads
- * only that, which FI_PP_FOR_CHUNK wrote); the chunk sums are scanned across warps. */
-static __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
-    int64_t *warp_sum = fi_pp_part;
+ * barrier), and the largest element into *max when max is not NULL (the same barrier:
+ * the warps' maxima travel beside their sums).  Each thread scans its chunk (fi_pp_chunk:
+ * before the first barrier it reads only that, which FI_PP_FOR_CHUNK wrote); the chunk
+ * sums are scanned across warps.  Elements >= 0. */
+static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int64_t *max) {
+    static_assert(2 * FI_PP_WARPS <= 32, "fi_pp_part holds the sums and the maxima");
+    int64_t *warp_sum = fi_pp_part, *warp_max = fi_pp_part + FI_PP_WARPS;
     const int32_t tid = threadIdx.x;
     const int32_t b = fi_pp_chunk(n, 0), e = fi_pp_chunk(n, 1);
-    int64_t s = 0;
+    int64_t s = 0, m = 0;
     FI_PD_NO_UNROLL
-    for (int32_t i = b; i < e; i++) /* one element a thread up to n = 512 */
+    for (int32_t i = b; i < e; i++) { /* one element a thread up to n = 512 */
         s += a[i];
+        m = a[i] > m ? a[i] : m;
+    }
     const int lane = tid & 31, w = tid >> 5;
     int64_t x = s; /* inclusive scan in the warp */
     for (int o = 1; o < 32; o <<= 1) {
@@ -151,8 +155,16 @@ static __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
         if (lane >= o)
             x += y;
     }
-    if (lane == 31)
+    if (max) {
+        for (int o = 16; o > 0; o >>= 1) {
+            const int64_t y = __shfl_xor_sync(0xffffffffu, m, o);
+            m = y > m ? y : m;
+        }
+    }
+    if (lane == 31) {
         warp_sum[w] = x;
+        warp_max[w] = m;
+    }
     __syncthreads();
     /* The warp sums scanned by shuffles in every warp (as fi_pp_reduce). */
     int64_t ws = lane < FI_PP_WARPS ? warp_sum[lane] : 0;
@@ -160,6 +172,14 @@ static __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
         const int64_t y = __shfl_up_sync(0xffffffffu, ws, o);
         if (lane >= o)
             ws += y;
+    }
+    if (max) {
+        m = lane < FI_PP_WARPS ? warp_max[lane] : 0;
+        for (int o = FI_PP_WARPS / 2; o > 0; o >>= 1) {
+            const int64_t y = __shfl_xor_sync(0xffffffffu, m, o);
+            m = y > m ? y : m;
+        }
+        *max = __shfl_sync(0xffffffffu, m, 0);
     }
     const int64_t total = __shfl_sync(0xffffffffu, ws, FI_PP_WARPS - 1);
     const int64_t before = __shfl_sync(0xffffffffu, ws, w > 0 ? w - 1 : 0);
@@ -173,21 +193,25 @@ static __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
     __syncthreads(); /* every a[] written, warp_sum free */
     return total;
 }
+#define fi_pp_scan(a, n) fi_pp_scan_max((a), (n), NULL)
 #else
 FI_PD_STATIC inline int32_t fi_pp_chunk(int32_t n, int end) { return end ? n : 0; }
 FI_PD_STATIC inline int64_t fi_pp_warp_sum(int64_t v) { return v; }
 FI_PD_STATIC inline int64_t fi_pp_min(int64_t v) { return v; }
-FI_PD_STATIC inline int64_t fi_pp_max(int64_t v) { return v; }
 FI_PD_STATIC inline void fi_pp_sum_max(int64_t *s, int64_t *m) { (void)s, (void)m; }
-FI_PD_STATIC inline int64_t fi_pp_scan(int64_t *a, int32_t n) {
-    int64_t run = 0;
+FI_PD_STATIC inline int64_t fi_pp_scan_max(int64_t *a, int32_t n, int64_t *max) {
+    int64_t run = 0, m = 0;
     for (int32_t i = 0; i < n; i++) {
         const int64_t v = a[i];
         a[i] = run;
         run += v;
+        m = v > m ? v : m;
     }
+    if (max)
+        *max = m;
     return run;
 }
+FI_PD_STATIC inline int64_t fi_pp_scan(int64_t *a, int32_t n) { return fi_pp_scan_max(a, n, NULL); }
 #endif
 
 #endif /* FIATTN_PLANNER_PARALLEL_H */

@@ -77,7 +77,6 @@ FI_PD_STATIC inline int64_t pp_slots(int64_t w, int64_t t) {
 FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, int64_t cut_charge, const fi_tile *tiles,
                                           int32_t T, int32_t n, int64_t *prefix,
                                           fi_ppart_scratch *pp) {
-    int64_t cmax = 0; /* the largest cost of this thread's chunk */
     { /* four tile loads in flight a thread (at 1024 GQA requests the tiles are in global
        * memory: one at a time, a round trip each) */
         const int32_t t1 = fi_pp_chunk(T, 1);
@@ -90,28 +89,19 @@ FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, int64_t cut_charge,
             prefix[t + 1] = c1;
             prefix[t + 2] = c2;
             prefix[t + 3] = c3;
-            const int64_t m01 = c0 > c1 ? c0 : c1, m23 = c2 > c3 ? c2 : c3;
-            const int64_t m = m01 > m23 ? m01 : m23;
-            cmax = m > cmax ? m : cmax;
         }
         FI_PD_NO_UNROLL
-        for (; t < t1; t++) {
-            const int64_t c = tiles[t].cost;
-            prefix[t] = c;
-            cmax = c > cmax ? c : cmax;
-        }
+        for (; t < t1; t++)
+            prefix[t] = tiles[t].cost;
     }
-    const int64_t S = fi_pp_scan(prefix, T);
+    int64_t cmax; /* the largest tile cost, from the scan's own barrier */
+    const int64_t S = fi_pp_scan_max(prefix, T, &cmax);
     if (FI_PP_LEADER)
         prefix[T] = S;
     int64_t budget = (S + n - 1) / n;
     if (budget < (int64_t)sg.floor + sg.tile)
         budget = (int64_t)sg.floor + sg.tile;
-    int whole = 0;
-    if (T > 0 && T <= n) { /* uniform across the CTA: every thread joins the reduction */
-        cmax = fi_pp_max(cmax);
-        whole = cmax <= budget + cut_charge;
-    }
+    const int whole = T > 0 && T <= n && cmax <= budget + cut_charge;
     FI_PP_FOR(c, n + 1) {
         const int64_t x = (int64_t)c * budget;
         if (whole) { /* tile c on CTA c; CTAs T .. n - 1 idle */
