@@ -133,11 +133,14 @@ __device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
 }
 
 /* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread (a
- * barrier), and the largest element into *max when max is not NULL (the same barrier:
- * the warps' maxima travel beside their sums).  Each thread scans its chunk (fi_pp_chunk:
- * before the first barrier it reads only that, which FI_PP_FOR_CHUNK wrote); the chunk
- * sums are scanned across warps.  Elements >= 0. */
-static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int64_t *max) {
+ * barrier), and with kMax the largest element into *max (the same barrier: the warps'
+ * maxima travel beside their sums).  Each thread scans its chunk (fi_pp_chunk: before the
+ * first barrier it reads only that, which FI_PP_FOR_CHUNK wrote); the chunk sums are
+ * scanned across warps.  Elements >= 0.  kMax is a constant, so fi_pp_scan compiles
+ * without the maxima (measured: carrying them through every scan of a plan cost the
+ * planning kernel 0.6-0.9 us, H200, docs/perf-log.md twenty-sixth session). */
+template <bool kMax>
+__device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_t *max) {
     static_assert(2 * FI_PP_WARPS <= 32, "fi_pp_part holds the sums and the maxima");
     int64_t *warp_sum = fi_pp_part, *warp_max = fi_pp_part + FI_PP_WARPS;
     const int32_t tid = threadIdx.x;
@@ -146,7 +149,8 @@ static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int
     FI_PD_NO_UNROLL
     for (int32_t i = b; i < e; i++) { /* one element a thread up to n = 512 */
         s += a[i];
-        m = a[i] > m ? a[i] : m;
+        if (kMax)
+            m = a[i] > m ? a[i] : m;
     }
     const int lane = tid & 31, w = tid >> 5;
     int64_t x = s; /* inclusive scan in the warp */
@@ -155,7 +159,7 @@ static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int
         if (lane >= o)
             x += y;
     }
-    if (max) {
+    if (kMax) {
         for (int o = 16; o > 0; o >>= 1) {
             const int64_t y = __shfl_xor_sync(0xffffffffu, m, o);
             m = y > m ? y : m;
@@ -163,7 +167,8 @@ static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int
     }
     if (lane == 31) {
         warp_sum[w] = x;
-        warp_max[w] = m;
+        if (kMax)
+            warp_max[w] = m;
     }
     __syncthreads();
     /* The warp sums scanned by shuffles in every warp (as fi_pp_reduce). */
@@ -173,7 +178,7 @@ static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int
         if (lane >= o)
             ws += y;
     }
-    if (max) {
+    if (kMax) {
         m = lane < FI_PP_WARPS ? warp_max[lane] : 0;
         for (int o = FI_PP_WARPS / 2; o > 0; o >>= 1) {
             const int64_t y = __shfl_xor_sync(0xffffffffu, m, o);
@@ -193,7 +198,12 @@ static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int
     __syncthreads(); /* every a[] written, warp_sum free */
     return total;
 }
-#define fi_pp_scan(a, n) fi_pp_scan_max((a), (n), NULL)
+static __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
+    return fi_pp_scan_impl<false>(a, n, nullptr);
+}
+static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int64_t *max) {
+    return fi_pp_scan_impl<true>(a, n, max);
+}
 #else
 FI_PD_STATIC inline int32_t fi_pp_chunk(int32_t n, int end) { return end ? n : 0; }
 FI_PD_STATIC inline int64_t fi_pp_warp_sum(int64_t v) { return v; }
