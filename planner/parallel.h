@@ -138,7 +138,7 @@ __device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
  * first barrier it reads only that, which FI_PP_FOR_CHUNK wrote); the chunk sums are
  * scanned across warps.  Elements >= 0.  kMax is a constant, so fi_pp_scan compiles
  * without the maxima (measured: carrying them through every scan of a plan cost the
- * planning kernel 0.6-0.9 us, H200, docs/perf-log.md twenty-sixth session). */
+ * planning kernel 0.5-1.0 us, H200, docs/perf-log.md twenty-sixth session). */
 template <bool kMax>
 __device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_t *max) {
     static_assert(2 * FI_PP_WARPS <= 32, "fi_pp_part holds the sums and the maxima");

@@ -22,8 +22,9 @@
  * and no packing follows.  A batch of at most n tiles whose largest costs at most the
  * budget plus the row's charge for a cut is planned a tile a CTA instead, none cut
  * (pp_boundaries: the equal share would cut nearly every tile of a uniform decode batch
- * of B <= n in two, for no smaller largest CTA).  Bounds: n - 1 interior boundaries give at most n - 1 cuts, so
- * items <= tiles + n - 1, groups <= n - 1, slots <= 2 (n - 1) (workspace/layout.h).
+ * of B <= n in two, for no smaller largest CTA).  Bounds: n - 1 interior boundaries give
+ * at most n - 1 cuts, so items <= tiles + n - 1, groups <= n - 1, slots <= 2 (n - 1)
+ * (workspace/layout.h).
  */
 #include "planner/partition.h"
 
