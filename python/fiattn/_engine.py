@@ -75,10 +75,11 @@ def device_planning(enabled=True):
     The plans use the caps' data-parallel partition row (fi_caps_parallel_variant: MLA 2,
     or 5 from 32 heads on, the wgmma body, or 8 for q and cache fp8 e4m3 at heads x q_len
     <= 16, the transposed fp8 body; GQA 1, or 4 when group x q_len_per_req <= 8).  Its
-    steps run slower than host-planned ones (H200, b2b, docs/DESIGN.md 6a): MLA heads 128
-    and GQA 0-2%, MLA heads 16 bf16 12-13%, q and cache fp8 at heads 16 17-45% (the
-    equal-share cut splits nearly every request in two where requests are about as many
-    as SMs; that body's merges are costly).
+    steps can run slower than host-planned ones (H200, b2b, docs/DESIGN.md 6a): on trace
+    batches of 128 requests MLA heads 128 and GQA 0-2%, MLA heads 16 bf16 12-13%, q and
+    cache fp8 at heads 16 41-45% (the equal-share cut splits most requests in two and
+    does not pack; that body's merges are costly); uniform batches of at most one request
+    an SM run in the host-planned time.
     A length or page index the device planner refuses is not raised by the call: the step
     runs nothing (out and lse keep what they held) and device_plan_status(workspace_buffer)
     raises the status (a stream synchronisation: call it off the hot path).
