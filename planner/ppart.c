@@ -52,10 +52,9 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
                                       fi_merge_group *groups, fi_partition_result *res,
                                       fi_error_detail *err) {
     const int32_t n = l->num_ctas;
-    const fi_split_grain sg = fi_split_grain_of(v);
     fi_ppart_scratch *pp = &s->pp;
     int64_t *prefix = s->tile_prefix; /* [T + 1] */
-    const int64_t budget = pp_boundaries(sg, pp_cut_charge(v), tiles, T, n, prefix, pp);
+    const int64_t budget = pp_boundaries(v, tiles, T, n, prefix, pp);
     if (FI_PP_LEADER)
         FI_PD_STAMP(3);
     /* Cuts before each boundary; one more entry, 0, so cut_scan[n + 1] is the total. */

@@ -66,17 +66,18 @@ FI_PD_STATIC inline int64_t pp_slots(int64_t w, int64_t t) {
 }
 
 /* The tile costs' prefix sums into prefix [T + 1] (prefix[T] the total S) and the n + 1
- * boundaries of the CTAs into pp (CTA c runs [boundary c, boundary c + 1)).  Every thread;
- * ends with a barrier.  Two plans:
+ * boundaries of the CTAs into pp (CTA c runs [boundary c, boundary c + 1)), under row v's
+ * split grain and charges.  Every thread; ends with a barrier.  Two plans:
  *  - equal share: boundary c at cost c * budget, budget = max(ceil(S / n), floor + tile);
  *  - a tile a CTA, none cut: when there are no more tiles than CTAs and the largest tile
- *    costs at most budget + cut_charge (what the row charges a cut: its merging and its
- *    arriving piece), since the equal share would cut nearly every such tile in two and
- *    its largest CTA would be no cheaper (a uniform decode batch of B <= num_ctas).
+ *    costs at most budget + the row's charge for a cut (its merging and its arriving
+ *    piece), since the equal share would cut nearly every such tile in two and its
+ *    largest CTA would be no cheaper (a uniform decode batch of B <= num_ctas).
  * Returns the cost a CTA is planned for: the budget, or the largest tile's cost. */
-FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, int64_t cut_charge, const fi_tile *tiles,
-                                          int32_t T, int32_t n, int64_t *prefix,
-                                          fi_ppart_scratch *pp) {
+FI_PD_STATIC inline int64_t pp_boundaries(const fi_variant *v, const fi_tile *tiles, int32_t T,
+                                          int32_t n, int64_t *prefix, fi_ppart_scratch *pp) {
+    const fi_split_grain sg = fi_split_grain_of(v);
+    const int64_t cut_charge = (int64_t)v->cost_merge + v->cost_arrive;
     { /* four tile loads in flight a thread (at 1024 GQA requests the tiles are in global
        * memory: one at a time, a round trip each) */
         const int32_t t1 = fi_pp_chunk(T, 1);
@@ -119,11 +120,6 @@ FI_PD_STATIC inline int64_t pp_boundaries(fi_split_grain sg, int64_t cut_charge,
     }
     FI_PP_SYNC();
     return whole ? cmax : budget;
-}
-
-/* What row v charges a cut (one more merging and one more arriving piece). */
-FI_PD_STATIC inline int64_t pp_cut_charge(const fi_variant *v) {
-    return (int64_t)v->cost_merge + v->cost_arrive;
 }
 
 /* Boundary c (0 .. n + 1) as a cut: an interior boundary distinct from the one before

@@ -25,8 +25,7 @@ FI_PD fi_status fi_pslice_prepare(const fi_variant *v, const fi_tile *tiles, int
                                   const fi_layout *l, int64_t *prefix, fi_ppart_scratch *pp,
                                   fi_pslice_totals *tot, fi_error_detail *err) {
     const int32_t n = l->num_ctas;
-    const fi_split_grain sg = fi_split_grain_of(v);
-    const int64_t budget = pp_boundaries(sg, pp_cut_charge(v), tiles, T, n, prefix, pp);
+    const int64_t budget = pp_boundaries(v, tiles, T, n, prefix, pp);
     FI_PP_FOR_CHUNK(c, n + 2)
     pp->cut_scan[c] = pp_pack(is_cut(pp, c, n), is_first_cut(pp, c, n));
     const int64_t cuts = fi_pp_scan(pp->cut_scan, n + 2);

@@ -368,6 +368,7 @@ template <typename T> struct MlaWg64Family {
     static constexpr int kConsumerRegs = fimlaw64::kConsumerRegs;
     static constexpr size_t kSmemBytes = fimlaw64::kSmemBytes;
     static_assert(kProducerThreads * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg");
+    static_assert(!Merge::kMergesSolo, "Sh (WgShared<kBar, false>) has no solo-merge weights");
     using State = Cursor;
 
     static __device__ __forceinline__ State setup(unsigned char *smem) {

@@ -55,6 +55,7 @@ struct SplitMerge {
     static constexpr int kRowsPerStep = Threads / kF4; /* rows a CTA covers at once */
     static constexpr int kChunk = 256;             /* splits whose weights sW holds at once */
     static constexpr int kQ = 4;                   /* merge_slice: units a thread */
+    static constexpr bool kMergesSolo = kSolo;     /* merge_group runs: sW needed */
     /* merge_group: sW [splits][group rows] floats, at most kSoloMergeRows of them (a solo
      * group, merge_is_solo); sRow [2][Rows]. */
     static constexpr size_t kGroupSmemBytes = (size_t)kSoloMergeRows * 4;
