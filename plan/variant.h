@@ -47,7 +47,9 @@ typedef struct fi_variant {
     int32_t cost_beta;          /* per item */
     int32_t cost_merge;         /* the piece that completes its group (packing model) */
     int32_t cost_arrive;        /* any other piece of a group */
-    int32_t pack_thin_tiles_per_cta; /* packing: tiles of <= 16 rows a CTA (0: never pack) */
+    int32_t pack_thin_tiles_per_cta; /* packing: tiles of <= 16 rows a CTA (0: never pack);
+                                        FI_PARTITION_PARALLEL rows: >= 2 packs a batch of
+                                        <= 2 num_ctas tiles in pairs (planner/ppair.c) */
     int32_t pack_max_tiles_per_cta;  /* packing: other tiles a CTA (0: never) */
     int32_t partition;          /* fi_partition_kind: how the planner cuts the batch */
     int32_t default_min_heads;  /* > 0: this row serves caps.variant 0 when num_qo_heads >=

@@ -77,6 +77,24 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
                                       fi_merge_group *groups, fi_partition_result *res,
                                       fi_error_detail *err);
 
+/* Whether fi_partition_parallel packs tiles[0 .. T) on n CTAs in pairs (planner/ppair.c,
+ * fi_partition_pairs) instead of cutting the equal share: rows that pack
+ * (pack_thin_tiles_per_cta >= 2) and batches of 1 to 2 n tiles. */
+FI_HOST_DEVICE int fi_partition_pairs_apply(const fi_variant *v, int32_t T, int32_t n) {
+    return v->pack_thin_tiles_per_cta >= 2 && T > 0 && T <= 2 * (int64_t)n;
+}
+
+/* Pair packing (planner/ppair.c): fi_partition_parallel's plan where
+ * fi_partition_pairs_apply holds, the same outputs and scratch (s->tile_prefix, s->pp;
+ * budget: the cap C).  Bin packing, at most two tiles a CTA, tiles above C split (the
+ * file's header).  @return FI_OK, or FI_ERR_PLAN_OVER_CAPS (err filled) if a layout bound
+ * would be exceeded (a bug).  O(T^2 / threads + T log T) work, O(T) depth on the device. */
+FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, int32_t T,
+                                   fi_planner_scratch *s, const fi_layout *l,
+                                   int32_t *work_indptr, fi_work_item *items,
+                                   fi_merge_group *groups, fi_partition_result *res,
+                                   fi_error_detail *err);
+
 /* Test hook: nonzero makes fi_partition use the global-target walk (its fallback) instead
  * of the capped bisection, so tests can cover both.  Not for production use. */
 /* Test hook: nonzero keeps the contiguous walk's plan (no packing, planner/pack.h). */

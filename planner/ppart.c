@@ -19,7 +19,8 @@
  *   boundary -> CTA costs per CTA.
  * Unlike the capped walk (partition.c) the budget is not searched: the largest CTA can
  * exceed the mean by what snapping moves (less than a floor plus one tile's fixed cost),
- * and no packing follows.  A batch of at most n tiles whose largest costs at most the
+ * and no packing follows; rows that pack plan a batch of at most 2 n tiles in pairs
+ * instead (planner/ppair.c, fi_partition_pairs_apply).  A batch of at most n tiles whose largest costs at most the
  * budget plus the row's charge for a cut is planned a tile a CTA instead, none cut
  * (pp_boundaries: the equal share would cut nearly every tile of a uniform decode batch
  * of B <= n in two, for no smaller largest CTA).  Bounds: n - 1 interior boundaries give
@@ -32,26 +33,14 @@
 #include "planner/ppart_core.h"
 #include "planner/tiles.h"
 
-/* The cost of items [i0, i1) (fi_variant_item_cost), of every lanes-th from i0 + lane. */
-FI_PD_STATIC int64_t items_cost(const fi_variant *v, const fi_work_item *items, int32_t i0,
-                                int32_t i1, int32_t lane, int32_t lanes) {
-    int64_t cost = 0;
-    FI_PD_NO_UNROLL
-    for (int32_t i = i0 + lane; i < i1; i += lanes) {
-        const fi_work_item *it = &items[i];
-        cost += fi_variant_item_cost(v, it->kv_end - it->kv_begin,
-                                     (int64_t)(it->q_end - it->q_begin) *
-                                         (it->head_end - it->head_begin));
-    }
-    return cost;
-}
-
 FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles, int32_t T,
                                       fi_planner_scratch *s, const fi_layout *l,
                                       int32_t *work_indptr, fi_work_item *items,
                                       fi_merge_group *groups, fi_partition_result *res,
                                       fi_error_detail *err) {
     const int32_t n = l->num_ctas;
+    if (fi_partition_pairs_apply(v, T, n))
+        return fi_partition_pairs(v, tiles, T, s, l, work_indptr, items, groups, res, err);
     fi_ppart_scratch *pp = &s->pp;
     int64_t *prefix = s->tile_prefix; /* [T + 1] */
     const int64_t budget = pp_boundaries(v, tiles, T, n, prefix, pp);
@@ -128,33 +117,6 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     FI_PP_SYNC();
     if (FI_PP_LEADER)
         FI_PD_STAMP(6);
-    /* CTA costs: a warp a CTA, its lanes over the items, when CTAs hold several (a thread
-     * a CTA read them one round trip after another: at 1024 GQA requests, 63 items a CTA
-     * in global memory); else a thread a CTA (the warps' shuffles cost more than one or
-     * two items: MLA heads 16 at 32 to 128 requests). */
-    int64_t total = 0, max = 0;
-    if (num_items > 4 * (int64_t)n) {
-        FI_PP_FOR_WARP(c, n) {
-            const int64_t cost = fi_pp_warp_sum(
-                items_cost(v, items, work_indptr[c], work_indptr[c + 1], FI_PP_LANE, FI_PP_LANES));
-            if (FI_PP_LANE == 0) {
-                total += cost;
-                max = cost > max ? cost : max;
-            }
-        }
-    } else {
-        FI_PP_FOR(c, n) {
-            const int64_t cost = items_cost(v, items, work_indptr[c], work_indptr[c + 1], 0, 1);
-            total += cost;
-            max = cost > max ? cost : max;
-        }
-    }
-    res->num_items = (int32_t)num_items;
-    res->num_groups = (int32_t)num_groups;
-    res->num_slots = (int32_t)num_slots;
-    res->budget = budget;
-    fi_pp_sum_max(&total, &max);
-    res->total_cost = total;
-    res->max_cta_cost = max;
+    pp_finish(v, items, work_indptr, n, num_items, num_groups, num_slots, budget, res);
     return FI_OK;
 }

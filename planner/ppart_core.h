@@ -140,4 +140,54 @@ FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t lim
     return FI_ERR_PLAN_OVER_CAPS;
 }
 
+/* The cost of items [i0, i1) (fi_variant_item_cost), of every lanes-th from i0 + lane. */
+FI_PD_STATIC inline int64_t items_cost(const fi_variant *v, const fi_work_item *items, int32_t i0,
+                                       int32_t i1, int32_t lane, int32_t lanes) {
+    int64_t cost = 0;
+    FI_PD_NO_UNROLL
+    for (int32_t i = i0 + lane; i < i1; i += lanes) {
+        const fi_work_item *it = &items[i];
+        cost += fi_variant_item_cost(v, it->kv_end - it->kv_begin,
+                                     (int64_t)(it->q_end - it->q_begin) *
+                                         (it->head_end - it->head_begin));
+    }
+    return cost;
+}
+
+/* The partition's totals into *res, with the CTA costs' sum and maximum from the written
+ * work_indptr [n + 1] and items (every thread, after a barrier; ends with one).  A warp
+ * a CTA, its lanes over the items, when CTAs hold several (a thread a CTA read them one
+ * round trip after another: at 1024 GQA requests, 63 items a CTA in global memory); else
+ * a thread a CTA (the warps' shuffles cost more than one or two items: MLA heads 16 at 32
+ * to 128 requests). */
+FI_PD_STATIC inline void pp_finish(const fi_variant *v, const fi_work_item *items,
+                                   const int32_t *work_indptr, int32_t n, int64_t num_items,
+                                   int64_t num_groups, int64_t num_slots, int64_t budget,
+                                   fi_partition_result *res) {
+    int64_t total = 0, max = 0;
+    if (num_items > 4 * (int64_t)n) {
+        FI_PP_FOR_WARP(c, n) {
+            const int64_t cost = fi_pp_warp_sum(
+                items_cost(v, items, work_indptr[c], work_indptr[c + 1], FI_PP_LANE, FI_PP_LANES));
+            if (FI_PP_LANE == 0) {
+                total += cost;
+                max = cost > max ? cost : max;
+            }
+        }
+    } else {
+        FI_PP_FOR(c, n) {
+            const int64_t cost = items_cost(v, items, work_indptr[c], work_indptr[c + 1], 0, 1);
+            total += cost;
+            max = cost > max ? cost : max;
+        }
+    }
+    res->num_items = (int32_t)num_items;
+    res->num_groups = (int32_t)num_groups;
+    res->num_slots = (int32_t)num_slots;
+    res->budget = budget;
+    fi_pp_sum_max(&total, &max);
+    res->total_cost = total;
+    res->max_cta_cost = max;
+}
+
 #endif /* FIATTN_PLANNER_PPART_CORE_H */

@@ -40,6 +40,11 @@ FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layo
     q->interior = (int32_t *)take(a, sizeof(int32_t) * (ctas + 1));
     q->cut_scan = (int64_t *)take(a, sizeof(int64_t) * (ctas + 2));
     q->item_off = (int64_t *)take(a, sizeof(int64_t) * (tiles + 1));
+    const size_t pair_cap = tiles < 2 * ctas ? tiles : 2 * ctas;
+    q->pair_cost = (int64_t *)take(a, sizeof(int64_t) * pair_cap);
+    q->pair_kv = (int64_t *)take(a, sizeof(int64_t) * pair_cap);
+    q->pair_tile = (int32_t *)take(a, sizeof(int32_t) * pair_cap);
+    q->pair_probe = (int64_t *)take(a, sizeof(int64_t) * 2 * FI_PAIR_PROBES);
     p->pieces = (fi_pack_piece *)take(a, sizeof(fi_pack_piece) * items);
     p->sorted = (fi_pack_piece *)take(a, sizeof(fi_pack_piece) * items);
     p->by_cost = (int32_t *)take(a, sizeof(int32_t) * tiles);

@@ -70,6 +70,9 @@ typedef struct fi_pack_scratch {
     int32_t *last;         /* [max_groups] */
 } fi_pack_scratch;
 
+/* Caps that pair packing (planner/ppair.c) tries a round, a warp each on the device. */
+#define FI_PAIR_PROBES 8
+
 /* Scratch of the data-parallel planner (planner/parallel.h: validation, tiles and
  * planner/ppart.c's partition). */
 typedef struct fi_ppart_scratch {
@@ -81,6 +84,12 @@ typedef struct fi_ppart_scratch {
     int32_t *interior;     /* [num_ctas + 1]: 1 if it cuts the tile */
     int64_t *cut_scan;     /* [num_ctas + 2]: cuts before boundary c */
     int64_t *item_off;     /* [max_tiles + 1]: per tile, its first item and merge group */
+    /* Pair packing (planner/ppair.c), batches of at most 2 num_ctas tiles: [pair_cap] each,
+     * pair_cap = min(max_tiles, 2 num_ctas), the tiles by increasing (cost, index). */
+    int64_t *pair_cost;    /* their costs */
+    int64_t *pair_kv;      /* their KV lengths */
+    int32_t *pair_tile;    /* their indices */
+    int64_t *pair_probe;   /* [2 FI_PAIR_PROBES]: the caps tried, fits or not, by round parity */
 } fi_ppart_scratch;
 
 typedef struct fi_planner_scratch {

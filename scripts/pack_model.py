@@ -12,7 +12,8 @@ units of tile table row 7: fixed 16 + 768 an item, 578 a split piece) of:
              fits the CTAs;
   fixed      the same with every short tile paired outside-in across all of them (a pair
              used only where it fits): the pairing needs no search, and is much worse.
-Not the library's planner: a sketch to size the idea.  Needs build/fiplan.
+A sketch to size the idea, kept as the record of it: planner/ppair.c is the library's
+version (no mean piece under the floor plus half a grain, a search to 1%).  Needs build/fiplan.
 
 usage: scripts/pack_model.py [--fiplan build/fiplan] [--ctas 132]
 """

@@ -366,6 +366,68 @@ static void parallel_partition_gives_small_uniform_batches_whole_tiles(void **st
     free(lens);
 }
 
+/* Rows 2 and 8 pack a batch of at most two tiles a CTA in pairs (planner/ppair.c): heads
+ * 16 (a tile a request), long-tailed random lengths (1 to 2k, a quarter to 16k), random
+ * CTAs and B up to twice them.  Every CTA holds one piece of a cut tile, one whole tile or
+ * two whole tiles, and the largest costs at most the cap (the header's kv_chunk) plus a
+ * grain (a piece's rounded ends); across the batches some CTAs hold pairs and some tiles
+ * are cut.  The equal share breaks the first rule on such batches. */
+static void parallel_rows_pack_small_batches_in_pairs(void **state) {
+    (void)state;
+    tt_rng rng = {g_seed + 17};
+    enum { P = 256, PS = 64, MAXB = 264 };
+    int32_t *bt = malloc(sizeof(int32_t) * MAXB * P), *lens = malloc(sizeof(int32_t) * MAXB);
+    assert_true(bt && lens);
+    for (int i = 0; i < MAXB * P; i++)
+        bt[i] = i;
+    int pairs = 0, cut = 0;
+    for (int it = 0; it < 80; it++) {
+        fi_caps c;
+        memset(&c, 0, sizeof c);
+        c.kind = FI_KIND_MLA_DECODE;
+        c.num_qo_heads = 16;
+        c.num_kv_heads = 1;
+        c.head_dim_qk = 576;
+        c.head_dim_vo = 512;
+        c.variant = it & 1 ? 8 : 2;
+        c.q_dtype = c.kv_dtype = it & 1 ? FI_DTYPE_E4M3 : FI_DTYPE_BF16;
+        c.o_dtype = FI_DTYPE_BF16;
+        c.num_ctas = tt_rng_int(&rng, 1, 132);
+        const int32_t B = tt_rng_int(&rng, 1, 2 * c.num_ctas);
+        c.max_batch = c.max_q_tokens = B;
+        c.num_pages = MAXB * P;
+        c.page_size = PS;
+        for (int32_t b = 0; b < B; b++)
+            lens[b] = tt_rng_int(&rng, 1, tt_rng_int(&rng, 0, 3) ? 2048 : 16384);
+        const fi_batch bb = decode_batch(B, P, bt, lens);
+        fi_plan *p = NULL;
+        fi_plan_view v;
+        assert_int_equal(fi_plan_create(&c, NULL, 0, NULL, &p), FI_OK);
+        assert_int_equal(fi_plan_update(p, &bb, NULL), FI_OK);
+        assert_int_equal(fi_plan_get_view(p, &v), FI_OK);
+        const fi_variant *row = fi_variant_find(c.kind, c.variant);
+        for (int32_t k = 0; k < c.num_ctas; k++) {
+            const int32_t i0 = v.work_indptr[k], n_items = v.work_indptr[k + 1] - i0;
+            if (n_items > 2 || (n_items == 2 && (v.items[i0].merge_group >= 0 ||
+                                                 v.items[i0 + 1].merge_group >= 0)))
+                fail_msg("seed %llu iter %d: CTA %d of %d holds %d items (groups %d, %d): not "
+                         "a piece, a tile or a pair", (unsigned long long)g_seed, it, k,
+                         c.num_ctas, n_items, v.items[i0].merge_group,
+                         n_items > 1 ? v.items[i0 + 1].merge_group : -1);
+            pairs += n_items == 2;
+        }
+        cut += v.header->num_groups > 0;
+        if (v.header->max_cta_cost > (int64_t)v.header->kv_chunk + row->kv_tile_tokens)
+            fail_msg("seed %llu iter %d: largest CTA %lld over the cap %d + a grain",
+                     (unsigned long long)g_seed, it, (long long)v.header->max_cta_cost,
+                     v.header->kv_chunk);
+        fi_plan_destroy(p);
+    }
+    assert_true(pairs > 0 && cut > 0);
+    free(bt);
+    free(lens);
+}
+
 /* MLA decode in the INDPTR form takes query blocks of any length (the wrapper's
  * incremental prefill): 17, 128 and 1024 causal rows beside decode requests, heads 16 and
  * 128, the MLA bodies' rows (the 64-token wgmma one too) and the data-parallel ones,
@@ -598,6 +660,7 @@ int main(void) {
         cmocka_unit_test(default_variant_follows_heads),
         cmocka_unit_test(mla_indptr_long_query_blocks_are_covered),
         cmocka_unit_test(parallel_partition_gives_small_uniform_batches_whole_tiles),
+        cmocka_unit_test(parallel_rows_pack_small_batches_in_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

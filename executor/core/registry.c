@@ -41,11 +41,13 @@ static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 1, .name = "mla_decode_rows32", .tile_rows = 32,
      .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .family = &fi_family_mla},
-    /* The default MLA tile with the data-parallel partition (planner/ppart.c, no packing):
-     * the row to give fi_plan_update_device, whose planning kernel then runs in
-     * microseconds with a whole CTA instead of one thread (docs/DESIGN.md section 6a). */
+    /* The default MLA tile with the data-parallel partition (planner/ppart.c; batches of
+     * at most two tiles a CTA packed in pairs, planner/ppair.c): the row to give
+     * fi_plan_update_device, whose planning kernel then runs in microseconds with a whole
+     * CTA instead of one thread (docs/DESIGN.md section 6a). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 2, .name = "mla_decode_parallel_plan",
-     .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
+     .tile_rows = 64, .kv_block = 32, FI_DECODE_COSTS,
+     .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla},
     /* The wgmma tile body (executor/mla/mla_wg_tile.cuh): 64-row tiles on two consumer
      * warpgroups, 32-token KV blocks.  The default from 32 heads on (from 128 heads on a
@@ -91,10 +93,12 @@ static const fi_variant k_variants[] = {
      .kv_block = 64, FI_FP8_ROWS16_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_fp8_max_rows = 16,
      .parallel_variant = 8, .family = &fi_family_mla_wgt},
-    /* Row 7's tiles and body with the data-parallel partition: the device planner's row for
-     * q and cache fp8 at <= 16 rows a request (as row 2 is for row 0). */
+    /* Row 7's tiles, body and charges with the data-parallel partition (pairs as row 2):
+     * the device planner's row for q and cache fp8 at <= 16 rows a request (as row 2 is
+     * for row 0). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 8, .name = "mla_decode_fp8_rows16_parallel_plan",
-     .tile_rows = 16, .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = 0,
+     .tile_rows = 16, .kv_block = 64, FI_FP8_ROWS16_COSTS,
+     .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wgt},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,

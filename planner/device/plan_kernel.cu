@@ -53,6 +53,7 @@ __device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64()
 #include "planner/pack.c"
 #include "planner/listsched.c"
 #include "planner/partition.c"
+#include "planner/ppair.c"
 #include "planner/ppart.c"
 #include "planner/build.c"
 

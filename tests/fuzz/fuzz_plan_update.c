@@ -60,6 +60,7 @@
 #include "plan/variant.h"
 #include "planner/build.h"
 #include "planner/caps_internal.h"
+#include "planner/partition.h"
 #include "planner/pslice.h"
 #include "planner/scratch.h"
 #include "planner/tiles.h"
@@ -618,6 +619,8 @@ static void check_slices(const fi_caps *c, const fi_variant *v, const fi_layout 
                                           b->causal, b->window_left, s->pp.batch_scan, s->tiles,
                                           l->max_tiles, &T, &e) == FI_OK,
                   "tiles of a planned batch failed");
+    if (fi_partition_pairs_apply(v, T, l->num_ctas))
+        return; /* packed in pairs (planner/ppair.c): no shares to compare */
     fi_pslice_totals tot;
     TT_FZ_REQUIRE(fi_pslice_prepare(v, s->tiles, T, l, s->tile_prefix, &s->pp, &tot, &e) ==
                       FI_OK, "fi_pslice_prepare refused a planned batch");

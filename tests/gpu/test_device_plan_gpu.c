@@ -110,10 +110,10 @@ typedef struct bytes_cfg {
     int32_t variant; /* tile table row: 0 the walk, MLA 2 / GQA 1 or 4 the parallel partition */
 } bytes_cfg;
 
-/* MLA heads 16 (thin tiles: the packing partition) and 128 (two tiles a row), GQA
- * Llama-3-8B heads at pages 16 and 64; one CTA (nothing cut), a few (many pieces a tile),
- * an odd count, and an H100 / H200's 132; context (q_len 1-4: the walk or the list
- * schedule). */
+/* MLA heads 16 (thin tiles: the packing partition, pairs on rows 2 and 8) and 128 (two
+ * tiles a row), GQA Llama-3-8B heads at pages 16 and 64; one CTA (nothing cut), a few
+ * (many pieces a tile), an odd count, and an H100 / H200's 132; context (q_len 1-4: the
+ * walk or the list schedule). */
 static const bytes_cfg BYTES_CFGS[] = {
     {"mla h16 page 64, 132 ctas", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256, 132, 0},
     {"mla h128 page 32, 132 ctas", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64, 132, 0},
@@ -127,6 +127,9 @@ static const bytes_cfg BYTES_CFGS[] = {
     {"mla h128 page 32, 132 ctas, parallel, wgmma row", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64,
      132, 5},
     {"mla h16 page 16, 1 cta, parallel", FI_KIND_MLA_DECODE, 16, 1, 576, 16, 32, 1, 2},
+    /* the fp8 heads-16 twin (q and cache e4m3, row 7's charges): pairs as row 2 */
+    {"mla h16 fp8 page 64, 132 ctas, parallel", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256, 132,
+     8},
     {"gqa 32/8 d128 page 16, 132 ctas, parallel", FI_KIND_GQA_DECODE, 32, 8, 128, 16, 1024, 132,
      1},
     {"gqa 32/8 d128 page 64, 77 ctas, parallel", FI_KIND_GQA_DECODE, 32, 8, 128, 64, 512, 77, 1},
@@ -149,6 +152,8 @@ static fi_caps bytes_caps(const bytes_cfg *k) {
     c.head_dim_qk = k->dim_qk;
     c.head_dim_vo = k->kind == FI_KIND_MLA_DECODE ? MLA_D_CKV : k->dim_qk;
     c.q_dtype = c.kv_dtype = c.o_dtype = FI_DTYPE_BF16;
+    if (k->variant == 8) /* the fp8 rows-16 body */
+        c.q_dtype = c.kv_dtype = FI_DTYPE_E4M3;
     c.num_ctas = k->num_ctas;
     c.variant = k->variant;
     return c;

@@ -196,6 +196,15 @@ static void mla_fp8_rows16_body_every_shape(void **state) {
     fp8_every_shape(7, 212, 1);
 }
 
+/* Row 8 (row 7's body, tiles and charges with the data-parallel partition the device
+ * planner runs; pairs where a batch has at most two tiles a CTA, planner/ppair.c) at every
+ * shape, planned on the host (its device plans are the same bytes: test_device_plan_gpu). */
+static void mla_fp8_rows16_parallel_row_every_shape(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    fp8_every_shape(8, 218, 1);
+}
+
 /* Row 7 on pages of one token (caps.c takes 1, 16, 32, 64, 128; the every-shape test
  * covers 16-128): every token copied by cp.async through its own page-table entry; both
  * forms, splits (few CTAs over long requests), sinks. */
@@ -436,6 +445,7 @@ int main(void) {
         cmocka_unit_test(mla_fp8_matches_reference_every_shape),
         cmocka_unit_test(mla_fp8_mma_sync_body_every_shape),
         cmocka_unit_test(mla_fp8_rows16_body_every_shape),
+        cmocka_unit_test(mla_fp8_rows16_parallel_row_every_shape),
         cmocka_unit_test(mla_fp8_rows16_small_pages),
         cmocka_unit_test(mla_fp8_f16_q_and_explicit_wgmma_row),
         cmocka_unit_test(mla_fp8_empty_requests_write_zeros),
