@@ -58,7 +58,10 @@ FI_PD_STATIC inline int64_t pair_pieces(const pair_geo *g, int64_t cost, int64_t
     const int64_t d = fi_grain_round_down(g->sg, C - (cost - kv) - g->charge);
     if (d < g->sg.tile)
         return 0;
-    const int64_t p = (kv + d - 1) / d;
+    if (d >= kv)
+        return 1;
+    /* kv < 2^31 and d < kv: a 32-bit division (the device's 64-bit one is a long call) */
+    const int64_t p = ((uint32_t)kv + (uint32_t)d - 1) / (uint32_t)d;
     return p * g->least <= kv ? p : 0;
 }
 
@@ -194,26 +197,27 @@ FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, in
         return pp_over(err, nb, l->max_groups);
     if (P > l->max_slots)
         return pp_over(err, P, l->max_slots);
-    FI_PP_FOR(r, T) {
-        const int32_t i = T - 1 - r;
-        const fi_tile *tl = &tiles[pp->pair_tile[i]];
-        if (r < nb) { /* pieces of kv / p (>= g.least), ends rounded to the grain */
-            const int32_t first = (int32_t)pp_items(off[r]), grp = (int32_t)pp_groups(off[r]);
-            const int64_t p = (r + 1 < T ? pp_items(off[r + 1]) : P) - first;
-            const int64_t kv0 = tl->kv_begin, len = tl->kv_end - tl->kv_begin;
-            int32_t start = tl->kv_begin;
-            FI_PD_NO_UNROLL
-            for (int32_t j = 0; j < p; j++) {
-                const int32_t end =
-                    j + 1 < p ? (int32_t)fi_grain_round(sg, kv0 + (j + 1) * len / p) : tl->kv_end;
-                fi_tile_item_store(&items[first + j], tl, start, end, first + j, grp);
-                start = end;
-            }
-            groups[grp] = fi_tile_group(tl, first, (int32_t)p, first);
-            continue;
-        }
-        const int64_t q = r - nb - lone; /* < 0: unpaired; else of the 2k smallest */
-        const int64_t at = q < 0 ? P + (r - nb) : P + lone + 2 * (q < k ? q : 2 * k - 1 - q) + (q >= k);
+    /* The pieces, a thread an item (B1 x 32k: 128 of one tile): the tile by a search over
+     * the big tiles' words, off[r] = first item << 32 | r; pieces of kv / p (>= g.least),
+     * ends rounded to the grain; a tile's first piece writes its group. */
+    FI_PP_FOR(it, (int32_t)P) {
+        const int32_t r = fi_last_le(off, (int32_t)nb, (int64_t)it << 32 | 0xffffffff);
+        const fi_tile *tl = &tiles[pp->pair_tile[T - 1 - r]];
+        const int32_t first = (int32_t)pp_items(off[r]);
+        const int64_t p = (r + 1 < nb ? pp_items(off[r + 1]) : P) - first, j = it - first;
+        const int64_t kv0 = tl->kv_begin, len = tl->kv_end - tl->kv_begin;
+        const int32_t start = j == 0 ? tl->kv_begin : (int32_t)fi_grain_round(sg, kv0 + j * len / p);
+        const int32_t end =
+            j + 1 == p ? tl->kv_end : (int32_t)fi_grain_round(sg, kv0 + (j + 1) * len / p);
+        fi_tile_item_store(&items[it], tl, start, end, it, r);
+        if (j == 0)
+            groups[r] = fi_tile_group(tl, first, (int32_t)p, first);
+    }
+    /* The small tiles (ranks nb ..): unpaired ones a CTA each, then the pairs. */
+    FI_PP_FOR(u, (int32_t)m) {
+        const fi_tile *tl = &tiles[pp->pair_tile[m - 1 - u]];
+        const int64_t q = u - lone; /* < 0: unpaired; else of the 2k smallest */
+        const int64_t at = q < 0 ? P + u : P + lone + 2 * (q < k ? q : 2 * k - 1 - q) + (q >= k);
         fi_tile_item_store(&items[at], tl, tl->kv_begin, tl->kv_end, -1, -1);
     }
     FI_PP_FOR(c, n + 1) {
