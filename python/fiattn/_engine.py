@@ -76,10 +76,10 @@ def device_planning(enabled=True):
     or 5 from 32 heads on, the wgmma body, or 8 for q and cache fp8 e4m3 at heads x q_len
     <= 16, the transposed fp8 body; GQA 1, or 4 when group x q_len_per_req <= 8).  Its
     steps can run slower than host-planned ones (H200, b2b, docs/DESIGN.md 6a): on trace
-    batches of 128 requests MLA heads 128 and GQA 0-2%, MLA heads 16 bf16 4-7% (batches
+    batches of 128 requests MLA heads 128 and GQA 0-2%, MLA heads 16 bf16 3-6% (batches
     of at most two requests a CTA are packed in pairs, not as tightly as on the host),
-    q and cache fp8 at heads 16 2% faster; uniform batches of at most one request an SM
-    run in the host-planned time.
+    q and cache fp8 at heads 16 4% faster to 1% slower; uniform batches of at most one
+    request an SM run in the host-planned time.
     A length or page index the device planner refuses is not raised by the call: the step
     runs nothing (out and lse keep what they held) and device_plan_status(workspace_buffer)
     raises the status (a stream synchronisation: call it off the hot path).
