@@ -132,14 +132,14 @@ __device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
     return v;
 }
 
-/* Maximum of v over the lanes of the warp, returned to every lane (no barrier). */
-__device__ __forceinline__ int64_t fi_pp_warp_max(int64_t v) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const int64_t y = __shfl_xor_sync(0xffffffffu, v, o);
-        v = y > v ? y : v;
-    }
-    return v;
+/* 32-bit sum of v over the lanes of the warp, returned to every lane: one redux.sync
+ * (sm_80 on) instead of five shuffle steps (no barrier). */
+__device__ __forceinline__ uint32_t fi_pp_warp_sum32(uint32_t v) {
+    return __reduce_add_sync(0xffffffffu, v);
 }
+
+/* Whether any lane's x is nonzero, to every lane: one vote (no barrier). */
+__device__ __forceinline__ int fi_pp_warp_any(int x) { return __any_sync(0xffffffffu, x); }
 
 /* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread (a
  * barrier), and with kMax the largest element into *max (the same barrier: the warps'
@@ -216,7 +216,8 @@ static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int
 #else
 FI_PD_STATIC inline int32_t fi_pp_chunk(int32_t n, int end) { return end ? n : 0; }
 FI_PD_STATIC inline int64_t fi_pp_warp_sum(int64_t v) { return v; }
-FI_PD_STATIC inline int64_t fi_pp_warp_max(int64_t v) { return v; }
+FI_PD_STATIC inline uint32_t fi_pp_warp_sum32(uint32_t v) { return v; }
+FI_PD_STATIC inline int fi_pp_warp_any(int x) { return x; }
 FI_PD_STATIC inline int64_t fi_pp_min(int64_t v) { return v; }
 FI_PD_STATIC inline void fi_pp_sum_max(int64_t *s, int64_t *m) { (void)s, (void)m; }
 FI_PD_STATIC inline int64_t fi_pp_scan_max(int64_t *a, int32_t n, int64_t *max) {

@@ -68,11 +68,12 @@ FI_PD_STATIC inline int64_t pair_pieces(const pair_geo *g, int64_t cost, int64_t
 /* Whether cap C fits n CTAs (the file's rule), on one warp (all of it on the host): the
  * pieces and the small tiles counted over the ascending tiles (a lane's pieces saturate
  * at n + 1, as does a tile C cannot split: either way more than n CTAs, which no pairing
- * brings back), then the k pairs checked.  The counts travel as one word (pieces << 32 |
- * small tiles: 32 lanes x (n + 1) pieces and T < 2^15 tiles), one warp sum. */
+ * brings back), then the k pairs checked.  32-bit counts (pieces: 32 lanes x (n + 1) <
+ * 2^20; small tiles < 2^15), each summed by one warp reduction, and the pairs' verdict by
+ * one vote: a search round is a chain of these on the device. */
 FI_PD_STATIC int pair_fits(const pair_geo *g, const fi_ppart_scratch *pp, int32_t T, int32_t n,
                            int64_t C) {
-    int64_t pieces = 0, small = 0;
+    uint32_t pieces = 0, small = 0;
     FI_PD_NO_UNROLL
     for (int32_t i = FI_PP_LANE; i < T; i += FI_PP_LANES) {
         if (pp->pair_cost[i] <= C) {
@@ -80,22 +81,19 @@ FI_PD_STATIC int pair_fits(const pair_geo *g, const fi_ppart_scratch *pp, int32_
             continue;
         }
         const int64_t p = pair_pieces(g, pp->pair_cost[i], pp->pair_kv[i], C);
-        pieces = p == 0 || pieces + p > n ? n + 1 : pieces + p;
+        pieces = p == 0 || pieces + p > (uint32_t)n ? (uint32_t)n + 1 : pieces + (uint32_t)p;
     }
-    const int64_t both = fi_pp_warp_sum(pieces << 32 | small);
-    small = both & 0xffffffff;
-    const int64_t k = (both >> 32) + small - n; /* pairs needed */
+    small = fi_pp_warp_sum32(small);
+    const int64_t k = (int64_t)fi_pp_warp_sum32(pieces) + small - n; /* pairs needed */
     if (k <= 0)
         return 1;
     if (2 * k > small)
         return 0;
-    int64_t worst = 0;
+    int over = 0;
     FI_PD_NO_UNROLL
-    for (int64_t i = FI_PP_LANE; i < k; i += FI_PP_LANES) {
-        const int64_t c = pp->pair_cost[i] + pp->pair_cost[2 * k - 1 - i];
-        worst = c > worst ? c : worst;
-    }
-    return fi_pp_warp_max(worst) <= C;
+    for (int64_t i = FI_PP_LANE; i < k; i += FI_PP_LANES)
+        over |= pp->pair_cost[i] + pp->pair_cost[2 * k - 1 - i] > C;
+    return !fi_pp_warp_any(over);
 }
 
 #ifndef FI_PLANNER_DEVICE_TU
@@ -154,9 +152,13 @@ FI_PD_STATIC int64_t pair_cap(const pair_geo *g, fi_ppart_scratch *pp, int32_t T
         }
         /* One barrier a round: the next round writes the other half of pair_probe. */
         FI_PP_SYNC();
-        int32_t j = 0;
-        while (j < FI_PAIR_PROBES && !probe[j])
-            j++;
+        uint32_t fit = 0; /* bit j: probe j fits (independent loads, not a dependent walk) */
+#ifdef FI_PLANNER_DEVICE_TU
+#pragma unroll
+#endif
+        for (int32_t q = 0; q < FI_PAIR_PROBES; q++)
+            fit |= (probe[q] != 0) << q;
+        const int32_t j = fit ? fi_ctz64(fit) : FI_PAIR_PROBES; /* the first that fits */
         const int64_t nlo = j > 0 ? lo + (hi - lo) * j / (FI_PAIR_PROBES + 1) : lo;
         if (j < FI_PAIR_PROBES)
             hi = lo + (hi - lo) * (j + 1) / (FI_PAIR_PROBES + 1);
@@ -175,7 +177,11 @@ FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, in
     const pair_geo g = {sg, fi_variant_piece_charge(v),
                         fi_grain_round_up(sg, sg.floor) + sg.tile / 2};
     pair_sort(tiles, T, s->tile_prefix, pp);
+    if (FI_PP_LEADER)
+        FI_PD_STAMP(3);
     const int64_t C = pair_cap(&g, pp, T, n);
+    if (FI_PP_LEADER)
+        FI_PD_STAMP(4);
     /* Tiles by decreasing cost (r; ascending index T - 1 - r): pieces and big-tile count as
      * one word (pp_pack), scanned into each big tile's first item (= slot) and group. */
     int64_t *off = pp->item_off;
@@ -225,6 +231,8 @@ FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, in
         work_indptr[c] = (int32_t)(pair <= 0 ? c : pair <= k ? P + lone + 2 * pair : num_items);
     }
     FI_PP_SYNC();
+    if (FI_PP_LEADER)
+        FI_PD_STAMP(6);
     pp_finish(v, items, work_indptr, n, num_items, nb, P, C, res);
     return FI_OK;
 }
