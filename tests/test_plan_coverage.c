@@ -209,6 +209,20 @@ static fi_batch decode_batch(int32_t B, int32_t P, int32_t *bt, int32_t *lens) {
     return bb;
 }
 
+/* MLA decode caps (576 / 512 dims, one KV head) of `heads` query heads on tile table row
+ * `variant`; the rest zero for the caller. */
+static fi_caps mla_caps(int32_t heads, int32_t variant) {
+    fi_caps c;
+    memset(&c, 0, sizeof c);
+    c.kind = FI_KIND_MLA_DECODE;
+    c.num_qo_heads = heads;
+    c.num_kv_heads = 1;
+    c.head_dim_qk = 576;
+    c.head_dim_vo = 512;
+    c.variant = variant;
+    return c;
+}
+
 /* A uniform decode batch (the side-by-side tests below): B requests of kv_len kv each, q_len
  * 1, request b on pages b * P ..; c holds the kind, heads, dims and variant, the rest is set
  * here.  bt [B * P], lens [B]: the caller's.  Returns the updated plan (the caller destroys
@@ -261,14 +275,7 @@ static void mla_head_chunks_of_a_request_run_side_by_side(void **state) {
     static int32_t bt[B * P], lens[B];
     const int32_t kv = (int32_t)tt_rng_int(&rng, 1000, P * PS);
     for (int variant = 0; variant <= 4; variant += 4) {
-        fi_caps c;
-        memset(&c, 0, sizeof c);
-        c.kind = FI_KIND_MLA_DECODE;
-        c.num_qo_heads = 128;
-        c.num_kv_heads = 1;
-        c.head_dim_qk = 576;
-        c.head_dim_vo = 512;
-        c.variant = variant;
+        const fi_caps c = mla_caps(128, variant);
         fi_plan_view v;
         fi_plan *p = plan_uniform_decode(c, B, P, PS, CTAS, kv, bt, lens, &v);
         assert_int_equal(v.header->tile_rows, 64);
@@ -382,14 +389,7 @@ static void parallel_rows_pack_small_batches_in_pairs(void **state) {
         bt[i] = i;
     int pairs = 0, cut = 0;
     for (int it = 0; it < 80; it++) {
-        fi_caps c;
-        memset(&c, 0, sizeof c);
-        c.kind = FI_KIND_MLA_DECODE;
-        c.num_qo_heads = 16;
-        c.num_kv_heads = 1;
-        c.head_dim_qk = 576;
-        c.head_dim_vo = 512;
-        c.variant = it & 1 ? 8 : 2;
+        fi_caps c = mla_caps(16, it & 1 ? 8 : 2);
         c.q_dtype = c.kv_dtype = it & 1 ? FI_DTYPE_E4M3 : FI_DTYPE_BF16;
         c.o_dtype = FI_DTYPE_BF16;
         c.num_ctas = tt_rng_int(&rng, 1, 132);
