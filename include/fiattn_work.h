@@ -118,7 +118,9 @@ typedef struct fi_plan_header {
                                 > 0: B x q_len, one per query token) */
     int32_t total_q_tokens;  /* rows of out / lse that the plan writes: sum of q_len */
     int32_t tile_rows;       /* rows per tile (q rows x heads), the partial slot height */
-    int32_t kv_chunk;        /* KV tokens per chunk chosen for this batch (the split budget) */
+    int32_t kv_chunk;        /* the cost a CTA was planned for, KV-token units (items' fixed
+                                costs included): the walk's cap, the equal share, or pair
+                                packing's cap (planner/ppair.c); capped at INT32_MAX */
     int32_t pages_per_row;   /* P of a 3-D table (V row offset), else 0 */
     int32_t kv_split_pages;  /* 1 if the page table is [B, 2, P] */
     int32_t causal;
