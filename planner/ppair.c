@@ -153,9 +153,6 @@ FI_PD_STATIC int64_t pair_cap(const pair_geo *g, fi_ppart_scratch *pp, int32_t T
         /* One barrier a round: the next round writes the other half of pair_probe. */
         FI_PP_SYNC();
         uint32_t fit = 0; /* bit j: probe j fits (independent loads, not a dependent walk) */
-#ifdef FI_PLANNER_DEVICE_TU
-#pragma unroll
-#endif
         for (int32_t q = 0; q < FI_PAIR_PROBES; q++)
             fit |= (probe[q] != 0) << q;
         const int32_t j = fit ? fi_ctz64(fit) : FI_PAIR_PROBES; /* the first that fits */

@@ -19,11 +19,11 @@
  *   boundary -> CTA costs per CTA.
  * Unlike the capped walk (partition.c) the budget is not searched: the largest CTA can
  * exceed the mean by what snapping moves (less than a floor plus one tile's fixed cost),
- * and no packing follows; rows that pack plan a batch of at most 2 n tiles in pairs
- * instead (planner/ppair.c, fi_partition_pairs_apply).  A batch of at most n tiles whose largest costs at most the
- * budget plus the row's charge for a cut is planned a tile a CTA instead, none cut
- * (pp_boundaries: the equal share would cut nearly every tile of a uniform decode batch
- * of B <= n in two, for no smaller largest CTA).  Bounds: n - 1 interior boundaries give
+ * and no packing follows (rows that pack hand a batch of at most 2 n tiles to pair
+ * packing instead: planner/ppair.c, fi_partition_pairs_apply).  A batch of at most n
+ * tiles whose largest costs at most the budget plus the row's charge for a cut is planned
+ * a tile a CTA, none cut (pp_boundaries: the equal share would cut nearly every tile of a
+ * uniform decode batch of B <= n in two, for no smaller largest CTA).  Bounds: n - 1 interior boundaries give
  * at most n - 1 cuts, so items <= tiles + n - 1, groups <= n - 1, slots <= 2 (n - 1)
  * (workspace/layout.h).
  */

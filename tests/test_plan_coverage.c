@@ -314,11 +314,12 @@ static void gqa_kv_heads_of_a_request_run_side_by_side(void **state) {
 }
 
 /* The data-parallel rows plan a batch of no more tiles than CTAs a tile a CTA, none cut,
- * when its largest tile costs at most the equal share plus the row's charge for a cut
- * (planner/ppart_core.h pp_boundaries): uniform decode batches of B <= num_ctas requests
- * (MLA heads 16 on row 2: a tile a request; GQA 32 / 8 on rows 1 and 4: 8 tiles a
- * request), random B, CTAs and kv_len, each checked against that rule; and one request
- * 32x longer than the rest is still cut. */
+ * when its largest tile costs at most the equal share plus the row's charge for a cut:
+ * uniform decode batches of B <= num_ctas requests (MLA heads 16 on row 2: a tile a
+ * request, planned by pair packing, planner/ppair.c, which must reach the same plan; GQA
+ * 32 / 8 on rows 1 and 4: 8 tiles a request, planner/ppart_core.h pp_boundaries), random
+ * B, CTAs and kv_len, each checked against that rule; and one request 32x longer than the
+ * rest is still cut. */
 static void parallel_partition_gives_small_uniform_batches_whole_tiles(void **state) {
     (void)state;
     tt_rng rng = {g_seed + 13};
