@@ -460,12 +460,12 @@ static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t 
  * the stamp points reached (planner/device/plan_kernel.cu, plan/hd.h FI_PD_STAMP) in clock
  * order, each with the cycles since the one before (point 9 is the kernel's start). */
 static void dp_print_stamps(const dp_case *d) {
-    long long s[16];
+    long long s[FI_PD_STAMPS];
     if (cudaGraphLaunch(d->exec[G_PLAN], d->v.stream) != cudaSuccess ||
         cudaStreamSynchronize(d->v.stream) != cudaSuccess || fi_device_plan_read_stamps(s))
         return;
-    int order[16] = {0}, n = 0;
-    for (int k = 0; k < 16; k++) {
+    int order[FI_PD_STAMPS] = {0}, n = 0;
+    for (int k = 0; k < FI_PD_STAMPS; k++) {
         if (k == 9 || !s[k]) continue;
         int j = n++;
         for (; j > 0 && s[order[j - 1]] > s[k]; j--) order[j] = order[j - 1];

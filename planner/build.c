@@ -12,6 +12,37 @@
 #include "planner/tiles.h"
 #include "planner/validate.h"
 
+/* CTA c's start record (fi_cta_start_make) into *dst.  On the device as whole-record
+ * 16-byte loads and stores: the record assembled as a struct (memset, then field copies)
+ * and stored through a generic pointer took one thread ~1.7k cycles at every batch size
+ * (clock stamps, H200, docs/perf-log.md twenty-eighth session). */
+FI_PD_STATIC inline void cta_start_store(fi_cta_start *dst, const int32_t *indptr,
+                                         const fi_work_item *items,
+                                         const fi_request_info *requests, int32_t c) {
+#ifdef __CUDA_ARCH__
+    FI_STATIC_ASSERT(offsetof(fi_cta_start, first) == 0 &&
+                         offsetof(fi_cta_start, request) == sizeof(fi_work_item) &&
+                         offsetof(fi_cta_start, item_begin) == 48 &&
+                         offsetof(fi_cta_start, item_end) == 52 &&
+                         offsetof(fi_work_item, request) == 0,
+                     "cta_start_store: fi_cta_start is the item, the request, then the range");
+    const int32_t begin = indptr[c], end = indptr[c + 1];
+    uint4 item0 = make_uint4(0, 0, 0, 0), item1 = item0, request = item0;
+    if (begin < end) {
+        item0 = ((const uint4 *)&items[begin])[0];
+        item1 = ((const uint4 *)&items[begin])[1];
+        request = *(const uint4 *)&requests[(int32_t)item0.x];
+    }
+    uint4 *d = (uint4 *)dst;
+    d[0] = item0;
+    d[1] = item1;
+    d[2] = request;
+    d[3] = make_uint4((uint32_t)begin, (uint32_t)end, 0, 0);
+#else
+    *dst = fi_cta_start_make(indptr, items, requests, c);
+#endif
+}
+
 /* Start records and header, shared by both builds: thread tid of nt writes every nt-th
  * record, thread 0 the header (the sequential build: 0 of 1). */
 FI_PD_STATIC void finish_plan(const fi_layout *l, const fi_batch *batch, int32_t num_requests,
@@ -22,7 +53,7 @@ FI_PD_STATIC void finish_plan(const fi_layout *l, const fi_batch *batch, int32_t
     const fi_request_info *requests = fi_stage_requests(base, l);
     fi_cta_start *starts = fi_stage_cta_starts(base, l);
     for (int32_t c = tid; c < l->num_ctas; c += nt)
-        starts[c] = fi_cta_start_make(indptr, items, requests, c);
+        cta_start_store(&starts[c], indptr, items, requests, c);
     if (tid != 0)
         return;
     fi_plan_header *h = fi_stage_header(base, l);

@@ -1,29 +1,31 @@
 /* planner/scratch.c - allocation of the planner's scratch (planner/scratch.h): one block
- * from the plan's allocator, carved into 64-byte aligned arrays. */
+ * from the plan's allocator, carved into 64-byte aligned arrays.  Host only: the device
+ * planner's launcher places the arrays here and its kernel binds them (scratch.h). */
 #include "planner/scratch.h"
 
 #include <string.h>
 
 #include "plan/host_alloc.h"
 
-/* The next `bytes` (64-byte multiples) of the arena: from its fast block while that holds
- * them, else from its slow block (NULL pointers while only sizing: slow NULL). */
-FI_PD_STATIC void *take(fi_scratch_arena *a, size_t bytes) {
+/* The place (scratch.h) of the next `bytes` (64-byte multiples) of the arena: in its fast
+ * block while that holds them, else in its slow block. */
+static void *take(fi_scratch_arena *a, size_t bytes) {
     bytes = (bytes + 63) / 64 * 64;
-    if (a->fast && a->fast_off + bytes <= a->fast_cap) {
-        void *p = a->fast + a->fast_off;
+    if (a->fast_cap > 0 && a->fast_off + bytes <= a->fast_cap) {
+        const intptr_t at = (intptr_t)a->fast_off;
         a->fast_off += bytes;
-        return p;
+        return (void *)at;
     }
-    void *p = a->slow ? a->slow + a->slow_off : NULL;
+    const intptr_t at = ~(intptr_t)a->slow_off;
     a->slow_off += bytes;
-    return p;
+    return (void *)at;
 }
 
-/* Point the arrays of s into arena a, hottest first (the walk's tiles, CTA costs and prefix
- * sums, then the packing's arrays); returns the bytes taken from the slow block. */
-FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layout *l,
-                                           fi_scratch_arena *a) {
+size_t fi_planner_scratch_place(fi_planner_scratch *s, const fi_layout *l, fi_scratch_arena *a) {
+    /* 32 arrays, one take each: a member added to fi_planner_scratch must be a pointer
+     * placed here (fi_planner_scratch_bind_one reads every pointer-sized slot as a place). */
+    FI_STATIC_ASSERT(sizeof(fi_planner_scratch) == 32 * sizeof(void *),
+                     "fi_planner_scratch: array pointers only, each placed below");
     const size_t tiles = (size_t)l->max_tiles, items = (size_t)l->max_items;
     const size_t ctas = (size_t)l->num_ctas, groups = (size_t)l->max_groups;
     const size_t starts = (ctas > groups ? ctas : groups) + 1;
@@ -65,16 +67,18 @@ FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layo
     return a->slow_off;
 }
 
-#ifndef FI_PLANNER_DEVICE_TU
 size_t fi_planner_scratch_bytes(const fi_layout *l) {
     fi_planner_scratch s;
-    fi_scratch_arena a = {NULL, 0, 0, NULL, 0};
-    return fi_planner_scratch_carve_arena(&s, l, &a);
+    fi_scratch_arena a = {0, 0, 0};
+    return fi_planner_scratch_place(&s, l, &a);
 }
 
 void fi_planner_scratch_carve(fi_planner_scratch *s, const fi_layout *l, unsigned char *base) {
-    fi_scratch_arena a = {NULL, 0, 0, base, 0};
-    fi_planner_scratch_carve_arena(s, l, &a);
+    fi_planner_scratch placed;
+    fi_scratch_arena a = {0, 0, 0};
+    fi_planner_scratch_place(&placed, l, &a);
+    for (size_t i = 0; i < FI_SCRATCH_ARRAYS; i++)
+        ((void **)s)[i] = fi_planner_scratch_bind_one(&placed, i, NULL, base);
 }
 
 fi_planner_scratch *fi_planner_scratch_create(const fi_layout *l, const fi_allocator *a) {
@@ -97,4 +101,3 @@ void fi_planner_scratch_destroy(fi_planner_scratch *s, const fi_allocator *a) {
     fi_host_free(a, s->tiles); /* the block's start */
     fi_host_free(a, s);
 }
-#endif /* FI_PLANNER_DEVICE_TU */

@@ -100,20 +100,38 @@ typedef struct fi_planner_scratch {
     fi_pack_scratch pack;  /* the packing partition's (planner/pack.h) */
 } fi_planner_scratch;
 
-/* Where scratch arrays are carved: a fast block (the device planner's shared memory; NULL
- * on the host) filled first while arrays fit, then a slow block (host memory, or the
- * workspace's planner_scratch region; NULL while only sizing). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The number of arrays in fi_planner_scratch, which holds array pointers and nothing else
+ * (fi_planner_scratch_bind treats it as FI_SCRATCH_ARRAYS pointers). */
+#define FI_SCRATCH_ARRAYS (sizeof(fi_planner_scratch) / sizeof(void *))
+
+/* Where scratch arrays are carved: a fast block of fast_cap bytes (the device planner's
+ * shared memory; none on the host) filled from fast_off first while arrays fit, then a slow
+ * block (host memory, or the workspace's planner_scratch region). */
 typedef struct fi_scratch_arena {
-    unsigned char *fast;
     size_t fast_cap, fast_off;
-    unsigned char *slow;
     size_t slow_off;
 } fi_scratch_arena;
 
-/* Point s's arrays into arena a, hottest first; returns the bytes taken from the slow block
- * (all of them when a has no fast block: fi_planner_scratch_bytes). */
-FI_PD size_t fi_planner_scratch_carve_arena(fi_planner_scratch *s, const fi_layout *l,
-                                           fi_scratch_arena *a);
+/* Give each array of s its place in arena a, hottest first: s's pointers then hold places,
+ * not addresses (a place p >= 0: byte p of the fast block; p < 0: byte ~p of the slow
+ * one), until fi_planner_scratch_bind.  Integer work only, so the device planner's launcher
+ * places the arrays on the host and the kernel only binds them (one pointer a thread: the
+ * sequential carve cost its first thread ~1k cycles).  Returns the bytes taken from the
+ * slow block. */
+size_t fi_planner_scratch_place(fi_planner_scratch *s, const fi_layout *l,
+                                fi_scratch_arena *a);
+
+/* Place i of a placed scratch (0 <= i < FI_SCRATCH_ARRAYS) as an address: in the fast
+ * block at `fast` or the slow one at `slow`. */
+FI_HOST_DEVICE void *fi_planner_scratch_bind_one(const fi_planner_scratch *placed, size_t i,
+                                                 unsigned char *fast, unsigned char *slow) {
+    const intptr_t at = (intptr_t)((void *const *)placed)[i];
+    return at >= 0 ? (void *)(fast + at) : (void *)(slow + ~at);
+}
 
 /* Bytes of the scratch arrays for layout l (64-byte aligned pieces, one block). */
 size_t fi_planner_scratch_bytes(const fi_layout *l);
@@ -129,4 +147,7 @@ fi_planner_scratch *fi_planner_scratch_create(const fi_layout *l, const fi_alloc
 /* Free s (NULL is fine) through the allocator it was created with. */
 void fi_planner_scratch_destroy(fi_planner_scratch *s, const fi_allocator *a);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* FIATTN_PLANNER_SCRATCH_H */

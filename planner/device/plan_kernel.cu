@@ -42,11 +42,10 @@
 #ifdef FI_PROFILE
 /* Clock stamps of the last plan (plan/hd.h FI_PD_STAMP), read back by
  * fi_device_plan_read_stamps: profiling builds only. */
-__device__ long long fi_pd_stamps[16];
+__device__ long long fi_pd_stamps[FI_PD_STAMPS];
 __device__ __forceinline__ void fi_pd_stamp(int k) { fi_pd_stamps[k] = clock64(); }
 #endif
 
-#include "planner/scratch.c"
 #include "planner/validate.c"
 #include "planner/tiles.c"
 #include "planner/model.c"
@@ -208,31 +207,35 @@ __device__ void scan_and_check(const fi_device_plan_params &p, plan_shared &sh,
 }
 
 /* plan_shared's descriptors from the parameter block, a 4-byte word a thread (the batch's
- * batch_size word becomes the step's B), and the scratch arrays carved by thread 0 at the
- * same time.  Every thread; the caller's barrier publishes it. */
+ * batch_size word becomes the step's B), and the scratch arrays bound to their places (the
+ * launcher's, planner/scratch.h) by the last warp, a pointer a thread, at the same time.
+ * Every thread; the caller's barrier publishes it. */
 __device__ void stage_params(const fi_device_plan_params &p, plan_shared &sh, int32_t step_b,
-                             fi_scratch_arena a) {
+                             unsigned char *smem) {
     static_assert(sizeof(fi_caps) % 4 == 0 && sizeof(fi_variant) % 4 == 0 &&
                       sizeof(fi_layout) % 4 == 0 && sizeof(fi_batch) % 4 == 0,
                   "word copies");
     constexpr int kC = sizeof(fi_caps) / 4, kV = sizeof(fi_variant) / 4,
                   kL = sizeof(fi_layout) / 4, kB = sizeof(fi_batch) / 4;
+    static_assert(kC + kV + kL + kB <= kThreads - 32 && FI_SCRATCH_ARRAYS <= 32,
+                  "the words and the scratch pointers on distinct threads");
     constexpr int kBatchSizeWord = offsetof(fi_batch, batch_size) / 4;
-    for (int i = threadIdx.x; i < kC + kV + kL + kB; i += kThreads) {
-        if (i < kC) {
-            ((uint32_t *)&sh.caps)[i] = ((const uint32_t *)&p.caps)[i];
-        } else if (i < kC + kV) {
-            ((uint32_t *)&sh.variant)[i - kC] = ((const uint32_t *)&p.variant)[i - kC];
-        } else if (i < kC + kV + kL) {
-            ((uint32_t *)&sh.layout)[i - kC - kV] = ((const uint32_t *)&p.layout)[i - kC - kV];
-        } else {
-            const int w = i - kC - kV - kL;
-            ((uint32_t *)&sh.batch)[w] =
-                w == kBatchSizeWord ? (uint32_t)step_b : ((const uint32_t *)&p.batch)[w];
-        }
+    const int i = threadIdx.x;
+    if (i < kC) {
+        ((uint32_t *)&sh.caps)[i] = ((const uint32_t *)&p.caps)[i];
+    } else if (i < kC + kV) {
+        ((uint32_t *)&sh.variant)[i - kC] = ((const uint32_t *)&p.variant)[i - kC];
+    } else if (i < kC + kV + kL) {
+        ((uint32_t *)&sh.layout)[i - kC - kV] = ((const uint32_t *)&p.layout)[i - kC - kV];
+    } else if (i < kC + kV + kL + kB) {
+        const int w = i - kC - kV - kL;
+        ((uint32_t *)&sh.batch)[w] =
+            w == kBatchSizeWord ? (uint32_t)step_b : ((const uint32_t *)&p.batch)[w];
+    } else if (i >= kThreads - 32 && i - (kThreads - 32) < (int)FI_SCRATCH_ARRAYS) {
+        const int a = i - (kThreads - 32);
+        ((void **)&sh.scratch)[a] = fi_planner_scratch_bind_one(
+            &p.scratch_places, a, smem, p.workspace + p.layout.off_planner_scratch);
     }
-    if (threadIdx.x == 0)
-        fi_planner_scratch_carve_arena(&sh.scratch, &p.layout, &a);
 }
 
 /* The plan into `base` (shared or the workspace), or the empty plan and the broken rule.
@@ -281,6 +284,31 @@ __device__ void block_copy16(unsigned char *dst, const unsigned char *src, size_
 
 __host__ __device__ inline size_t round64(size_t x) { return (x + 63) / 64 * 64; }
 
+/* Where the kernel's dynamic shared memory (smem_bytes) holds what: the page verdicts [B_max]
+ * at 0 when they fit, then the plan region when it fits, then the scratch arrays from
+ * scratch_off (the launcher places them, planner/scratch.h, the kernel binds them); split:
+ * the parallel rows' second CTA holds its three scan arrays (offset, row, used: [B_max + 1]
+ * each, scan_arr bytes apiece) in its own shared memory, CTA 0's scratch possibly being in
+ * the workspace, where CTA 1 would overwrite it (the verdicts are then in shared memory). */
+struct smem_map {
+    bool verdict_in_smem, plan_in_smem, split;
+    size_t plan_off, scratch_off, scan_arr;
+};
+__host__ __device__ inline smem_map smem_map_of(const fi_layout &l, size_t smem_bytes,
+                                                bool parallel) {
+    smem_map m;
+    size_t off = round64(sizeof(int64_t) * (size_t)l.max_batch);
+    m.verdict_in_smem = off <= smem_bytes;
+    if (!m.verdict_in_smem)
+        off = 0;
+    m.scan_arr = round64(sizeof(int64_t) * ((size_t)l.max_batch + 1));
+    m.split = parallel && 3 * m.scan_arr <= smem_bytes;
+    m.plan_in_smem = off + round64(l.plan_bytes) <= smem_bytes;
+    m.plan_off = off;
+    m.scratch_off = m.plan_in_smem ? off + round64(l.plan_bytes) : off;
+    return m;
+}
+
 /* One kernel per partition kind: the parallel one carries none of the walk's and packing's
  * code (a single CTA runs through it, often with the L2 cold after the previous step's
  * executor: every instruction-cache miss is a DRAM round trip).  p is __grid_constant__, so
@@ -293,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __shared__ plan_shared sh;
 #ifdef FI_PROFILE
     if (threadIdx.x == 0 && blockIdx.x == 0) {
-        for (int k = 0; k < 16; k++)
+        for (int k = 0; k < FI_PD_STAMPS; k++)
             fi_pd_stamps[k] = 0;
         FI_PD_STAMP(9);
     }
@@ -305,12 +333,10 @@ __global__ void __launch_bounds__(kThreads, 1)
      * MLA, a little faster for GQA (docs/perf-log.md, 2026-11-29 twelfth session). */
     const fi_layout &l = p.layout;
     fi_device_status *status = (fi_device_status *)(p.workspace + l.off_device_status);
-    /* Shared memory: verdicts, the plan region, then scratch (planner/scratch.c's order). */
-    size_t off = round64(sizeof(int64_t) * (size_t)l.max_batch);
+    /* Shared memory: verdicts, the plan region, then scratch (smem_map). */
+    const smem_map m = smem_map_of(l, smem_bytes, kParallel);
     int64_t *const pages_region = (int64_t *)(p.workspace + l.off_page_verdict);
-    int64_t *verdict = off <= smem_bytes ? (int64_t *)smem : pages_region;
-    if (off > smem_bytes)
-        off = 0;
+    int64_t *verdict = m.verdict_in_smem ? (int64_t *)smem : pages_region;
     /* The parallel rows run as a cluster of two CTAs (fi_device_plan_launch): CTA 1 scans
      * the page table into the workspace's page_verdict region and checks the batch's rules
      * while CTA 0 plans without checking and takes CTA 1's verdict at the end
@@ -318,20 +344,13 @@ __global__ void __launch_bounds__(kThreads, 1)
      * plan's path.  Where the verdicts do not fit in shared memory CTA 0 scans and checks
      * alone, as the walk's kernel does. */
     const unsigned rank = kParallel ? cooperative_groups::this_cluster().block_rank() : 0;
-    /* CTA 1's scan arrays (offset, row, used: [B_max + 1] each) live in its own shared
-     * memory: CTA 0's scratch may be in the workspace, where CTA 1 would overwrite it. */
-    const size_t scan_arr = round64(sizeof(int64_t) * ((size_t)l.max_batch + 1));
-    const bool split = kParallel && 3 * scan_arr <= smem_bytes; /* then verdict is in smem */
+    const size_t scan_arr = m.scan_arr;
+    const bool split = m.split;
     if (rank == 1 && !split)
         return;
-    unsigned char *base = p.workspace;
+    unsigned char *base = m.plan_in_smem ? smem + m.plan_off : p.workspace;
     const size_t plan_bytes = round64(l.plan_bytes);
-    if (off + plan_bytes <= smem_bytes) {
-        base = smem + off;
-        off += plan_bytes;
-    }
-    stage_params(p, sh, p.batch_size ? *p.batch_size : p.batch.batch_size,
-                 {smem, smem_bytes, off, p.workspace + l.off_planner_scratch, 0});
+    stage_params(p, sh, p.batch_size ? *p.batch_size : p.batch.batch_size, smem);
     __syncthreads();
     if (threadIdx.x == 0 && rank == 0)
         FI_PD_STAMP(11);
@@ -381,10 +400,11 @@ using FI_DEVPLAN_NS::kStaticSmem;
 using FI_DEVPLAN_NS::kThreads;
 using FI_DEVPLAN_NS::plan_kernel;
 using FI_DEVPLAN_NS::round64;
+using FI_DEVPLAN_NS::smem_map_of;
 
 #ifdef FI_PROFILE
 extern "C" int fi_device_plan_read_stamps(long long *host) {
-    return (int)cudaMemcpyFromSymbol(host, fi_pd_stamps, sizeof(long long) * 16);
+    return (int)cudaMemcpyFromSymbol(host, fi_pd_stamps, sizeof(long long) * FI_PD_STAMPS);
 }
 #endif
 
@@ -435,7 +455,11 @@ extern "C" int FI_DEVPLAN_LAUNCH(const fi_device_plan_params *p, int enable_pdl,
     }
     cfg.attrs = attr;
     cfg.numAttrs = n;
-    e = cudaLaunchKernelEx(&cfg, kernel, *p, smem);
+    /* The scratch arrays placed here, on the host, for the kernel to bind (scratch.h). */
+    fi_device_plan_params q = *p;
+    fi_scratch_arena arena = {smem, smem_map_of(l, smem, ctas > 1).scratch_off, 0};
+    fi_planner_scratch_place(&q.scratch_places, &l, &arena);
+    e = cudaLaunchKernelEx(&cfg, kernel, q, smem);
     if (e == cudaSuccess)
         e = cudaGetLastError();
     return (int)e;

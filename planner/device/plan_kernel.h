@@ -24,6 +24,8 @@ typedef struct fi_device_plan_params {
     int32_t max_q_tokens;       /* declared q rows */
     int32_t kv_indices_len;     /* INDPTR: declared kv_indices entries */
     unsigned char *workspace;   /* plan region at offset 0 (layout offsets) */
+    fi_planner_scratch scratch_places; /* set by the launcher: the scratch arrays' places
+                                          (planner/scratch.h), bound by the kernel */
 } fi_device_plan_params;
 
 /* Launch the planning kernel on stream (one CTA; for the parallel rows a cluster of two,
@@ -42,9 +44,11 @@ int fi_device_plan_launch_default(const fi_device_plan_params *p, int enable_pdl
 int fi_device_plan_launch_small(const fi_device_plan_params *p, int enable_pdl, void *stream);
 
 #ifdef FI_PROFILE
-/* Profiling builds (make PROFILE=1): the SM clock stamps of the last plan, host[16]
- * (plan_kernel.cu: FI_PD_STAMP points, 0 where a point was not reached).
+/* Profiling builds (make PROFILE=1): the SM clock stamps of the last plan, host[FI_PD_STAMPS]
+ * (plan_kernel.cu: FI_PD_STAMP points 0 .. FI_PD_STAMPS - 1, 0 where a point was not
+ * reached; the build uses 0-11, the rest are free for experiments).
  * @return the cudaError_t of the copy. */
+#define FI_PD_STAMPS 32
 int fi_device_plan_read_stamps(long long *host);
 #endif
 
