@@ -120,7 +120,7 @@ typedef struct fi_scratch_arena {
  * not addresses (a place p >= 0: byte p of the fast block; p < 0: byte ~p of the slow
  * one), until fi_planner_scratch_bind.  Integer work only, so the device planner's launcher
  * places the arrays on the host and the kernel only binds them (one pointer a thread: the
- * sequential carve cost its first thread ~1k cycles).  Returns the bytes taken from the
+ * sequential carve cost its first thread ~1.65k cycles).  Returns the bytes taken from the
  * slow block. */
 size_t fi_planner_scratch_place(fi_planner_scratch *s, const fi_layout *l,
                                 fi_scratch_arena *a);
