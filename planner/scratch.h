@@ -105,7 +105,7 @@ extern "C" {
 #endif
 
 /* The number of arrays in fi_planner_scratch, which holds array pointers and nothing else
- * (fi_planner_scratch_bind treats it as FI_SCRATCH_ARRAYS pointers). */
+ * (fi_planner_scratch_bind_one reads it as FI_SCRATCH_ARRAYS pointers). */
 #define FI_SCRATCH_ARRAYS (sizeof(fi_planner_scratch) / sizeof(void *))
 
 /* Where scratch arrays are carved: a fast block of fast_cap bytes (the device planner's
@@ -118,10 +118,10 @@ typedef struct fi_scratch_arena {
 
 /* Give each array of s its place in arena a, hottest first: s's pointers then hold places,
  * not addresses (a place p >= 0: byte p of the fast block; p < 0: byte ~p of the slow
- * one), until fi_planner_scratch_bind.  Integer work only, so the device planner's launcher
- * places the arrays on the host and the kernel only binds them (one pointer a thread: the
- * sequential carve cost its first thread ~1.65k cycles).  Returns the bytes taken from the
- * slow block. */
+ * one), until fi_planner_scratch_bind_one.  Integer work only, so the device planner's
+ * launcher places the arrays on the host and the kernel only binds them (one pointer a
+ * thread: the sequential carve cost its first thread ~1.65k cycles).  Returns the bytes
+ * taken from the slow block. */
 size_t fi_planner_scratch_place(fi_planner_scratch *s, const fi_layout *l,
                                 fi_scratch_arena *a);
 
