@@ -65,6 +65,15 @@ FI_PD_STATIC inline int64_t pair_pieces(const pair_geo *g, int64_t cost, int64_t
     return p * g->least <= kv ? p : 0;
 }
 
+/* floor(j len / p), the start of piece j of p equal pieces of len keys (0 <= j <= p, len <
+ * 2^31, p <= n < 2^16: pieces are CTAs), in 32-bit arithmetic: j (len / p) + j (len % p) /
+ * p, where j (len % p) < p^2 < 2^32 (the device's 64-bit division is a long call). */
+FI_PD_STATIC inline int64_t piece_at(int64_t len, int64_t j, int64_t p) {
+    const uint32_t l = (uint32_t)len, d = (uint32_t)p, jj = (uint32_t)j;
+    const uint32_t q = l / d, r = l - q * d;
+    return (int64_t)jj * q + jj * r / d;
+}
+
 /* Whether cap C fits n CTAs (the file's rule), on one warp (all of it on the host): the
  * pieces and the small tiles counted over the ascending tiles (a lane's pieces saturate
  * at n + 1, as does a tile C cannot split: either way more than n CTAs, which no pairing
@@ -103,23 +112,38 @@ static int pair_key_cmp(const void *a, const void *b) {
 }
 #endif
 
-/* The tiles in increasing (cost, index) order into pp->pair_* (keys: scratch [T]).  The
- * device ranks each key by counting the smaller ones (a thread a tile); the host sorts.
- * Ends with a barrier. */
+/* The tiles in increasing (cost, index) order into pp->pair_* (keys: scratch [T], 16-byte
+ * aligned).  The device ranks each key by counting the smaller ones: w threads a tile (w
+ * = 1, 2 or 4, the most with T w <= the CTA's threads; adjacent lanes, their counts
+ * summed by shuffles), two keys a 16-byte shared load; the host sorts.  Ends with a
+ * barrier. */
 FI_PD_STATIC void pair_sort(const fi_tile *tiles, int32_t T, int64_t *keys, fi_ppart_scratch *pp) {
     FI_PP_FOR(t, T)
     keys[t] = tiles[t].cost << PAIR_KEY_SHIFT | t;
     FI_PP_SYNC();
 #ifdef FI_PLANNER_DEVICE_TU
-    FI_PP_FOR(t, T) {
+    const int32_t w = 4 * T <= FI_PP_NT ? 4 : 2 * T <= FI_PP_NT ? 2 : 1;
+    const int32_t part = FI_PP_TID & (w - 1), half = T >> 1;
+    const uint32_t lane = (uint32_t)FI_PP_TID & 31u;
+    const uint32_t group = ((1u << w) - 1u) << (lane & ~(uint32_t)(w - 1));
+    const longlong2 *pairs = (const longlong2 *)keys;
+    for (int32_t t = FI_PP_TID / w; t < T; t += FI_PP_NT / w) {
         const int64_t key = keys[t];
         int32_t r = 0;
 #pragma unroll 4
-        for (int32_t u = 0; u < T; u++)
-            r += keys[u] < key;
-        pp->pair_cost[r] = tiles[t].cost;
-        pp->pair_kv[r] = (int64_t)tiles[t].kv_end - tiles[t].kv_begin;
-        pp->pair_tile[r] = t;
+        for (int32_t u = part; u < half; u += w) {
+            const longlong2 k2 = pairs[u];
+            r += (k2.x < key) + (k2.y < key);
+        }
+        if ((T & 1) && part == 0)
+            r += keys[T - 1] < key;
+        for (int32_t o = 1; o < w; o <<= 1)
+            r += __shfl_xor_sync(group, r, o);
+        if (part == 0) {
+            pp->pair_cost[r] = tiles[t].cost;
+            pp->pair_kv[r] = (int64_t)tiles[t].kv_end - tiles[t].kv_begin;
+            pp->pair_tile[r] = t;
+        }
     }
 #else
     qsort(keys, (size_t)T, sizeof *keys, pair_key_cmp);
@@ -202,34 +226,55 @@ FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, in
         return pp_over(err, P, l->max_slots);
     /* The pieces, a thread an item (B1 x 32k: 128 of one tile): the tile by a search over
      * the big tiles' words, off[r] = first item << 32 | r; pieces of kv / p (>= g.least),
-     * ends rounded to the grain; a tile's first piece writes its group. */
+     * ends rounded to the grain; a tile's first piece writes its group.  Each thread sums
+     * the costs of the CTAs it writes (a piece or a lone tile: a CTA; a pair: both
+     * items), so the totals need no second pass over the items (pp_finish's). */
+    int64_t total = 0, max = 0;
     FI_PP_FOR(it, (int32_t)P) {
         const int32_t r = fi_last_le(off, (int32_t)nb, (int64_t)it << 32 | 0xffffffff);
         const fi_tile *tl = &tiles[pp->pair_tile[T - 1 - r]];
         const int32_t first = (int32_t)pp_items(off[r]);
         const int64_t p = (r + 1 < nb ? pp_items(off[r + 1]) : P) - first, j = it - first;
         const int64_t kv0 = tl->kv_begin, len = tl->kv_end - tl->kv_begin;
-        const int32_t start = j == 0 ? tl->kv_begin : (int32_t)fi_grain_round(sg, kv0 + j * len / p);
+        const int32_t start = j == 0 ? tl->kv_begin : (int32_t)fi_grain_round(sg, kv0 + piece_at(len, j, p));
         const int32_t end =
-            j + 1 == p ? tl->kv_end : (int32_t)fi_grain_round(sg, kv0 + (j + 1) * len / p);
+            j + 1 == p ? tl->kv_end : (int32_t)fi_grain_round(sg, kv0 + piece_at(len, j + 1, p));
         fi_tile_item_store(&items[it], tl, start, end, it, r);
         if (j == 0)
             groups[r] = fi_tile_group(tl, first, (int32_t)p, first);
+        const int64_t cost = tl->cost - len + (end - start); /* the tile's fixed part + keys */
+        total += cost;
+        max = cost > max ? cost : max;
     }
-    /* The small tiles (ranks nb ..): unpaired ones a CTA each, then the pairs. */
-    FI_PP_FOR(u, (int32_t)m) {
+    /* The small tiles (ranks nb ..), a thread a CTA: the unpaired ones (u < lone) alone,
+     * then pair q: the q-th largest of the 2k smallest and the q-th smallest, larger first. */
+    FI_PP_FOR(u, (int32_t)(lone + k)) {
         const fi_tile *tl = &tiles[pp->pair_tile[m - 1 - u]];
-        const int64_t q = u - lone; /* < 0: unpaired; else of the 2k smallest */
-        const int64_t at = q < 0 ? P + u : P + lone + 2 * (q < k ? q : 2 * k - 1 - q) + (q >= k);
+        const int64_t at = u < lone ? P + u : P + lone + 2 * (u - lone);
         fi_tile_item_store(&items[at], tl, tl->kv_begin, tl->kv_end, -1, -1);
+        int64_t cost = tl->cost;
+        if (u >= lone) {
+            const fi_tile *sm = &tiles[pp->pair_tile[u - lone]];
+            fi_tile_item_store(&items[at + 1], sm, sm->kv_begin, sm->kv_end, -1, -1);
+            cost += sm->cost;
+        }
+        total += cost;
+        max = cost > max ? cost : max;
     }
     FI_PP_FOR(c, n + 1) {
         const int64_t pair = c - P - lone;
         work_indptr[c] = (int32_t)(pair <= 0 ? c : pair <= k ? P + lone + 2 * pair : num_items);
     }
-    FI_PP_SYNC();
     if (FI_PP_LEADER)
         FI_PD_STAMP(6);
-    pp_finish(v, items, work_indptr, n, num_items, nb, P, C, res);
+    /* The sum and the largest CTA (its barriers also publish the items for the start
+     * records). */
+    fi_pp_sum_max(&total, &max);
+    res->num_items = (int32_t)num_items;
+    res->num_groups = (int32_t)nb;
+    res->num_slots = (int32_t)P;
+    res->budget = C;
+    res->total_cost = total;
+    res->max_cta_cost = max;
     return FI_OK;
 }

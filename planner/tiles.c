@@ -8,6 +8,7 @@
 typedef struct tile_geo {
     int32_t h_kv, group, q_step, h_step, n_hb;
     int32_t ways; /* tiles.h's order: 1 request-major; n_hb head-chunk-major; h_kv KV-head-major */
+    int32_t whole_groups; /* group % h_step == 0: every head chunk is h_step heads */
 } tile_geo;
 
 FI_PD_STATIC tile_geo tile_geo_of(const fi_variant *v, const fi_caps *caps) {
@@ -19,6 +20,7 @@ FI_PD_STATIC tile_geo tile_geo_of(const fi_variant *v, const fi_caps *caps) {
     g.h_step = g.group >= v->tile_rows ? v->tile_rows : g.group;
     g.n_hb = (g.group + g.h_step - 1) / g.h_step;
     g.ways = g.n_hb > 1 ? g.n_hb : 1; /* KV-head-major: set by kv_head_order, per batch */
+    g.whole_groups = g.group % g.h_step == 0;
     return g;
 }
 
@@ -58,51 +60,66 @@ FI_PD_STATIC int64_t request_tile_count(const tile_geo *g, int32_t q_len) {
     return (int64_t)g->h_kv * request_q_tiles(g, q_len) * g->n_hb;
 }
 
+/* Whether request_tiles takes its decode path for a request of q_len rows (one q block,
+ * whole head chunks; stride 0 or one head chunk). */
+FI_PD_STATIC FI_PD_INLINE int decode_tiles_apply(const tile_geo *g, int32_t q_len, int64_t stride) {
+    return (stride == 0 || g->n_hb == 1) && q_len >= 1 && q_len <= g->q_step && g->whole_groups;
+}
+
+/* request_tiles for a request decode_tiles_apply accepts (every GQA / MLA decode batch):
+ * the KV range and the cost depend on the request only, so they are computed once for its
+ * h_kv x head-block tiles (GQA decode at 1024 requests: 8192 tiles); same tiles, same
+ * order.  Inlined into the tile loops (the device planner's parallel build writes a tile a
+ * thread at MLA heads 16: an outlined call was most of that step). */
+FI_PD_STATIC FI_PD_INLINE int64_t decode_tiles(const fi_variant *row, const tile_geo *g, int32_t b,
+                                               const fi_request_info *r, int32_t causal,
+                                               int32_t window_left, fi_tile *out, int64_t stride) {
+    const int32_t q_len = r->q_len, kv_len = r->kv_len;
+    int32_t lo, hi, n = 0;
+    fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
+    const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)q_len * g->h_step);
+    /* Each tile stored as the four 8-byte words of its layout (tile_word), kept in
+     * registers: fewer stores than field by field (GQA decode at 1024 requests: 8192
+     * tiles), and no 16-byte reload of a tile just built in memory field by field, which
+     * stalls on store forwarding (half of tile building at MLA heads 16, one tile a
+     * request).  Heads stay below 2^15, so adding step to both halves never carries. */
+    const int32_t heads = g->h_kv * g->group, step = g->h_step;
+    uint64_t w0 = tile_word((uint32_t)b, (uint32_t)step << 16); /* heads 0 .. step */
+    const uint64_t w1 = tile_word(0, (uint32_t)q_len);
+    const uint64_t w2 = tile_word((uint32_t)lo, (uint32_t)hi), w3 = (uint64_t)cost;
+    const uint64_t next = tile_word(0, (uint32_t)step * 0x10001u); /* both heads + step */
+    const int64_t advance = stride ? stride : 1; /* tile n (KV head n) at out[n * advance] */
+    fi_tile *at = out;
+    for (int32_t hb = 0; hb < heads; hb += step, at += advance) {
+#ifdef __CUDA_ARCH__ /* two 16-byte stores (a tile is 32-byte aligned): tiles.h */
+        ((ulonglong2 *)at)[0] = make_ulonglong2(w0, w1);
+        ((ulonglong2 *)at)[1] = make_ulonglong2(w2, w3);
+#else
+        unsigned char *o = (unsigned char *)at;
+        fi_copy_bytes(o, &w0, 8);
+        fi_copy_bytes(o + 8, &w1, 8);
+        fi_copy_bytes(o + 16, &w2, 8);
+        fi_copy_bytes(o + 24, &w3, 8);
+#endif
+        w0 += next;
+        n++;
+    }
+    return cost * n;
+}
+
 /* Write request b's tiles (request_tile_count of them); returns their cost.  stride 0:
  * request-major, at out[0 ..) in (KV head, q tile, head chunk) order; else, with several
  * head chunks (g.n_hb > 1), head-chunk-major: the tile of (KV head, q tile) i and head
  * chunk c at out[i + c * stride]; with one (g.ways == h_kv), KV-head-major: the tile of
- * KV head kvh and q tile j at out[j + kvh * stride]. */
-FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, tile_geo g, int32_t b,
-                                   const fi_request_info *r, int32_t causal,
-                                   int32_t window_left, fi_tile *out, int64_t stride) {
+ * KV head kvh and q tile j at out[j + kvh * stride].  The general path (prefill, MTP
+ * blocks, split head groups); decode requests go through decode_tiles. */
+FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles_general(const fi_variant *row, const tile_geo *gp,
+                                                         int32_t b, const fi_request_info *r,
+                                                         int32_t causal, int32_t window_left,
+                                                         fi_tile *out, int64_t stride) {
+    const tile_geo g = *gp;
     const int32_t q_len = r->q_len, kv_len = r->kv_len;
     int64_t total = 0;
-    /* Decode (one q block a request, as every GQA / MLA decode batch): the KV range and the
-     * cost depend on the request only, so they are computed once for its h_kv x head-block
-     * tiles (GQA decode at 1024 requests: 8192 tiles); same tiles, same order. */
-    if ((stride == 0 || g.n_hb == 1) && q_len >= 1 && q_len <= g.q_step && g.group % g.h_step == 0) {
-        int32_t lo, hi, n = 0;
-        fi_tile_kv_range(causal, window_left, q_len, kv_len, 0, q_len, &lo, &hi);
-        const int64_t cost = fi_variant_item_cost(row, hi - lo, (int64_t)q_len * g.h_step);
-        /* Each tile stored as the four 8-byte words of its layout (tile_word), kept in
-         * registers: fewer stores than field by field (GQA decode at 1024 requests: 8192
-         * tiles), and no 16-byte reload of a tile just built in memory field by field,
-         * which stalls on store forwarding (half of tile building at MLA heads 16, one tile
-         * a request).  Heads stay below 2^15, so adding step to both halves never carries. */
-        const int32_t heads = g.h_kv * g.group, step = g.h_step;
-        uint64_t w0 = tile_word((uint32_t)b, (uint32_t)step << 16); /* heads 0 .. step */
-        const uint64_t w1 = tile_word(0, (uint32_t)q_len);
-        const uint64_t w2 = tile_word((uint32_t)lo, (uint32_t)hi), w3 = (uint64_t)cost;
-        const uint64_t next = tile_word(0, (uint32_t)step * 0x10001u); /* both heads + step */
-        const int64_t advance = stride ? stride : 1; /* tile n (KV head n) at out[n * advance] */
-        fi_tile *at = out;
-        for (int32_t hb = 0; hb < heads; hb += step, at += advance) {
-#ifdef __CUDA_ARCH__ /* two 16-byte stores (a tile is 32-byte aligned): tiles.h */
-            ((ulonglong2 *)at)[0] = make_ulonglong2(w0, w1);
-            ((ulonglong2 *)at)[1] = make_ulonglong2(w2, w3);
-#else
-            unsigned char *o = (unsigned char *)at;
-            fi_copy_bytes(o, &w0, 8);
-            fi_copy_bytes(o + 8, &w1, 8);
-            fi_copy_bytes(o + 16, &w2, 8);
-            fi_copy_bytes(o + 24, &w3, 8);
-#endif
-            w0 += next;
-            n++;
-        }
-        return cost * n;
-    }
     int64_t i = 0; /* (KV head, q tile) pairs so far */
     const int64_t nq = request_q_tiles(&g, q_len); /* q tiles a KV head */
     for (int32_t kvh = 0; kvh < g.h_kv; kvh++) {
@@ -123,6 +140,15 @@ FI_PD_STATIC FI_PD_OUTLINE int64_t request_tiles(const fi_variant *row, tile_geo
         }
     }
     return total;
+}
+
+/* Request b's tiles, by the path that applies. */
+FI_PD_STATIC FI_PD_INLINE int64_t request_tiles(const fi_variant *row, const tile_geo *g, int32_t b,
+                                                const fi_request_info *r, int32_t causal,
+                                                int32_t window_left, fi_tile *out, int64_t stride) {
+    return decode_tiles_apply(g, r->q_len, stride)
+               ? decode_tiles(row, g, b, r, causal, window_left, out, stride)
+               : request_tiles_general(row, g, b, r, causal, window_left, out, stride);
 }
 
 FI_PD_STATIC fi_status over_tiles(fi_error_detail *err, int32_t b, int32_t max_tiles) {
@@ -155,7 +181,7 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
         const int64_t stride = n / g.ways, per = (int64_t)g.h_kv * g.n_hb / g.ways;
         int64_t at = 0;
         for (int32_t b = 0; b < batch_size; b++) {
-            total += request_tiles(&row, g, b, &requests[b], causal, window_left, tiles + at, stride);
+            total += request_tiles(&row, &g, b, &requests[b], causal, window_left, tiles + at, stride);
             at += request_q_tiles(&g, requests[b].q_len) * per; /* its tiles / ways */
         }
         *num_tiles = (int32_t)n;
@@ -167,7 +193,7 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
         const int64_t k = request_tile_count(&g, requests[b].q_len);
         if (n + k > max_tiles)
             return over_tiles(err, b, max_tiles);
-        total += request_tiles(&row, g, b, &requests[b], causal, window_left, tiles + n, 0);
+        total += request_tiles(&row, &g, b, &requests[b], causal, window_left, tiles + n, 0);
         n += k;
     }
     *num_tiles = (int32_t)n;
@@ -194,11 +220,11 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
     kv_head_order(&g, v, caps, n);
     if (g.ways > 1) { /* head-chunk- or KV-head-major: a request's first tiles at offset / ways */
         FI_PP_FOR(b, batch_size)
-        request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b] / g.ways,
+        request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b] / g.ways,
                       n / g.ways);
     } else {
         FI_PP_FOR(b, batch_size)
-        request_tiles(v, g, b, &requests[b], causal, window_left, tiles + offset[b], 0);
+        request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b], 0);
     }
     FI_PP_SYNC(); /* the tiles are read by other threads next */
     *num_tiles = (int32_t)n;
