@@ -327,10 +327,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #endif
     fi::griddep_wait(); /* the lengths may come from the previous kernel */
-    /* No griddepcontrol.launch_dependents: the executor launches as this grid's threads exit.
-     * Launched at the start, its persistent grid became resident on every SM but the
+    /* griddepcontrol.launch_dependents only once the plan is built (before the copy-out):
+     * the executor's grid then launches while this CTA copies the plan out, and waits for
+     * this grid's completion (its griddepcontrol.wait) before it reads anything.  Launched
+     * at the start instead, its persistent grid became resident on every SM but the
      * planner's, whose CTAs then started last and held up the in-kernel merge: slower for
-     * MLA, a little faster for GQA (docs/perf-log.md, 2026-11-29 twelfth session). */
+     * MLA (docs/perf-log.md, 2026-11-29 twelfth session); launched at the end, as the
+     * planner's threads exit, its launch latency was on the step's path (twenty-ninth
+     * session: the trigger after the build took e2e with PDL 0.2-1.2 us lower). */
     const fi_layout &l = p.layout;
     fi_device_status *status = (fi_device_status *)(p.workspace + l.off_device_status);
     /* Shared memory: verdicts, the plan region, then scratch (smem_map). */
@@ -380,6 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         FI_PD_STAMP(0);
     if (kParallel || threadIdx.x == 0)
         plan_step<kParallel>(p, sh, verdict, split, base, status);
+    fi::griddep_launch_dependents(); /* CTA 0 (CTA 1 exits after its check) */
     if (threadIdx.x == 0)
         FI_PD_STAMP(8);
     if (base == p.workspace)
