@@ -436,8 +436,10 @@ typedef struct fi_device_batch {
  * source, compiled for host and device; docs/DESIGN.md section 6a).  A later fi_run on the
  * same stream executes it.  enable_pdl launches the planner with programmatic dependent
  * launch: it may start while the stream's previous kernel ends and waits for that kernel
- * before reading the batch.  It never triggers its dependents early, so an fi_run with
- * PDL after it launches as the planner's threads exit (its persistent grid needs every SM).
+ * before reading the batch.  It triggers its dependents once the plan is built, before it
+ * copies the plan out, so an fi_run with PDL after it launches while the planner finishes
+ * and reads nothing before the planner has completed (not earlier: its persistent grid
+ * needs every SM).
  * Capturable: no host work depends on the lengths, nothing is copied or synchronised, so
  * the pair (fi_plan_update_device, fi_run) can be captured once and replayed for any
  * lengths the engine writes into the arrays.
