@@ -228,7 +228,8 @@ FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, in
      * the big tiles' words, off[r] = first item << 32 | r; pieces of kv / p (>= g.least),
      * ends rounded to the grain; a tile's first piece writes its group.  Each thread sums
      * the costs of the CTAs it writes (a piece or a lone tile: a CTA; a pair: both
-     * items), so the totals need no second pass over the items (pp_finish's). */
+     * items; a whole tile's cost is its item's), so the totals need no second pass over
+     * the items (pp_finish's). */
     int64_t total = 0, max = 0;
     FI_PP_FOR(it, (int32_t)P) {
         const int32_t r = fi_last_le(off, (int32_t)nb, (int64_t)it << 32 | 0xffffffff);
@@ -242,7 +243,8 @@ FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, in
         fi_tile_item_store(&items[it], tl, start, end, it, r);
         if (j == 0)
             groups[r] = fi_tile_group(tl, first, (int32_t)p, first);
-        const int64_t cost = tl->cost - len + (end - start); /* the tile's fixed part + keys */
+        const int64_t cost = fi_variant_item_cost(
+            v, end - start, (int64_t)(tl->q_end - tl->q_begin) * (tl->head_end - tl->head_begin));
         total += cost;
         max = cost > max ? cost : max;
     }
@@ -267,14 +269,6 @@ FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, in
     }
     if (FI_PP_LEADER)
         FI_PD_STAMP(6);
-    /* The sum and the largest CTA (its barriers also publish the items for the start
-     * records). */
-    fi_pp_sum_max(&total, &max);
-    res->num_items = (int32_t)num_items;
-    res->num_groups = (int32_t)nb;
-    res->num_slots = (int32_t)P;
-    res->budget = C;
-    res->total_cost = total;
-    res->max_cta_cost = max;
+    pp_result(num_items, nb, P, C, total, max, res); /* publishes the items too */
     return FI_OK;
 }

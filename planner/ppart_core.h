@@ -154,6 +154,21 @@ FI_PD_STATIC inline int64_t items_cost(const fi_variant *v, const fi_work_item *
     return cost;
 }
 
+/* The partition's totals into *res: the counts and budget, and the sum and maximum of
+ * every thread's CTA costs (total, max: this thread's share; fi_pp_sum_max's barriers also
+ * publish what the threads wrote before).  Every thread. */
+FI_PD_STATIC inline void pp_result(int64_t num_items, int64_t num_groups, int64_t num_slots,
+                                   int64_t budget, int64_t total, int64_t max,
+                                   fi_partition_result *res) {
+    res->num_items = (int32_t)num_items;
+    res->num_groups = (int32_t)num_groups;
+    res->num_slots = (int32_t)num_slots;
+    res->budget = budget;
+    fi_pp_sum_max(&total, &max);
+    res->total_cost = total;
+    res->max_cta_cost = max;
+}
+
 /* The partition's totals into *res, with the CTA costs' sum and maximum from the written
  * work_indptr [n + 1] and items (every thread, after a barrier; ends with one).  A warp
  * a CTA, its lanes over the items, when CTAs hold several (a thread a CTA read them one
@@ -181,13 +196,7 @@ FI_PD_STATIC inline void pp_finish(const fi_variant *v, const fi_work_item *item
             max = cost > max ? cost : max;
         }
     }
-    res->num_items = (int32_t)num_items;
-    res->num_groups = (int32_t)num_groups;
-    res->num_slots = (int32_t)num_slots;
-    res->budget = budget;
-    fi_pp_sum_max(&total, &max);
-    res->total_cost = total;
-    res->max_cta_cost = max;
+    pp_result(num_items, num_groups, num_slots, budget, total, max, res);
 }
 
 #endif /* FIATTN_PLANNER_PPART_CORE_H */

@@ -334,7 +334,8 @@ __global__ void __launch_bounds__(kThreads, 1)
      * planner's, whose CTAs then started last and held up the in-kernel merge: slower for
      * MLA (docs/perf-log.md, 2026-11-29 twelfth session); launched at the end, as the
      * planner's threads exit, its launch latency was on the step's path (twenty-ninth
-     * session: the trigger after the build took e2e with PDL 0.2-1.2 us lower). */
+     * session: the trigger after the build took e2e with PDL up to 3 us lower, level at
+     * MLA heads 16 with 1 and 32 requests). */
     const fi_layout &l = p.layout;
     fi_device_status *status = (fi_device_status *)(p.workspace + l.off_device_status);
     /* Shared memory: verdicts, the plan region, then scratch (smem_map). */
