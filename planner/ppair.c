@@ -228,8 +228,8 @@ FI_PD fi_status fi_partition_pairs(const fi_variant *v, const fi_tile *tiles, in
      * the big tiles' words, off[r] = first item << 32 | r; pieces of kv / p (>= g.least),
      * ends rounded to the grain; a tile's first piece writes its group.  Each thread sums
      * the costs of the CTAs it writes (a piece or a lone tile: a CTA; a pair: both
-     * items; a whole tile's cost is its item's), so the totals need no second pass over
-     * the items (pp_finish's). */
+     * items; a whole tile's cost is its item's), so the totals need no pass over the
+     * items. */
     int64_t total = 0, max = 0;
     FI_PP_FOR(it, (int32_t)P) {
         const int32_t r = fi_last_le(off, (int32_t)nb, (int64_t)it << 32 | 0xffffffff);

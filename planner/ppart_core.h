@@ -140,16 +140,32 @@ FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t lim
     return FI_ERR_PLAN_OVER_CAPS;
 }
 
-/* The cost of items [i0, i1) (fi_variant_item_cost), of every lanes-th from i0 + lane. */
-FI_PD_STATIC inline int64_t items_cost(const fi_variant *v, const fi_work_item *items, int32_t i0,
-                                       int32_t i1, int32_t lane, int32_t lanes) {
-    int64_t cost = 0;
-    FI_PD_NO_UNROLL
-    for (int32_t i = i0 + lane; i < i1; i += lanes) {
-        const fi_work_item *it = &items[i];
-        cost += fi_variant_item_cost(v, it->kv_end - it->kv_begin,
-                                     (int64_t)(it->q_end - it->q_begin) *
-                                         (it->head_end - it->head_begin));
+/* CTA c's cost, the sum of its items' fi_variant_item_cost, from the boundaries alone
+ * (after pp_boundaries): CTA c runs from boundary c to boundary c + 1, so its items are
+ * the piece of tile btile[c] from boundary c on, the whole tiles after it and the piece of
+ * tile btile[c + 1] before boundary c + 1 (when that boundary is interior).  An item costs
+ * its KV tokens plus its rows' fixed cost, and a whole tile's item costs the tile's cost,
+ * so the whole tiles are a difference of prefix sums: O(1) a CTA, where reading the items
+ * back was O(items) (GQA at 128 requests: 1,102 items, ~10k of the planning kernel's
+ * ~52k cycles, H200). */
+FI_PD_STATIC inline int64_t pp_cta_cost(const fi_variant *v, const fi_tile *tiles,
+                                        const int64_t *prefix, const fi_ppart_scratch *pp,
+                                        int32_t T, int32_t c) {
+    const int32_t t0 = pp->btile[c], t1 = pp->btile[c + 1];
+    if (t0 >= T)
+        return 0;
+    const fi_tile *a = &tiles[t0];
+    const int64_t rows_a = (int64_t)(a->q_end - a->q_begin) * (a->head_end - a->head_begin);
+    const int64_t s = pp->interior[c] ? pp->bkv[c] : a->kv_begin;
+    if (t1 == t0) /* one piece inside tile t0, or none (equal boundaries) */
+        return pp->interior[c + 1] && pp->bkv[c + 1] > s
+                   ? fi_variant_item_cost(v, pp->bkv[c + 1] - s, rows_a)
+                   : 0;
+    int64_t cost = fi_variant_item_cost(v, a->kv_end - s, rows_a) + prefix[t1] - prefix[t0 + 1];
+    if (t1 < T && pp->interior[c + 1]) {
+        const fi_tile *b = &tiles[t1];
+        cost += fi_variant_item_cost(v, pp->bkv[c + 1] - b->kv_begin,
+                                     (int64_t)(b->q_end - b->q_begin) * (b->head_end - b->head_begin));
     }
     return cost;
 }
@@ -169,32 +185,18 @@ FI_PD_STATIC inline void pp_result(int64_t num_items, int64_t num_groups, int64_
     res->max_cta_cost = max;
 }
 
-/* The partition's totals into *res, with the CTA costs' sum and maximum from the written
- * work_indptr [n + 1] and items (every thread, after a barrier; ends with one).  A warp
- * a CTA, its lanes over the items, when CTAs hold several (a thread a CTA read them one
- * round trip after another: at 1024 GQA requests, 63 items a CTA in global memory); else
- * a thread a CTA (the warps' shuffles cost more than one or two items: MLA heads 16 at 32
- * to 128 requests). */
-FI_PD_STATIC inline void pp_finish(const fi_variant *v, const fi_work_item *items,
-                                   const int32_t *work_indptr, int32_t n, int64_t num_items,
-                                   int64_t num_groups, int64_t num_slots, int64_t budget,
-                                   fi_partition_result *res) {
+/* The partition's totals into *res, with the CTA costs' sum and maximum from the
+ * boundaries (pp_cta_cost; tiles, prefix [T + 1] and pp as pp_boundaries left them).  Every
+ * thread; its barriers also publish the items and work_indptr the threads wrote before. */
+FI_PD_STATIC inline void pp_finish(const fi_variant *v, const fi_tile *tiles,
+                                   const int64_t *prefix, const fi_ppart_scratch *pp, int32_t T,
+                                   int32_t n, int64_t num_items, int64_t num_groups,
+                                   int64_t num_slots, int64_t budget, fi_partition_result *res) {
     int64_t total = 0, max = 0;
-    if (num_items > 4 * (int64_t)n) {
-        FI_PP_FOR_WARP(c, n) {
-            const int64_t cost = fi_pp_warp_sum(
-                items_cost(v, items, work_indptr[c], work_indptr[c + 1], FI_PP_LANE, FI_PP_LANES));
-            if (FI_PP_LANE == 0) {
-                total += cost;
-                max = cost > max ? cost : max;
-            }
-        }
-    } else {
-        FI_PP_FOR(c, n) {
-            const int64_t cost = items_cost(v, items, work_indptr[c], work_indptr[c + 1], 0, 1);
-            total += cost;
-            max = cost > max ? cost : max;
-        }
+    FI_PP_FOR(c, n) {
+        const int64_t cost = pp_cta_cost(v, tiles, prefix, pp, T, c);
+        total += cost;
+        max = cost > max ? cost : max;
     }
     pp_result(num_items, num_groups, num_slots, budget, total, max, res);
 }
