@@ -38,7 +38,8 @@
 /* i over [0, n), split across the threads (all of them on the host). */
 #define FI_PP_FOR(i, n) for (int32_t i = FI_PP_TID; i < (n); i += FI_PP_NT)
 /* i over [0, n) a warp each (all of them on the host), the warp's lanes splitting the
- * work of one i: lane FI_PP_LANE of FI_PP_LANES, combined by fi_pp_warp_sum. */
+ * work of one i: lane FI_PP_LANE of FI_PP_LANES, combined by fi_pp_warp_sum32 or
+ * fi_pp_warp_any. */
 #if defined(FI_PLANNER_DEVICE_TU) && defined(__CUDA_ARCH__)
 #define FI_PP_FOR_WARP(i, n) \
     for (int32_t i = (int32_t)threadIdx.x >> 5; i < (n); i += FI_PP_WARPS)
@@ -125,13 +126,6 @@ static __device__ __noinline__ void fi_pp_sum_max(int64_t *s, int64_t *m) {
     __syncthreads(); /* part is reused by the next call */
 }
 
-/* Sum of v over the lanes of the warp, returned to every lane (no barrier). */
-__device__ __forceinline__ int64_t fi_pp_warp_sum(int64_t v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* 32-bit sum of v over the lanes of the warp, returned to every lane: one redux.sync
  * (sm_80 on) instead of five shuffle steps (no barrier). */
 __device__ __forceinline__ uint32_t fi_pp_warp_sum32(uint32_t v) {
@@ -215,7 +209,6 @@ static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int
 }
 #else
 FI_PD_STATIC inline int32_t fi_pp_chunk(int32_t n, int end) { return end ? n : 0; }
-FI_PD_STATIC inline int64_t fi_pp_warp_sum(int64_t v) { return v; }
 FI_PD_STATIC inline uint32_t fi_pp_warp_sum32(uint32_t v) { return v; }
 FI_PD_STATIC inline int fi_pp_warp_any(int x) { return x; }
 FI_PD_STATIC inline int64_t fi_pp_min(int64_t v) { return v; }

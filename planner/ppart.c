@@ -116,6 +116,6 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     }
     if (FI_PP_LEADER)
         FI_PD_STAMP(6);
-    pp_finish(v, tiles, prefix, pp, T, n, num_items, num_groups, num_slots, budget, res);
+    pp_finish(tiles, prefix, pp, T, n, num_items, num_groups, num_slots, budget, res);
     return FI_OK;
 }

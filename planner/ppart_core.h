@@ -140,33 +140,31 @@ FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t lim
     return FI_ERR_PLAN_OVER_CAPS;
 }
 
-/* CTA c's cost, the sum of its items' fi_variant_item_cost, from the boundaries alone
- * (after pp_boundaries): CTA c runs from boundary c to boundary c + 1, so its items are
- * the piece of tile btile[c] from boundary c on, the whole tiles after it and the piece of
- * tile btile[c + 1] before boundary c + 1 (when that boundary is interior).  An item costs
- * its KV tokens plus its rows' fixed cost, and a whole tile's item costs the tile's cost,
- * so the whole tiles are a difference of prefix sums: O(1) a CTA, where reading the items
- * back was O(items) (GQA at 128 requests: 1,102 items, ~10k of the planning kernel's
- * ~52k cycles, H200). */
-FI_PD_STATIC inline int64_t pp_cta_cost(const fi_variant *v, const fi_tile *tiles,
-                                        const int64_t *prefix, const fi_ppart_scratch *pp,
-                                        int32_t T, int32_t c) {
+/* The cost of tile t's piece [s, e): its KV tokens plus the tile's fixed cost (alpha *
+ * rows + beta), which is fi_variant_item_cost of the piece's item, as the tile's own cost
+ * is its whole item's (boundary_at splits a tile the same way). */
+FI_PD_STATIC inline int64_t piece_cost(const fi_tile *t, int64_t s, int64_t e) {
+    return t->cost - (t->kv_end - t->kv_begin) + (e - s);
+}
+
+/* CTA c's cost, the sum of its items' costs, from the boundaries alone (after
+ * pp_boundaries): CTA c runs from boundary c to boundary c + 1, so its items are the piece
+ * of tile btile[c] from boundary c on, the whole tiles after it (a difference of prefix
+ * sums) and the piece of tile btile[c + 1] before boundary c + 1 (when that boundary is
+ * interior): O(1) a CTA, where reading the items back was O(items) (GQA at 128 requests:
+ * 1,102 items, ~10k of the planning kernel's ~52k cycles, H200). */
+FI_PD_STATIC inline int64_t pp_cta_cost(const fi_tile *tiles, const int64_t *prefix,
+                                        const fi_ppart_scratch *pp, int32_t T, int32_t c) {
     const int32_t t0 = pp->btile[c], t1 = pp->btile[c + 1];
     if (t0 >= T)
         return 0;
     const fi_tile *a = &tiles[t0];
-    const int64_t rows_a = (int64_t)(a->q_end - a->q_begin) * (a->head_end - a->head_begin);
     const int64_t s = pp->interior[c] ? pp->bkv[c] : a->kv_begin;
     if (t1 == t0) /* one piece inside tile t0, or none (equal boundaries) */
-        return pp->interior[c + 1] && pp->bkv[c + 1] > s
-                   ? fi_variant_item_cost(v, pp->bkv[c + 1] - s, rows_a)
-                   : 0;
-    int64_t cost = fi_variant_item_cost(v, a->kv_end - s, rows_a) + prefix[t1] - prefix[t0 + 1];
-    if (t1 < T && pp->interior[c + 1]) {
-        const fi_tile *b = &tiles[t1];
-        cost += fi_variant_item_cost(v, pp->bkv[c + 1] - b->kv_begin,
-                                     (int64_t)(b->q_end - b->q_begin) * (b->head_end - b->head_begin));
-    }
+        return pp->interior[c + 1] && pp->bkv[c + 1] > s ? piece_cost(a, s, pp->bkv[c + 1]) : 0;
+    int64_t cost = piece_cost(a, s, a->kv_end) + prefix[t1] - prefix[t0 + 1];
+    if (t1 < T && pp->interior[c + 1])
+        cost += piece_cost(&tiles[t1], tiles[t1].kv_begin, pp->bkv[c + 1]);
     return cost;
 }
 
@@ -188,13 +186,13 @@ FI_PD_STATIC inline void pp_result(int64_t num_items, int64_t num_groups, int64_
 /* The partition's totals into *res, with the CTA costs' sum and maximum from the
  * boundaries (pp_cta_cost; tiles, prefix [T + 1] and pp as pp_boundaries left them).  Every
  * thread; its barriers also publish the items and work_indptr the threads wrote before. */
-FI_PD_STATIC inline void pp_finish(const fi_variant *v, const fi_tile *tiles,
-                                   const int64_t *prefix, const fi_ppart_scratch *pp, int32_t T,
-                                   int32_t n, int64_t num_items, int64_t num_groups,
-                                   int64_t num_slots, int64_t budget, fi_partition_result *res) {
+FI_PD_STATIC inline void pp_finish(const fi_tile *tiles, const int64_t *prefix,
+                                   const fi_ppart_scratch *pp, int32_t T, int32_t n,
+                                   int64_t num_items, int64_t num_groups, int64_t num_slots,
+                                   int64_t budget, fi_partition_result *res) {
     int64_t total = 0, max = 0;
     FI_PP_FOR(c, n) {
-        const int64_t cost = pp_cta_cost(v, tiles, prefix, pp, T, c);
+        const int64_t cost = pp_cta_cost(tiles, prefix, pp, T, c);
         total += cost;
         max = cost > max ? cost : max;
     }
