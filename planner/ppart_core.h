@@ -130,6 +130,29 @@ FI_PD_STATIC inline int64_t is_cut(const fi_ppart_scratch *pp, int32_t c, int32_
     return !(c > 0 && pp->btile[c] == pp->btile[c - 1] && pp->bkv[c] == pp->bkv[c - 1]);
 }
 
+/* Boundary c as the first cut of its tile: a cut whose boundary c - 1 is not interior to
+ * the same tile (boundaries are non-decreasing, and the first interior one of a tile
+ * always differs from the one before it, so it is a cut). */
+FI_PD_STATIC inline int64_t is_first_cut(const fi_ppart_scratch *pp, int32_t c, int32_t n) {
+    return is_cut(pp, c, n) && !(c > 0 && pp->btile[c - 1] == pp->btile[c] && pp->interior[c - 1]);
+}
+
+/* work_indptr[c], the item boundary c begins, once pp->cut_scan [n + 2] holds per boundary
+ * pp_pack(cuts before it, first cuts of a tile before it), scanned: tile t's first item is
+ * t + the cuts before first_boundary(t), and an interior boundary begins the piece after
+ * the tile's cuts up to and including its own. */
+FI_PD_STATIC inline int32_t pp_indptr_at(const fi_ppart_scratch *pp, int32_t n, int32_t T,
+                                         int32_t num_items, int32_t c) {
+    const int32_t t = pp->btile[c];
+    if (t >= T)
+        return num_items;
+    const int32_t fb = first_boundary(pp->btile, n, t);
+    int64_t i = t + pp_items(pp->cut_scan[fb]);
+    if (pp->interior[c])
+        i += pp_items(pp->cut_scan[c + 1]) - pp_items(pp->cut_scan[fb]);
+    return (int32_t)i;
+}
+
 /* FI_ERR_PLAN_OVER_CAPS: the plan needs `needed` of a region that holds `limit`. */
 FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t limit) {
     err->status = FI_ERR_PLAN_OVER_CAPS;
@@ -138,6 +161,81 @@ FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t lim
     err->limit = limit;
     err->cuda_error = 0;
     return FI_ERR_PLAN_OVER_CAPS;
+}
+
+/* After pp_boundaries: per boundary the cuts before it and the first cuts of a tile before
+ * it into pp->cut_scan [n + 2] (pp_pack, scanned; entry n + 1 holds the totals), and the
+ * plan's item, merge-group and slot counts.  Tile t's first item and merge group then
+ * follow from the boundaries before it (pp_indptr_at, ppart.c), so no scan runs over the
+ * T tiles.  Every thread.
+ * @return FI_OK, or FI_ERR_PLAN_OVER_CAPS (err filled) when l's items, groups or slots
+ * (checked in that order) cannot hold the plan. */
+FI_PD_STATIC inline fi_status pp_cuts(const fi_layout *l, int32_t T, fi_ppart_scratch *pp,
+                                      int64_t *num_items, int64_t *num_groups,
+                                      int64_t *num_slots, fi_error_detail *err) {
+    const int32_t n = l->num_ctas;
+    FI_PP_FOR_CHUNK(c, n + 2)
+    pp->cut_scan[c] = pp_pack(is_cut(pp, c, n), is_first_cut(pp, c, n));
+    const int64_t cuts = fi_pp_scan(pp->cut_scan, n + 2);
+    *num_items = T + pp_items(cuts);
+    *num_groups = pp_groups(cuts);
+    *num_slots = *num_items - (T - *num_groups);
+    if (*num_items > l->max_items)
+        return pp_over(err, *num_items, l->max_items);
+    if (*num_groups > l->max_groups)
+        return pp_over(err, *num_groups, l->max_groups);
+    if (*num_slots > l->max_slots)
+        return pp_over(err, *num_slots, l->max_slots);
+    return FI_OK;
+}
+
+/* The first boundary past tile t, walking forward from b (a boundary of t or before it). */
+FI_PD_STATIC inline int32_t pp_boundary_after(const fi_ppart_scratch *pp, int32_t n, int32_t b,
+                                              int32_t t) {
+    while (b <= n && pp->btile[b] < t + 1)
+        b++;
+    return b;
+}
+
+/* Tile t's items in KV order once pp_cuts has scanned the boundaries; b0 .. b1: its
+ * boundaries (first_boundary of t and t + 1).  Its first item is t + the cuts before b0.
+ * Uncut (no cut among b0 .. b1 - 1), the tile is one item, out_slot -1; cut, its pieces
+ * are the slots of merge group g (the first cuts before b0), written with the group.
+ * Writes only the items whose index is in [i0, i1), and the group when its first item is;
+ * returns the sum of their fi_variant_item_cost (what a CTA's share adds up). */
+FI_PD_STATIC inline int64_t pp_tile_items(const fi_variant *v, const fi_ppart_scratch *pp,
+                                          const fi_tile *tl, int32_t t, int32_t b0, int32_t b1,
+                                          int32_t i0, int32_t i1, fi_work_item *items,
+                                          fi_merge_group *groups) {
+    const int64_t before = pp->cut_scan[b0];
+    const int32_t first = t + (int32_t)pp_items(before);
+    const int64_t rows = (int64_t)(tl->q_end - tl->q_begin) * (tl->head_end - tl->head_begin);
+    if (pp_items(pp->cut_scan[b1]) == pp_items(before)) { /* uncut: whole */
+        if (first < i0 || first >= i1)
+            return 0;
+        fi_tile_item_store(&items[first], tl, tl->kv_begin, tl->kv_end, -1, -1);
+        return fi_variant_item_cost(v, tl->kv_end - tl->kv_begin, rows);
+    }
+    const int32_t g = (int32_t)pp_groups(before);
+    const int32_t slot = (int32_t)pp_slots(pp_pack(first, g), t);
+    int64_t sum = 0;
+    int32_t j = 0, start = tl->kv_begin;
+    FI_PD_NO_UNROLL
+    for (int32_t b = b0; b <= b1; b++) {
+        const int last = b == b1;
+        if (!last && pp_items(pp->cut_scan[b + 1]) == pp_items(pp->cut_scan[b]))
+            continue; /* not a cut of this tile */
+        const int32_t end = last ? tl->kv_end : pp->bkv[b];
+        if (first + j >= i0 && first + j < i1) {
+            fi_tile_item_store(&items[first + j], tl, start, end, slot + j, g);
+            sum += fi_variant_item_cost(v, end - start, rows);
+        }
+        start = end;
+        j++;
+    }
+    if (first >= i0 && first < i1)
+        groups[g] = fi_tile_group(tl, slot, j, first);
+    return sum;
 }
 
 /* The cost of tile t's piece [s, e): its KV tokens plus the tile's fixed cost (alpha *

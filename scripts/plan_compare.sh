@@ -3,13 +3,13 @@
 #
 #   scripts/plan_compare.sh OLD_FIPLAN NEW_FIPLAN [WORKDIR]
 #
-# Plans a fixed set of batches (~400: trace decode snapshots of MLA and GQA at several
+# Plans a fixed set of batches (~650: trace decode snapshots of MLA and GQA at several
 # head counts, batch sizes, steps, q_len and CTA counts; seeded random-length batches;
-# sliding windows; context prefill and mixed batches) with both binaries (`--json`,
-# no timing) and compares the JSON files byte for byte.  Prints one line per differing
-# batch (its arguments, both builds' max CTA cost, items and groups, and the verdict of
-# scripts/plan_quality.py: both plans' max CTA cost and executor-model score, worse /
-# better / equal) and a summary with the count of each verdict; exit status 0 if every
+# sliding windows; the data-parallel partition rows; context prefill and mixed batches)
+# with both binaries (`--json`, no timing) and compares the JSON files byte for byte.
+# Prints one line per differing batch (its arguments, both builds' max CTA cost, items
+# and groups, and the verdict of scripts/plan_quality.py: both plans' max CTA cost and
+# executor-model score, worse / better / equal) and a summary with the count of each verdict; exit status 0 if every
 # plan is identical, 1 if some differ but none is worse, 3 if one is worse, 2 on a usage
 # or run error.
 # Use it before landing any planner change (docs/perf-log.md: "plans byte-identical").
@@ -22,6 +22,23 @@ OLD=$1
 NEW=$2
 WORK=${3:-$(mktemp -d)}
 mkdir -p "$WORK/old" "$WORK/new"
+
+# COUNT batches of random lengths, seeded (the same lists on every machine): up to MAXN
+# requests, lengths up to MAX0 / MAX1 / MAX2 in turn, the four KINDs in turn.
+#   random_lengths SEED COUNT MAXN MAX0 MAX1 MAX2 KIND0 KIND1 KIND2 KIND3
+random_lengths() {
+    awk -v seed="$1" -v count="$2" -v maxn="$3" -v m0="$4" -v m1="$5" -v m2="$6" \
+        -v k0="$7" -v k1="$8" -v k2="$9" -v k3="${10}" 'BEGIN {
+        srand(seed);
+        for (i = 0; i < count; i++) {
+            n = 1 + int(rand() * maxn); mx = (i % 3 == 0) ? m0 : (i % 3 == 1) ? m1 : m2;
+            s = "";
+            for (j = 0; j < n; j++) s = s (j ? "," : "") 1 + int(rand() * mx);
+            kind = (i % 4 == 0) ? k0 : (i % 4 == 1) ? k1 : (i % 4 == 2) ? k2 : k3;
+            print kind " --lengths " s;
+        }
+    }'
+}
 
 # One batch per line: fiplan arguments.
 cases() {
@@ -51,17 +68,24 @@ cases() {
         done
     done
     # Random lengths (seeded awk generator: the same lists on every machine).
-    awk 'BEGIN {
-        srand(18);
-        for (i = 0; i < 180; i++) {
-            n = 1 + int(rand() * 300); mx = (i % 3 == 0) ? 200 : (i % 3 == 1) ? 4000 : 33000;
-            s = "";
-            for (j = 0; j < n; j++) s = s (j ? "," : "") 1 + int(rand() * mx);
-            kind = (i % 4 == 0) ? "--kind mla --heads 128" : (i % 4 == 1) ? "--kind mla --heads 16" \
-                 : (i % 4 == 2) ? "--kind gqa --heads 32 --kv-heads 8" : "--kind gqa --heads 16 --kv-heads 2";
-            print kind " --lengths " s;
-        }
-    }'
+    random_lengths 18 180 300 200 4000 33000 "--kind mla --heads 128" "--kind mla --heads 16" \
+        "--kind gqa --heads 32 --kv-heads 8" "--kind gqa --heads 16 --kv-heads 2"
+    # The data-parallel partition rows (planner/ppart.c, ppair.c; what the device planner
+    # runs): MLA 2 (heads 16) and 5 (wgmma), GQA 1 and 4 (rows 8).
+    for b in 1 8 32 100 128 256 1024; do
+        for s in 0 100 400; do
+            echo "--kind mla --heads 16 --batch $b --step $s --variant 2"
+            echo "--kind mla --heads 128 --batch $b --step $s --variant 5"
+            echo "--kind gqa --heads 32 --kv-heads 8 --batch $b --step $s --variant 1"
+            echo "--kind gqa --heads 32 --kv-heads 8 --batch $b --step $s --variant 4"
+        done
+        echo "--kind mla --heads 16 --batch $b --step 200 --variant 2 --ctas 78"
+        echo "--kind gqa --heads 32 --kv-heads 8 --batch $b --step 200 --variant 4 --ctas 24"
+        echo "--kind gqa --heads 64 --kv-heads 8 --batch $b --step 200 --variant 1 --page-size 16"
+    done
+    random_lengths 29 60 600 300 5000 40000 "--kind mla --heads 128 --variant 5" \
+        "--kind mla --heads 16 --variant 2" "--kind gqa --heads 32 --kv-heads 8 --variant 4" \
+        "--kind gqa --heads 16 --kv-heads 2 --variant 1"
     for b in 1 4 16 64; do
         echo "--mode prefill --batch $b --step 0"
         echo "--mode prefill --batch $b --prefix 512"
