@@ -119,19 +119,19 @@ FI_PD_STATIC fi_status build_parallel_from(const fi_caps *caps, const fi_variant
                                            const fi_batch *batch, int32_t total_q,
                                            unsigned char *base, fi_error_detail *err) {
     fi_request_info *requests = fi_stage_requests(base, l);
-    int32_t num_tiles = 0;
+    fi_tile_set ts;
     /* No barrier before each next step: the check and the tiles each end with one after
      * their last writes. */
     const int32_t nreq = fi_batch_num_requests(caps, batch, total_q);
     fi_status st = fi_tiles_build_parallel(v, caps, requests, nreq, batch->causal,
                                            batch->window_left, s->pp.batch_scan, s->tiles,
-                                           l->max_tiles, &num_tiles, err);
+                                           l->max_tiles, &ts, err);
     FI_PD_STAMP(2);
     if (st != FI_OK)
         return st;
     fi_merge_group *groups = fi_stage_groups(base, l);
     fi_partition_result r;
-    st = fi_partition_parallel(v, s->tiles, num_tiles, s, l, fi_stage_work_indptr(base, l),
+    st = fi_partition_parallel(v, &ts, s, l, fi_stage_work_indptr(base, l),
                                fi_stage_items(base, l), groups, &r, err);
     FI_PD_STAMP(5);
     if (st != FI_OK)

@@ -66,12 +66,14 @@ FI_PD fi_status fi_partition(const fi_variant *v, const fi_tile *tiles, int32_t 
                        fi_merge_group *groups, int64_t *cta_cost, fi_partition_result *res,
                        fi_error_detail *err);
 
-/* The data-parallel partition (planner/ppart.c) of tiles[0 .. T) over l->num_ctas CTAs:
- * every thread of the device planner calls it (planner/parallel.h), the host once.  Writes
- * work_indptr [num_ctas + 1], items, groups and *res (budget: the equal share per CTA);
- * scratch s->tile_prefix and s->pp.  @return FI_OK, or FI_ERR_PLAN_OVER_CAPS (err filled)
- * if a layout bound would be exceeded (a bug).  O((tiles + CTAs) log) work, O(log) depth. */
-FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles, int32_t T,
+/* The data-parallel partition (planner/ppart.c) of the tiles of *ts (scratch.h
+ * fi_tile_set, as fi_tiles_build_parallel leaves them; one block when pair packing
+ * applies) over l->num_ctas CTAs: every thread of the device planner calls it
+ * (planner/parallel.h), the host once.  Writes work_indptr [num_ctas + 1], items, groups
+ * and *res (budget: the equal share per CTA); scratch s->tile_prefix and s->pp.
+ * @return FI_OK, or FI_ERR_PLAN_OVER_CAPS (err filled) if a layout bound would be exceeded
+ * (a bug).  O((tiles + CTAs) log) work, O(log) depth. */
+FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile_set *ts,
                                       fi_planner_scratch *s, const fi_layout *l,
                                       int32_t *work_indptr, fi_work_item *items,
                                       fi_merge_group *groups, fi_partition_result *res,

@@ -34,17 +34,17 @@
 #include "planner/ppart_core.h"
 #include "planner/tiles.h"
 
-FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles, int32_t T,
+FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile_set *ts,
                                       fi_planner_scratch *s, const fi_layout *l,
                                       int32_t *work_indptr, fi_work_item *items,
                                       fi_merge_group *groups, fi_partition_result *res,
                                       fi_error_detail *err) {
-    const int32_t n = l->num_ctas;
-    if (fi_partition_pairs_apply(v, T, n))
-        return fi_partition_pairs(v, tiles, T, s, l, work_indptr, items, groups, res, err);
+    const int32_t n = l->num_ctas, T = ts->T;
+    if (fi_partition_pairs_apply(v, T, n)) /* one block then (tiles.c) */
+        return fi_partition_pairs(v, ts->first, T, s, l, work_indptr, items, groups, res, err);
     fi_ppart_scratch *pp = &s->pp;
-    int64_t *prefix = s->tile_prefix; /* [T + 1] */
-    const int64_t budget = pp_boundaries(v, tiles, T, n, prefix, pp);
+    int64_t *prefix = s->tile_prefix; /* [period + 1] */
+    const int64_t budget = pp_boundaries(v, ts, n, prefix, pp);
     if (FI_PP_LEADER)
         FI_PD_STAMP(3);
     int64_t num_items, num_groups, num_slots;
@@ -54,15 +54,23 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     if (st != FI_OK)
         return st;
     {   /* Items and groups, per tile; a thread's chunk of tiles: one search, then its
-         * boundaries only move forward. */
+         * boundaries only move forward, and its tile's block k and index j in it too. */
         const int32_t t1 = fi_pp_chunk(T, 1);
         int32_t t = fi_pp_chunk(T, 0);
-        int32_t b0 = t < t1 ? first_boundary(pp->btile, n, t) : 0;
-        FI_PD_NO_UNROLL
-        for (; t < t1; t++) {
-            const int32_t b1 = pp_boundary_after(pp, n, b0, t);
-            pp_tile_items(v, pp, &tiles[t], t, b0, b1, 0, INT32_MAX, items, groups);
-            b0 = b1;
+        if (t < t1) {
+            int32_t b0 = first_boundary(pp->btile, n, t);
+            int32_t k = ts->blocks == 1 ? 0 : t / ts->period, j = t - k * ts->period;
+            FI_PD_NO_UNROLL
+            for (; t < t1; t++) {
+                const int32_t b1 = pp_boundary_after(pp, n, b0, t);
+                const fi_tile tl = fi_tile_set_block(ts, k, j);
+                pp_tile_items(v, pp, &tl, t, b0, b1, 0, INT32_MAX, items, groups);
+                b0 = b1;
+                if (++j == ts->period) {
+                    j = 0;
+                    k++;
+                }
+            }
         }
     }
     /* Where each CTA's items start: the piece its boundary begins. */
@@ -70,6 +78,6 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile *tiles,
     work_indptr[c] = pp_indptr_at(pp, n, T, (int32_t)num_items, c);
     if (FI_PP_LEADER)
         FI_PD_STAMP(6);
-    pp_finish(tiles, prefix, pp, T, n, num_items, num_groups, num_slots, budget, res);
+    pp_finish(ts, prefix, pp, n, num_items, num_groups, num_slots, budget, res);
     return FI_OK;
 }

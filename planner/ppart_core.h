@@ -13,12 +13,32 @@
 #include "planner/scratch.h"
 #include "planner/tiles.h"
 
-/* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior). */
-FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile *tiles,
-                                            const int64_t *prefix, int32_t T, int64_t x,
+/* The tile costs' prefix sum before tile t (0 <= t <= T) of a tile set whose first
+ * block's prefix sums are prefix [period + 1]: its whole blocks before t, then the first
+ * block's sums (scratch.h fi_tile_set). */
+FI_PD_STATIC inline int64_t pp_prefix_at(const fi_tile_set *ts, const int64_t *prefix, int32_t t) {
+    if (ts->blocks == 1)
+        return prefix[t];
+    const int32_t k = t / ts->period;
+    return k * prefix[ts->period] + prefix[t - k * ts->period];
+}
+
+/* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior); prefix:
+ * the first block's prefix sums, S0 their total (a block's cost).  Tile costs are > 0
+ * when blocks > 1 (tiles.h), so the prefix sums rise strictly and the tile holding x is
+ * the one holding x - k S0 in block k = floor(x / S0). */
+FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile_set *ts,
+                                            const int64_t *prefix, int64_t S0, int64_t x,
                                             int32_t *bt, int32_t *bkv, int32_t *interior) {
-    const int32_t lo = fi_last_le(prefix, T, x); /* the tile holding x */
-    const fi_tile *t = &tiles[lo];
+    const int32_t P = ts->period;
+    int32_t k = 0; /* at most H_kv steps, where a 64-bit division costs more */
+    if (ts->blocks > 1)
+        while (x >= S0) {
+            x -= S0;
+            k++;
+        }
+    const int32_t lo = fi_last_le(prefix, P, x); /* the tile of block k holding x */
+    const fi_tile *t = &ts->first[lo];
     const int64_t kv0 = t->kv_begin, kv1 = t->kv_end;
     const int64_t fixed = t->cost - (kv1 - kv0); /* alpha * rows + beta */
     const int64_t o = x - prefix[lo];
@@ -28,12 +48,13 @@ FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile *ti
     else if (kv1 - pos < sg.floor)
         pos = kv1;
     if (pos >= kv1 && kv1 > kv0) { /* the end of tile lo is the start of the next */
-        *bt = lo + 1;
-        *bkv = lo + 1 < T ? tiles[lo + 1].kv_begin : 0;
+        const int32_t next = k * P + lo + 1;
+        *bt = next;
+        *bkv = next < ts->T ? ts->first[lo + 1 < P ? lo + 1 : 0].kv_begin : 0;
         *interior = 0;
         return;
     }
-    *bt = lo;
+    *bt = k * P + lo;
     *bkv = (int32_t)pos;
     *interior = pos > kv0;
 }
@@ -65,23 +86,26 @@ FI_PD_STATIC inline int64_t pp_slots(int64_t w, int64_t t) {
     return pp_items(w) - (t - pp_groups(w));
 }
 
-/* The tile costs' prefix sums into prefix [T + 1] (prefix[T] the total S) and the n + 1
- * boundaries of the CTAs into pp (CTA c runs [boundary c, boundary c + 1)), under row v's
- * split grain and charges.  Every thread; ends with a barrier.  Two plans:
+/* The first block's tile costs' prefix sums into prefix [period + 1] (prefix[period] its
+ * total S0; the whole set's total S = blocks S0) and the n + 1 boundaries of the CTAs into
+ * pp (CTA c runs [boundary c, boundary c + 1)), under row v's split grain and charges.
+ * Every thread; ends with a barrier.  Two plans:
  *  - equal share: boundary c at cost c * budget, budget = max(ceil(S / n), floor + tile);
  *  - a tile a CTA, none cut: when there are no more tiles than CTAs and the largest tile
  *    costs at most budget + the row's charge for a cut (its merging and its arriving
  *    piece), since the equal share would cut nearly every such tile in two and its
  *    largest CTA would be no cheaper (a uniform decode batch of B <= num_ctas).
  * Returns the cost a CTA is planned for: the budget, or the largest tile's cost. */
-FI_PD_STATIC inline int64_t pp_boundaries(const fi_variant *v, const fi_tile *tiles, int32_t T,
-                                          int32_t n, int64_t *prefix, fi_ppart_scratch *pp) {
+FI_PD_STATIC inline int64_t pp_boundaries(const fi_variant *v, const fi_tile_set *ts, int32_t n,
+                                          int64_t *prefix, fi_ppart_scratch *pp) {
     const fi_split_grain sg = fi_split_grain_of(v);
     const int64_t cut_charge = (int64_t)v->cost_merge + v->cost_arrive;
+    const fi_tile *tiles = ts->first;
+    const int32_t P = ts->period, T = ts->T;
     { /* four tile loads in flight a thread (at 1024 GQA requests the tiles are in global
        * memory: one at a time, a round trip each) */
-        const int32_t t1 = fi_pp_chunk(T, 1);
-        int32_t t = fi_pp_chunk(T, 0);
+        const int32_t t1 = fi_pp_chunk(P, 1);
+        int32_t t = fi_pp_chunk(P, 0);
         FI_PD_NO_UNROLL
         for (; t + 4 <= t1; t += 4) {
             const int64_t c0 = tiles[t].cost, c1 = tiles[t + 1].cost;
@@ -96,9 +120,10 @@ FI_PD_STATIC inline int64_t pp_boundaries(const fi_variant *v, const fi_tile *ti
             prefix[t] = tiles[t].cost;
     }
     int64_t cmax; /* the largest tile cost, from the scan's own barrier */
-    const int64_t S = fi_pp_scan_max(prefix, T, &cmax);
+    const int64_t S0 = fi_pp_scan_max(prefix, P, &cmax);
     if (FI_PP_LEADER)
-        prefix[T] = S;
+        prefix[P] = S0;
+    const int64_t S = S0 * ts->blocks;
     int64_t budget = (S + n - 1) / n;
     if (budget < (int64_t)sg.floor + sg.tile)
         budget = (int64_t)sg.floor + sg.tile;
@@ -107,15 +132,14 @@ FI_PD_STATIC inline int64_t pp_boundaries(const fi_variant *v, const fi_tile *ti
         const int64_t x = (int64_t)c * budget;
         if (whole) { /* tile c on CTA c; CTAs T .. n - 1 idle */
             pp->btile[c] = c < T ? c : T;
-            pp->bkv[c] = c < T ? tiles[c].kv_begin : 0;
+            pp->bkv[c] = c < T ? fi_tile_set_at(ts, c).kv_begin : 0;
             pp->interior[c] = 0;
         } else if (x >= S || T == 0) {
             pp->btile[c] = T;
             pp->bkv[c] = 0;
             pp->interior[c] = 0;
         } else {
-            boundary_at(sg, tiles, prefix, T, x, &pp->btile[c], &pp->bkv[c],
-                        &pp->interior[c]);
+            boundary_at(sg, ts, prefix, S0, x, &pp->btile[c], &pp->bkv[c], &pp->interior[c]);
         }
     }
     FI_PP_SYNC();
@@ -251,18 +275,21 @@ FI_PD_STATIC inline int64_t piece_cost(const fi_tile *t, int64_t s, int64_t e) {
  * sums) and the piece of tile btile[c + 1] before boundary c + 1 (when that boundary is
  * interior): O(1) a CTA, where reading the items back was O(items) (GQA at 128 requests:
  * 1,102 items, ~10k of the planning kernel's ~52k cycles, H200). */
-FI_PD_STATIC inline int64_t pp_cta_cost(const fi_tile *tiles, const int64_t *prefix,
-                                        const fi_ppart_scratch *pp, int32_t T, int32_t c) {
-    const int32_t t0 = pp->btile[c], t1 = pp->btile[c + 1];
+FI_PD_STATIC inline int64_t pp_cta_cost(const fi_tile_set *ts, const int64_t *prefix,
+                                        const fi_ppart_scratch *pp, int32_t c) {
+    const int32_t T = ts->T, t0 = pp->btile[c], t1 = pp->btile[c + 1];
     if (t0 >= T)
         return 0;
-    const fi_tile *a = &tiles[t0];
-    const int64_t s = pp->interior[c] ? pp->bkv[c] : a->kv_begin;
+    const fi_tile a = fi_tile_set_at(ts, t0);
+    const int64_t s = pp->interior[c] ? pp->bkv[c] : a.kv_begin;
     if (t1 == t0) /* one piece inside tile t0, or none (equal boundaries) */
-        return pp->interior[c + 1] && pp->bkv[c + 1] > s ? piece_cost(a, s, pp->bkv[c + 1]) : 0;
-    int64_t cost = piece_cost(a, s, a->kv_end) + prefix[t1] - prefix[t0 + 1];
-    if (t1 < T && pp->interior[c + 1])
-        cost += piece_cost(&tiles[t1], tiles[t1].kv_begin, pp->bkv[c + 1]);
+        return pp->interior[c + 1] && pp->bkv[c + 1] > s ? piece_cost(&a, s, pp->bkv[c + 1]) : 0;
+    int64_t cost = piece_cost(&a, s, a.kv_end) + pp_prefix_at(ts, prefix, t1) -
+                   pp_prefix_at(ts, prefix, t0 + 1);
+    if (t1 < T && pp->interior[c + 1]) {
+        const fi_tile b = fi_tile_set_at(ts, t1);
+        cost += piece_cost(&b, b.kv_begin, pp->bkv[c + 1]);
+    }
     return cost;
 }
 
@@ -282,15 +309,15 @@ FI_PD_STATIC inline void pp_result(int64_t num_items, int64_t num_groups, int64_
 }
 
 /* The partition's totals into *res, with the CTA costs' sum and maximum from the
- * boundaries (pp_cta_cost; tiles, prefix [T + 1] and pp as pp_boundaries left them).  Every
- * thread; its barriers also publish the items and work_indptr the threads wrote before. */
-FI_PD_STATIC inline void pp_finish(const fi_tile *tiles, const int64_t *prefix,
-                                   const fi_ppart_scratch *pp, int32_t T, int32_t n,
-                                   int64_t num_items, int64_t num_groups, int64_t num_slots,
-                                   int64_t budget, fi_partition_result *res) {
+ * boundaries (pp_cta_cost; ts, prefix and pp as pp_boundaries left them).  Every thread;
+ * its barriers also publish the items and work_indptr the threads wrote before. */
+FI_PD_STATIC inline void pp_finish(const fi_tile_set *ts, const int64_t *prefix,
+                                   const fi_ppart_scratch *pp, int32_t n, int64_t num_items,
+                                   int64_t num_groups, int64_t num_slots, int64_t budget,
+                                   fi_partition_result *res) {
     int64_t total = 0, max = 0;
     FI_PP_FOR(c, n) {
-        const int64_t cost = pp_cta_cost(tiles, prefix, pp, T, c);
+        const int64_t cost = pp_cta_cost(ts, prefix, pp, c);
         total += cost;
         max = cost > max ? cost : max;
     }

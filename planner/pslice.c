@@ -16,28 +16,27 @@
 #include "planner/parallel.h"
 #include "planner/ppart_core.h"
 
-FI_PD fi_status fi_pslice_prepare(const fi_variant *v, const fi_tile *tiles, int32_t T,
+FI_PD fi_status fi_pslice_prepare(const fi_variant *v, const fi_tile_set *ts,
                                   const fi_layout *l, int64_t *prefix, fi_ppart_scratch *pp,
                                   fi_pslice_totals *tot, fi_error_detail *err) {
     const int32_t n = l->num_ctas;
-    const int64_t budget = pp_boundaries(v, tiles, T, n, prefix, pp);
+    const int64_t budget = pp_boundaries(v, ts, n, prefix, pp);
     int64_t num_items, num_groups, num_slots;
-    const fi_status st = pp_cuts(l, T, pp, &num_items, &num_groups, &num_slots, err);
+    const fi_status st = pp_cuts(l, ts->T, pp, &num_items, &num_groups, &num_slots, err);
     if (st != FI_OK)
         return st;
     tot->budget = budget;
-    tot->total_cost = prefix[T];
+    tot->total_cost = pp_prefix_at(ts, prefix, ts->T);
     tot->num_items = (int32_t)num_items;
     tot->num_groups = (int32_t)num_groups;
     tot->num_slots = (int32_t)num_slots;
     return FI_OK;
 }
 
-FI_PD void fi_pslice_cta(const fi_variant *v, const fi_tile *tiles, int32_t T,
-                         const fi_layout *l, const fi_ppart_scratch *pp,
+FI_PD void fi_pslice_cta(const fi_variant *v, const fi_tile_set *ts, const fi_layout *l, const fi_ppart_scratch *pp,
                          const fi_pslice_totals *tot, int32_t c, int32_t *work_indptr,
                          fi_work_item *items, fi_merge_group *groups, int64_t *cost) {
-    const int32_t n = l->num_ctas;
+    const int32_t n = l->num_ctas, T = ts->T;
     const int32_t i0 = pp_indptr_at(pp, n, T, tot->num_items, c);
     const int32_t i1 = pp_indptr_at(pp, n, T, tot->num_items, c + 1);
     work_indptr[c] = i0;
@@ -52,7 +51,8 @@ FI_PD void fi_pslice_cta(const fi_variant *v, const fi_tile *tiles, int32_t T,
         if (t + pp_items(pp->cut_scan[b0]) >= i1) /* tile t's first item is past the CTA's */
             break;
         const int32_t b1 = pp_boundary_after(pp, n, b0, t);
-        sum += pp_tile_items(v, pp, &tiles[t], t, b0, b1, i0, i1, items, groups);
+        const fi_tile tl = fi_tile_set_at(ts, t);
+        sum += pp_tile_items(v, pp, &tl, t, b0, b1, i0, i1, items, groups);
         b0 = b1;
     }
     *cost = sum;

@@ -39,6 +39,33 @@ FI_STATIC_ASSERT(offsetof(fi_tile, request) == offsetof(fi_work_item, request) &
                      offsetof(fi_work_item, out_slot) == FI_TILE_ITEM_BYTES,
                  "fi_tile and fi_work_item share their first 24 bytes");
 
+/* The tiles of the data-parallel build (fi_tiles_build_parallel, planner/tiles.h): T tiles
+ * as `blocks` blocks of `period`, of which only the first block is stored; tile k * period
+ * + j is tile j with its heads moved up by k * block_heads.  A KV-head-major decode batch
+ * (tiles.h's order) repeats its first KV head's tiles for every KV head with the same
+ * requests, query rows, KV ranges and costs, so one block of B tiles stands for H_kv B
+ * (GQA 32/8 at 1,024 requests: 1,024 of 8,192), and the cost prefix sums and the boundary
+ * searches over them shrink with it.  Every other batch: one block of T. */
+typedef struct fi_tile_set {
+    const fi_tile *first; /* [period] */
+    int32_t T;            /* period * blocks */
+    int32_t period, blocks;
+    int32_t block_heads;
+} fi_tile_set;
+
+/* Tile j of block k, by value. */
+FI_HOST_DEVICE fi_tile fi_tile_set_block(const fi_tile_set *ts, int32_t k, int32_t j) {
+    fi_tile t = ts->first[j];
+    t.head_begin = (int16_t)(t.head_begin + k * ts->block_heads);
+    t.head_end = (int16_t)(t.head_end + k * ts->block_heads);
+    return t;
+}
+/* Tile t (0 <= t < T), by value. */
+FI_HOST_DEVICE fi_tile fi_tile_set_at(const fi_tile_set *ts, int32_t t) {
+    const int32_t k = ts->blocks == 1 ? 0 : t / ts->period;
+    return fi_tile_set_block(ts, k, t - k * ts->period);
+}
+
 /* One piece while packing: tile, KV range, CTA (bin), split flag (a piece of a cut tile,
  * charged the variant's piece charge while packing, plan/variant.h), cost (KV-token units,
  * without the charge). */

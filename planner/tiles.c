@@ -204,7 +204,7 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
 FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps,
                                         const fi_request_info *requests, int32_t batch_size,
                                         int32_t causal, int32_t window_left, int64_t *offset,
-                                        fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
+                                        fi_tile *tiles, int32_t max_tiles, fi_tile_set *ts,
                                         fi_error_detail *err) {
     tile_geo g = tile_geo_of(v, caps);
     FI_PP_FOR_CHUNK(b, batch_size)
@@ -218,7 +218,22 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
         return over_tiles(err, (int32_t)fi_pp_min(first), max_tiles);
     }
     kv_head_order(&g, v, caps, n);
-    if (g.ways > 1) { /* head-chunk- or KV-head-major: a request's first tiles at offset / ways */
+    ts->first = tiles;
+    ts->T = (int32_t)n;
+    ts->period = (int32_t)n;
+    ts->blocks = 1;
+    ts->block_heads = 0;
+    if (g.ways > 1 && g.n_hb == 1 && v->cost_beta > 0) {
+        /* KV-head-major: the first KV head's tiles only (scratch.h fi_tile_set); one KV
+         * head's geometry writes a request's tiles of KV head 0 in the same order */
+        tile_geo g1 = g;
+        g1.h_kv = 1;
+        FI_PP_FOR(b, batch_size)
+        request_tiles(v, &g1, b, &requests[b], causal, window_left, tiles + offset[b] / g.ways, 0);
+        ts->period = (int32_t)(n / g.ways);
+        ts->blocks = g.ways;
+        ts->block_heads = g.group;
+    } else if (g.ways > 1) { /* head-chunk- or KV-head-major: a request's first tiles at offset / ways */
         FI_PP_FOR(b, batch_size)
         request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b] / g.ways,
                       n / g.ways);
@@ -227,6 +242,5 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
         request_tiles(v, &g, b, &requests[b], causal, window_left, tiles + offset[b], 0);
     }
     FI_PP_SYNC(); /* the tiles are read by other threads next */
-    *num_tiles = (int32_t)n;
     return FI_OK;
 }

@@ -72,13 +72,17 @@ FI_PD fi_status fi_tiles_build(const fi_variant *v, const fi_caps *caps,
                          int32_t *num_tiles, int64_t *total_cost, fi_error_detail *err);
 
 /* fi_tiles_build for the data-parallel planner (planner/parallel.h): the same tiles in the
- * same order, without their total cost (the partition sums them again); offset: scratch
- * [batch_size].  Reads requests[] only after a barrier; on FI_OK the threads' last step
- * is a barrier after every write of tiles[]. */
+ * same order as *ts (scratch.h fi_tile_set), without their total cost (the partition sums
+ * them again).  KV-head-major batches of a row whose items cost at least cost_beta > 0
+ * (so the cost prefix sums rise strictly, which the partition's block-wise boundary
+ * search needs) store the first KV head's block only; every other batch is one block of
+ * all its tiles.  offset: scratch [batch_size]; tiles: [max_tiles], *ts points into it.
+ * Reads requests[] only after a barrier; on FI_OK the threads' last step is a barrier
+ * after every write of tiles[]. */
 FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps,
                                         const fi_request_info *requests, int32_t batch_size,
                                         int32_t causal, int32_t window_left, int64_t *offset,
-                                        fi_tile *tiles, int32_t max_tiles, int32_t *num_tiles,
+                                        fi_tile *tiles, int32_t max_tiles, fi_tile_set *ts,
                                         fi_error_detail *err);
 
 #endif

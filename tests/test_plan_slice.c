@@ -48,7 +48,7 @@ typedef struct slice_ctx {
     unsigned char *full;  /* [l.plan_bytes]: fi_plan_build_parallel's plan */
     unsigned char *parts; /* [l.plan_bytes]: poisoned, then the CTAs' shares */
     int64_t *prefix;      /* [max_tiles + 1] */
-    int32_t T;
+    fi_tile_set ts;       /* the batch's tiles (fi_tiles_build_parallel) */
     fi_pslice_totals tot;
 } slice_ctx;
 
@@ -84,11 +84,11 @@ static int plan_and_prepare(slice_ctx *x, const batchgen_batch *g, const char *w
     const fi_plan_header *h = fi_stage_header(x->full, &x->l);
     st = fi_tiles_build_parallel(x->v, &x->caps, fi_stage_requests(x->full, &x->l),
                                  h->batch_size, g->batch.causal, g->batch.window_left,
-                                 x->s->pp.batch_scan, x->s->tiles, x->l.max_tiles, &x->T, &e);
+                                 x->s->pp.batch_scan, x->s->tiles, x->l.max_tiles, &x->ts, &e);
     assert_int_equal(st, FI_OK);
-    if (fi_partition_pairs_apply(x->v, x->T, x->l.num_ctas))
+    if (fi_partition_pairs_apply(x->v, x->ts.T, x->l.num_ctas))
         return 0;
-    st = fi_pslice_prepare(x->v, x->s->tiles, x->T, &x->l, x->prefix, &x->s->pp, &x->tot, &e);
+    st = fi_pslice_prepare(x->v, &x->ts, &x->l, x->prefix, &x->s->pp, &x->tot, &e);
     if (st != FI_OK)
         fail_msg("seed %llu: fi_pslice_prepare: %s (%s)", (unsigned long long)g_seed,
                  fi_status_name(st), what);
@@ -96,7 +96,7 @@ static int plan_and_prepare(slice_ctx *x, const batchgen_batch *g, const char *w
 }
 
 static void share(slice_ctx *x, int32_t c, unsigned char *base, int64_t *cost) {
-    fi_pslice_cta(x->v, x->s->tiles, x->T, &x->l, &x->s->pp, &x->tot, c,
+    fi_pslice_cta(x->v, &x->ts, &x->l, &x->s->pp, &x->tot, c,
                   fi_stage_work_indptr(base, &x->l), fi_stage_items(base, &x->l),
                   fi_stage_groups(base, &x->l), cost);
 }
@@ -177,7 +177,7 @@ static void one_share_writes_its_own(slice_ctx *x, int32_t c, const char *what) 
 static void shares_equal_the_whole_partition(void **state) {
     (void)state;
     tt_rng rng = {g_seed ^ 0x5ce1ull};
-    int cut_plans = 0, more_ctas_than_tiles = 0, pairs = 0;
+    int cut_plans = 0, more_ctas_than_tiles = 0, pairs = 0, blocks = 0;
     for (int it = 0; it < SLICE_BATCHES; it++) {
         batchgen_opts o = {0};
         o.kind = tt_rng_int(&rng, 0, 1) ? FI_KIND_MLA_DECODE : FI_KIND_GQA_DECODE;
@@ -201,13 +201,16 @@ static void shares_equal_the_whole_partition(void **state) {
             for (int32_t c = 0; c < x.l.num_ctas; c++)
                 one_share_writes_its_own(&x, c, what);
         cut_plans += x.tot.num_groups > 0;
-        more_ctas_than_tiles += x.l.num_ctas > x.T;
+        more_ctas_than_tiles += x.l.num_ctas > x.ts.T;
+        blocks += x.ts.blocks > 1; /* KV-head-major: one KV head's tiles stored */
         ctx_close(&x);
         batchgen_free(&g);
     }
     print_message("  %d plans: %d packed in pairs (skipped), %d with merge groups, %d with more "
-                  "CTAs than tiles\n", SLICE_BATCHES, pairs, cut_plans, more_ctas_than_tiles);
-    assert_true(cut_plans > SLICE_BATCHES / 4 && more_ctas_than_tiles > SLICE_BATCHES / 50);
+                  "CTAs than tiles, %d of tile blocks\n", SLICE_BATCHES, pairs, cut_plans,
+                  more_ctas_than_tiles, blocks);
+    assert_true(cut_plans > SLICE_BATCHES / 4 && more_ctas_than_tiles > SLICE_BATCHES / 50 &&
+                blocks > SLICE_BATCHES / 20);
 }
 
 int main(void) {

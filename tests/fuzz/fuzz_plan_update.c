@@ -613,16 +613,16 @@ static const char *accepted_batch_breaks(const fi_caps *c, const fz_batch *z,
 static void check_slices(const fi_caps *c, const fi_variant *v, const fi_layout *l,
                          fi_planner_scratch *s, const fi_batch *b, unsigned char *ref) {
     const fi_plan_header *h = fi_stage_header(ref, l);
-    int32_t T = 0;
+    fi_tile_set ts;
     fi_error_detail e;
     TT_FZ_REQUIRE(fi_tiles_build_parallel(v, c, fi_stage_requests(ref, l), h->batch_size,
                                           b->causal, b->window_left, s->pp.batch_scan, s->tiles,
-                                          l->max_tiles, &T, &e) == FI_OK,
+                                          l->max_tiles, &ts, &e) == FI_OK,
                   "tiles of a planned batch failed");
-    if (fi_partition_pairs_apply(v, T, l->num_ctas))
+    if (fi_partition_pairs_apply(v, ts.T, l->num_ctas))
         return; /* packed in pairs (planner/ppair.c): no shares to compare */
     fi_pslice_totals tot;
-    TT_FZ_REQUIRE(fi_pslice_prepare(v, s->tiles, T, l, s->tile_prefix, &s->pp, &tot, &e) ==
+    TT_FZ_REQUIRE(fi_pslice_prepare(v, &ts, l, s->tile_prefix, &s->pp, &tot, &e) ==
                       FI_OK, "fi_pslice_prepare refused a planned batch");
     const int32_t n = l->num_ctas;
     int32_t *wi = malloc(sizeof(int32_t) * ((size_t)n + 1));
@@ -635,7 +635,7 @@ static void check_slices(const fi_caps *c, const fi_variant *v, const fi_layout 
     int64_t total = 0, max = 0;
     for (int32_t k = 0; k < n; k++) {
         int64_t cost = 0;
-        fi_pslice_cta(v, s->tiles, T, l, &s->pp, &tot, k, wi, items, groups, &cost);
+        fi_pslice_cta(v, &ts, l, &s->pp, &tot, k, wi, items, groups, &cost);
         total += cost;
         max = cost > max ? cost : max;
     }
