@@ -280,15 +280,20 @@ FI_PD_STATIC inline int64_t pp_cta_cost(const fi_tile_set *ts, const int64_t *pr
     const int32_t T = ts->T, t0 = pp->btile[c], t1 = pp->btile[c + 1];
     if (t0 >= T)
         return 0;
-    const fi_tile a = fi_tile_set_at(ts, t0);
-    const int64_t s = pp->interior[c] ? pp->bkv[c] : a.kv_begin;
+    /* tiles t0, t0 + 1 and t1 as (block, index): one division, then steps */
+    const int32_t P = ts->period, k0 = ts->blocks == 1 ? 0 : t0 / P, j0 = t0 - k0 * P;
+    const fi_tile *a = &ts->first[j0]; /* KV range and cost: the same in every block */
+    const int64_t s = pp->interior[c] ? pp->bkv[c] : a->kv_begin;
     if (t1 == t0) /* one piece inside tile t0, or none (equal boundaries) */
-        return pp->interior[c + 1] && pp->bkv[c + 1] > s ? piece_cost(&a, s, pp->bkv[c + 1]) : 0;
-    int64_t cost = piece_cost(&a, s, a.kv_end) + pp_prefix_at(ts, prefix, t1) -
-                   pp_prefix_at(ts, prefix, t0 + 1);
+        return pp->interior[c + 1] && pp->bkv[c + 1] > s ? piece_cost(a, s, pp->bkv[c + 1]) : 0;
+    int32_t k1, j1, k2, j2;
+    fi_tile_set_advance(ts, k0, j0, 1, &k1, &j1);
+    fi_tile_set_advance(ts, k1, j1, t1 - t0 - 1, &k2, &j2);
+    const int64_t S0 = prefix[P];
+    int64_t cost = piece_cost(a, s, a->kv_end) + (k2 - k1) * S0 + prefix[j2] - prefix[j1];
     if (t1 < T && pp->interior[c + 1]) {
-        const fi_tile b = fi_tile_set_at(ts, t1);
-        cost += piece_cost(&b, b.kv_begin, pp->bkv[c + 1]);
+        const fi_tile *b = &ts->first[j2];
+        cost += piece_cost(b, b->kv_begin, pp->bkv[c + 1]);
     }
     return cost;
 }
