@@ -225,7 +225,10 @@ FI_PD fi_status fi_tiles_build_parallel(const fi_variant *v, const fi_caps *caps
     ts->block_heads = 0;
     if (g.ways > 1 && g.n_hb == 1 && v->cost_beta > 0) {
         /* KV-head-major: the first KV head's tiles only (scratch.h fi_tile_set); one KV
-         * head's geometry writes a request's tiles of KV head 0 in the same order */
+         * head's geometry writes a request's tiles of KV head 0 in the same order.  Never a
+         * batch that pair packing takes (it reads tiles[0 .. T)): kv_head_order wants more
+         * than num_ctas x pack_thin_tiles_per_cta tiles, pairs at most 2 num_ctas of a row
+         * whose pack_thin_tiles_per_cta is >= 2 (planner/partition.h). */
         tile_geo g1 = g;
         g1.h_kv = 1;
         FI_PP_FOR(b, batch_size)
