@@ -53,23 +53,41 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile_set *ts
         FI_PD_STAMP(4);
     if (st != FI_OK)
         return st;
-    /* Items and groups, per tile, in groups of FI_PP_LANES consecutive tiles, a warp a
-     * group (lane l: tile base + l; the host: one tile a group), so that a warp's item
-     * stores are contiguous (a thread's own chunk of tiles put its lanes' stores 16 tiles
-     * apart at 1,024 GQA requests).  The group's first boundary is searched once (every
-     * lane the same addresses), and each lane walks forward to its tile's. */
-    FI_PP_FOR_WARP(grp, (T + FI_PP_LANES - 1) / FI_PP_LANES) {
-        const int32_t base = grp * FI_PP_LANES, t = base + FI_PP_LANE;
-        int32_t b0 = first_boundary(pp->btile, n, base);
-        const int32_t kb = ts->blocks == 1 ? 0 : base / ts->period; /* the group's block */
-        if (t < T) {
-            while (b0 <= n && pp->btile[b0] < t)
-                b0++;
+    /* Items and groups, per tile.  On the device a warp takes groups of FI_PP_LANES
+     * consecutive tiles (lane l: tile base + l), so that its item stores are contiguous (a
+     * thread's own chunk of tiles put its lanes' stores 16 tiles apart at 1,024 GQA
+     * requests), searching the group's first boundary once while each lane walks forward
+     * to its own.  On the host (one lane) the one chunk of all tiles walks its boundaries
+     * forward from tile to tile (a search a tile cost the host GQA plan ~20%). */
+    if (FI_PP_LANES == 1) {
+        const int32_t t1 = fi_pp_chunk(T, 1);
+        int32_t t = fi_pp_chunk(T, 0), b0 = 0, k = 0, j = 0;
+        if (t < t1) {
+            b0 = first_boundary(pp->btile, n, t);
+            fi_tile_set_advance(ts, 0, 0, t, &k, &j);
+        }
+        FI_PD_NO_UNROLL
+        for (; t < t1; t++) {
             const int32_t b1 = pp_boundary_after(pp, n, b0, t);
-            int32_t k, j;
-            fi_tile_set_advance(ts, kb, base - kb * ts->period, FI_PP_LANE, &k, &j);
             const fi_tile tl = fi_tile_set_block(ts, k, j);
             pp_tile_items(v, pp, &tl, t, b0, b1, 0, INT32_MAX, items, groups);
+            b0 = b1;
+            fi_tile_set_advance(ts, k, j, 1, &k, &j);
+        }
+    } else {
+        FI_PP_FOR_WARP(grp, (T + FI_PP_LANES - 1) / FI_PP_LANES) {
+            const int32_t base = grp * FI_PP_LANES, t = base + FI_PP_LANE;
+            int32_t b0 = first_boundary(pp->btile, n, base);
+            const int32_t kb = ts->blocks == 1 ? 0 : base / ts->period; /* the group's block */
+            if (t < T) {
+                while (b0 <= n && pp->btile[b0] < t)
+                    b0++;
+                const int32_t b1 = pp_boundary_after(pp, n, b0, t);
+                int32_t k, j;
+                fi_tile_set_advance(ts, kb, base - kb * ts->period, FI_PP_LANE, &k, &j);
+                const fi_tile tl = fi_tile_set_block(ts, k, j);
+                pp_tile_items(v, pp, &tl, t, b0, b1, 0, INT32_MAX, items, groups);
+            }
         }
     }
     /* Where each CTA's items start: the piece its boundary begins. */
