@@ -13,16 +13,6 @@
 #include "planner/scratch.h"
 #include "planner/tiles.h"
 
-/* The tile costs' prefix sum before tile t (0 <= t <= T) of a tile set whose first
- * block's prefix sums are prefix [period + 1]: its whole blocks before t, then the first
- * block's sums (scratch.h fi_tile_set). */
-FI_PD_STATIC inline int64_t pp_prefix_at(const fi_tile_set *ts, const int64_t *prefix, int32_t t) {
-    if (ts->blocks == 1)
-        return prefix[t];
-    const int32_t k = t / ts->period;
-    return k * prefix[ts->period] + prefix[t - k * ts->period];
-}
-
 /* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior); prefix:
  * the first block's prefix sums, S0 their total (a block's cost).  Tile costs are > 0
  * when blocks > 1 (tiles.h), so the prefix sums rise strictly and the tile holding x is

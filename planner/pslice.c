@@ -2,9 +2,9 @@
  * planner/pslice.c - one CTA's share of the data-parallel partition (planner/pslice.h).
  *
  * Algorithm: ppart.c's equal-share cut of the cumulative cost axis (flash-decoding's
- * split-KV, Dao et al. 2023), read per CTA.  ppart.c derives every tile's first item and
- * merge group from a scan over the tiles (item_off); here they come from a scan over the
- * n + 2 boundaries instead, so a CTA needs no per-tile array beyond the cost prefix:
+ * split-KV, Dao et al. 2023), read per CTA.  As in ppart.c, every tile's first item and
+ * merge group come from one scan over the n + 2 boundaries (ppart_core.h pp_cuts), so a
+ * CTA needs no per-tile array beyond the cost prefix:
  *   items before tile t  = t + the cuts at boundaries before first_boundary(t),
  *   groups before tile t = the first cuts of a tile at those boundaries,
  * where boundary c is the first cut of its tile when it is a cut and boundary c - 1 is not
@@ -26,16 +26,17 @@ FI_PD fi_status fi_pslice_prepare(const fi_variant *v, const fi_tile_set *ts,
     if (st != FI_OK)
         return st;
     tot->budget = budget;
-    tot->total_cost = pp_prefix_at(ts, prefix, ts->T);
+    tot->total_cost = ts->blocks * prefix[ts->period]; /* S = blocks x a block's cost */
     tot->num_items = (int32_t)num_items;
     tot->num_groups = (int32_t)num_groups;
     tot->num_slots = (int32_t)num_slots;
     return FI_OK;
 }
 
-FI_PD void fi_pslice_cta(const fi_variant *v, const fi_tile_set *ts, const fi_layout *l, const fi_ppart_scratch *pp,
-                         const fi_pslice_totals *tot, int32_t c, int32_t *work_indptr,
-                         fi_work_item *items, fi_merge_group *groups, int64_t *cost) {
+FI_PD void fi_pslice_cta(const fi_variant *v, const fi_tile_set *ts, const fi_layout *l,
+                         const fi_ppart_scratch *pp, const fi_pslice_totals *tot, int32_t c,
+                         int32_t *work_indptr, fi_work_item *items, fi_merge_group *groups,
+                         int64_t *cost) {
     const int32_t n = l->num_ctas, T = ts->T;
     const int32_t i0 = pp_indptr_at(pp, n, T, tot->num_items, c);
     const int32_t i1 = pp_indptr_at(pp, n, T, tot->num_items, c + 1);

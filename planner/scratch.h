@@ -123,7 +123,7 @@ typedef struct fi_ppart_scratch {
     int32_t *bkv;          /* [num_ctas + 1]: its KV position in that tile */
     int32_t *interior;     /* [num_ctas + 1]: 1 if it cuts the tile */
     int64_t *cut_scan;     /* [num_ctas + 2]: cuts before boundary c */
-    int64_t *item_off;     /* [max_tiles + 1]: per tile, its first item and merge group */
+    int64_t *item_off;     /* [max_tiles + 1]: pair packing's per-tile pieces (ppair.c) */
     /* Pair packing (planner/ppair.c), batches of at most 2 num_ctas tiles: [pair_cap] each,
      * pair_cap = min(max_tiles, 2 num_ctas), the tiles by increasing (cost, index). */
     int64_t *pair_cost;    /* their costs */
