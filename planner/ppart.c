@@ -34,6 +34,9 @@
 #include "planner/ppart_core.h"
 #include "planner/tiles.h"
 
+/* Tiles a boundary from which the device's item loop takes warp groups, not chunks. */
+enum { pp_dense_tiles = 8 };
+
 FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile_set *ts,
                                       fi_planner_scratch *s, const fi_layout *l,
                                       int32_t *work_indptr, fi_work_item *items,
@@ -53,13 +56,17 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile_set *ts
         FI_PD_STAMP(4);
     if (st != FI_OK)
         return st;
-    /* Items and groups, per tile.  On the device a warp takes groups of FI_PP_LANES
-     * consecutive tiles (lane l: tile base + l), so that its item stores are contiguous (a
-     * thread's own chunk of tiles put its lanes' stores 16 tiles apart at 1,024 GQA
-     * requests), searching the group's first boundary once while each lane walks forward
-     * to its own.  On the host (one lane) the one chunk of all tiles walks its boundaries
-     * forward from tile to tile (a search a tile cost the host GQA plan ~20%). */
-    if (FI_PP_LANES == 1) {
+    /* Items and groups, per tile, in one of two orders.  Chunks: each thread walks its own
+     * contiguous chunk of tiles, its boundaries forward from tile to tile (on the host, one
+     * thread, the chunk is every tile: a search a tile cost the host GQA plan ~20%).  Warp
+     * groups: a warp takes groups of FI_PP_LANES consecutive tiles (lane l: tile base + l),
+     * so that its item stores are contiguous (chunks put a warp's stores 16 tiles apart at
+     * 1,024 GQA requests), searching the group's first boundary once while each lane walks
+     * forward to its own.  Where boundaries are dense (fewer than pp_dense_tiles tiles a
+     * boundary: GQA at 32 and 128 requests) a lane would walk up to ~16 of them one
+     * dependent shared-memory load at a time, and the plans lost ~1 us to the warp groups
+     * (H200, docs/perf-log.md thirty-first session), so those take the chunks. */
+    if (FI_PP_LANES == 1 || T < pp_dense_tiles * (n + 1)) {
         const int32_t t1 = fi_pp_chunk(T, 1);
         int32_t t = fi_pp_chunk(T, 0), b0 = 0, k = 0, j = 0;
         if (t < t1) {
