@@ -45,7 +45,14 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile_set *ts
     const int32_t n = l->num_ctas, T = ts->T;
     if (fi_partition_pairs_apply(v, T, n)) /* one block then (tiles.c) */
         return fi_partition_pairs(v, ts->first, T, s, l, work_indptr, items, groups, res, err);
-    fi_ppart_scratch *pp = &s->pp;
+    /* The scratch arrays' pointers and the tile set as locals: on the device the functions
+     * below are inlined, so these stay in registers, where through s (shared memory) every
+     * branch reloaded the pointer before the element (docs/perf-log.md thirty-second
+     * session). */
+    fi_ppart_scratch pl = s->pp;
+    fi_ppart_scratch *pp = &pl;
+    const fi_tile_set tsl = *ts;
+    ts = &tsl;
     int64_t *prefix = s->tile_prefix; /* [period + 1] */
     const int64_t budget = pp_boundaries(v, ts, n, prefix, pp);
     if (FI_PP_LEADER)

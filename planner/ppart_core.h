@@ -13,22 +13,24 @@
 #include "planner/scratch.h"
 #include "planner/tiles.h"
 
-/* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior); prefix:
- * the first block's prefix sums, S0 their total (a block's cost).  Tile costs are > 0
- * when blocks > 1 (tiles.h), so the prefix sums rise strictly and the tile holding x is
- * the one holding x - k S0 in block k = floor(x / S0). */
-FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile_set *ts,
-                                            const int64_t *prefix, int64_t S0, int64_t x,
-                                            int32_t *bt, int32_t *bkv, int32_t *interior) {
-    const int32_t P = ts->period;
+/* Cost-axis position x (0 <= x < S) -> boundary (tile, KV position, interior); first, P,
+ * blocks, T: the tile set's (scratch.h fi_tile_set, by value: the outlined call would read
+ * a set passed by address from local memory); prefix: the first block's prefix sums, S0
+ * their total (a block's cost).  Tile costs are > 0 when blocks > 1 (tiles.h), so the
+ * prefix sums rise strictly and the tile holding x is the one holding x - k S0 in block k
+ * = floor(x / S0). */
+FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile *first, int32_t P,
+                                            int32_t blocks, int32_t T, const int64_t *prefix,
+                                            int64_t S0, int64_t x, int32_t *bt, int32_t *bkv,
+                                            int32_t *interior) {
     int32_t k = 0; /* at most H_kv steps, where a 64-bit division costs more */
-    if (ts->blocks > 1)
+    if (blocks > 1)
         while (x >= S0) {
             x -= S0;
             k++;
         }
     const int32_t lo = fi_last_le(prefix, P, x); /* the tile of block k holding x */
-    const fi_tile *t = &ts->first[lo];
+    const fi_tile *t = &first[lo];
     const int64_t kv0 = t->kv_begin, kv1 = t->kv_end;
     const int64_t fixed = t->cost - (kv1 - kv0); /* alpha * rows + beta */
     const int64_t o = x - prefix[lo];
@@ -40,7 +42,7 @@ FI_PD_STATIC FI_PD_OUTLINE void boundary_at(fi_split_grain sg, const fi_tile_set
     if (pos >= kv1 && kv1 > kv0) { /* the end of tile lo is the start of the next */
         const int32_t next = k * P + lo + 1;
         *bt = next;
-        *bkv = next < ts->T ? ts->first[lo + 1 < P ? lo + 1 : 0].kv_begin : 0;
+        *bkv = next < T ? first[lo + 1 < P ? lo + 1 : 0].kv_begin : 0;
         *interior = 0;
         return;
     }
@@ -129,26 +131,32 @@ FI_PD_STATIC inline int64_t pp_boundaries(const fi_variant *v, const fi_tile_set
             pp->bkv[c] = 0;
             pp->interior[c] = 0;
         } else {
-            boundary_at(sg, ts, prefix, S0, x, &pp->btile[c], &pp->bkv[c], &pp->interior[c]);
+            boundary_at(sg, tiles, P, ts->blocks, T, prefix, S0, x, &pp->btile[c], &pp->bkv[c],
+                        &pp->interior[c]);
         }
     }
     FI_PP_SYNC();
     return whole ? cmax : budget;
 }
 
-/* Boundary c (0 .. n + 1) as a cut: an interior boundary distinct from the one before
- * (equal ones leave the CTAs between them empty); n + 1, past the last, is none. */
-FI_PD_STATIC inline int64_t is_cut(const fi_ppart_scratch *pp, int32_t c, int32_t n) {
-    if (c > n || !pp->interior[c])
+/* Boundary c (0 .. n + 1) as pp_pack(cut, first cut of its tile).  A cut: an interior
+ * boundary distinct from the one before (equal ones leave the CTAs between them empty; n
+ * + 1, past the last, is none).  The first cut of its tile: a cut whose boundary c - 1 is
+ * not interior to the same tile (boundaries are non-decreasing, and the first interior one
+ * of a tile always differs from the one before it, so it is a cut).  Boundaries c - 1 and
+ * c are loaded together, then combined without branches: on the device each short-
+ * circuited test was a dependent load (~850 cycles an element on one warp, H200,
+ * docs/perf-log.md thirty-second session). */
+FI_PD_STATIC inline int64_t pp_cut_word(const fi_ppart_scratch *pp, int32_t c, int32_t n) {
+    if (c > n)
         return 0;
-    return !(c > 0 && pp->btile[c] == pp->btile[c - 1] && pp->bkv[c] == pp->bkv[c - 1]);
-}
-
-/* Boundary c as the first cut of its tile: a cut whose boundary c - 1 is not interior to
- * the same tile (boundaries are non-decreasing, and the first interior one of a tile
- * always differs from the one before it, so it is a cut). */
-FI_PD_STATIC inline int64_t is_first_cut(const fi_ppart_scratch *pp, int32_t c, int32_t n) {
-    return is_cut(pp, c, n) && !(c > 0 && pp->btile[c - 1] == pp->btile[c] && pp->interior[c - 1]);
+    const int32_t *btile = pp->btile, *bkv = pp->bkv, *interior = pp->interior;
+    const int32_t p = c > 0 ? c - 1 : 0;
+    const int32_t t = btile[c], tp = btile[p], kv = bkv[c], kvp = bkv[p];
+    const int32_t in = interior[c], inp = interior[p];
+    const int same_tile = c > 0 && t == tp;
+    const int cut = in != 0 && !(same_tile && kv == kvp);
+    return pp_pack(cut, cut && !(same_tile && inp != 0));
 }
 
 /* work_indptr[c], the item boundary c begins, once pp->cut_scan [n + 2] holds per boundary
@@ -189,7 +197,7 @@ FI_PD_STATIC inline fi_status pp_cuts(const fi_layout *l, int32_t T, fi_ppart_sc
                                       int64_t *num_slots, fi_error_detail *err) {
     const int32_t n = l->num_ctas;
     FI_PP_FOR_CHUNK(c, n + 2)
-    pp->cut_scan[c] = pp_pack(is_cut(pp, c, n), is_first_cut(pp, c, n));
+    pp->cut_scan[c] = pp_cut_word(pp, c, n);
     const int64_t cuts = fi_pp_scan(pp->cut_scan, n + 2);
     *num_items = T + pp_items(cuts);
     *num_groups = pp_groups(cuts);
