@@ -11,6 +11,7 @@
 # bad-length test; then ROUNDS rounds of bench_device_plan, every base and this tree in
 # turn (same GPU, same call, interleaved: what a planner change needs, docs/perf-log.md).
 # Environment: ROUNDS (2), BENCH_ARGS ("--kind all --case parallel --reps 30 --steps 20"),
+# PREBUILT=1 (keep carried kernel objects, below),
 # STAMPS=1 (also the profiling build's clock stamps of this tree, `make PROFILE=1`: cycles
 # between the planning kernel's FI_PD_STAMP points), MAKE_ARGS ("NO_JEMALLOC=1": the GPU
 # machine has no jemalloc), OUT (gpu_out).
@@ -25,6 +26,16 @@ ROUNDS=${ROUNDS:-2}; ARGS=${BENCH_ARGS:-"--kind all --case parallel --reps 30 --
 J=$(nproc); JB=$(( J / (2 * $#) > 1 ? J / (2 * $#) : 1 ))
 sum() { echo "$*" | tee -a "$OUT/summary.txt"; }
 here=$PWD
+# PREBUILT=1: build/executor was built on the development machine from this tree and carried
+# (`carry: [".device", ".exp", "build/executor"]`: ~53 MB, inside the 64 MiB carry limit).
+# A planner A/B changes no kernel, so the kernel objects are made newer than every source
+# and make keeps them, here and in each base's copy: a fresh machine's kernel build (~60 s
+# of the call) is skipped.  Objects older than an executor change would be used as they
+# are: carry only a build of the tree being sent.
+if [ "${PREBUILT:-0}" = 1 ] && [ -d build/executor ]; then
+    find build/executor -name '*.o' -exec touch {} +
+    sum "prebuilt kernel objects: $(find build/executor -name '*.cu.o' | wc -l)"
+fi
 i=0
 for tgz in "$@"; do
     i=$((i + 1)); d=/tmp/plan_ab_$i
