@@ -36,8 +36,8 @@
  *   host_ahead / dev_ahead   the same loops without the sync (the host runs ahead; the
  *               slower of host and GPU sets the rate): total / steps
  *
- * Usage: bench_device_plan [--kind mla|gqa|all] [--batch B ...] [--reps N] [--steps N]
- *                          [--case SUBSTR] [--ctas N] [--trace-step S]
+ * Usage: bench_device_plan [--kind mla|gqa|all] [--batch B ...] [--reps N]
+ *                          [--steps N >= 10] [--case SUBSTR] [--ctas N] [--trace-step S]
  * (--sets, --chain, --read-tbps and --tflops are taken and ignored, so that
  * bench/run_gpu_bench.sh can hand every bench one option list.)
  * Output: one table row per case on stdout; "result <case> plan_us <x> e2e_pdl_us <x> e2e_us
@@ -568,8 +568,9 @@ static int run_case(const family *f, int32_t B, const cfg *g, tt_rng *rng, int *
 /* ---- options ------------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
-    fputs("usage: bench_device_plan [--kind mla|gqa|all] [--batch B ...] [--reps N] [--steps N]\n"
-          "  [--case SUBSTR] [--ctas N] [--trace-step S]  (see the file comment)\n", f);
+    fputs("usage: bench_device_plan [--kind mla|gqa|all] [--batch B ...] [--reps N]\n"
+          "  [--steps N >= 10] [--case SUBSTR] [--ctas N] [--trace-step S]  (see the file "
+          "comment)\n", f);
 }
 
 /* getopt_long; the options every bench takes go through bench_cfg_option under their own
@@ -610,7 +611,11 @@ static int parse_args(int argc, char **argv, cfg *g) {
         default: return -1;
         }
     }
-    if (optind < argc || g->steps < 10) return -1;
+    if (g->steps < 10) { /* the host loops time 32 warm-ups, then at least 10 steps */
+        fprintf(stderr, "bench_device_plan: --steps %d: at least 10\n", g->steps);
+        return -1;
+    }
+    if (optind < argc) return -1;
     if (g->nbatch == 0) {
         static const int32_t sizes[] = {32, 128, 1024};
         for (int i = 0; i < 3; i++) g->batch[g->nbatch++] = sizes[i];
