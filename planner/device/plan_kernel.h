@@ -35,10 +35,13 @@ typedef struct fi_device_plan_params {
 int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl, void *stream);
 
 /* The two builds fi_device_plan_launch picks from: the data-parallel rows whose plans hold
- * at most FI_DEVPLAN_SMALL_MAX_TILES tiles run the smaller CTA (plan_kernel_small.cu: fewer
- * warps in each of the plan's CTA-wide steps, which cost more than the per-thread work
- * there); the rest the default size. */
-#define FI_DEVPLAN_SMALL_MAX_TILES 256
+ * at most FI_DEVPLAN_SMALL_MAX_TILES tiles (the layout's max_tiles) run the smaller CTA
+ * (plan_kernel_small.cu: fewer warps running the same instruction path, which is what a
+ * plan costs while a thread has at most a tile or two a step); the rest the default size.
+ * Measured (H200, docs/perf-log.md thirty-third session): 512 takes GQA 32/8 at 32
+ * requests (272 tiles) from 15.5 to 14.1 us; at 2048, GQA at 128 requests (1088) was
+ * level and MLA heads 16 at 1,024 (1024) went from 23.4 to 32.8 us. */
+#define FI_DEVPLAN_SMALL_MAX_TILES 512
 int fi_device_plan_launch_default(const fi_device_plan_params *p, int enable_pdl,
                                   void *stream);
 int fi_device_plan_launch_small(const fi_device_plan_params *p, int enable_pdl, void *stream);
