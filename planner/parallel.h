@@ -68,9 +68,11 @@ __device__ __forceinline__ int32_t fi_pp_chunk(int32_t n, int end) {
     return end == 0 ? b : b + chunk < n ? b + chunk : n;
 }
 
-/* The warps' partial results of a reduction or scan, [32]: one buffer for both, as each
- * ends with a barrier after its last read. */
-static __shared__ int64_t fi_pp_part[32];
+/* The warps' partial results of a reduction or scan, [48] (a scan's sums and up to two
+ * reductions' partials beside them): one buffer for all, as each ends with a barrier after
+ * its last read. */
+#define FI_PP_PART 48
+static __shared__ int64_t fi_pp_part[FI_PP_PART];
 
 /* Sum / min / max of every thread's v, returned to all threads (a barrier). */
 static __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
@@ -100,7 +102,7 @@ static __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
 /* The sum of every thread's *s and the maximum of every thread's *m in one pass (one
  * barrier pair instead of two), both returned to all threads. */
 static __device__ __noinline__ void fi_pp_sum_max(int64_t *s, int64_t *m) {
-    static_assert(2 * FI_PP_WARPS <= 32, "fi_pp_part holds both halves");
+    static_assert(2 * FI_PP_WARPS <= FI_PP_PART, "fi_pp_part holds both halves");
     int64_t *part = fi_pp_part;
     int64_t a = *s, b = *m;
     for (int o = 16; o > 0; o >>= 1) {
@@ -137,15 +139,20 @@ __device__ __forceinline__ int fi_pp_warp_any(int x) { return __any_sync(0xfffff
 
 /* Exclusive prefix sum of a[0 .. n) in place; returns the total to every thread (a
  * barrier), and with kMax the largest element into *max (the same barrier: the warps'
- * maxima travel beside their sums).  Each thread scans its chunk (fi_pp_chunk: before the
+ * maxima travel beside their sums); with kRed also the sum of every thread's *rsum and the
+ * maximum of every thread's *rmax, returned through them (fi_pp_sum_max's work in the
+ * scan's barriers).  Each thread scans its chunk (fi_pp_chunk: before the
  * first barrier it reads only that, which FI_PP_FOR_CHUNK wrote); the chunk sums are
  * scanned across warps.  Elements >= 0.  kMax is a constant, so fi_pp_scan compiles
  * without the maxima (measured: carrying them through every scan of a plan cost the
  * planning kernel 0.5-1.0 us, H200, docs/perf-log.md twenty-sixth session). */
-template <bool kMax>
-__device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_t *max) {
-    static_assert(2 * FI_PP_WARPS <= 32, "fi_pp_part holds the sums and the maxima");
+template <bool kMax, bool kRed>
+__device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_t *max,
+                                                   int64_t *rsum, int64_t *rmax) {
+    static_assert(3 * FI_PP_WARPS <= FI_PP_PART, "fi_pp_part holds the sums and two more");
     int64_t *warp_sum = fi_pp_part, *warp_max = fi_pp_part + FI_PP_WARPS;
+    int64_t *warp_rsum = fi_pp_part + FI_PP_WARPS, *warp_rmax = fi_pp_part + 2 * FI_PP_WARPS;
+    static_assert(!(kMax && kRed), "the maxima or the reductions, not both");
     const int32_t tid = threadIdx.x;
     const int32_t b = fi_pp_chunk(n, 0), e = fi_pp_chunk(n, 1);
     int64_t s = 0, m = 0;
@@ -168,10 +175,24 @@ __device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_
             m = y > m ? y : m;
         }
     }
+    int64_t rs = 0, rm = 0;
+    if (kRed) {
+        rs = *rsum;
+        rm = *rmax;
+        for (int o = 16; o > 0; o >>= 1) {
+            rs += __shfl_xor_sync(0xffffffffu, rs, o);
+            const int64_t y = __shfl_xor_sync(0xffffffffu, rm, o);
+            rm = y > rm ? y : rm;
+        }
+    }
     if (lane == 31) {
         warp_sum[w] = x;
         if (kMax)
             warp_max[w] = m;
+        if (kRed) {
+            warp_rsum[w] = rs;
+            warp_rmax[w] = rm;
+        }
     }
     __syncthreads();
     /* The warp sums scanned by shuffles in every warp (as fi_pp_reduce). */
@@ -189,6 +210,17 @@ __device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_
         }
         *max = __shfl_sync(0xffffffffu, m, 0);
     }
+    if (kRed) {
+        rs = lane < FI_PP_WARPS ? warp_rsum[lane] : 0;
+        rm = warp_rmax[lane < FI_PP_WARPS ? lane : 0];
+        for (int o = FI_PP_WARPS / 2; o > 0; o >>= 1) {
+            rs += __shfl_xor_sync(0xffffffffu, rs, o);
+            const int64_t y = __shfl_xor_sync(0xffffffffu, rm, o);
+            rm = y > rm ? y : rm;
+        }
+        *rsum = __shfl_sync(0xffffffffu, rs, 0);
+        *rmax = __shfl_sync(0xffffffffu, rm, 0);
+    }
     const int64_t total = __shfl_sync(0xffffffffu, ws, FI_PP_WARPS - 1);
     const int64_t before = __shfl_sync(0xffffffffu, ws, w > 0 ? w - 1 : 0);
     int64_t run = (w > 0 ? before : 0) + x - s;
@@ -202,10 +234,14 @@ __device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_
     return total;
 }
 static __device__ __noinline__ int64_t fi_pp_scan(int64_t *a, int32_t n) {
-    return fi_pp_scan_impl<false>(a, n, nullptr);
+    return fi_pp_scan_impl<false, false>(a, n, nullptr, nullptr, nullptr);
 }
 static __device__ __noinline__ int64_t fi_pp_scan_max(int64_t *a, int32_t n, int64_t *max) {
-    return fi_pp_scan_impl<true>(a, n, max);
+    return fi_pp_scan_impl<true, false>(a, n, max, nullptr, nullptr);
+}
+static __device__ __noinline__ int64_t fi_pp_scan_sum_max(int64_t *a, int32_t n, int64_t *rsum,
+                                                          int64_t *rmax) {
+    return fi_pp_scan_impl<false, true>(a, n, nullptr, rsum, rmax);
 }
 #else
 FI_PD_STATIC inline int32_t fi_pp_chunk(int32_t n, int end) { return end ? n : 0; }
@@ -226,6 +262,10 @@ FI_PD_STATIC inline int64_t fi_pp_scan_max(int64_t *a, int32_t n, int64_t *max) 
     return run;
 }
 FI_PD_STATIC inline int64_t fi_pp_scan(int64_t *a, int32_t n) { return fi_pp_scan_max(a, n, NULL); }
+FI_PD_STATIC inline int64_t fi_pp_scan_sum_max(int64_t *a, int32_t n, int64_t *rsum, int64_t *rmax) {
+    (void)rsum, (void)rmax;
+    return fi_pp_scan_max(a, n, NULL);
+}
 #endif
 
 #endif /* FIATTN_PLANNER_PARALLEL_H */

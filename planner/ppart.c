@@ -17,7 +17,7 @@
  *   scanned over the boundaries with the first cuts of a tile (so tile t's first item is
  *   t + the cuts before its first boundary, its merge group the first cuts before it: no
  *   scan over the tiles) -> items and groups written per tile -> work_indptr per boundary
- *   -> CTA costs per CTA.
+ *   -> CTA costs per CTA (in the cuts' pass, their sum and maximum in its scan).
  * Unlike the capped walk (partition.c) the budget is not searched: the largest CTA can
  * exceed the mean by what snapping moves (less than a floor plus one tile's fixed cost),
  * and no packing follows (rows that pack hand a batch of at most 2 n tiles to pair
@@ -57,8 +57,9 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile_set *ts
     const int64_t budget = pp_boundaries(v, ts, n, prefix, pp);
     if (FI_PP_LEADER)
         FI_PD_STAMP(3);
-    int64_t num_items, num_groups, num_slots;
-    const fi_status st = pp_cuts(l, T, pp, &num_items, &num_groups, &num_slots, err);
+    int64_t num_items, num_groups, num_slots, cta_total = 0, cta_max = 0;
+    const fi_status st = pp_cuts(l, T, pp, ts, prefix, &cta_total, &cta_max, &num_items,
+                                 &num_groups, &num_slots, err);
     if (FI_PP_LEADER)
         FI_PD_STAMP(4);
     if (st != FI_OK)
@@ -109,6 +110,7 @@ FI_PD fi_status fi_partition_parallel(const fi_variant *v, const fi_tile_set *ts
     work_indptr[c] = pp_indptr_at(pp, n, T, (int32_t)num_items, c);
     if (FI_PP_LEADER)
         FI_PD_STAMP(6);
-    pp_finish(ts, prefix, pp, n, num_items, num_groups, num_slots, budget, res);
+    FI_PP_SYNC(); /* the items and work_indptr are read by other threads next */
+    pp_totals(num_items, num_groups, num_slots, budget, cta_total, cta_max, res);
     return FI_OK;
 }

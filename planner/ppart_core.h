@@ -185,20 +185,73 @@ FI_PD_STATIC fi_status pp_over(fi_error_detail *err, int64_t needed, int64_t lim
     return FI_ERR_PLAN_OVER_CAPS;
 }
 
+/* The cost of tile t's piece [s, e): its KV tokens plus the tile's fixed cost (alpha *
+ * rows + beta), which is fi_variant_item_cost of the piece's item, as the tile's own cost
+ * is its whole item's (boundary_at splits a tile the same way). */
+FI_PD_STATIC inline int64_t piece_cost(const fi_tile *t, int64_t s, int64_t e) {
+    return t->cost - (t->kv_end - t->kv_begin) + (e - s);
+}
+
+/* CTA c's cost, the sum of its items' costs, from the boundaries alone (after
+ * pp_boundaries): CTA c runs from boundary c to boundary c + 1, so its items are the piece
+ * of tile btile[c] from boundary c on, the whole tiles after it (a difference of prefix
+ * sums) and the piece of tile btile[c + 1] before boundary c + 1 (when that boundary is
+ * interior): O(1) a CTA, where reading the items back was O(items) (GQA at 128 requests:
+ * 1,102 items, ~10k of the planning kernel's ~52k cycles, H200). */
+FI_PD_STATIC inline int64_t pp_cta_cost(const fi_tile_set *ts, const int64_t *prefix,
+                                        const fi_ppart_scratch *pp, int32_t c) {
+    const int32_t T = ts->T, t0 = pp->btile[c], t1 = pp->btile[c + 1];
+    if (t0 >= T)
+        return 0;
+    /* tiles t0, t0 + 1 and t1 as (block, index): one division, then steps */
+    const int32_t P = ts->period, k0 = ts->blocks == 1 ? 0 : t0 / P, j0 = t0 - k0 * P;
+    const fi_tile *a = &ts->first[j0]; /* KV range and cost: the same in every block */
+    const int64_t s = pp->interior[c] ? pp->bkv[c] : a->kv_begin;
+    if (t1 == t0) /* one piece inside tile t0, or none (equal boundaries) */
+        return pp->interior[c + 1] && pp->bkv[c + 1] > s ? piece_cost(a, s, pp->bkv[c + 1]) : 0;
+    int32_t k1, j1, k2, j2;
+    fi_tile_set_advance(ts, k0, j0, 1, &k1, &j1);
+    fi_tile_set_advance(ts, k1, j1, t1 - t0 - 1, &k2, &j2);
+    const int64_t S0 = prefix[P];
+    int64_t cost = piece_cost(a, s, a->kv_end) + (k2 - k1) * S0 + prefix[j2] - prefix[j1];
+    if (t1 < T && pp->interior[c + 1]) {
+        const fi_tile *b = &ts->first[j2];
+        cost += piece_cost(b, b->kv_begin, pp->bkv[c + 1]);
+    }
+    return cost;
+}
+
 /* After pp_boundaries: per boundary the cuts before it and the first cuts of a tile before
  * it into pp->cut_scan [n + 2] (pp_pack, scanned; entry n + 1 holds the totals), and the
  * plan's item, merge-group and slot counts.  Tile t's first item and merge group then
  * follow from the boundaries before it (pp_indptr_at, ppart.c), so no scan runs over the
- * T tiles.  Every thread.
+ * T tiles.  With ts (and prefix, as pp_boundaries left them), the same pass also takes
+ * each CTA's cost from its boundaries (pp_cta_cost) and the scan's barriers their sum and
+ * maximum, into *cta_total and *cta_max (a step of its own cost the device planner ~0.3
+ * us; docs/perf-log.md thirty-third session); ts NULL leaves them.  Every thread.
  * @return FI_OK, or FI_ERR_PLAN_OVER_CAPS (err filled) when l's items, groups or slots
  * (checked in that order) cannot hold the plan. */
 FI_PD_STATIC inline fi_status pp_cuts(const fi_layout *l, int32_t T, fi_ppart_scratch *pp,
+                                      const fi_tile_set *ts, const int64_t *prefix,
+                                      int64_t *cta_total, int64_t *cta_max,
                                       int64_t *num_items, int64_t *num_groups,
                                       int64_t *num_slots, fi_error_detail *err) {
     const int32_t n = l->num_ctas;
-    FI_PP_FOR_CHUNK(c, n + 2)
-    pp->cut_scan[c] = pp_cut_word(pp, c, n);
-    const int64_t cuts = fi_pp_scan(pp->cut_scan, n + 2);
+    int64_t total = 0, max = 0;
+    FI_PP_FOR_CHUNK(c, n + 2) {
+        pp->cut_scan[c] = pp_cut_word(pp, c, n);
+        if (ts && c < n) {
+            const int64_t cost = pp_cta_cost(ts, prefix, pp, c);
+            total += cost;
+            max = cost > max ? cost : max;
+        }
+    }
+    const int64_t cuts = ts ? fi_pp_scan_sum_max(pp->cut_scan, n + 2, &total, &max)
+                            : fi_pp_scan(pp->cut_scan, n + 2);
+    if (ts) {
+        *cta_total = total;
+        *cta_max = max;
+    }
     *num_items = T + pp_items(cuts);
     *num_groups = pp_groups(cuts);
     *num_slots = *num_items - (T - *num_groups);
@@ -260,71 +313,27 @@ FI_PD_STATIC inline int64_t pp_tile_items(const fi_variant *v, const fi_ppart_sc
     return sum;
 }
 
-/* The cost of tile t's piece [s, e): its KV tokens plus the tile's fixed cost (alpha *
- * rows + beta), which is fi_variant_item_cost of the piece's item, as the tile's own cost
- * is its whole item's (boundary_at splits a tile the same way). */
-FI_PD_STATIC inline int64_t piece_cost(const fi_tile *t, int64_t s, int64_t e) {
-    return t->cost - (t->kv_end - t->kv_begin) + (e - s);
-}
-
-/* CTA c's cost, the sum of its items' costs, from the boundaries alone (after
- * pp_boundaries): CTA c runs from boundary c to boundary c + 1, so its items are the piece
- * of tile btile[c] from boundary c on, the whole tiles after it (a difference of prefix
- * sums) and the piece of tile btile[c + 1] before boundary c + 1 (when that boundary is
- * interior): O(1) a CTA, where reading the items back was O(items) (GQA at 128 requests:
- * 1,102 items, ~10k of the planning kernel's ~52k cycles, H200). */
-FI_PD_STATIC inline int64_t pp_cta_cost(const fi_tile_set *ts, const int64_t *prefix,
-                                        const fi_ppart_scratch *pp, int32_t c) {
-    const int32_t T = ts->T, t0 = pp->btile[c], t1 = pp->btile[c + 1];
-    if (t0 >= T)
-        return 0;
-    /* tiles t0, t0 + 1 and t1 as (block, index): one division, then steps */
-    const int32_t P = ts->period, k0 = ts->blocks == 1 ? 0 : t0 / P, j0 = t0 - k0 * P;
-    const fi_tile *a = &ts->first[j0]; /* KV range and cost: the same in every block */
-    const int64_t s = pp->interior[c] ? pp->bkv[c] : a->kv_begin;
-    if (t1 == t0) /* one piece inside tile t0, or none (equal boundaries) */
-        return pp->interior[c + 1] && pp->bkv[c + 1] > s ? piece_cost(a, s, pp->bkv[c + 1]) : 0;
-    int32_t k1, j1, k2, j2;
-    fi_tile_set_advance(ts, k0, j0, 1, &k1, &j1);
-    fi_tile_set_advance(ts, k1, j1, t1 - t0 - 1, &k2, &j2);
-    const int64_t S0 = prefix[P];
-    int64_t cost = piece_cost(a, s, a->kv_end) + (k2 - k1) * S0 + prefix[j2] - prefix[j1];
-    if (t1 < T && pp->interior[c + 1]) {
-        const fi_tile *b = &ts->first[j2];
-        cost += piece_cost(b, b->kv_begin, pp->bkv[c + 1]);
-    }
-    return cost;
-}
-
-/* The partition's totals into *res: the counts and budget, and the sum and maximum of
- * every thread's CTA costs (total, max: this thread's share; fi_pp_sum_max's barriers also
- * publish what the threads wrote before).  Every thread. */
-FI_PD_STATIC inline void pp_result(int64_t num_items, int64_t num_groups, int64_t num_slots,
+/* The partition's totals into *res: the counts, the budget, and the CTA costs' sum and
+ * maximum (total, max: already over the whole CTA).  Every thread. */
+FI_PD_STATIC inline void pp_totals(int64_t num_items, int64_t num_groups, int64_t num_slots,
                                    int64_t budget, int64_t total, int64_t max,
                                    fi_partition_result *res) {
     res->num_items = (int32_t)num_items;
     res->num_groups = (int32_t)num_groups;
     res->num_slots = (int32_t)num_slots;
     res->budget = budget;
-    fi_pp_sum_max(&total, &max);
     res->total_cost = total;
     res->max_cta_cost = max;
 }
 
-/* The partition's totals into *res, with the CTA costs' sum and maximum from the
- * boundaries (pp_cta_cost; ts, prefix and pp as pp_boundaries left them).  Every thread;
- * its barriers also publish the items and work_indptr the threads wrote before. */
-FI_PD_STATIC inline void pp_finish(const fi_tile_set *ts, const int64_t *prefix,
-                                   const fi_ppart_scratch *pp, int32_t n, int64_t num_items,
-                                   int64_t num_groups, int64_t num_slots, int64_t budget,
+/* pp_totals with total and max this thread's share of the CTA costs, summed and maxed over
+ * the CTA first (fi_pp_sum_max, whose barriers also publish what the threads wrote
+ * before).  Every thread. */
+FI_PD_STATIC inline void pp_result(int64_t num_items, int64_t num_groups, int64_t num_slots,
+                                   int64_t budget, int64_t total, int64_t max,
                                    fi_partition_result *res) {
-    int64_t total = 0, max = 0;
-    FI_PP_FOR(c, n) {
-        const int64_t cost = pp_cta_cost(ts, prefix, pp, c);
-        total += cost;
-        max = cost > max ? cost : max;
-    }
-    pp_result(num_items, num_groups, num_slots, budget, total, max, res);
+    fi_pp_sum_max(&total, &max);
+    pp_totals(num_items, num_groups, num_slots, budget, total, max, res);
 }
 
 #endif /* FIATTN_PLANNER_PPART_CORE_H */

@@ -22,7 +22,8 @@ FI_PD fi_status fi_pslice_prepare(const fi_variant *v, const fi_tile_set *ts,
     const int32_t n = l->num_ctas;
     const int64_t budget = pp_boundaries(v, ts, n, prefix, pp);
     int64_t num_items, num_groups, num_slots;
-    const fi_status st = pp_cuts(l, ts->T, pp, &num_items, &num_groups, &num_slots, err);
+    const fi_status st = pp_cuts(l, ts->T, pp, NULL, NULL, NULL, NULL, &num_items, &num_groups,
+                                 &num_slots, err);
     if (st != FI_OK)
         return st;
     tot->budget = budget;

@@ -94,9 +94,10 @@ struct plan_shared {
     fi_error_detail check; /* CTA 0's: the batch check's verdict, written by CTA 1 */
 };
 /* The launcher leaves 2 KiB of the opt-in shared memory to static arrays: this and
- * planner/parallel.h's combine buffer (32 x 8 bytes). */
+ * planner/parallel.h's combine buffer (FI_PP_PART x 8 bytes). */
 constexpr unsigned kStaticSmem = 2048;
-static_assert(sizeof(plan_shared) + 32 * sizeof(int64_t) <= kStaticSmem, "static shared memory");
+static_assert(sizeof(plan_shared) + FI_PP_PART * sizeof(int64_t) <= kStaticSmem,
+              "static shared memory");
 
 /* Where request b's used page entries are (its row; *used entries a row, the V row at +P),
  * or none to scan (*used 0): a request whose other rules fail is not scanned
