@@ -29,6 +29,10 @@
  *   exec      a graph of fi_run alone on a host-planned plan of the same batch
  *   gap       e2e - plan - exec (and gap_pdl from e2e_pdl): what chaining the two costs;
  *             negative where the executor's launch overlaps the planner
+ *   inside one graph (a "#" line): event record nodes between the kernels of an 8-step
+ *             graph of plan -> run steps, of plan-only and of run-only steps, so that each
+ *             kernel is timed where it follows the other (which of the two the gap lands
+ *             on) or itself (dp_split_times)
  * Timed on the host (CLOCK_MONOTONIC, --steps steps after 32 warm-ups, the same batch
  * every step, so the host planner's caches are warm: bench_plan's loop column has it cold):
  *   host_sync   fi_plan_update + replay of the fi_run graph + stream sync, median a step
@@ -380,6 +384,77 @@ static int dp_time_graph_flushed(dp_case *d, int k, int reps, void *flush, doubl
     return bench_time_replays(d->v.stream, &one, reps, flush, FLUSH_BYTES, s, msg, cap);
 }
 
+/* Kernel times inside one graph, to see which of two chained kernels the gap lands on: a
+ * graph of SPLIT_STEPS steps, each the ops of `ops` ('p': the device plan, no PDL; 'r':
+ * fi_run on the device plan; 'h': fi_run on the host plan), an event record node before
+ * the first op and after every op, so that each op's time is that of its event pair and
+ * every op after the first follows the op before it back to back, as in a serving loop.
+ * The event nodes keep the kernels apart (no PDL overlap).  Replayed reps times (a sync
+ * each, to read the events); med[k]: the median time of ops[k] over every op of every
+ * replay but the graph's first, seconds.  The graph is built and freed here. */
+#define SPLIT_STEPS 8
+#define SPLIT_OPS 4
+static int dp_split_times(dp_case *d, const char *ops, int reps, double *med, char *msg,
+                          size_t cap) {
+    const int per = (int)strlen(ops), n_ops = SPLIT_STEPS * per;
+    cudaStream_t s = d->v.stream;
+    cudaEvent_t ev[SPLIT_STEPS * SPLIT_OPS + 1];
+    double *t[SPLIT_OPS] = {NULL, NULL, NULL, NULL};
+    int cnt[SPLIT_OPS] = {0, 0, 0, 0};
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    int made = 0, rc = -1;
+    gc_msg(msg, cap, "split graph \"%s\": host allocation or event creation failed", ops);
+    if (per < 1 || per > SPLIT_OPS) goto out;
+    for (int k = 0; k < per; k++)
+        if (!(t[k] = (double *)malloc(sizeof(double) * (size_t)(reps * SPLIT_STEPS)))) goto out;
+    for (; made <= n_ops; made++)
+        if (cudaEventCreate(&ev[made]) != cudaSuccess) goto out;
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess) goto out;
+    fi_status st = FI_OK;
+    cudaError_t ce = cudaEventRecordWithFlags(ev[0], s, cudaEventRecordExternal);
+    for (int i = 0; i < n_ops && st == FI_OK && ce == cudaSuccess; i++) {
+        const char op = ops[i % per];
+        if (op == 'p') {
+            st = fi_plan_update_device(d->dplan, &d->db, 0, s);
+        } else {
+            const fi_attn_args a = dp_args(d, &d->v.io, 0);
+            st = fi_run(op == 'r' ? d->dplan : d->v.plan, &a, s);
+        }
+        if (st == FI_OK) ce = cudaEventRecordWithFlags(ev[i + 1], s, cudaEventRecordExternal);
+    }
+    const cudaError_t ee = cudaStreamEndCapture(s, &graph);
+    if (st != FI_OK || ce != cudaSuccess || ee != cudaSuccess ||
+        cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+        gc_msg(msg, cap, "split graph \"%s\": %s / %s", ops, fi_status_name(st),
+               cudaGetErrorString(ce != cudaSuccess ? ce : ee));
+        goto out;
+    }
+    for (int r = 0; r < reps; r++) {
+        if (cudaGraphLaunch(exec, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
+            goto fail;
+        for (int i = 1; i < n_ops; i++) { /* the graph's first op follows the sync: left out */
+            float ms = 0;
+            if (cudaEventElapsedTime(&ms, ev[i], ev[i + 1]) != cudaSuccess) goto fail;
+            t[i % per][cnt[i % per]++] = ms * 1e-3;
+        }
+    }
+    for (int k = 0; k < per; k++) {
+        qsort(t[k], (size_t)cnt[k], sizeof(double), bench_cmp_double);
+        med[k] = t[k][cnt[k] / 2];
+    }
+    rc = 0;
+    goto out;
+fail:
+    gc_msg(msg, cap, "split graph \"%s\": %s", ops, cudaGetErrorString(cudaGetLastError()));
+out:
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    for (int i = 0; i < made; i++) cudaEventDestroy(ev[i]);
+    for (int k = 0; k < SPLIT_OPS; k++) free(t[k]);
+    return rc;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -426,10 +501,13 @@ typedef struct dp_times {
     double mix, exec_dev, memset_run, floor; /* diagnostics: G_MIX, G_EXEC_DEV, G_MEMSET,
                                                  G_FLOOR */
     double plan_fl, e2e_pdl_fl, exec_fl; /* L2 flushed before each replay */
+    /* inside one graph (dp_split_times): plan and run of plan -> run steps; plan of plan
+     * steps; run of run steps */
+    double in_plan, in_run, in_plan_plan, in_run_run;
 } dp_times;
 
 static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t cap) {
-    double *buf = (double *)malloc(sizeof(double) * (size_t)g->steps);
+    double *buf = (double *)malloc(sizeof(double) * (size_t)g->steps), split[2] = {0, 0};
     if (!buf) {
         gc_msg(msg, cap, "host allocation failed");
         return -1;
@@ -447,11 +525,16 @@ static int dp_time_all(dp_case *d, const cfg *g, dp_times *t, char *msg, size_t 
                dp_time_graph_flushed(d, G_E2E_PDL, g->b.reps, g->flush, &t->e2e_pdl_fl, msg,
                                      cap) ||
                dp_time_graph_flushed(d, G_EXEC, g->b.reps, g->flush, &t->exec_fl, msg, cap))) ||
+             dp_split_times(d, "pr", g->b.reps, split, msg, cap) ||
+             dp_split_times(d, "p", g->b.reps, &t->in_plan_plan, msg, cap) ||
+             dp_split_times(d, "h", g->b.reps, &t->in_run_run, msg, cap) ||
              dp_time_loop(d, 1, 1, g->steps, buf, &t->host_sync, msg, cap) ||
              dp_time_loop(d, 0, 1, g->steps, buf, &t->dev_sync, msg, cap) ||
              dp_time_loop(d, 1, 0, g->steps, buf, &t->host_ahead, msg, cap) ||
              dp_time_loop(d, 0, 0, g->steps, buf, &t->dev_ahead, msg, cap);
     free(buf);
+    t->in_plan = split[0];
+    t->in_run = split[1];
     return rc ? -1 : 0;
 }
 
@@ -501,6 +584,11 @@ static void dp_report(const dp_case *d, const dp_times *t, int *header) {
     printf("# %s: L2 flushed before each replay: plan %.2f us, e2e pdl %.2f us, exec %.2f us, "
            "gap pdl %.2f us\n", d->name, t->plan_fl * us, t->e2e_pdl_fl * us, t->exec_fl * us,
            (t->e2e_pdl_fl - t->plan_fl - t->exec_fl) * us);
+    printf("# %s: inside one graph (event nodes between the kernels, no PDL, median of "
+           "the %d-step graph's ops after its first): plan %.2f us and run %.2f us of plan -> "
+           "run steps; plan %.2f us of plan-only steps, run %.2f us of run-only steps\n",
+           d->name, SPLIT_STEPS, t->in_plan * us, t->in_run * us, t->in_plan_plan * us,
+           t->in_run_run * us);
     fprintf(stderr, "result %s plan_us %.2f e2e_pdl_us %.2f e2e_us %.2f exec_us %.2f gap_pdl_us "
             "%.2f gap_us %.2f host_sync_us %.2f dev_sync_us %.2f host_ahead_us %.2f "
             "dev_ahead_us %.2f\n", d->name, t->plan * us, t->e2e_pdl * us, t->e2e * us,
