@@ -50,8 +50,14 @@ static fi_status check_nvfp4_out(const fi_attn_args *a, int64_t rows, int64_t H,
  * FI_KV_EVICT_FIRST_BYTES; 0 for context attention (a request's keys are read once per
  * query tile) and sparse plans (requests share keys).  The bytes a decode cost unit
  * streams: one token's K and V rows of a KV head (GQA; NVFP4 with its scale bytes), or its
- * ckv ++ kpe row (MLA). */
+ * ckv ++ kpe row (MLA).  A -D override is for experiments (scripts/sweep_charges.sh): at
+ * 1 GiB every stream went evict-first and the GQA trace snapshot of 128 requests (3.3 MB
+ * a CTA) ran 3.5% faster b2b, within +1.6% after a flush, and its device-planned step 7-10%
+ * faster (H200, docs/perf-log.md thirty-third session); long streams lost up to 6% after a
+ * flush in the seventh session. */
+#ifndef FI_KV_EVICT_FIRST_BYTES
 #define FI_KV_EVICT_FIRST_BYTES (2 << 20)
+#endif
 static int32_t kv_evict_first_cost(const fi_caps *caps) {
     const int64_t e = (int64_t)fi_dtype_size(caps->kv_dtype), d = caps->head_dim_qk;
     int64_t row = 0;
