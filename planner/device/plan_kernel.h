@@ -40,7 +40,7 @@ int fi_device_plan_launch(const fi_device_plan_params *p, int enable_pdl, void *
  * plan costs while a thread has at most a tile or two a step); the rest the default size.
  * Measured (H200, docs/perf-log.md thirty-third session): 512 takes GQA 32/8 at 32
  * requests (272 tiles) from 15.5 to 14.1 us; at 2048, GQA at 128 requests (1088) was
- * level and MLA heads 16 at 1,024 (1024) went from 23.4 to 32.8 us. */
+ * level and MLA heads 16 at 1,024 (1280) went from 23.4 to 32.8 us. */
 #define FI_DEVPLAN_SMALL_MAX_TILES 512
 int fi_device_plan_launch_default(const fi_device_plan_params *p, int enable_pdl,
                                   void *stream);
