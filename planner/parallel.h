@@ -99,32 +99,42 @@ static __device__ __noinline__ int64_t fi_pp_reduce(int64_t v, int op) {
 }
 #define fi_pp_min(v) fi_pp_reduce((v), 1)
 
+/* Sum of a and maximum of b over the lanes l ^ o, o = first .. 1 (butterfly: every lane
+ * ends with the result of its group of 2 first lanes). */
+__device__ __forceinline__ void fi_pp_xor_sum_max(int64_t *a, int64_t *b, int first) {
+    for (int o = first; o > 0; o >>= 1) {
+        *a += __shfl_xor_sync(0xffffffffu, *a, o);
+        const int64_t y = __shfl_xor_sync(0xffffffffu, *b, o);
+        *b = y > *b ? y : *b;
+    }
+}
+
+/* The second stage of a CTA-wide sum and maximum: the warps' sums and maxima (sums[w],
+ * maxs[w], written before a barrier) combined in every warp, returned to all threads. */
+__device__ __forceinline__ void fi_pp_combine_sum_max(const int64_t *sums, const int64_t *maxs,
+                                                      int64_t *s, int64_t *m) {
+    const int lane = threadIdx.x & 31;
+    int64_t a = lane < FI_PP_WARPS ? sums[lane] : 0;
+    int64_t b = maxs[lane < FI_PP_WARPS ? lane : 0];
+    fi_pp_xor_sum_max(&a, &b, FI_PP_WARPS / 2);
+    *s = __shfl_sync(0xffffffffu, a, 0);
+    *m = __shfl_sync(0xffffffffu, b, 0);
+}
+
 /* The sum of every thread's *s and the maximum of every thread's *m in one pass (one
  * barrier pair instead of two), both returned to all threads. */
 static __device__ __noinline__ void fi_pp_sum_max(int64_t *s, int64_t *m) {
     static_assert(2 * FI_PP_WARPS <= FI_PP_PART, "fi_pp_part holds both halves");
     int64_t *part = fi_pp_part;
     int64_t a = *s, b = *m;
-    for (int o = 16; o > 0; o >>= 1) {
-        a += __shfl_xor_sync(0xffffffffu, a, o);
-        const int64_t y = __shfl_xor_sync(0xffffffffu, b, o);
-        b = y > b ? y : b;
-    }
+    fi_pp_xor_sum_max(&a, &b, 16);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (lane == 0) {
         part[w] = a;
         part[FI_PP_WARPS + w] = b;
     }
     __syncthreads();
-    a = lane < FI_PP_WARPS ? part[lane] : 0;
-    b = part[FI_PP_WARPS + (lane < FI_PP_WARPS ? lane : 0)];
-    for (int o = FI_PP_WARPS / 2; o > 0; o >>= 1) {
-        a += __shfl_xor_sync(0xffffffffu, a, o);
-        const int64_t y = __shfl_xor_sync(0xffffffffu, b, o);
-        b = y > b ? y : b;
-    }
-    *s = __shfl_sync(0xffffffffu, a, 0);
-    *m = __shfl_sync(0xffffffffu, b, 0);
+    fi_pp_combine_sum_max(part, part + FI_PP_WARPS, s, m);
     __syncthreads(); /* part is reused by the next call */
 }
 
@@ -179,11 +189,7 @@ __device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_
     if (kRed) {
         rs = *rsum;
         rm = *rmax;
-        for (int o = 16; o > 0; o >>= 1) {
-            rs += __shfl_xor_sync(0xffffffffu, rs, o);
-            const int64_t y = __shfl_xor_sync(0xffffffffu, rm, o);
-            rm = y > rm ? y : rm;
-        }
+        fi_pp_xor_sum_max(&rs, &rm, 16);
     }
     if (lane == 31) {
         warp_sum[w] = x;
@@ -210,17 +216,8 @@ __device__ __forceinline__ int64_t fi_pp_scan_impl(int64_t *a, int32_t n, int64_
         }
         *max = __shfl_sync(0xffffffffu, m, 0);
     }
-    if (kRed) {
-        rs = lane < FI_PP_WARPS ? warp_rsum[lane] : 0;
-        rm = warp_rmax[lane < FI_PP_WARPS ? lane : 0];
-        for (int o = FI_PP_WARPS / 2; o > 0; o >>= 1) {
-            rs += __shfl_xor_sync(0xffffffffu, rs, o);
-            const int64_t y = __shfl_xor_sync(0xffffffffu, rm, o);
-            rm = y > rm ? y : rm;
-        }
-        *rsum = __shfl_sync(0xffffffffu, rs, 0);
-        *rmax = __shfl_sync(0xffffffffu, rm, 0);
-    }
+    if (kRed)
+        fi_pp_combine_sum_max(warp_rsum, warp_rmax, rsum, rmax);
     const int64_t total = __shfl_sync(0xffffffffu, ws, FI_PP_WARPS - 1);
     const int64_t before = __shfl_sync(0xffffffffu, ws, w > 0 ? w - 1 : 0);
     int64_t run = (w > 0 ? before : 0) + x - s;
