@@ -51,10 +51,9 @@ static fi_status check_nvfp4_out(const fi_attn_args *a, int64_t rows, int64_t H,
  * query tile) and sparse plans (requests share keys).  The bytes a decode cost unit
  * streams: one token's K and V rows of a KV head (GQA; NVFP4 with its scale bytes), or its
  * ckv ++ kpe row (MLA).  A -D override is for experiments (scripts/sweep_charges.sh): at
- * 1 GiB every stream went evict-first and the GQA trace snapshot of 128 requests (3.3 MB
- * a CTA) ran 3.5% faster b2b, within +1.6% after a flush, and its device-planned step 7-10%
- * faster (H200, docs/perf-log.md thirty-third session); long streams lost up to 6% after a
- * flush in the seventh session. */
+ * 1 GiB (every stream evict-first) each memory-bound table case over 2 MB a CTA ran
+ * 0.3-2.2% faster back to back but 1.5-6% slower after an L2 flush, the state a serving
+ * step's attention meets (H200, docs/perf-log.md thirty-fourth session). */
 #ifndef FI_KV_EVICT_FIRST_BYTES
 #define FI_KV_EVICT_FIRST_BYTES (2 << 20)
 #endif
