@@ -83,6 +83,9 @@ GPU_TESTS  := $(GPU_TEST_C:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 BENCH_C := $(wildcard bench/*.c)
 BENCH_CU := $(wildcard bench/*.cu)
 BENCHES := $(BENCH_C:bench/%.c=$(BUILD)/bench/%) $(BENCH_CU:bench/%.cu=$(BUILD)/bench/%)
+# Device code the C benches link (bench/support: the L2 flush).
+BENCH_SUPPORT_CU := $(wildcard bench/support/*.cu)
+BENCH_SUPPORT_OBJ := $(BENCH_SUPPORT_CU:%.cu=$(BUILD)/%.cu.o)
 # Stand-alone CUDA reproducers (scripts/README.md): built so that CI compiles every GPU source.
 SCRIPT_CU := $(wildcard scripts/*.cu)
 SCRIPT_BINS := $(SCRIPT_CU:scripts/%.cu=$(BUILD)/scripts/%)
@@ -132,9 +135,9 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(TOOL_CFLAGS) -Itests -o $@ $< $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A) $(CMOCKA_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A)
+$(BUILD)/bench/%: bench/%.c $(COMMON_OBJ) $(TRACE_OBJ) $(BENCH_SUPPORT_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(TOOL_CFLAGS) -Itests -o $@ $< $(COMMON_OBJ) $(TRACE_OBJ) $(LIB_A) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(TOOL_CFLAGS) -Itests -o $@ $< $(COMMON_OBJ) $(TRACE_OBJ) $(BENCH_SUPPORT_OBJ) $(LIB_A) $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.cu $(LIB_A)
 	@mkdir -p $(dir $@)

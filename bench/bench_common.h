@@ -25,6 +25,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bench/support/l2_flush.h"
 #include "fiattn_run.h"
 #include "gpu/gpu_case_common.h"
 #include "viz/trace.h"
@@ -122,13 +123,14 @@ static inline int bench_begin(const char *prog, bench_cfg *g, bench_device *d, t
     return 0;
 }
 
-/* The flush mode's buffer: 4x the L2, so one memset over it leaves none of the inputs in
- * L2.  NULL (and a line on stderr) when it cannot be allocated. */
+/* The flush mode's buffer: 4x the L2, so one read of it (bench_l2_flush) leaves none of the
+ * inputs in L2.  NULL (and a line on stderr) when it cannot be allocated. */
 static inline void *bench_flush_alloc(const char *prog, const bench_device *d, size_t *bytes) {
     *bytes = (size_t)4 * (size_t)d->l2;
     void *flush = NULL;
-    if (cudaMalloc(&flush, *bytes) != cudaSuccess) {
+    if (cudaMalloc(&flush, *bytes) != cudaSuccess || cudaMemset(flush, 0, *bytes) != cudaSuccess) {
         fprintf(stderr, "%s: cannot allocate the L2 flush buffer\n", prog);
+        cudaFree(flush);
         return NULL;
     }
     return flush;
@@ -453,7 +455,7 @@ static inline int bench_warm(cudaStream_t stream, const bench_sets *s, void *flu
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int w = 0;; w++) {
         if (warm_ms > 0 && flush_bytes &&
-            cudaMemsetAsync(flush, w & 0xff, flush_bytes, stream) != cudaSuccess)
+            bench_l2_flush(flush, flush_bytes, stream) != cudaSuccess)
             return -1;
         if (cudaGraphLaunch(s->exec[w % s->n], stream) != cudaSuccess) return -1;
         if (warm_ms <= 0) {
@@ -468,8 +470,8 @@ static inline int bench_warm(cudaStream_t stream, const bench_sets *s, void *flu
 }
 
 /* Median seconds of reps replays of s's graphs in turn, each timed alone between two
- * cudaEvents, after bench_warm for warm_ms; flush_bytes > 0: memset that many bytes before
- * each, outside the timing. */
+ * cudaEvents, after bench_warm for warm_ms; flush_bytes > 0: read that many bytes of flush
+ * before each (bench_l2_flush), outside the timing. */
 static inline int bench_time_replays_ck(cudaStream_t stream, const bench_sets *s, int reps,
                                         void *flush, size_t flush_bytes, int warm_ms,
                                         double *median_s, bench_clocks *ck, char *msg,
@@ -487,7 +489,7 @@ static inline int bench_time_replays_ck(cudaStream_t stream, const bench_sets *s
         if (cudaEventCreate(&ev[i]) != cudaSuccess) goto out;
     if (bench_warm(stream, s, flush, flush_bytes, warm_ms) != 0) goto out;
     for (int i = 0; i < reps; i++) {
-        if (flush_bytes && cudaMemsetAsync(flush, i & 0xff, flush_bytes, stream) != cudaSuccess)
+        if (flush_bytes && bench_l2_flush(flush, flush_bytes, stream) != cudaSuccess)
             goto out;
         if (cudaEventRecord(ev[2 * i], stream) != cudaSuccess ||
             cudaGraphLaunch(s->exec[i % s->n], stream) != cudaSuccess ||

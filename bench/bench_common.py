@@ -108,15 +108,18 @@ def capture(torch, fn):
 
 
 def flush_buffer(torch, dev):
-    """A buffer of 4x the device's L2: writing it before a replay evicts its inputs."""
+    """A buffer of 4x the device's L2: reading it before a replay evicts its inputs and
+    leaves clean lines, as bench/support/l2_flush.h does for the C benches (a write would
+    leave dirty lines whose write-back the timed kernel pays)."""
     l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20)
-    return torch.empty(4 * l2, dtype=torch.uint8, device=dev)
+    return torch.zeros(l2, dtype=torch.int32, device=dev)
 
 
 def median_replays(torch, graphs, reps, flush):
     """Median seconds of one replay, each timed alone between two CUDA events, graphs
     rotated (input sets at other addresses); flush: None (back to back) or flush_buffer()'s
-    buffer, written before each replay outside the timed span.  Ten untimed replays first."""
+    buffer, read (summed) before each replay outside the timed span.  Ten untimed replays
+    first."""
     stream = torch.cuda.current_stream()
     for w in range(10):
         graphs[w % len(graphs)].replay()
@@ -124,7 +127,7 @@ def median_replays(torch, graphs, reps, flush):
           for _ in range(reps)]
     for i in range(reps):
         if flush is not None:
-            flush.fill_(i & 0xFF)
+            flush.sum()
         ev[i][0].record(stream)
         graphs[i % len(graphs)].replay()
         ev[i][1].record(stream)

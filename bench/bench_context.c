@@ -27,7 +27,7 @@
  * per input set in a CUDA graph, up to 4 input sets (q, KV, out at distinct addresses)
  * rotated; each replay timed alone between two cudaEvents, median of --reps (>= 50):
  *   b2b    replays back to back;
- *   flush  a cudaMemsetAsync over 4x the L2 size before each replay, outside the timing;
+ *   flush  a read of 4x the L2 size before each replay (clean lines), outside the timing;
  *   chain  --chain N (default 8, 0: off) PDL-launched runs in ONE graph: replay time / N.
  * Figures: TFLOP/s = 4 x D x (sum over (query token, query head) rows of the keys that row
  * sees) / time: Q K^T and P V, 2 flops a multiply-add, causal keys counted once (an 8k

@@ -76,7 +76,7 @@ typedef struct cfg {
     void *flush;                   /* L2 flush buffer (FLUSH_BYTES), NULL: no flushed timings */
 } cfg;
 
-/* Bytes memset before each flushed replay: over four times the H200's 60 MiB L2. */
+/* Bytes read before each flushed replay: over four times the H200's 60 MiB L2. */
 #define FLUSH_BYTES ((size_t)256 << 20)
 
 /* ---- one family's case, as this bench sees it -------------------------------------------- */

@@ -25,7 +25,7 @@
  * in a CUDA graph; up to 4 input sets (q, KV, out at distinct addresses) rotated so replays
  * do not reuse L2; each replay timed alone between two cudaEvents, median of --reps (>= 50):
  *   b2b    replays back to back;
- *   flush  a cudaMemsetAsync over 4x the L2 size before each replay, outside the timing;
+ *   flush  a read of 4x the L2 size before each replay (clean lines), outside the timing;
  *   chain  --chain N (default 8, 0: off) PDL-launched runs in ONE graph, on rotating input
  *          sets: replay time / N.
  * GB/s = (KV bytes of the tokens the batch reads, each once: kv_len x H_kv x D x 2 (K and

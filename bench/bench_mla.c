@@ -38,7 +38,7 @@
  * values) are rotated so replays do not reuse L2.  Each replay is timed alone between two
  * cudaEvents, median of --reps (>= 50):
  *   b2b    replays back to back;
- *   flush  a cudaMemsetAsync over a buffer of 4x the L2 size before each replay, outside
+ *   flush  a read of a buffer of 4x the L2 size (bench_l2_flush) before each replay, outside
  *          the timed region (L2 holds none of the inputs);
  *   chain  --chain N (default 8, 0: off) runs captured in ONE graph, each launched with PDL
  *          and on the next input set, as a decode step chains its layers' kernels: replay

@@ -31,7 +31,7 @@ Peers (each captured in a CUDA graph after its planning / warm-up call):
                           same paged cache and page lists; skipped when `import flashinfer`
                           fails (0.7.2 on the GPU machine JIT-compiles on first use).
 Timing (bench_common.py): per peer, the graph replayed alone between two CUDA events, ten
-untimed replays first, median of --reps; b2b = back to back, flushed = a write of 4x L2
+untimed replays first, median of --reps; b2b = back to back, flushed = a read of 4x L2
 before each replay.  TFLOP/s: causal FLOPs counted once, 4 * head_dim * (query, key) pairs
 a query head sees, summed over query heads (QK^T and PV, 2 FLOPs a multiply-add), the same
 count for every peer (padding not counted).  "of matmul": that rate over the bf16

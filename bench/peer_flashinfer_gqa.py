@@ -14,7 +14,7 @@ continuous batching over data/azure_conv_2048.csv).  NVFP4 KV: skipped (FlashInf
 NVFP4 KV on Hopper).  Page ids shuffled (seeded), bf16 q and out, random inputs.
 Timing: the call captured in a CUDA graph per input set (up to 4 sets of q, KV, out rotated
 so replays do not reuse L2); each replay timed alone between two CUDA events, median of
---reps: b2b (back to back) and flush (a memset over 4x the L2 size before each replay,
+--reps: b2b (back to back) and flush (a read of 4x the L2 size before each replay,
 outside the timing).  GB/s counts the KV of the tokens read once (K and V) + q + out, as
 bench_gqa.
 Output: "peer <case> <api> <mode> us <x> GBps <x>" lines on stdout; comments start with #.
