@@ -55,9 +55,11 @@ typedef struct fi_exec_common {
                                           family's SplitMerge parameter) */
     /* Skip-softmax (context family only; fi_attn_args' fields of the same names). */
     float skip_softmax_factor;         /* 0: exact */
-    /* Plans whose largest CTA cost is at most this stream their KV evict-first in the L2
-     * (kv_l2_fraction); 0: never (context attention, sparse top-k plans). */
+    /* The KV stream's L2 policy (kv_l2_fraction): plans whose largest CTA cost is at most
+     * kv_evict_first_cost stream every item's KV evict-first; -1: no item does (context
+     * attention, sparse top-k plans: several tiles or requests read the same keys). */
     int32_t kv_evict_first_cost;
+    int32_t kv_group;                  /* query heads a KV head, H_q / H_kv (MLA: H_q) */
     unsigned long long *skip_softmax_stats; /* optional [2]: blocks decided, skipped */
 } fi_exec_common;
 

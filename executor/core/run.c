@@ -45,15 +45,14 @@ static fi_status check_nvfp4_out(const fi_attn_args *a, int64_t rows, int64_t H,
     return FI_OK;
 }
 
-/* Short KV streams go to the L2 evict-first (kv_l2_fraction in run_ctx.cuh): the largest
- * CTA cost, in cost units (decode: KV tokens of one tile), up to which a CTA streams at most
- * FI_KV_EVICT_FIRST_BYTES; 0 for context attention (a request's keys are read once per
- * query tile) and sparse plans (requests share keys).  The bytes a decode cost unit
- * streams: one token's K and V rows of a KV head (GQA; NVFP4 with its scale bytes), or its
- * ckv ++ kpe row (MLA).  A -D override is for experiments (scripts/sweep_charges.sh): at
- * 1 GiB (every stream evict-first) each memory-bound table case over 2 MB a CTA ran
- * 0.3-2.2% faster back to back but 1.5-6% slower after an L2 flush, the state a serving
- * step's attention meets (H200, docs/perf-log.md thirty-fourth session). */
+/* Short KV streams go to the L2 evict-first (kv_l2_fraction in run_ctx.cuh, which also
+ * sends the items that alone read their keys): the largest CTA cost, in cost units
+ * (decode: KV tokens of one tile), up to which a CTA streams at most
+ * FI_KV_EVICT_FIRST_BYTES; -1 (never) for context attention (a request's keys are read
+ * once per query tile) and sparse plans (requests share keys).  The bytes a decode cost
+ * unit streams: one token's K and V rows of a KV head (GQA; NVFP4 with its scale bytes),
+ * or its ckv ++ kpe row (MLA).  A -D override is for experiments
+ * (scripts/sweep_charges.sh; docs/perf-log.md thirty-fourth session). */
 #ifndef FI_KV_EVICT_FIRST_BYTES
 #define FI_KV_EVICT_FIRST_BYTES (2 << 20)
 #endif
@@ -64,7 +63,7 @@ static int32_t kv_evict_first_cost(const fi_caps *caps) {
         row = d * e;
     else if (caps->kind == FI_KIND_GQA_DECODE)
         row = caps->kv_dtype == FI_DTYPE_E2M1 ? 2 * (d / 2 + d / 16) : 2 * d * e;
-    return row > 0 ? (int32_t)(FI_KV_EVICT_FIRST_BYTES / row) : 0;
+    return row > 0 ? (int32_t)(FI_KV_EVICT_FIRST_BYTES / row) : -1;
 }
 
 /* Check what every family shares and fill the common block. */
@@ -143,6 +142,7 @@ static fi_status common_fill(const fi_plan *plan, const fi_attn_args *a, fi_exec
     x.num_ctas = L->num_ctas;
     x.tile_rows = L->tile_rows;
     x.kv_evict_first_cost = kv_evict_first_cost(caps);
+    x.kv_group = caps->num_qo_heads / caps->num_kv_heads;
     x.skip_softmax_factor = skip;
     x.skip_softmax_stats = a->skip_softmax_stats;
     *c = x;

@@ -276,7 +276,7 @@ __device__ __forceinline__ void produce_kv(const fi_gqa_params &p, const fi_work
      * NVFP4 producer (whose scale rows double its address work) takes it. */
     const bool slot_page = kSf > 0 && p.c.page_size >= G::kSlotTokens;
     const int64_t ksub = (int64_t)kSlice * p.g.k.stride_tok, vsub = (int64_t)kSlice * p.g.v.stride_tok;
-    const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
+    const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c, it, rq));
     for (int sl = 0; sl < nsl; ++sl) {
         const int t0 = s0 + sl * G::kSlotTokens;
         while ((t0 >> shift) >= b.pb0 + 32) /* uniform */

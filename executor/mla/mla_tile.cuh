@@ -103,7 +103,7 @@ template <typename T, typename KV = T> struct Item {
 
 template <typename T, typename KV>
 __device__ __forceinline__ Item<T, KV> item_map(const fi_exec_common &c, const fi_work_item &it,
-                                                unsigned char *smem) {
+                                                const fi_request_info &rq, unsigned char *smem) {
     Item<T, KV> x;
     x.sP = reinterpret_cast<T *>(smem);
     x.sMax = reinterpret_cast<float *>(smem + kSmemP);
@@ -123,7 +123,7 @@ __device__ __forceinline__ Item<T, KV> item_map(const fi_exec_common &c, const f
     x.kv_end = it.kv_end;
     x.nblk = (x.kv_end - x.kv_begin + kBlockN - 1) / kBlockN;
     x.nstep = (x.nblk + x.KP - 1) / x.KP;
-    x.l2f = kv_l2_fraction(c);
+    x.l2f = kv_l2_fraction(c, it, rq);
     return x;
 }
 
@@ -705,7 +705,7 @@ template <typename T, typename KV = T> struct MlaFamily {
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx,
                                     const fi_work_item &it, const fi_request_info &rq,
                                     unsigned char *smem, bool first, State &) {
-        const Item<T, KV> x = item_map<T, KV>(p.c, it, smem);
+        const Item<T, KV> x = item_map<T, KV>(p.c, it, rq, smem);
         const Lane ln = lane_of(threadIdx.x, x.KP, x.M);
         int lo[2], hi[2];
         row_bounds(ctx, it, rq, x.M, x.nh, ln.rg * 16 + ln.g, 8, lo, hi);

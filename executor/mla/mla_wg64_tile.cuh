@@ -398,7 +398,7 @@ template <typename T> struct MlaWg64Family {
             cp_async_mbar_arrive(qfull(s0));
             cur.qph ^= 1u;
             const int nblk = blocks_of(it);
-            const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
+            const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c, it, rq));
             const bool maps = p.tma_on && p.tma_box_rows == kBlockN && (it.kv_begin & (kBlockN - 1)) == 0;
             const int nmap = maps ? (it.kv_end - it.kv_begin) / kBlockN : 0;
             for (int b = 0; b < nblk; ++b) {

@@ -153,7 +153,7 @@ __device__ __forceinline__ void produce_blocks(const fi_mla_params &p, const fi_
                                                Cursor &cur, int nblk) {
     Cursor ld = cur;
     int32_t pg = nblk > 0 ? fimlawg::block_page(p, it, rq, 0, pt) : 0;
-    const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
+    const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c, it, rq));
     const int nmap = fimlawg::map_blocks(p, it);
     for (int b = 0; b < nblk + kDepth; ++b) {
         if (b >= kDepth) {

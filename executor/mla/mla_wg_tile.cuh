@@ -775,7 +775,7 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                 produce_blocks_e4m3(p, it, rq, s0, pt, cur, nblk);
             } else {
                 int32_t pg = nblk > 0 ? block_page(p, it, rq, 0, pt) : 0;
-                const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
+                const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c, it, rq));
                 for (int b = 0; b < nblk; ++b) {
                     /* the next block's pages travel while this one waits for its slot */
                     const int32_t pn = b + 1 < nblk ? block_page(p, it, rq, b + 1, pt) : 0;

@@ -413,7 +413,7 @@ struct MlaWgtFamily {
             cp_async_mbar_arrive(qfull(s0));
             cur.qph ^= 1u;
             const int nblk = blocks_of(it);
-            const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c));
+            const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c, it, rq));
             const bool maps = p.tma_on && (it.kv_begin & (p.tma_box_rows - 1)) == 0;
             const int nmap = maps ? (it.kv_end - it.kv_begin) / kBlockN : 0;
             int32_t pg = nblk > 0 ? page_of(p, it, rq, 0, pt) : 0;

@@ -35,17 +35,25 @@ __device__ __forceinline__ RunCtx run_ctx(const fi_exec_common &c) {
     return ctx;
 }
 
-/* The fraction of a launch's KV lines to bring into the L2 evict-first (l2_evict_first): 1
- * when the plan's longest CTA stream is short (header->max_cta_cost <=
- * c.kv_evict_first_cost, about 2 MB of KV), else 0.  Evict-first keeps what a CTA's tail
- * reads again (code, the work list, partials) in the L2 against the stream.  On short
- * streams, whose tails weigh most, it gained in b2b and flushed replays alike (H200: GQA
- * B1 x 32768 -6%, MLA heads 16 trace128 -3 / -6%, B1 x 32768 -6 / -7%); long streams
- * lost up to 6% after an L2 flush, so they keep the normal policy (docs/perf-log.md,
- * 2026-11-29 seventh and eighth sessions).  Read from the plan region,
- * so a captured graph follows the plan of each replay. */
-__device__ __forceinline__ float kv_l2_fraction(const fi_exec_common &c) {
-    return c.header->max_cta_cost <= (int64_t)c.kv_evict_first_cost ? 1.0f : 0.0f;
+/* The fraction of item it's KV lines to bring into the L2 evict-first (l2_evict_first): 1
+ * when the item is the only tile that reads its keys (it holds every query head of its KV
+ * head and every query row of request rq; the other pieces of a split tile read other
+ * keys), or when the plan's longest CTA stream is short (header->max_cta_cost <=
+ * c.kv_evict_first_cost, about 2 MB of KV); else 0; never when c.kv_evict_first_cost < 0.
+ * Evict-first keeps what the L2 holds for others (code, the work list, partials, the
+ * kernels around this one) against a stream no one reads again.  Sole readers gained
+ * 0.3-3% whatever their length, after a read flush and back to back (H200: GQA B128 x 4096
+ * bf16 -1.5%, fp8 -1.6%, the trace snapshot -3%; MLA heads 16 -0.8%); where two tiles read
+ * the same keys (MLA heads 128: two 64-row tiles a request) the second read then missed
+ * the L2 (+2-4%), so those keep the short-stream rule (docs/perf-log.md, seventh, eighth
+ * and thirty-fourth sessions).  Read from the plan region and the item, so a captured
+ * graph follows the plan of each replay. */
+__device__ __forceinline__ float kv_l2_fraction(const fi_exec_common &c, const fi_work_item &it,
+                                                const fi_request_info &rq) {
+    if (c.kv_evict_first_cost < 0)
+        return 0.0f;
+    const bool sole = it.head_end - it.head_begin == c.kv_group && it.q_begin == 0 && it.q_end == rq.q_len;
+    return sole || c.header->max_cta_cost <= (int64_t)c.kv_evict_first_cost ? 1.0f : 0.0f;
 }
 
 /* Visit a CTA's items in order: fn(item, its request row, the next item, its request row,
