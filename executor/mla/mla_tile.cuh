@@ -95,7 +95,7 @@ template <typename T, typename KV = T> struct Item {
     int NS, AHEAD;                /* ring stages; blocks in flight beyond the current step */
     int pw;                       /* first producer warp (0, or 4 when KP = 2) */
     int kv_begin, kv_end, nblk, nstep;
-    float l2f;                    /* kv_l2_fraction, read once an item (a load a block cost 5%) */
+    float l2f;                    /* kv_l2_fraction_short, read once an item (a load a block cost 5%) */
     __device__ __forceinline__ unsigned char *stage_of(int b) const {
         return reinterpret_cast<unsigned char *>(sKV) + (b % NS) * KvRows<KV>::kStage;
     }
@@ -103,7 +103,7 @@ template <typename T, typename KV = T> struct Item {
 
 template <typename T, typename KV>
 __device__ __forceinline__ Item<T, KV> item_map(const fi_exec_common &c, const fi_work_item &it,
-                                                const fi_request_info &rq, unsigned char *smem) {
+                                                unsigned char *smem) {
     Item<T, KV> x;
     x.sP = reinterpret_cast<T *>(smem);
     x.sMax = reinterpret_cast<float *>(smem + kSmemP);
@@ -123,7 +123,10 @@ __device__ __forceinline__ Item<T, KV> item_map(const fi_exec_common &c, const f
     x.kv_end = it.kv_end;
     x.nblk = (x.kv_end - x.kv_begin + kBlockN - 1) / kBlockN;
     x.nstep = (x.nblk + x.KP - 1) / x.KP;
-    x.l2f = kv_l2_fraction(c, it, rq);
+    /* The short-stream rule only: the per-item one of the other bodies (kv_l2_fraction)
+     * took this 255-register body's spills from 16 / 8 to 24 / 12 bytes, which cost it ~1%
+     * (docs/perf-log.md, thirty-fourth session). */
+    x.l2f = kv_l2_fraction_short(c);
     return x;
 }
 
@@ -705,7 +708,7 @@ template <typename T, typename KV = T> struct MlaFamily {
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx,
                                     const fi_work_item &it, const fi_request_info &rq,
                                     unsigned char *smem, bool first, State &) {
-        const Item<T, KV> x = item_map<T, KV>(p.c, it, rq, smem);
+        const Item<T, KV> x = item_map<T, KV>(p.c, it, smem);
         const Lane ln = lane_of(threadIdx.x, x.KP, x.M);
         int lo[2], hi[2];
         row_bounds(ctx, it, rq, x.M, x.nh, ln.rg * 16 + ln.g, 8, lo, hi);

@@ -43,17 +43,21 @@ __device__ __forceinline__ RunCtx run_ctx(const fi_exec_common &c) {
  * Evict-first keeps what the L2 holds for others (code, the work list, partials, the
  * kernels around this one) against a stream no one reads again.  Sole readers gained
  * 0.3-3% whatever their length, after a read flush and back to back (H200: GQA B128 x 4096
- * bf16 -1.5%, fp8 -1.6%, the trace snapshot -3%; MLA heads 16 -0.8%); where two tiles read
+ * bf16 -1%, fp8 -1.5%, the trace snapshot -2 to -3%, NVFP4 -0.8%); where two tiles read
  * the same keys (MLA heads 128: two 64-row tiles a request) the second read then missed
  * the L2 (+2-4%), so those keep the short-stream rule (docs/perf-log.md, seventh, eighth
- * and thirty-fourth sessions).  Read from the plan region and the item, so a captured
+ * and thirty-fourth sessions).  kv_l2_fraction_short is that rule alone (the MLA
+ * mma.sync body's, mla_tile.cuh).  Read from the plan region and the item, so a captured
  * graph follows the plan of each replay. */
+__device__ __forceinline__ float kv_l2_fraction_short(const fi_exec_common &c) {
+    return c.header->max_cta_cost <= (int64_t)c.kv_evict_first_cost ? 1.0f : 0.0f; /* -1: never */
+}
 __device__ __forceinline__ float kv_l2_fraction(const fi_exec_common &c, const fi_work_item &it,
                                                 const fi_request_info &rq) {
     if (c.kv_evict_first_cost < 0)
         return 0.0f;
     const bool sole = it.head_end - it.head_begin == c.kv_group && it.q_begin == 0 && it.q_end == rq.q_len;
-    return sole || c.header->max_cta_cost <= (int64_t)c.kv_evict_first_cost ? 1.0f : 0.0f;
+    return sole ? 1.0f : kv_l2_fraction_short(c);
 }
 
 /* Visit a CTA's items in order: fn(item, its request row, the next item, its request row,
