@@ -17,19 +17,32 @@
  * rounded to e4m3 in two terms (P_hi = e4m3(2^8 p), P_lo = e4m3(2^8 p - P_hi)), so P V
  * carries p to ~2^-8 relative, as the 64-row fp8 body.
  *
- * How (one CTA = one consumer warpgroup + one producer warpgroup, one CTA an SM):
+ * How (one CTA = two consumer warpgroups + one producer warpgroup, one CTA an SM):
  *  - Shared memory: Q [16 rows][576 B] as four 128-byte-swizzled panels of ckv dims and a
- *    [16][64 B] kpe panel (64-byte swizzle); P^T hi and lo [16 rows][64 tokens] (64-byte
- *    swizzle); a ring of 5 blocks of 64 tokens, each K [64][576 B] in the same panels
- *    (4 x 8 KB + 4 KB).  V = ckv is read from the K panels.
- *  - Producer warpgroup: Q by 16-byte cp.async; a block wholly inside an item that starts
- *    on a box boundary by TMA (fi_mla_params.tma_box_rows = min(64, page_size) rows a box:
- *    4 ckv boxes and 1 kpe box a page of the block, one lane a page), else by 16-byte
- *    cp.async (two threads a token, a token's page from the page table; keys past the item
- *    zero-filled, so P = 0 never meets NaN bit patterns).  full / empty mbarriers a stage.
- *  - Consumer warpgroup, per block: S^T = K Q^T, 18 wgmma m64n16k32 (A = K from the ring,
- *    B = Q); warp w holds tokens 16 w + g (+ 8) x rows 8 j + 2 q4 (+ 1) (g = lane / 4,
- *    q4 = lane % 4).  The block's column maxima meet in shared memory (one named barrier);
+ *    [16][64 B] kpe panel (64-byte swizzle); per consumer warpgroup P^T hi and lo [16 rows]
+ *    [64 tokens] (64-byte swizzle); a ring of 4 blocks of 64 tokens, each K [64][576 B] in
+ *    the same panels (4 x 8 KB + 4 KB); the item's exchange rows (combine_halves).  V = ckv
+ *    is read from the K panels.
+ *  - Producer warpgroup (72 registers, setmaxnreg): Q by 16-byte cp.async; a block wholly
+ *    inside an item that starts on a box boundary by TMA (fi_mla_params.tma_box_rows =
+ *    min(64, page_size) rows a box: 4 ckv boxes and 1 kpe box a page of the block, one lane
+ *    a page), else by 16-byte cp.async (two threads a token, a token's page from the page
+ *    table; keys past the item zero-filled, so P = 0 never meets NaN bit patterns).  full
+ *    / empty mbarriers a stage.
+ *  - The consumer warpgroups (216 registers) take alternate blocks: global block g of the
+ *    CTA (its items' blocks in order) sits in stage g % 4 and belongs to warpgroup g % 2,
+ *    so each stage has one owner, which waits each phase of its barriers in order (an odd
+ *    ring would let a parity wait pass on the other warpgroup's phase: perf-log,
+ *    twenty-second session).  Each keeps its own softmax state over its blocks; at the
+ *    item's end combine_halves makes them one, each warpgroup then writing half of the
+ *    output dims.  One warpgroup is one warp a scheduler and alternates an ALU half and a
+ *    tensor-core half each block; two overlap one's softmax with the other's matmuls
+ *    (FlashAttention-3's ping-pong, here without an explicit schedule).  H200: B128 x 4096
+ *    85.3-86.9 -> 84.6-85.7 us, the trace snapshot 35.3-36.5 -> 29.4-31.0, B1 x 32k 24.2 ->
+ *    22.6-22.9 (perf-log, thirty-sixth session).
+ *  - A consumer warpgroup, per block of its own: S^T = K Q^T, 18 wgmma m64n16k32 (A = K
+ *    from the ring, B = Q); warp w holds tokens 16 w + g (+ 8) x rows 8 j + 2 q4 (+ 1)
+ *    (g = lane / 4, q4 = lane % 4).  The block's column maxima meet in shared memory (one named barrier);
  *    P^T's bytes go to the P panels (a shuffle between lane pairs, one more barrier);
  *    O^T += V^T P^T, 2 x 16 wgmma m64n16k32 with A = V^T from registers: ldmatrix.trans of
  *    a 16-byte chunk (16 dims) of 32 tokens gives lane (g, q4) dims (2 g, 2 g + 1) x
@@ -38,13 +51,11 @@
  *    (M row g + 8) at k = tokens {2 q4, 2 q4 + 1, 8 + 2 q4, 9 + 2 q4}.  So token p of a
  *    16-token group sits at k position 4 (p % 8 / 2) + p % 2 + 2 (p / 8) of P^T, and O^T's
  *    M row 16 w + g (+ 8) of m-tile mt is dim 64 mt + 16 w + 2 g (+ 1).
- *  - A round of block b: V^T fragments of b from shared memory, the ring block freed
- *    (its K and V are in registers or read), the softmax of S_b, then P_b V_b and the next
- *    block's S_{b+1} issued together and waited for once, so the tensor cores run the two
- *    back to back.  (Two consumer warpgroups on alternate blocks halved the consumers'
- *    own time but not the kernel's; they held their ring blocks to the end of P V, and on
- *    this 5-stage ring each saw every other phase of a stage's barrier, which a parity
- *    wait cannot tell apart: perf-log, twenty-second session.)
+ *  - A warpgroup's round of its block b: V^T fragments of b from shared memory, the ring
+ *    block freed (its K and V are in registers or read), the softmax of S_b, then P_b V_b
+ *    and its next block's S_{b+2} issued together and waited for once, so the tensor cores
+ *    run the two back to back.  (The twenty-second session's two warpgroups held their
+ *    blocks to the end of P V and shared barriers on a 5-stage ring: slower, and wrong.)
  *  - O^T [512][16] fp32 lives in 64 registers a thread; the running max is one per column
  *    and the same in every thread; row sums are summed over the warpgroup at the end.
  *  - Splits: partial O / lse into the item's slot, merged by the shared split merge after
@@ -68,32 +79,42 @@
 namespace fimlawgt {
 using namespace fi;
 
-constexpr int kThreads = 128;                /* one consumer warpgroup */
+constexpr int kWgThreads = 128;              /* a consumer warpgroup */
+constexpr int kConsumerWgs = 2;              /* on alternate KV blocks (header) */
+constexpr int kThreads = kConsumerWgs * kWgThreads;
 constexpr int kProducerWarps = 4;            /* one producer warpgroup */
 constexpr int kProducerThreads = kProducerWarps * 32;
+constexpr int kProducerRegs = 72, kConsumerRegs = 216; /* setmaxnreg: 384 threads */
 constexpr int kRows = FI_MLA_WGT_TILE_ROWS;  /* 16: wgmma's N */
 constexpr int kBlockN = FI_MLA_WGT_KV_BLOCK; /* 64: wgmma's M */
 constexpr int kDqk = 576, kDv = 512;
-constexpr int kStages = 5;
+constexpr int kStages = 4;                   /* even: stage st is always warpgroup st % 2's */
 constexpr int kPLog2 = 8;                    /* P x 2^8: small weights above e4m3's subnormals */
-constexpr int kBarWg = 2;                    /* the consumer warpgroup's named barrier */
+constexpr int kBarWg = 2;                    /* warpgroup g's named barrier: kBarWg + g */
+constexpr int kBarX = 4;                     /* both consumer warpgroups: the item's exchange */
 static_assert(kRows == 16 && kBlockN == 64, "m64n16 tiles");
+static_assert(kStages % kConsumerWgs == 0, "a stage's every phase waited by one warpgroup");
 
 /* Shared memory (bytes from the dynamic base; every swizzle atom on its alignment). */
 constexpr uint32_t kQPanel = kRows * 128;                  /* [16][128 B] */
 constexpr uint32_t kOffQ = 0, kOffQpe = 4 * kQPanel;       /* [16][64 B] at 8192 */
 constexpr uint32_t kPBytes = kRows * 64;                   /* P^T [16][64 B] */
-constexpr uint32_t kOffP = kOffQpe + 1024;                 /* hi, then lo */
-constexpr uint32_t kOffRed = kOffP + 2 * kPBytes;          /* [4 warps][16] fp32 */
-constexpr uint32_t kOffFlag = kOffRed + 4 * kRows * 4;     /* the merge's flags */
+constexpr uint32_t kOffP = kOffQpe + 1024;                 /* per warpgroup: hi, then lo */
+constexpr uint32_t kOffRed = kOffP + 2 * kConsumerWgs * kPBytes; /* per warpgroup [4 warps][16] fp32 */
+constexpr uint32_t kRedBytes = 4 * kRows * 4;
+constexpr uint32_t kOffFlag = kOffRed + kConsumerWgs * kRedBytes; /* the merge's flags */
 constexpr uint32_t kOffW = kOffFlag + 16;                  /* its weights */
 constexpr uint32_t kOffRow = kOffW + kSoloMergeRows * 4;   /* its row statistics */
-constexpr uint32_t kOffBar = kOffRow + 2 * kRows * 4;      /* full[5], empty[5], qfull, qempty */
-constexpr uint32_t kOffRing = 14336;
+constexpr uint32_t kOffBar = kOffRow + 2 * kRows * 4;      /* full[4], empty[4], qfull, qempty */
+constexpr uint32_t kOffRing = 16384;
 constexpr uint32_t kKPanel = kBlockN * 128;                /* [64][128 B] */
 constexpr uint32_t kOffKpe = 4 * kKPanel;                  /* [64][64 B] */
 constexpr uint32_t kBlockBytes = kOffKpe + kBlockN * 64;   /* 36864 */
-constexpr size_t kSmemBytes = kOffRing + (size_t)kStages * kBlockBytes;
+/* The item's exchange (combine_halves): per warpgroup, float4 rows [kXRows][128 threads]:
+ * 8 of the other warpgroup's half of O^T, its l, its m. */
+constexpr int kXRows = 10;
+constexpr uint32_t kOffX = kOffRing + kStages * kBlockBytes;
+constexpr size_t kSmemBytes = kOffX + (size_t)kConsumerWgs * kXRows * kWgThreads * 16;
 static_assert(kOffBar + 8 * (2 * kStages + 2) <= kOffRing && kOffP % 1024 == 0 &&
                   kOffRing % 1024 == 0 && kBlockBytes % 1024 == 0 && kSmemBytes <= 232448,
               "shared memory map");
@@ -104,7 +125,7 @@ __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 1
 __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kOffBar + 16 * kStages + 8; }
 __device__ __forceinline__ uint32_t stage_at(uint32_t s0, int st) { return s0 + kOffRing + st * kBlockBytes; }
 
-/* Ring position of the next block and Q's phase; producer and consumers advance their own. */
+/* The producer's ring position of the next block and Q's phase. */
 struct Cursor {
     int st;
     uint32_t ph, qph;
@@ -112,6 +133,13 @@ struct Cursor {
         st = st + 1 == kStages ? 0 : st + 1;
         ph ^= st == 0 ? 1u : 0u;
     }
+};
+
+/* The consumers' position: blocks of the CTA's earlier items (global block g sits in stage
+ * g % kStages at phase (g / kStages) & 1, and belongs to warpgroup g % 2) and Q's phase. */
+struct Consumed {
+    int gb;
+    uint32_t qph;
 };
 
 __device__ __forceinline__ int blocks_of(const fi_work_item &it) {
@@ -206,11 +234,11 @@ __device__ __forceinline__ void v_fragments(uint32_t kb, int w, int lane, uint32
 }
 
 
-/* O^T += V^T (P_hi^T + P_lo^T): both P panels against the same A registers (one commit
- * group, not waited for). */
-__device__ __forceinline__ void issue_pv(float (*O)[8], uint32_t (*av)[2][4], uint32_t s0) {
-    const WgDesc dh = wg_desc_base(s0 + kOffP, 16, 512, 2);
-    const WgDesc dl = wg_desc_base(s0 + kOffP + kPBytes, 16, 512, 2);
+/* O^T += V^T (P_hi^T + P_lo^T): both P panels of the warpgroup (at sp) against the same A
+ * registers (one commit group, not waited for). */
+__device__ __forceinline__ void issue_pv(float (*O)[8], uint32_t (*av)[2][4], uint32_t sp) {
+    const WgDesc dh = wg_desc_base(sp, 16, 512, 2);
+    const WgDesc dl = wg_desc_base(sp + kPBytes, 16, 512, 2);
     wg_fence();
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt)
@@ -222,11 +250,17 @@ __device__ __forceinline__ void issue_pv(float (*O)[8], uint32_t (*av)[2][4], ui
     wg_commit();
 }
 
-/* A consumer thread's place: warp w, g = lane / 4, q4 = lane % 4; its columns c = 2 j + e
- * are the tile rows 8 j + 2 q4 + e (the S^T / O^T accumulators' d[4 j + e], d[4 j + 2 + e]). */
+/* A consumer thread's place: warpgroup wg, its warp w, g = lane / 4, q4 = lane % 4; its
+ * columns c = 2 j + e are the tile rows 8 j + 2 q4 + e (the S^T / O^T accumulators'
+ * d[4 j + e], d[4 j + 2 + e]).  The warpgroup's P panels, reduction rows and barrier. */
 struct Lane {
-    int w, lane, g, q4;
+    int wg, w, lane, g, q4;
     __device__ __forceinline__ int row(int c) const { return 8 * (c >> 1) + 2 * q4 + (c & 1); }
+    __device__ __forceinline__ uint32_t p_off() const { return kOffP + 2 * kPBytes * wg; }
+    __device__ __forceinline__ float *red(unsigned char *smem) const {
+        return reinterpret_cast<float *>(smem + kOffRed + kRedBytes * wg);
+    }
+    __device__ __forceinline__ int bar() const { return kBarWg + wg; }
 };
 
 /* One block's softmax (tokens t0 ..; S the raw S^T accumulator): mask and scale, the
@@ -255,7 +289,7 @@ __device__ __forceinline__ void softmax(const RunCtx &ctx, const Lane &ln, const
                 v[4 * j + 2 * i + e] = x;
                 mx[c] = fmaxf(mx[c], x);
             }
-    float *red = reinterpret_cast<float *>(smem + kOffRed);
+    float *red = ln.red(smem);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
 #pragma unroll
@@ -264,7 +298,7 @@ __device__ __forceinline__ void softmax(const RunCtx &ctx, const Lane &ln, const
         if (ln.g == 0)
             red[ln.w * kRows + ln.row(c)] = mx[c];
     }
-    nbar_sync(kBarWg, kThreads);
+    nbar_sync(ln.bar(), kWgThreads);
     float sub[4], alpha[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -302,7 +336,7 @@ __device__ __forceinline__ void softmax(const RunCtx &ctx, const Lane &ln, const
         own[c] = (uint32_t)h | ((uint32_t)e4m3x2(p0 - q.x, p1 - q.y) << 16);
     }
     const bool odd = ln.g & 1;
-    const uint32_t ph = smem_u32(smem + kOffP), pl = ph + kPBytes;
+    const uint32_t ph = smem_u32(smem + ln.p_off()), pl = ph + kPBytes;
     const int kbyte = 32 * (ln.w >> 1) + 16 * (ln.w & 1) + 4 * (ln.g >> 1);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -318,18 +352,70 @@ __device__ __forceinline__ void softmax(const RunCtx &ctx, const Lane &ln, const
     }
 }
 
-/* The item's rows out: l summed over the warpgroup (red), the P scale 2^8 taken out;
- * unsplit, out = bmm2 O / l with the sink (out_row), bf16 pairs of consecutive dims;
- * split, the fp32 partial O / l and lse_keys into the item's slot.  Thread (w, g) holds
- * dims 64 mt + 16 w + 2 g + {0, 1} of its four rows. */
+/* The two warpgroups' softmax states of the item made one, each warpgroup keeping half
+ * of O^T: warpgroup wg the m-tiles 4 wg .. 4 wg + 3 (dims 256 wg ..), in Oh.  Thread t of
+ * one warpgroup holds the same (dims, columns) as thread t of the other, so each writes
+ * the other's half, its l and its m to its exchange rows [kXRows][128] (float4, thread
+ * t's at t) and reads the other's; m and l come out the same bits in both (the flash-
+ * decoding rescale, Dao et al. 2023: m = max, x = e^(m_a - m) x_a + e^(m_b - m) x_b).
+ * Two barriers over both warpgroups: the rows written, then read (the next item's
+ * exchange writes them again). */
+__device__ __forceinline__ void combine_halves(const Lane &ln, float (*O)[8], float *m, float *l,
+                                               float (*Oh)[8], unsigned char *smem) {
+    const int t = ln.w * 32 + ln.lane;
+    float4 *mine = reinterpret_cast<float4 *>(smem + kOffX) + (size_t)ln.wg * kXRows * kWgThreads + t;
+    const float4 *theirs = reinterpret_cast<const float4 *>(smem + kOffX) +
+                           (size_t)(1 - ln.wg) * kXRows * kWgThreads + t;
+    const bool up = ln.wg != 0; /* selects, not a pointer: O stays in registers */
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { /* the other's half: m-tiles 4 (1 - wg) + i */
+        float o[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            o[k] = up ? O[i][k] : O[4 + i][k];
+        mine[(2 * i) * kWgThreads] = make_float4(o[0], o[1], o[2], o[3]);
+        mine[(2 * i + 1) * kWgThreads] = make_float4(o[4], o[5], o[6], o[7]);
+    }
+    mine[8 * kWgThreads] = make_float4(l[0], l[1], l[2], l[3]);
+    mine[9 * kWgThreads] = make_float4(m[0], m[1], m[2], m[3]);
+    nbar_sync(kBarX, kThreads);
+    const float4 lo4 = theirs[8 * kWgThreads], mo4 = theirs[9 * kWgThreads];
+    const float lo[4] = {lo4.x, lo4.y, lo4.z, lo4.w}, mo[4] = {mo4.x, mo4.y, mo4.z, mo4.w};
+    float a[4], ao[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const float mn = fmaxf(m[c], mo[c]), mu = mn == -CUDART_INF_F ? 0.f : mn;
+        a[c] = ex2_ftz(m[c] - mu);
+        ao[c] = ex2_ftz(mo[c] - mu);
+        m[c] = mn;
+        l[c] = a[c] * l[c] + ao[c] * lo[c];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float4 x0 = theirs[(2 * i) * kWgThreads], x1 = theirs[(2 * i + 1) * kWgThreads];
+        const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+        for (int k = 0; k < 8; ++k) { /* accumulator d[k]: column 2 (k / 4) + k % 2 */
+            const int c = 2 * (k >> 2) + (k & 1);
+            Oh[i][k] = a[c] * (up ? O[4 + i][k] : O[i][k]) + ao[c] * x[k];
+        }
+    }
+    nbar_sync(kBarX, kThreads);
+}
+
+/* The item's rows out from warpgroup wg's half of O^T (Oh: m-tiles 4 wg ..): l summed over
+ * the warpgroup (red), the P scale 2^8 taken out; unsplit, out = bmm2 O / l with the sink
+ * (out_row), bf16 pairs of consecutive dims; split, the fp32 partial O / l and lse_keys
+ * into the item's slot.  Thread (w, g) holds dims 64 mt + 16 w + 2 g + {0, 1} of its four
+ * rows. */
 __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
-                                           const Lane &ln, float (*O)[8], const float *m, const float *l,
+                                           const Lane &ln, float (*Oh)[8], const float *m, const float *l,
                                            unsigned char *smem) {
     const fi_exec_common &c = p.c;
     const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
     constexpr float kDown = 1.f / (1 << kPLog2);
-    float *red = reinterpret_cast<float *>(smem + kOffRed);
+    float *red = ln.red(smem);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         float x = l[k];
@@ -339,15 +425,16 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
         if (ln.g == 0) /* every warp read red last before the last block's P barrier */
             red[ln.w * kRows + ln.row(k)] = x;
     }
-    nbar_sync(kBarWg, kThreads);
+    nbar_sync(ln.bar(), kWgThreads);
     float L[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int r = ln.row(k);
         L[k] = (red[r] + red[kRows + r] + red[2 * kRows + r] + red[3 * kRows + r]) * kDown;
     }
-    nbar_sync(kBarWg, kThreads); /* red read before the next item's first block max */
-    const bool lse_writer = ln.w == 0 && ln.g == 0;
+    nbar_sync(ln.bar(), kWgThreads); /* red read before the next item's first block max */
+    const bool lse_writer = ln.wg == 0 && ln.w == 0 && ln.g == 0;
+    const int d0 = 256 * ln.wg + 16 * ln.w + 2 * ln.g;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int j = k >> 1, e = k & 1, r = ln.row(k);
@@ -356,21 +443,21 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
         const float lse_keys = row_lse_keys(m[k], L[k]);
         if (it.out_slot >= 0) {
             const float f = L[k] == 0.f ? 0.f : kDown / L[k];
-            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kDv;
+            float *dst = c.partial_o + ((int64_t)it.out_slot * c.tile_rows + r) * kDv + d0;
 #pragma unroll
-            for (int mt = 0; mt < 8; ++mt)
-                __stcg(reinterpret_cast<float2 *>(dst + 64 * mt + 16 * ln.w + 2 * ln.g),
-                       make_float2(O[mt][4 * j + e] * f, O[mt][4 * j + 2 + e] * f));
+            for (int i = 0; i < 4; ++i)
+                __stcg(reinterpret_cast<float2 *>(dst + 64 * i),
+                       make_float2(Oh[i][4 * j + e] * f, Oh[i][4 * j + 2 + e] * f));
             if (lse_writer)
                 __stcg(c.partial_lse + (int64_t)it.out_slot * c.tile_rows + r, lse_keys);
         } else {
             const OutRow o = out_row(c, ctx, it, rq, nh, r, lse_keys, L[k]);
             const float f = o.f * kDown;
-            __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(c.out) + o.tok * c.out_stride_tok + o.h * c.out_stride_head;
+            __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(c.out) + o.tok * c.out_stride_tok + o.h * c.out_stride_head + d0;
 #pragma unroll
-            for (int mt = 0; mt < 8; ++mt)
-                *reinterpret_cast<uint32_t *>(out + 64 * mt + 16 * ln.w + 2 * ln.g) =
-                    Dt<__nv_bfloat16>::pack(O[mt][4 * j + e] * f, O[mt][4 * j + 2 + e] * f);
+            for (int i = 0; i < 4; ++i)
+                *reinterpret_cast<uint32_t *>(out + 64 * i) =
+                    Dt<__nv_bfloat16>::pack(Oh[i][4 * j + e] * f, Oh[i][4 * j + 2 + e] * f);
             if (c.lse && lse_writer)
                 c.lse[o.tok * c.lse_stride_tok + o.h * c.lse_stride_head] = o.lse;
         }
@@ -383,27 +470,30 @@ struct MlaWgtFamily {
     using Merge = SplitMerge<kDv, kRows, __nv_bfloat16, kThreads, false>;
     static constexpr int kThreads = fimlawgt::kThreads;
     static constexpr int kProducerWarps = fimlawgt::kProducerWarps;
-    static constexpr int kConsumerRegs = 0; /* 256 threads: registers enough for both roles */
+    static constexpr int kConsumerRegs = fimlawgt::kConsumerRegs;
     static constexpr size_t kSmemBytes = fimlawgt::kSmemBytes;
-    using State = Cursor;
+    static_assert(kProducerThreads * kProducerRegs + kThreads * kConsumerRegs <= 168 * 384, "setmaxnreg");
+    using State = Consumed;
 
-    /* full: every producer thread (and TMA bytes); empty and qempty: every consumer thread. */
+    /* full: every producer thread (and TMA bytes); empty: the stage's warpgroup; qempty:
+     * every consumer thread. */
     static __device__ __forceinline__ State setup(unsigned char *smem) {
         const uint32_t s0 = smem_u32(smem);
         if (threadIdx.x == 0) {
             for (int st = 0; st < kStages; ++st) {
                 mbar_init(full(s0, st), kProducerThreads);
-                mbar_init(empty(s0, st), kThreads);
+                mbar_init(empty(s0, st), kWgThreads);
             }
             mbar_init(qfull(s0), kProducerThreads);
             mbar_init(qempty(s0), kThreads);
             mbar_init_fence();
         }
-        return Cursor{0, 0u, 0u};
+        return Consumed{0, 0u};
     }
 
     /* The producer warpgroup: Q and every block of every item of the CTA, in item order. */
     static __device__ void produce(const fi_mla_params &p, const fi_cta_start &cs, unsigned char *smem) {
+        setmaxnreg_dec<kProducerRegs>();
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
         Cursor cur{0, 0u, 0u};
@@ -435,19 +525,25 @@ struct MlaWgtFamily {
         });
     }
 
-    /* One item on the consumer warpgroup, in rounds (header comment). */
+    /* One item on the two consumer warpgroups: warpgroup wg takes the item's blocks of
+     * global index gb + b = wg (mod 2), in rounds (header), then combine_halves and its
+     * half of the rows out. */
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
                                     const fi_request_info &rq, unsigned char *smem, bool first,
-                                    State &cur) {
+                                    State &cs) {
         (void)first;
         const uint32_t s0 = smem_u32(smem);
         Lane ln;
-        ln.w = uniform((int)(threadIdx.x >> 5));
+        ln.wg = uniform((int)(threadIdx.x >> 7));
+        ln.w = uniform((int)((threadIdx.x >> 5) & 3));
         ln.lane = threadIdx.x & 31;
         ln.g = ln.lane >> 2;
         ln.q4 = ln.lane & 3;
+        const uint32_t sp = s0 + ln.p_off();
         const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
         const int nblk = uniform(blocks_of(it));
+        const int gb = uniform(cs.gb);
+        const int b0 = (ln.wg ^ gb) & 1; /* this warpgroup's first block of the item */
         int lo[4], hi[4]; /* column c = 2 j + e: tile row 8 j + 2 q4 + e */
         row_bounds(ctx, it, rq, M, nh, 2 * ln.q4, 1, lo, hi);
         row_bounds(ctx, it, rq, M, nh, 8 + 2 * ln.q4, 1, lo + 2, hi + 2);
@@ -465,31 +561,32 @@ struct MlaWgtFamily {
             m[k] = -CUDART_INF_F;
             l[k] = 0.f;
         }
-        mbar_wait(qfull(s0), cur.qph);
+        mbar_wait(qfull(s0), cs.qph);
         float S[8];
-        auto start_scores = [&]() { /* S of the block at cur, once its copies landed */
-            mbar_wait(full(s0, cur.st), cur.ph);
+        auto start_scores = [&](int b) { /* S of the item's block b, once its copies landed */
+            const int g = gb + b, st = g & (kStages - 1);
+            mbar_wait(full(s0, st), (uint32_t)(g / kStages) & 1u);
             fence_proxy_async(); /* cp.async rows, read by wgmma */
-            issue_scores(S, s0, stage_at(s0, cur.st));
+            issue_scores(S, s0, stage_at(s0, st));
         };
-        if (nblk > 0) {
-            start_scores();
+        if (b0 < nblk) {
+            start_scores(b0);
             wg_wait<0>();
             wg_pin<8>(S);
         }
-        for (int b = 0; b < nblk; ++b) { /* S_b done, nothing in flight */
+        for (int b = b0; b < nblk; b += 2) { /* S_b done, nothing in flight */
+            const int st = (gb + b) & (kStages - 1);
             uint32_t av[8][2][4];
-            v_fragments(stage_at(s0, cur.st), ln.w, ln.lane, av);
+            v_fragments(stage_at(s0, st), ln.w, ln.lane, av);
             /* K was read by S_b and V is in registers: the block is free */
-            mbar_arrive(empty(s0, cur.st));
-            cur.next();
+            mbar_arrive(empty(s0, st));
             softmax(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, l, O, smem);
             fence_proxy_async(); /* P^T: ordinary stores, read by wgmma */
-            nbar_sync(kBarWg, kThreads);
-            issue_pv(O, av, s0);
-            if (b + 1 < nblk)
-                start_scores();
-            else /* every score of the item done: Q is free */
+            nbar_sync(ln.bar(), kWgThreads);
+            issue_pv(O, av, sp);
+            if (b + 2 < nblk)
+                start_scores(b + 2);
+            else /* every score of the warpgroup's blocks done: Q is free for it */
                 mbar_arrive(qempty(s0));
             wg_wait<0>();
 #pragma unroll
@@ -497,10 +594,13 @@ struct MlaWgtFamily {
                 wg_pin<8>(O[mt]);
             wg_pin<8>(S);
         }
-        if (nblk == 0)
+        if (b0 >= nblk)
             mbar_arrive(qempty(s0));
-        cur.qph ^= 1u;
-        store_rows(p, ctx, it, rq, ln, O, m, l, smem);
+        cs.qph ^= 1u;
+        cs.gb = gb + nblk;
+        float Oh[4][8];
+        combine_halves(ln, O, m, l, Oh, smem);
+        store_rows(p, ctx, it, rq, ln, Oh, m, l, smem);
         if (it.out_slot < 0)
             return false;
         return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + kOffFlag),
