@@ -332,6 +332,25 @@ static inline int gt_loop_step(const gt_case *g, const gt_loop_trace *t, int32_t
     return 0;
 }
 
+/* The plan of a failing step, one line an item (CTA, request, keys, partial slot, merge
+ * group): the record a failure of the loop needs (it has been seen to fail at times on
+ * fp8 heads 16, docs/perf-log.md thirty-sixth session). */
+static inline void gt_print_plan(const fi_plan *plan) {
+    fi_plan_view v;
+    if (fi_plan_get_view(plan, &v) != FI_OK)
+        return;
+    print_message("  plan of that step: %d items, %d groups on %d CTAs\n", v.header->num_items,
+                  v.header->num_groups, v.num_ctas);
+    for (int32_t c = 0; c < v.num_ctas; c++)
+        for (int32_t i = v.work_indptr[c]; i < v.work_indptr[c + 1]; i++) {
+            const fi_work_item *it = &v.items[i];
+            print_message("    item %d cta %d request %d heads [%d, %d) q [%d, %d) kv [%d, %d) "
+                          "slot %d group %d\n", i, c, it->request, it->head_begin, it->head_end,
+                          it->q_begin, it->q_end, it->kv_begin, it->kv_end, it->out_slot,
+                          it->merge_group);
+        }
+}
+
 /* One graph captured after the first plan, replayed for the trace's steps of continuous
  * batching (LOOP_B slots): every step re-plans (lengths grow, finished requests are
  * replaced by new ones on freshly shuffled pages), writes new q, block tables and bmm1
@@ -356,6 +375,8 @@ static inline void gt_graph_decode_loop(const gt_case *g, const gt_loop_trace *t
                            sizeof msg);
     }
     print_message("  64 replays: worst out err %.2e lse err %.2e\n", worst, worst_lse);
+    if (bad)
+        gt_print_plan(g->plan);
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
     const char *pre = gt_unsupported_prefix(g, msg, "NOT SUPPORTED YET: ");
