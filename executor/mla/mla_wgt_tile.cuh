@@ -38,8 +38,8 @@
  *    output dims.  One warpgroup is one warp a scheduler and alternates an ALU half and a
  *    tensor-core half each block; two overlap one's softmax with the other's matmuls
  *    (FlashAttention-3's ping-pong, here without an explicit schedule).  H200: B128 x 4096
- *    85.3-86.9 -> 84.6-85.7 us, the trace snapshot 35.3-36.5 -> 29.4-31.0, B1 x 32k 24.2 ->
- *    22.6-22.9 (perf-log, thirty-sixth session).
+ *    85.3-86.9 -> 84.0-85.9 us, the trace snapshot 35.3-36.5 -> 29.4-31.9, B1 x 32k
+ *    24.1-24.3 -> 22.5-22.8 (perf-log, thirty-sixth session).
  *  - A consumer warpgroup, per block of its own: S^T = K Q^T, 18 wgmma m64n16k32 (A = K
  *    from the ring, B = Q); warp w holds tokens 16 w + g (+ 8) x rows 8 j + 2 q4 (+ 1)
  *    (g = lane / 4, q4 = lane % 4).  The block's column maxima meet in shared memory (one named barrier);
