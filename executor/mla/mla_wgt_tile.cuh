@@ -42,8 +42,9 @@
  *    24.1-24.3 -> 22.5-22.8 (perf-log, thirty-sixth session).
  *  - A consumer warpgroup, per block of its own: S^T = K Q^T, 18 wgmma m64n16k32 (A = K
  *    from the ring, B = Q); warp w holds tokens 16 w + g (+ 8) x rows 8 j + 2 q4 (+ 1)
- *    (g = lane / 4, q4 = lane % 4).  The block's column maxima meet in shared memory (one named barrier);
- *    P^T's bytes go to the P panels (a shuffle between lane pairs, one more barrier);
+ *    (g = lane / 4, q4 = lane % 4).  The block's column maxima meet in shared memory
+ *    (one named barrier); P^T's bytes go to the P panels (a shuffle between lane pairs,
+ *    one more barrier);
  *    O^T += V^T P^T, 2 x 16 wgmma m64n16k32 with A = V^T from registers: ldmatrix.trans of
  *    a 16-byte chunk (16 dims) of 32 tokens gives lane (g, q4) dims (2 g, 2 g + 1) x
  *    tokens (2 q4, 2 q4 + 1) of each 8-token group, and the byte permutations 0x6420 /
@@ -94,6 +95,7 @@ constexpr int kBarWg = 2;                    /* warpgroup g's named barrier: kBa
 constexpr int kBarX = 4;                     /* both consumer warpgroups: the item's exchange */
 static_assert(kRows == 16 && kBlockN == 64, "m64n16 tiles");
 static_assert(kStages % kConsumerWgs == 0, "a stage's every phase waited by one warpgroup");
+static_assert((kStages & (kStages - 1)) == 0, "run_item takes a block's stage as g & (kStages - 1)");
 
 /* Shared memory (bytes from the dynamic base; every swizzle atom on its alignment). */
 constexpr uint32_t kQPanel = kRows * 128;                  /* [16][128 B] */
