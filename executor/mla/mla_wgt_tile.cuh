@@ -52,11 +52,11 @@
  *    (M row g + 8) at k = tokens {2 q4, 2 q4 + 1, 8 + 2 q4, 9 + 2 q4}.  So token p of a
  *    16-token group sits at k position 4 (p % 8 / 2) + p % 2 + 2 (p / 8) of P^T, and O^T's
  *    M row 16 w + g (+ 8) of m-tile mt is dim 64 mt + 16 w + 2 g (+ 1).
- *  - A warpgroup's round of its block b: V^T fragments of b from shared memory, the ring
- *    block freed (its K and V are in registers or read), the softmax of S_b, then P_b V_b
- *    and its next block's S_{b+2} issued together and waited for once, so the tensor cores
- *    run the two back to back.  (The twenty-second session's two warpgroups held their
- *    blocks to the end of P V and shared barriers on a 5-stage ring: slower, and wrong.)
+ *  - A warpgroup's round of its block b: V^T fragments of b from shared memory, the
+ *    softmax of S_b, then P_b V_b and its next block's S_{b+2} issued together and waited
+ *    for once, so the tensor cores run the two back to back; then the ring block is freed
+ *    (V's loads have returned: see run_item).  (The twenty-second session's two warpgroups
+ *    shared barriers on a 5-stage ring: slower, and wrong.)
  *  - O^T [512][16] fp32 lives in 64 registers a thread; the running max is one per column
  *    and the same in every thread; row sums are summed over the warpgroup at the end.
  *  - Splits: partial O / lse into the item's slot, merged by the shared split merge after
@@ -580,8 +580,6 @@ struct MlaWgtFamily {
             const int st = (gb + b) & (kStages - 1);
             uint32_t av[8][2][4];
             v_fragments(stage_at(s0, st), ln.w, ln.lane, av);
-            /* K was read by S_b and V is in registers: the block is free */
-            mbar_arrive(empty(s0, st));
             softmax(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, l, O, smem);
             fence_proxy_async(); /* P^T: ordinary stores, read by wgmma */
             nbar_sync(ln.bar(), kWgThreads);
@@ -591,6 +589,15 @@ struct MlaWgtFamily {
             else /* every score of the warpgroup's blocks done: Q is free for it */
                 mbar_arrive(qempty(s0));
             wg_wait<0>();
+            /* P_b V_b done, so V's ldmatrix loads have returned: the block is free.  Not
+             * right after v_fragments: those loads may then still be in flight, and the
+             * mbarrier's release does not order them before the next copy into the stage
+             * when that is a tensor-map copy (async proxy): about one launch in a thousand
+             * of the graph loop had a block's V overwritten first.  Releasing here is also
+             * faster at B128 x 4096: 2-4% than the early release, 4-7% than the early
+             * release behind a proxy fence (H200, docs/perf-log.md thirty-seventh
+             * session). */
+            mbar_arrive(empty(s0, st));
 #pragma unroll
             for (int mt = 0; mt < 8; ++mt)
                 wg_pin<8>(O[mt]);

@@ -259,11 +259,12 @@ static void mla_fp8_empty_requests_write_zeros(void **state) {
 }
 
 /* The CUDA graph decode loop of the MLA suite (gt_graph_decode_loop: one capture, 64
- * replays following the trace's lengths, fresh q and bmm1 scale each step) over an fp8
- * cache with fp8 q, sinks and scales by pointer.  Open defect: on the transposed fp8 body
- * (row 7) it fails in about one run of 5-10, since at least 0471114: row 0 of a request
- * of kv_len 420-442, rel err 2e-2 to 6e-2, the same seed passing on a rerun (H200,
- * docs/perf-log.md thirty-sixth session).  A failing run prints that step's plan. */
+ * steps following the trace's lengths, fresh q and bmm1 scale each step, each step
+ * replayed LOOP_REPLAYS times and bitwise equal) over an fp8 cache with fp8 q, sinks and
+ * scales by pointer: the transposed fp8 body (row 7).  Its stage-release race (a block's
+ * V overwritten by the next tensor-map copy before ldmatrix read it: docs/perf-log.md,
+ * thirty-seventh session) showed here as one request's rows off by 2-6e-2 with the LSE
+ * exact.  A failing run prints that step's plan. */
 static void mla_fp8_graph_decode_loop_follows_trace(void **state) {
     (void)state;
     REQUIRE_GPU();
