@@ -9,10 +9,15 @@
 //   mode 2 (+ one bar.sync 1, 256 by all after)     1 hazard
 //   mode 3 (final phases on bar.sync 2, 256)        2 hazards
 //   mode 4 (the 128 threads on an mbarrier barrier) 0 hazards
+//   mode 5 (the transposed fp8 MLA body's shape: 384 threads, the last 128 exit at once;
+//           two groups of 128 each on its own bar.sync 2 / 3, 128, then an exchange
+//           across bar.sync 4, 256 and a flag across bar.sync 1, 256; the pattern of the
+//           2 hazards racecheck reports in sanitize_fp8_rows16_small_case, docs/perf-log.md
+//           thirty-seventh session)               not run yet
 // Build and run on the GPU machine:
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
 //        -o build/scripts/racecheck_named_barrier scripts/racecheck_named_barrier.cu
-//   for m in 0 1 2 3 4; do compute-sanitizer --tool racecheck \
+//   for m in 0 1 2 3 4 5; do compute-sanitizer --tool racecheck \
 //        build/scripts/racecheck_named_barrier $m; done
 #include <cstdio>
 #include <cstdint>
@@ -61,6 +66,31 @@ __global__ void k(int *out, int iters) {
   if (MODE == 3) asm volatile("bar.sync 2, 256;" ::: "memory"); else __syncthreads();
   out[tid] += (int)buf[(tid + 128) & 255];
 }
+/* mode 5: producers (threads 256..383) leave; two warpgroups of 128 keep their own named
+ * barrier, then exchange through shared memory across one of all 256 */
+__global__ void k5(int *out, int iters) {
+  __shared__ float buf[512];
+  __shared__ int flag;
+  const int tid = threadIdx.x;
+  if (tid >= 256) return;
+  const int wg = tid >> 7, t = tid & 127;
+  for (int i = 0; i < iters; i++) {
+    buf[tid] = (float)(i + tid);
+    if (wg == 0) asm volatile("bar.sync 2, 128;" ::: "memory");
+    else asm volatile("bar.sync 3, 128;" ::: "memory");
+    float v = buf[wg * 128 + 127 - t];
+    if (wg == 0) asm volatile("bar.sync 2, 128;" ::: "memory");
+    else asm volatile("bar.sync 3, 128;" ::: "memory");
+    buf[256 + tid] = v;
+    asm volatile("bar.sync 4, 256;" ::: "memory");
+    out[tid] += (int)buf[256 + ((tid + 128) & 255)];
+    asm volatile("bar.sync 4, 256;" ::: "memory");
+    if (tid == 0) flag = i;
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    out[tid] += flag;
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+  }
+}
 int main(int argc, char **argv) {
   int mode = argc > 1 ? atoi(argv[1]) : 0;
   int *d; cudaMalloc(&d, 256 * 4); cudaMemset(d, 0, 1024);
@@ -69,6 +99,7 @@ int main(int argc, char **argv) {
   if (mode == 2) k<2><<<4, 256>>>(d, 50);
   if (mode == 3) k<3><<<4, 256>>>(d, 50);
   if (mode == 4) k<4><<<4, 256>>>(d, 50);
+  if (mode == 5) k5<<<4, 384>>>(d, 50);
   printf("mode %d: %s\n", mode, cudaGetErrorString(cudaDeviceSynchronize()));
   return 0;
 }
