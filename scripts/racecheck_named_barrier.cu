@@ -13,7 +13,8 @@
 //           two groups of 128 each on its own bar.sync 2 / 3, 128, then an exchange
 //           across bar.sync 4, 256 and a flag across bar.sync 1, 256; the pattern of the
 //           2 hazards racecheck reports in sanitize_fp8_rows16_small_case, docs/perf-log.md
-//           thirty-seventh session)               not run yet
+//           thirty-seventh session)               0 hazards (2026-12-03): the shape
+//           alone does not reproduce them
 // Build and run on the GPU machine:
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
 //        -o build/scripts/racecheck_named_barrier scripts/racecheck_named_barrier.cu
