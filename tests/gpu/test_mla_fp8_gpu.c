@@ -263,7 +263,7 @@ static void mla_fp8_empty_requests_write_zeros(void **state) {
  * replayed LOOP_REPLAYS times and bitwise equal) over an fp8 cache with fp8 q, sinks and
  * scales by pointer: the transposed fp8 body (row 7).  Its stage-release race (a block's
  * V overwritten by the next tensor-map copy before ldmatrix read it: docs/perf-log.md,
- * thirty-seventh session) showed here as one request's rows off by 2-6e-2 with the LSE
+ * thirty-seventh session) showed here as one request's rows off by 2-8e-2 with the LSE
  * exact.  A failing run prints that step's plan. */
 static void mla_fp8_graph_decode_loop_follows_trace(void **state) {
     (void)state;
