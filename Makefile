@@ -177,7 +177,7 @@ pytest: $(LIB_SO)
 # test_mla_fp8_gpu: fp8 caches and sparse top-k plans, which only the wgmma body runs).
 gpu-test: $(GPU_TESTS)
 	@fail=0; for t in $(GPU_TESTS); do echo "== $$t"; $$t || fail=1; done; \
-	  for v in 4 3 6; do echo "== $(BUILD)/tests/gpu/test_mla_gpu, FI_MLA_TEST_VARIANT=$$v"; \
+	  for v in 4 3 6 9; do echo "== $(BUILD)/tests/gpu/test_mla_gpu, FI_MLA_TEST_VARIANT=$$v"; \
 	    FI_MLA_TEST_VARIANT=$$v $(BUILD)/tests/gpu/test_mla_gpu || fail=1; done; \
 	  echo "== python/tests/gpu"; $(MAKE) --no-print-directory gpu-pytest || fail=1; exit $$fail
 

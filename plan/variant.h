@@ -58,14 +58,16 @@ typedef struct fi_variant {
                                    the plan is sparse (caps.sparse_top_k > 0): the kind's
                                    only body with that path (an fp8 cache follows the heads:
                                    fi_variant_of) */
-    int32_t default_kv16_page;  /* > 0: default_min_heads holds only for a 16-bit (bf16 /
-                                   fp16) cache of page_size >= it; other plans take the
-                                   next threshold */
+    int32_t default_kv16_page;  /* > 0: default_min_heads and default_kv16_max_rows hold
+                                   only for a 16-bit (bf16 / fp16) cache of page_size >= it;
+                                   other plans take the next threshold */
     int32_t default_max_rows;   /* > 0: this row serves caps.variant 0 when the caps bound a
                                    request's rows (group x q_len, fi_variant_request_rows) to
                                    at most it: the tile then holds a whole request */
     int32_t default_fp8_max_rows; /* > 0: default_max_rows for plans whose q and cache are
                                    both fp8 e4m3 only (checked first) */
+    int32_t default_kv16_max_rows; /* > 0: default_max_rows for plans of a 16-bit (bf16 /
+                                   fp16) cache only (checked next) */
     int32_t parallel_variant;   /* > 0: the row with FI_PARTITION_PARALLEL that plans this
                                    row's batches on the device (fi_caps_parallel_variant);
                                    0: none (rows that are parallel themselves answer their
@@ -100,7 +102,9 @@ const fi_variant *fi_variant_find(fi_kind kind, int32_t variant);
 
 /* The row that serves (kind, variant) at num_qo_heads: variant 0 is the kind's default,
  * the row with default_special when `special` (a sparse plan), else (both_fp8: q and
- * cache fp8 e4m3) a row with default_fp8_max_rows >= request_rows, else a row with
+ * cache fp8 e4m3) a row with default_fp8_max_rows >= request_rows, else (a 16-bit cache:
+ * kv16_page_size > 0, at least the row's default_kv16_page) a row with
+ * default_kv16_max_rows >= request_rows, else a row with
  * default_max_rows >= request_rows (request_rows > 0), else the
  * row whose default_min_heads is the largest one <= num_qo_heads (a row with
  * default_kv16_page only when kv16_page_size >= it), else the row with variant 0; any
@@ -128,8 +132,9 @@ static inline int32_t fi_variant_request_rows(const fi_caps *caps) {
 /* The row for caps->kind / variant / num_qo_heads / sparse_top_k / kv_dtype / q_dtype /
  * page_size / request rows (caps non-NULL), or NULL.  MLA decode: an fp8 cache follows the
  * heads like a 16-bit one up to the row only 16-bit caches of 64-token pages take (the
- * 64-token wgmma body), except that q and cache both fp8 with requests of at most 16 rows
- * take the transposed fp8 body. */
+ * 64-token wgmma body), except that requests of at most 16 rows take a transposed body:
+ * the fp8 one for q and cache both fp8, the 16-bit one for a 16-bit cache of 64-token
+ * pages or more. */
 static inline const fi_variant *fi_variant_of(const fi_caps *caps) {
     const int kv16 = caps->kv_dtype == FI_DTYPE_BF16 || caps->kv_dtype == FI_DTYPE_F16;
     const int fp8 = caps->kv_dtype == FI_DTYPE_E4M3 && caps->q_dtype == FI_DTYPE_E4M3;

@@ -490,7 +490,13 @@ static void parallel_variant_follows_the_row(void **state) {
                  .num_pages = 4096, .page_size = 64, .num_qo_heads = 16, .num_kv_heads = 1,
                  .head_dim_qk = 576, .head_dim_vo = 512, .q_dtype = FI_DTYPE_BF16,
                  .kv_dtype = FI_DTYPE_BF16, .o_dtype = FI_DTYPE_BF16, .num_ctas = 132};
+    assert_int_equal(parallel_of(m, FI_OK), 10); /* row 9, transposed 16-bit */
+    m.max_q_tokens = 256; /* q_len 2: 32 rows */
     assert_int_equal(parallel_of(m, FI_OK), 2); /* row 0, mma.sync */
+    m.max_q_tokens = 128;
+    m.page_size = 32; /* row 9 from 64-token pages only */
+    assert_int_equal(parallel_of(m, FI_OK), 2);
+    m.page_size = 64;
     m.num_qo_heads = 32;
     assert_int_equal(parallel_of(m, FI_OK), 5); /* row 3, wgmma */
     m.num_qo_heads = 128;

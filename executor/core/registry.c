@@ -14,6 +14,7 @@ extern const fi_family fi_family_mla;
 extern const fi_family fi_family_mla_wg;
 extern const fi_family fi_family_mla_wg64;
 extern const fi_family fi_family_mla_wgt;
+extern const fi_family fi_family_mla_wgt16;
 extern const fi_family fi_family_gqa;
 extern const fi_family fi_family_context;
 
@@ -100,6 +101,24 @@ static const fi_variant k_variants[] = {
      .tile_rows = 16, .kv_block = 64, FI_FP8_ROWS16_COSTS,
      .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wgt},
+    /* The transposed 16-bit body (executor/mla/mla_wgt16_tile.cuh): q, cache and out bf16
+     * or fp16, tiles of at most 16 rows, KV blocks of 64 tokens on wgmma's M side (row 7's
+     * twin for 16-bit caches).  The default for a 16-bit cache of page_size >= 64 when the
+     * caps bound a request to 16 rows (heads 16 at q_len 1).  H200, heads 16, b2b us,
+     * against row 0 (docs/perf-log.md, thirty-eighth session): trace snapshot of 128
+     * requests 45.3-47.1 vs 49.5-49.9, B1 x 32k 26.9-27.6 vs 27.9-28.3, B128 x 4096
+     * 157.0-157.3 vs 153.2-154.3; page 1 (every block by cp.async) 347 vs 158, so smaller
+     * pages (16 and 32 not measured) stay on row 0.  Row 7's charges (halved: trace steps
+     * 100 / 400 level, 800 +8-11%). */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 9, .name = "mla_decode_rows16", .tile_rows = 16,
+     .kv_block = 64, FI_FP8_ROWS16_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_kv16_page = 64,
+     .default_kv16_max_rows = 16, .parallel_variant = 10, .family = &fi_family_mla_wgt16},
+    /* Row 9 with the data-parallel partition (as row 8 is for row 7). */
+    {.kind = FI_KIND_MLA_DECODE, .variant = 10, .name = "mla_decode_rows16_parallel_plan",
+     .tile_rows = 16, .kv_block = 64, FI_FP8_ROWS16_COSTS,
+     .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wgt16},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
      .kv_block = 64, FI_DECODE_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .kv_head_major = 1,
@@ -166,6 +185,10 @@ const fi_variant *fi_variant_select(fi_kind kind, int32_t variant, int32_t num_q
                 return v;
             if (!special && both_fp8 && v->default_fp8_max_rows > 0 && request_rows > 0 &&
                 request_rows <= v->default_fp8_max_rows)
+                return v;
+            if (!special && kv16_page_size > 0 && kv16_page_size >= v->default_kv16_page &&
+                v->default_kv16_max_rows > 0 && request_rows > 0 &&
+                request_rows <= v->default_kv16_max_rows)
                 return v;
             if (!special && v->default_max_rows > 0 && request_rows > 0 &&
                 request_rows <= v->default_max_rows)

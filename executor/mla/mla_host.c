@@ -58,7 +58,8 @@ typedef enum mla_body {
     MLA_BODY_MMA,  /* mla_tile.cuh: mma.sync */
     MLA_BODY_WG32, /* mla_wg_tile.cuh: wgmma on 32-token blocks, the one with sparse plans */
     MLA_BODY_WG64, /* mla_wg64_tile.cuh: wgmma on 64-token blocks, 16-bit dense caches */
-    MLA_BODY_WGT   /* mla_wgt_tile.cuh: transposed fp8 wgmma, q and cache fp8, <= 16 rows */
+    MLA_BODY_WGT,  /* mla_wgt_tile.cuh: transposed fp8 wgmma, q and cache fp8, <= 16 rows */
+    MLA_BODY_WGT16 /* mla_wgt16_tile.cuh: transposed 16-bit wgmma, <= 16 rows */
 } mla_body;
 
 /* Checks and parameter block shared by the tile bodies; max_rows / kv_block: the shape
@@ -80,6 +81,8 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
         return FI_ERR_UNSUPPORTED_DTYPE; /* the 64-token body runs 16-bit caches only */
     if (body == MLA_BODY_WGT && (p.m.kv_e4m3 == 0 || p.m.q_kind != FI_MLA_Q_E4M3))
         return FI_ERR_UNSUPPORTED_DTYPE; /* the transposed body: q and cache fp8 e4m3 only */
+    if (body == MLA_BODY_WGT16 && p.m.kv_e4m3)
+        return FI_ERR_UNSUPPORTED_DTYPE; /* its 16-bit twin: q, cache and out 16-bit only */
     if (plan->variant->tile_rows > max_rows || plan->variant->kv_block != kv_block)
         return FI_ERR_UNSUPPORTED_VARIANT; /* a registry row this tile body cannot run */
     const fi_tensor *in[4] = {&a->q, &a->q_rope, &a->k, &a->k_rope};
@@ -113,7 +116,8 @@ static fi_status mla_fill(const fi_plan *plan, const fi_attn_args *a, const fi_e
      * converting body loads fp8 rows into registers and has no use for maps) */
     /* a whole block, a page of a block (the transposed body), or a warp's 8 tokens */
     p.tma_box_rows = body == MLA_BODY_WG64 ? kv_block
-                   : body == MLA_BODY_WGT ? (caps->page_size < kv_block ? caps->page_size : kv_block)
+                   : body == MLA_BODY_WGT || body == MLA_BODY_WGT16
+                         ? (caps->page_size < kv_block ? caps->page_size : kv_block)
                                           : 8;
     if (body != MLA_BODY_MMA && (!p.m.kv_e4m3 || p.m.q_kind == FI_MLA_Q_E4M3) && !p.m.sparse &&
         caps->page_size >= p.tma_box_rows && caps->page_size >= 8)
@@ -164,6 +168,20 @@ const fi_family fi_family_mla_wgt = {
     .params_bytes = sizeof(fi_mla_params),
     .prepare = mla_wgt_prepare,
     .launch = fi_mla_wgt_launch,
+};
+
+static fi_status mla_wgt16_prepare(const fi_plan *plan, const fi_attn_args *a,
+                                   const fi_exec_common *common, void *params) {
+    return mla_fill(plan, a, common, params, FI_MLA_WGT_TILE_ROWS, FI_MLA_WGT_KV_BLOCK, MLA_BODY_WGT16);
+}
+
+/* The transposed 16-bit body (mla_wgt16_tile.cuh): q, cache and out bf16 or fp16, tiles
+ * of at most 16 rows, dense plans. */
+const fi_family fi_family_mla_wgt16 = {
+    .name = "mla_decode_rows16_sm90",
+    .params_bytes = sizeof(fi_mla_params),
+    .prepare = mla_wgt16_prepare,
+    .launch = fi_mla_wgt16_launch,
 };
 
 /* The wgmma tile body (mla_wg_tile.cuh): the same tensors and checks, plus sparse plans. */

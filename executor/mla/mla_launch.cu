@@ -53,3 +53,18 @@ extern "C" int fi_mla_wgt_launch(const void *params, fi_dtype dtype, int enable_
         return (int)cudaErrorInvalidValue;
     return (int)fi_mla_wgt_launch_e4m3(p, enable_pdl, static_cast<cudaStream_t>(stream));
 }
+
+extern "C" int fi_mla_wgt16_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream) {
+    const fi_mla_params &p = *static_cast<const fi_mla_params *>(params);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (p.m.kv_e4m3)
+        return (int)cudaErrorInvalidValue;
+    switch (dtype) {
+    case FI_DTYPE_BF16:
+        return (int)fi_mla_wgt16_launch_bf16(p, enable_pdl, s);
+    case FI_DTYPE_F16:
+        return (int)fi_mla_wgt16_launch_f16(p, enable_pdl, s);
+    default:
+        return (int)cudaErrorInvalidValue;
+    }
+}

@@ -17,6 +17,8 @@ cudaError_t fi_mla_wg8_launch(const fi_mla_params &p, int enable_pdl, cudaStream
 cudaError_t fi_mla_wg64_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wg64_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 cudaError_t fi_mla_wgt_launch_e4m3(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
+cudaError_t fi_mla_wgt16_launch_bf16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
+cudaError_t fi_mla_wgt16_launch_f16(const fi_mla_params &p, int enable_pdl, cudaStream_t stream);
 extern "C" {
 #endif
 
@@ -31,6 +33,9 @@ int fi_mla_wg64_launch(const void *params, fi_dtype dtype, int enable_pdl, void 
 /* The same for the transposed fp8 body (mla_wgt_tile.cuh; q and cache fp8 e4m3 only, else
  * cudaErrorInvalidValue). */
 int fi_mla_wgt_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
+/* The same for the transposed 16-bit body (mla_wgt16_tile.cuh; q, cache and out bf16 or
+ * fp16, else cudaErrorInvalidValue). */
+int fi_mla_wgt16_launch(const void *params, fi_dtype dtype, int enable_pdl, void *stream);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,9 @@ def workspace_size(kind, max_batch, max_q_tokens, num_qo_heads, num_kv_heads=1, 
             functional APIs round both up to powers of two (>= 8) when the buffer allows.
         num_qo_heads, num_kv_heads: heads (MLA: kv heads 1).
         head_dim: GQA / context head dim (qk = vo); MLA uses 576 / 512.
-        page_size, num_pages: cache geometry (does not change the size).
+        page_size, num_pages: cache geometry.  page_size can pick the tile table row
+            (heads 16 on a 16-bit cache: 16-row tiles from 64-token pages on, 64-row ones
+            below), and with it the size: pass the one the calls will use.
         dtype: torch dtype name of q / kv / out.
         num_ctas: persistent grid (the GPU's SM count: 132 on an H100 / H200).
     Returns: int bytes.  Pure host computation; no torch, no GPU needed.

@@ -136,7 +136,7 @@ def test_fp8_inputs_in_cpu_reference_match_their_dequantised_values():
 
 def test_workspace_too_small_and_size_helper():
     from fiattn import _engine as E
-    need = fiattn.workspace_size("mla_decode", 8, 8, 16, num_ctas=132)
+    need = fiattn.workspace_size("mla_decode", 8, 8, 16, page_size=16, num_ctas=132)
     assert need > 0
     caps = C.fi_caps(kind=1, num_pages=8, page_size=16, num_qo_heads=16, num_kv_heads=1,
                      head_dim_qk=576, head_dim_vo=512, q_dtype=3, kv_dtype=3, o_dtype=3,
@@ -247,7 +247,8 @@ def test_parallel_variant_comes_from_the_tile_table():
     """The device-planning row of the caps (fi_caps_parallel_variant), and its refusal."""
     from fiattn._engine import _parallel_variant
     mla = C.FI_KIND_MLA_DECODE
-    assert _parallel_variant(_caps(mla, 16, 1, 576, 512, C.FI_DTYPE_BF16)) == 2
+    assert _parallel_variant(_caps(mla, 16, 1, 576, 512, C.FI_DTYPE_BF16)) == 10
+    assert _parallel_variant(_caps(mla, 16, 1, 576, 512, C.FI_DTYPE_BF16, 16)) == 2
     assert _parallel_variant(_caps(mla, 64, 1, 576, 512, C.FI_DTYPE_BF16)) == 5
     assert _parallel_variant(_caps(mla, 16, 1, 576, 512, C.FI_DTYPE_E4M3)) == 8
     assert _parallel_variant(_caps(mla, 16, 1, 576, 512, C.FI_DTYPE_E4M3, 16)) == 2

@@ -116,7 +116,8 @@ __device__ __forceinline__ int warpgroup_idx() { return uniform((int)(threadIdx.
 
 /* D (fp32, m64 x N, the accumulator layout: warp w of the warpgroup rows 16 w + lane / 4
  * and + 8, columns 8 j + 2 (lane % 4) + {0, 1} in d[4 j ..]) (+)= A B; accumulate 0
- * overwrites D.  ss: A and B from shared memory (descriptors); kTransB: B is MN-major.
+ * overwrites D.  ss: A and B from shared memory (descriptors); kTransB: B is MN-major;
+ * kTransA: A is MN-major (V^T of a [tokens][dims] panel, mla_wgt16_tile.cuh).
  * rs: A from registers, a[4] per thread in the m16n8k16 A-fragment order of the thread's
  * 16-row slice (a[0] row lane / 4, k 2 (lane % 4) + {0, 1}; a[1] row + 8; a[2], a[3] the
  * same at k + 8), as packed 16-bit pairs: an fp32 accumulator of S (m64 x 16 k) converts
@@ -128,14 +129,15 @@ template <int N, typename T> struct Wgmma;
  * once per N. */
 #define FI_WGMMA(N, T, TY, R0, R1, R2, R3, R4, R5, R6)                                      \
     template <> struct Wgmma<N, T> {                                                        \
-        template <int kTransB>                                                              \
+        template <int kTransB, int kTransA = 0>                                             \
         static __device__ __forceinline__ void ss(float *d, uint64_t a, uint64_t b,         \
                                                   int accumulate) {                         \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #R2 ", 0;\n"                 \
                          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " "    \
-                         FI_WG_REGS_##N ", %" #R0 ", %" #R1 ", p, 1, 1, 0, %" #R3 ";\n}\n"  \
+                         FI_WG_REGS_##N ", %" #R0 ", %" #R1 ", p, 1, 1, %" #R4 ", %" #R3    \
+                         ";\n}\n"                                                           \
                          : FI_WG_OPS_##N                                                    \
-                         : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));                  \
+                         : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB), "n"(kTransA));    \
         }                                                                                   \
         template <int kTransB>                                                              \
         static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t b,  \
@@ -149,6 +151,10 @@ template <int N, typename T> struct Wgmma;
                            "r"(accumulate), "n"(kTransB));                                  \
         }                                                                                   \
     };
+#define FI_WG_REGS_16 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define FI_WG_OPS_16 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+FI_WGMMA(16, __nv_bfloat16, "bf16", 8, 9, 10, 11, 12, 13, 14)
+FI_WGMMA(16, __half, "f16", 8, 9, 10, 11, 12, 13, 14)
 #define FI_WG_REGS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FI_WG_OPS_32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 FI_WGMMA(32, __nv_bfloat16, "bf16", 16, 17, 18, 19, 20, 21, 22)
@@ -202,8 +208,6 @@ template <int N> struct Wgmma8;
                            "r"(accumulate));                                                \
         }                                                                                   \
     };
-#define FI_WG_REGS_16 "{%0, %1, %2, %3, %4, %5, %6, %7}"
-#define FI_WG_OPS_16 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 FI_WGMMA8(16, 8, 9, 10, 11, 12, 13)
 FI_WGMMA8(32, 16, 17, 18, 19, 20, 21)
 FI_WGMMA8(256, 128, 129, 130, 131, 132, 133)
