@@ -394,7 +394,7 @@ template <typename T> struct MlaWg64Family {
         Cursor cur{0, 0u, 0u};
         for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
             mbar_wait(qempty(s0), cur.qph ^ 1u);
-            fimlawg::produce_q<T>(p, it, rq, s0, pt);
+            fimlaq::produce_q16<T, kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
             cp_async_mbar_arrive(qfull(s0));
             cur.qph ^= 1u;
             const int nblk = blocks_of(it);

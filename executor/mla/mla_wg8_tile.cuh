@@ -38,7 +38,7 @@
  */
 #pragma once
 
-#include "executor/mla/mla_q8.cuh"
+#include "executor/mla/mla_q.cuh"
 #include "executor/mla/mla_wg_tile.cuh"
 
 namespace fimlawg8 {
@@ -350,7 +350,7 @@ struct MlaWg8Family {
         Cursor cur{0, 0u, 0u};
         for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
             mbar_wait(Sh8::qempty(s0), cur.qph ^ 1u);
-            fimla8::produce_q_e4m3<kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
+            fimlaq::produce_q_e4m3<kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
             cp_async_mbar_arrive(Sh8::qfull(s0));
             cur.qph ^= 1u;
             produce_blocks(p, it, rq, s0, pt, cur, fimlawg::blocks_of(it));

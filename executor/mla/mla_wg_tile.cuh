@@ -62,6 +62,7 @@
 #include "executor/cuda/common/wgmma.cuh"
 #include "executor/cuda/merge/split_merge.cuh"
 #include "executor/mla/mla_params.h"
+#include "executor/mla/mla_q.cuh"
 #include "plan/mask.h"
 
 #include <type_traits>
@@ -163,26 +164,6 @@ __device__ __forceinline__ int blocks_of(const fi_work_item &it) {
 }
 
 /* ---- producer ------------------------------------------------------------------------ */
-
-/* Q rows of item it into the Q panels: row r = (q - q_begin) * nh + h - head_begin. */
-template <typename T>
-__device__ __forceinline__ void produce_q(const fi_mla_params &p, const fi_work_item &it,
-                                          const fi_request_info &rq, uint32_t s0, int pt) {
-    const int nh = it.head_end - it.head_begin;
-    const int M = (it.q_end - it.q_begin) * nh;
-    for (int idx = pt; idx < kRows * (kDqk / 8); idx += kProducerThreads) {
-        const int r = idx / (kDqk / 8), c = idx - r * (kDqk / 8);
-        const uint32_t dst = s0 + kOffQ + (c >> 3) * kQPanel + sw128(r, (c & 7) * 8);
-        const T *src = (const T *)p.m.q_nope;
-        if (r < M) {
-            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
-            const int h = it.head_begin + r % nh;
-            src = c < kDv / 8 ? (const T *)p.m.q_nope + tok * p.m.q_nope_stride_tok + h * p.m.q_nope_stride_head + c * 8
-                              : (const T *)p.m.q_pe + tok * p.m.q_pe_stride_tok + h * p.m.q_pe_stride_head + (c - kDv / 8) * 8;
-        }
-        cp_async16(dst, src, r < M ? 16 : 0);
-    }
-}
 
 /* Page-table entry of token kTokPerWarp pw + lane of block b for lanes < kTokPerWarp
  * (else, or past the range, 0): its page, or for a sparse plan its flat KV slot. */
@@ -766,7 +747,7 @@ template <typename T, typename KV = T> struct MlaWgFamily {
                 fence_proxy_async(); /* ordinary stores, read by wgmma */
                 mbar_arrive(Sh16::qfull(s0));
             } else {
-                produce_q<T>(p, it, rq, s0, pt);
+                fimlaq::produce_q16<T, kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
                 cp_async_mbar_arrive(Sh16::qfull(s0));
             }
             cur.qph ^= 1u;

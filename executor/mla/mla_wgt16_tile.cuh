@@ -51,7 +51,9 @@
 #include "executor/cuda/common/ptx.cuh"
 #include "executor/cuda/common/wgmma.cuh"
 #include "executor/cuda/merge/split_merge.cuh"
+#include "executor/mla/mla_halves.cuh"
 #include "executor/mla/mla_params.h"
+#include "executor/mla/mla_q.cuh"
 #include "plan/mask.h"
 
 namespace fimlawgt16 {
@@ -115,27 +117,6 @@ __device__ __forceinline__ int blocks_of(const fi_work_item &it) {
 }
 
 /* ---- producer ------------------------------------------------------------------------ */
-
-/* Q rows of item it (row r = (q - q_begin) * nh + h - head_begin) into the nine Q panels
- * by 16-byte cp.async from producer thread pt; rows past the item's M zero. */
-template <typename T>
-__device__ __forceinline__ void produce_q(const fi_mla_params &p, const fi_work_item &it,
-                                          const fi_request_info &rq, uint32_t qbase, int pt) {
-    const int nh = it.head_end - it.head_begin;
-    const int M = (it.q_end - it.q_begin) * nh;
-    for (int idx = pt; idx < kRows * (kDqk / 8); idx += kProducerThreads) {
-        const int r = idx / (kDqk / 8), c = idx - r * (kDqk / 8); /* 8-element chunk c */
-        const uint32_t dst = qbase + (c >> 3) * kQPanel + sw128(r, (c & 7) * 8);
-        const T *src = (const T *)p.m.q_nope;
-        if (r < M) {
-            const int64_t tok = (int64_t)rq.q_offset + it.q_begin + r / nh;
-            const int h = it.head_begin + r % nh;
-            src = c < kDv / 8 ? (const T *)p.m.q_nope + tok * p.m.q_nope_stride_tok + h * p.m.q_nope_stride_head + c * 8
-                              : (const T *)p.m.q_pe + tok * p.m.q_pe_stride_tok + h * p.m.q_pe_stride_head + (c - kDv / 8) * 8;
-        }
-        cp_async16(dst, src, r < M ? 16 : 0);
-    }
-}
 
 /* Page-table entry of the token producer thread pt copies in block b (token pt / 2), or 0
  * past the item. */
@@ -308,57 +289,6 @@ __device__ __forceinline__ void softmax(const RunCtx &ctx, const Lane &ln, const
     }
 }
 
-/* The two warpgroups' softmax states of the item made one, each warpgroup keeping half
- * of O^T: warpgroup wg the m-tiles 4 wg .. 4 wg + 3 (dims 256 wg ..), in Oh.  Thread t of
- * one warpgroup holds the same (dims, columns) as thread t of the other, so each writes
- * the other's half, its l and its m to its exchange rows [kXRows][128] (float4, thread
- * t's at t) and reads the other's; m and l come out the same bits in both (the flash-
- * decoding rescale, Dao et al. 2023: m = max, x = e^(m_a - m) x_a + e^(m_b - m) x_b).
- * Two barriers over both warpgroups: the rows written, then read (the next item's
- * exchange writes them again). */
-__device__ __forceinline__ void combine_halves(const Lane &ln, float (*O)[8], float *m, float *l,
-                                               float (*Oh)[8], unsigned char *smem) {
-    const int t = ln.w * 32 + ln.lane;
-    float4 *mine = reinterpret_cast<float4 *>(smem + kOffX) + (size_t)ln.wg * kXRows * kWgThreads + t;
-    const float4 *theirs = reinterpret_cast<const float4 *>(smem + kOffX) +
-                           (size_t)(1 - ln.wg) * kXRows * kWgThreads + t;
-    const bool up = ln.wg != 0; /* selects, not a pointer: O stays in registers */
-#pragma unroll
-    for (int i = 0; i < 4; ++i) { /* the other's half: m-tiles 4 (1 - wg) + i */
-        float o[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k)
-            o[k] = up ? O[i][k] : O[4 + i][k];
-        mine[(2 * i) * kWgThreads] = make_float4(o[0], o[1], o[2], o[3]);
-        mine[(2 * i + 1) * kWgThreads] = make_float4(o[4], o[5], o[6], o[7]);
-    }
-    mine[8 * kWgThreads] = make_float4(l[0], l[1], l[2], l[3]);
-    mine[9 * kWgThreads] = make_float4(m[0], m[1], m[2], m[3]);
-    nbar_sync(kBarX, kThreads);
-    const float4 lo4 = theirs[8 * kWgThreads], mo4 = theirs[9 * kWgThreads];
-    const float lo[4] = {lo4.x, lo4.y, lo4.z, lo4.w}, mo[4] = {mo4.x, mo4.y, mo4.z, mo4.w};
-    float a[4], ao[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-        const float mn = fmaxf(m[c], mo[c]), mu = mn == -CUDART_INF_F ? 0.f : mn;
-        a[c] = ex2_ftz(m[c] - mu);
-        ao[c] = ex2_ftz(mo[c] - mu);
-        m[c] = mn;
-        l[c] = a[c] * l[c] + ao[c] * lo[c];
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float4 x0 = theirs[(2 * i) * kWgThreads], x1 = theirs[(2 * i + 1) * kWgThreads];
-        const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-        for (int k = 0; k < 8; ++k) { /* accumulator d[k]: column 2 (k / 4) + k % 2 */
-            const int c = 2 * (k >> 2) + (k & 1);
-            Oh[i][k] = a[c] * (up ? O[4 + i][k] : O[i][k]) + ao[c] * x[k];
-        }
-    }
-    nbar_sync(kBarX, kThreads);
-}
-
 /* The item's rows out from warpgroup wg's half of O^T (Oh: m-tiles 4 wg ..): l summed over
  * the warpgroup (red); unsplit, out = bmm2 O / l with the sink (out_row), T scalars; split,
  * the fp32 partial O / l and lse_keys into the item's slot.  Thread (w, g) holds dims
@@ -458,7 +388,7 @@ template <typename T> struct MlaWgt16Family {
         uint32_t qph = 0u;
         for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
             mbar_wait(qempty(s0), qph ^ 1u);
-            produce_q<T>(p, it, rq, s0 + kOffQ, pt);
+            fimlaq::produce_q16<T, kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
             cp_async_mbar_arrive(qfull(s0));
             qph ^= 1u;
             const int nblk = blocks_of(it);
@@ -548,7 +478,7 @@ template <typename T> struct MlaWgt16Family {
         cs.qph ^= 1u;
         cs.gb = gb + nblk;
         float Oh[4][8];
-        combine_halves(ln, O, m, l, Oh, smem);
+        fimlah::combine_halves<kWgThreads, kXRows, kOffX, kBarX>(ln.wg, ln.w * 32 + ln.lane, O, m, l, Oh, smem);
         store_rows<T>(p, ctx, it, rq, ln, Oh, m, l, smem);
         if (it.out_slot < 0)
             return false;
