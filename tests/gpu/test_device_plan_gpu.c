@@ -127,6 +127,9 @@ static const bytes_cfg BYTES_CFGS[] = {
     {"mla h128 page 32, 132 ctas, parallel, wgmma row", FI_KIND_MLA_DECODE, 128, 1, 576, 32, 64,
      132, 5},
     {"mla h16 page 16, 1 cta, parallel", FI_KIND_MLA_DECODE, 16, 1, 576, 16, 32, 1, 2},
+    /* the transposed 16-bit body's row (row 9's tiles and charges), pairs as row 2 */
+    {"mla h16 page 64, 132 ctas, parallel, rows16", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256,
+     132, 10},
     /* the fp8 heads-16 twin (q and cache e4m3, row 7's charges): pairs as row 2 */
     {"mla h16 fp8 page 64, 132 ctas, parallel", FI_KIND_MLA_DECODE, 16, 1, 576, 64, 256, 132,
      8},
