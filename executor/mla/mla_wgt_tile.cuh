@@ -73,91 +73,45 @@
 #include "executor/cuda/common/ptx.cuh"
 #include "executor/cuda/common/wgmma.cuh"
 #include "executor/cuda/merge/split_merge.cuh"
-#include "executor/mla/mla_halves.cuh"
 #include "executor/mla/mla_params.h"
 #include "executor/mla/mla_q.cuh"
+#include "executor/mla/mla_wgt_common.cuh"
 #include "plan/mask.h"
 
 namespace fimlawgt {
 using namespace fi;
 
-constexpr int kWgThreads = 128;              /* a consumer warpgroup */
-constexpr int kConsumerWgs = 2;              /* on alternate KV blocks (header) */
-constexpr int kThreads = kConsumerWgs * kWgThreads;
-constexpr int kProducerWarps = 4;            /* one producer warpgroup */
-constexpr int kProducerThreads = kProducerWarps * 32;
-constexpr int kProducerRegs = 72, kConsumerRegs = 216; /* setmaxnreg: 384 threads */
-constexpr int kRows = FI_MLA_WGT_TILE_ROWS;  /* 16: wgmma's N */
-constexpr int kBlockN = FI_MLA_WGT_KV_BLOCK; /* 64: wgmma's M */
+using fimlat::kBlockN;
+using fimlat::kProducerThreads;
+using fimlat::kRows;
+using fimlat::kThreads;
+using fimlat::kWgThreads;
+using fimlat::kXRows;
 constexpr int kDqk = 576, kDv = 512;
-constexpr int kStages = 4;                   /* even: stage st is always warpgroup st % 2's */
 constexpr int kPLog2 = 8;                    /* P x 2^8: small weights above e4m3's subnormals */
-constexpr int kBarWg = 2;                    /* warpgroup g's named barrier: kBarWg + g */
-constexpr int kBarX = 4;                     /* both consumer warpgroups: the item's exchange */
-static_assert(kRows == 16 && kBlockN == 64, "m64n16 tiles");
-static_assert(kStages % kConsumerWgs == 0, "a stage's every phase waited by one warpgroup");
-static_assert((kStages & (kStages - 1)) == 0, "run_item takes a block's stage as g & (kStages - 1)");
 
-/* Shared memory (bytes from the dynamic base; every swizzle atom on its alignment). */
+/* Shared memory (bytes from the dynamic base; every swizzle atom on its alignment): Q, the
+ * control region (mla_wgt_common.cuh; a warpgroup's P^T hi and lo [16][64 B]), the ring of
+ * 4 blocks, the item's exchange. */
 constexpr uint32_t kQPanel = kRows * 128;                  /* [16][128 B] */
 constexpr uint32_t kOffQ = 0, kOffQpe = 4 * kQPanel;       /* [16][64 B] at 8192 */
 constexpr uint32_t kPBytes = kRows * 64;                   /* P^T [16][64 B] */
-constexpr uint32_t kOffP = kOffQpe + 1024;                 /* per warpgroup: hi, then lo */
-constexpr uint32_t kOffRed = kOffP + 2 * kConsumerWgs * kPBytes; /* per warpgroup [4 warps][16] fp32 */
-constexpr uint32_t kRedBytes = 4 * kRows * 4;
-constexpr uint32_t kOffFlag = kOffRed + kConsumerWgs * kRedBytes; /* the merge's flags */
-constexpr uint32_t kOffW = kOffFlag + 16;                  /* its weights */
-constexpr uint32_t kOffRow = kOffW + kSoloMergeRows * 4;   /* its row statistics */
-constexpr uint32_t kOffBar = kOffRow + 2 * kRows * 4;      /* full[4], empty[4], qfull, qempty */
+using C = fimlat::Ctl<kOffQpe + 1024, 4>;
+static_assert(C::kPWg == 2 * kPBytes, "a warpgroup's P^T hi, then lo");
 constexpr uint32_t kOffRing = 16384;
 constexpr uint32_t kKPanel = kBlockN * 128;                /* [64][128 B] */
 constexpr uint32_t kOffKpe = 4 * kKPanel;                  /* [64][64 B] */
 constexpr uint32_t kBlockBytes = kOffKpe + kBlockN * 64;   /* 36864 */
-/* The item's exchange (combine_halves): per warpgroup, float4 rows [kXRows][128 threads]:
- * 8 of the other warpgroup's half of O^T, its l, its m. */
-constexpr int kXRows = 10;
-constexpr uint32_t kOffX = kOffRing + kStages * kBlockBytes;
-constexpr size_t kSmemBytes = kOffX + (size_t)kConsumerWgs * kXRows * kWgThreads * 16;
-static_assert(kOffBar + 8 * (2 * kStages + 2) <= kOffRing && kOffP % 1024 == 0 &&
-                  kOffRing % 1024 == 0 && kBlockBytes % 1024 == 0 && kSmemBytes <= 232448,
+constexpr uint32_t kOffX = kOffRing + C::kStages * kBlockBytes;
+constexpr size_t kSmemBytes = kOffX + (size_t)fimlat::kConsumerWgs * kXRows * kWgThreads * 16;
+static_assert(C::kEnd <= kOffRing && kOffRing % 1024 == 0 && kBlockBytes % 1024 == 0 &&
+                  kSmemBytes <= 232448,
               "shared memory map");
+using Lane = fimlat::Lane<C>;
 
-__device__ __forceinline__ uint32_t full(uint32_t s0, int st) { return s0 + kOffBar + 8 * st; }
-__device__ __forceinline__ uint32_t empty(uint32_t s0, int st) { return s0 + kOffBar + 8 * (kStages + st); }
-__device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 16 * kStages; }
-__device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kOffBar + 16 * kStages + 8; }
 __device__ __forceinline__ uint32_t stage_at(uint32_t s0, int st) { return s0 + kOffRing + st * kBlockBytes; }
 
-/* The producer's ring position of the next block and Q's phase. */
-struct Cursor {
-    int st;
-    uint32_t ph, qph;
-    __device__ __forceinline__ void next() {
-        st = st + 1 == kStages ? 0 : st + 1;
-        ph ^= st == 0 ? 1u : 0u;
-    }
-};
-
-/* The consumers' position: blocks of the CTA's earlier items (global block g sits in stage
- * g % kStages at phase (g / kStages) & 1, and belongs to warpgroup g % 2) and Q's phase. */
-struct Consumed {
-    int gb;
-    uint32_t qph;
-};
-
-__device__ __forceinline__ int blocks_of(const fi_work_item &it) {
-    return it.kv_end > it.kv_begin ? (it.kv_end - it.kv_begin + kBlockN - 1) / kBlockN : 0;
-}
-
 /* ---- producer ------------------------------------------------------------------------ */
-
-/* Page-table entry of the token producer thread pt copies in block b (token pt / 2), or 0
- * past the item. */
-__device__ __forceinline__ int32_t page_of(const fi_mla_params &p, const fi_work_item &it,
-                                           const fi_request_info &rq, int b, int pt) {
-    const int t = it.kv_begin + b * kBlockN + (pt >> 1);
-    return t < it.kv_end ? p.c.page_table[(int64_t)rq.page_row_offset + (t >> p.c.page_shift)] : 0;
-}
 
 /* Block b into the ring block at `base` by 16-byte cp.async: thread pt copies token pt / 2,
  * its 16-byte chunks pt % 2, pt % 2 + 2, ... of 36 (32 of ckv, 4 of kpe); zeros past the
@@ -253,77 +207,17 @@ __device__ __forceinline__ void issue_pv(float (*O)[8], uint32_t (*av)[2][4], ui
     wg_commit();
 }
 
-/* A consumer thread's place: warpgroup wg, its warp w, g = lane / 4, q4 = lane % 4; its
- * columns c = 2 j + e are the tile rows 8 j + 2 q4 + e (the S^T / O^T accumulators'
- * d[4 j + e], d[4 j + 2 + e]).  The warpgroup's P panels, reduction rows and barrier. */
-struct Lane {
-    int wg, w, lane, g, q4;
-    __device__ __forceinline__ int row(int c) const { return 8 * (c >> 1) + 2 * q4 + (c & 1); }
-    __device__ __forceinline__ uint32_t p_off() const { return kOffP + 2 * kPBytes * wg; }
-    __device__ __forceinline__ float *red(unsigned char *smem) const {
-        return reinterpret_cast<float *>(smem + kOffRed + kRedBytes * wg);
-    }
-    __device__ __forceinline__ int bar() const { return kBarWg + wg; }
-};
-
 /* One block's softmax (tokens t0 ..; S the raw S^T accumulator): mask and scale, the
  * columns' new running max m over the warpgroup (red), O and l rescaled, P^T = 2^8 exp2(S
  * - m) in two e4m3 terms into the P panels, the weights added to l. */
 __device__ __forceinline__ void softmax(const RunCtx &ctx, const Lane &ln, const float *S, int t0,
                                         const int *lo, const int *hi, float *m, float *l,
                                         float (*O)[8], unsigned char *smem) {
-    const float sl = ctx.scale_log2;
-    float v[8], mx[4] = {-CUDART_INF_F, -CUDART_INF_F, -CUDART_INF_F, -CUDART_INF_F};
-    const int tk = t0 + 16 * ln.w + ln.g; /* token of S[4 j + e], + 8 for S[4 j + 2 + e] */
-    bool whole = true;
+    float v[8], sub[4];
+    fimlat::column_max(ctx, ln, S, t0, lo, hi, m, l, O, smem, v, sub);
 #pragma unroll
     for (int c = 0; c < 4; ++c)
-        whole = whole && lo[c] <= t0 && hi[c] >= t0 + kBlockN - 1;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int c = 2 * j + e, t = tk + 8 * i;
-                float x = S[4 * j + 2 * i + e] * sl;
-                if (!whole && (t < lo[c] || t > hi[c]))
-                    x = -CUDART_INF_F;
-                v[4 * j + 2 * i + e] = x;
-                mx[c] = fmaxf(mx[c], x);
-            }
-    float *red = ln.red(smem);
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-#pragma unroll
-        for (int o = 4; o <= 16; o <<= 1)
-            mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], o));
-        if (ln.g == 0)
-            red[ln.w * kRows + ln.row(c)] = mx[c];
-    }
-    nbar_sync(ln.bar(), kWgThreads);
-    float sub[4], alpha[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-        const int r = ln.row(c);
-        const float bm = fmaxf(fmaxf(red[r], red[kRows + r]), fmaxf(red[2 * kRows + r], red[3 * kRows + r]));
-        const float mn = fmaxf(m[c], bm), mu = mn == -CUDART_INF_F ? 0.f : mn;
-        alpha[c] = ex2_ftz(m[c] - mu);
-        m[c] = mn;
-        l[c] *= alpha[c];
-        sub[c] = mu - (float)kPLog2;
-    }
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f || alpha[2] != 1.f || alpha[3] != 1.f)) {
-#pragma unroll
-        for (int mt = 0; mt < 8; ++mt)
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    O[mt][4 * j + e] *= alpha[2 * j + e];
-                    O[mt][4 * j + 2 + e] *= alpha[2 * j + e];
-                }
-    }
+        sub[c] -= (float)kPLog2;
     /* own[c]: column c's bytes (hi tok i0, hi tok i1, lo tok i0, lo tok i1); an even-g lane
      * writes the rows of e = 0 and its odd partner (lane ^ 4, the next token of the pair)
      * those of e = 1, 4 consecutive k bytes each (header: k position of the tokens). */
@@ -355,36 +249,21 @@ __device__ __forceinline__ void softmax(const RunCtx &ctx, const Lane &ln, const
     }
 }
 
-/* The item's rows out from warpgroup wg's half of O^T (Oh: m-tiles 4 wg ..): l summed over
- * the warpgroup (red), the P scale 2^8 taken out; unsplit, out = bmm2 O / l with the sink
- * (out_row), bf16 pairs of consecutive dims; split, the fp32 partial O / l and lse_keys
- * into the item's slot.  Thread (w, g) holds dims 64 mt + 16 w + 2 g + {0, 1} of its four
- * rows. */
+/* The item's rows out from warpgroup wg's half of O^T (Oh: m-tiles 4 wg ..; Ls: the column
+ * sums, mla_wgt_common.cuh item_end), the P scale 2^8 taken out; unsplit, out = bmm2 O / l
+ * with the sink (out_row), bf16 pairs of consecutive dims; split, the fp32 partial O / l
+ * and lse_keys into the item's slot.  Thread (w, g) holds dims 64 mt + 16 w + 2 g + {0, 1}
+ * of its four rows. */
 __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx &ctx,
                                            const fi_work_item &it, const fi_request_info &rq,
-                                           const Lane &ln, float (*Oh)[8], const float *m, const float *l,
-                                           unsigned char *smem) {
+                                           const Lane &ln, float (*Oh)[8], const float *m, const float *Ls) {
     const fi_exec_common &c = p.c;
     const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
     constexpr float kDown = 1.f / (1 << kPLog2);
-    float *red = ln.red(smem);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        float x = l[k];
-#pragma unroll
-        for (int o = 4; o <= 16; o <<= 1)
-            x += __shfl_xor_sync(0xffffffffu, x, o);
-        if (ln.g == 0) /* every warp read red last before the last block's P barrier */
-            red[ln.w * kRows + ln.row(k)] = x;
-    }
-    nbar_sync(ln.bar(), kWgThreads);
     float L[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const int r = ln.row(k);
-        L[k] = (red[r] + red[kRows + r] + red[2 * kRows + r] + red[3 * kRows + r]) * kDown;
-    }
-    nbar_sync(ln.bar(), kWgThreads); /* red read before the next item's first block max */
+    for (int k = 0; k < 4; ++k)
+        L[k] = Ls[k] * kDown;
     const bool lse_writer = ln.wg == 0 && ln.w == 0 && ln.g == 0;
     const int d0 = 256 * ln.wg + 16 * ln.w + 2 * ln.g;
 #pragma unroll
@@ -420,61 +299,34 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
 struct MlaWgtFamily {
     using Params = fi_mla_params;
     using Merge = SplitMerge<kDv, kRows, __nv_bfloat16, kThreads, false>;
-    static constexpr int kThreads = fimlawgt::kThreads;
-    static constexpr int kProducerWarps = fimlawgt::kProducerWarps;
-    static constexpr int kConsumerRegs = fimlawgt::kConsumerRegs;
+    static constexpr int kThreads = fimlat::kThreads;
+    static constexpr int kProducerWarps = fimlat::kProducerWarps;
+    static constexpr int kConsumerRegs = fimlat::kConsumerRegs;
     static constexpr size_t kSmemBytes = fimlawgt::kSmemBytes;
-    static_assert(kProducerThreads * kProducerRegs + kThreads * kConsumerRegs <= 168 * 384, "setmaxnreg");
-    using State = Consumed;
+    using State = fimlat::Consumed;
 
-    /* full: every producer thread (and TMA bytes); empty: the stage's warpgroup; qempty:
-     * every consumer thread. */
     static __device__ __forceinline__ State setup(unsigned char *smem) {
-        const uint32_t s0 = smem_u32(smem);
-        if (threadIdx.x == 0) {
-            for (int st = 0; st < kStages; ++st) {
-                mbar_init(full(s0, st), kProducerThreads);
-                mbar_init(empty(s0, st), kWgThreads);
-            }
-            mbar_init(qfull(s0), kProducerThreads);
-            mbar_init(qempty(s0), kThreads);
-            mbar_init_fence();
-        }
-        return Consumed{0, 0u};
+        C::init(smem_u32(smem));
+        return State{0, 0u};
     }
 
-    /* The producer warpgroup: Q and every block of every item of the CTA, in item order. */
+    /* The producer warpgroup (fimlat::produce_blocks): Q by cp.async, blocks by TMA or
+     * cp.async. */
     static __device__ void produce(const fi_mla_params &p, const fi_cta_start &cs, unsigned char *smem) {
-        setmaxnreg_dec<kProducerRegs>();
+        setmaxnreg_dec<fimlat::kProducerRegs>();
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
-        Cursor cur{0, 0u, 0u};
-        for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
-            mbar_wait(qempty(s0), cur.qph ^ 1u);
-            fimlaq::produce_q_e4m3<kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
-            cp_async_mbar_arrive(qfull(s0));
-            cur.qph ^= 1u;
-            const int nblk = blocks_of(it);
-            const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c, it, rq));
-            const bool maps = p.tma_on && (it.kv_begin & (p.tma_box_rows - 1)) == 0;
-            const int nmap = maps ? (it.kv_end - it.kv_begin) / kBlockN : 0;
-            int32_t pg = nblk > 0 ? page_of(p, it, rq, 0, pt) : 0;
-            for (int b = 0; b < nblk; ++b) {
-                /* the next block's entries travel while this one waits for its slot */
-                const int32_t pn = b + 1 < nblk ? page_of(p, it, rq, b + 1, pt) : 0;
-                mbar_wait(empty(s0, cur.st), cur.ph ^ 1u);
-                const uint32_t base = stage_at(s0, cur.st), bar = full(s0, cur.st);
-                if (b < nmap) {
-                    map_block(p, it, base, b, pt, pg, bar, pol);
-                    mbar_arrive(bar);
-                } else {
-                    copy_block(p, it, base, b, pt, pg, pol);
-                    cp_async_mbar_arrive(bar);
-                }
-                pg = pn;
-                cur.next();
-            }
-        });
+        fimlat::produce_blocks<C>(
+            p, cs, s0, s0 + kOffRing, kBlockBytes, pt,
+            [&](const fi_work_item &it, const fi_request_info &rq) {
+                fimlaq::produce_q_e4m3<kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
+            },
+            [&](const fi_work_item &it, uint32_t base, int b, int32_t pg, uint32_t bar, uint64_t pol) {
+                map_block(p, it, base, b, pt, pg, bar, pol);
+            },
+            [&](const fi_work_item &it, uint32_t base, int b, int32_t pg, uint64_t pol) {
+                copy_block(p, it, base, b, pt, pg, pol);
+            });
     }
 
     /* One item on the two consumer warpgroups: warpgroup wg takes the item's blocks of
@@ -485,39 +337,19 @@ struct MlaWgtFamily {
                                     State &cs) {
         (void)first;
         const uint32_t s0 = smem_u32(smem);
-        Lane ln;
-        ln.wg = uniform((int)(threadIdx.x >> 7));
-        ln.w = uniform((int)((threadIdx.x >> 5) & 3));
-        ln.lane = threadIdx.x & 31;
-        ln.g = ln.lane >> 2;
-        ln.q4 = ln.lane & 3;
+        const Lane ln = Lane::of_thread();
         const uint32_t sp = s0 + ln.p_off();
-        const int nh = it.head_end - it.head_begin, M = (it.q_end - it.q_begin) * nh;
-        const int nblk = uniform(blocks_of(it));
+        const int nblk = uniform(fimlat::blocks_of(it));
         const int gb = uniform(cs.gb);
         const int b0 = (ln.wg ^ gb) & 1; /* this warpgroup's first block of the item */
-        int lo[4], hi[4]; /* column c = 2 j + e: tile row 8 j + 2 q4 + e */
-        row_bounds(ctx, it, rq, M, nh, 2 * ln.q4, 1, lo, hi);
-        row_bounds(ctx, it, rq, M, nh, 8 + 2 * ln.q4, 1, lo + 2, hi + 2);
-        float O[8][8];
-#pragma unroll
-        for (int mt = 0; mt < 8; ++mt) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-                O[mt][i] = 0.f;
-            wg_pin<8>(O[mt]);
-        }
-        float m[4], l[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            m[k] = -CUDART_INF_F;
-            l[k] = 0.f;
-        }
-        mbar_wait(qfull(s0), cs.qph);
+        int lo[4], hi[4];
+        float O[8][8], m[4], l[4];
+        fimlat::item_start(ctx, it, rq, ln, lo, hi, O, m, l);
+        mbar_wait(C::qfull(s0), cs.qph);
         float S[8];
         auto start_scores = [&](int b) { /* S of the item's block b, once its copies landed */
-            const int g = gb + b, st = g & (kStages - 1);
-            mbar_wait(full(s0, st), (uint32_t)(g / kStages) & 1u);
+            const int g = gb + b, st = g & (C::kStages - 1);
+            mbar_wait(C::full(s0, st), (uint32_t)(g / C::kStages) & 1u);
             fence_proxy_async(); /* cp.async rows, read by wgmma */
             issue_scores(S, s0, stage_at(s0, st));
         };
@@ -527,7 +359,7 @@ struct MlaWgtFamily {
             wg_pin<8>(S);
         }
         for (int b = b0; b < nblk; b += 2) { /* S_b done, nothing in flight */
-            const int st = (gb + b) & (kStages - 1);
+            const int st = (gb + b) & (C::kStages - 1);
             uint32_t av[8][2][4];
             v_fragments(stage_at(s0, st), ln.w, ln.lane, av);
             softmax(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, l, O, smem);
@@ -537,7 +369,7 @@ struct MlaWgtFamily {
             if (b + 2 < nblk)
                 start_scores(b + 2);
             else /* every score of the warpgroup's blocks done: Q is free for it */
-                mbar_arrive(qempty(s0));
+                mbar_arrive(C::qempty(s0));
             wg_wait<0>();
             /* P_b V_b done, so V's ldmatrix loads have returned: the block is free.  Not
              * right after v_fragments: those loads may then still be in flight, and the
@@ -547,23 +379,23 @@ struct MlaWgtFamily {
              * faster at B128 x 4096: 2-4% than the early release, 4-7% than the early
              * release behind a proxy fence (H200, docs/perf-log.md thirty-seventh
              * session). */
-            mbar_arrive(empty(s0, st));
+            mbar_arrive(C::empty(s0, st));
 #pragma unroll
             for (int mt = 0; mt < 8; ++mt)
                 wg_pin<8>(O[mt]);
             wg_pin<8>(S);
         }
         if (b0 >= nblk)
-            mbar_arrive(qempty(s0));
+            mbar_arrive(C::qempty(s0));
         cs.qph ^= 1u;
         cs.gb = gb + nblk;
-        float Oh[4][8];
-        fimlah::combine_halves<kWgThreads, kXRows, kOffX, kBarX>(ln.wg, ln.w * 32 + ln.lane, O, m, l, Oh, smem);
-        store_rows(p, ctx, it, rq, ln, Oh, m, l, smem);
+        float Oh[4][8], L[4];
+        fimlat::item_end<C, kOffX>(ln, O, m, l, Oh, smem, L);
+        store_rows(p, ctx, it, rq, ln, Oh, m, L);
         if (it.out_slot < 0)
             return false;
-        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + kOffFlag),
-                             reinterpret_cast<float *>(smem + kOffW), reinterpret_cast<float *>(smem + kOffRow));
+        return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + C::kOffFlag),
+                             reinterpret_cast<float *>(smem + C::kOffW), reinterpret_cast<float *>(smem + C::kOffRow));
     }
 };
 
