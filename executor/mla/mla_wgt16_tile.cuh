@@ -26,12 +26,19 @@
  *    a page), else by 16-byte cp.async (two threads a token, zeros past the item).
  *  - The consumer warpgroups (216 registers) take alternate blocks: global block g of the
  *    CTA sits in stage g % 2 and belongs to warpgroup g % 2, so each stage has one owner.
- *    A warpgroup's block: wait for it, S^T = K Q^T (36 wgmma m64n16k16, A = K from the
- *    ring, B = Q), the softmax over its columns (the column maxima meet in shared memory:
- *    one named barrier), P^T into its panel (one more barrier), O^T += V^T P^T (32 wgmma
- *    m64n16k16, A = V^T: the K panels read MN-major, B = P^T), wait, free the stage.  The
- *    other warpgroup's block overlaps it (FlashAttention-3's ping-pong, unscheduled); the
- *    producer refills a stage as soon as it is freed.
+ *    A warpgroup's block: S^T = K Q^T (36 wgmma m64n16k16, A = K from the ring, B = Q;
+ *    each panel's issued once it landed), free the kpe panel, the softmax over its columns
+ *    (the column maxima meet in shared memory: one named barrier), P^T into its panel (one
+ *    more barrier), O^T += V^T P^T (32 wgmma m64n16k16, A = V^T: the K panels read
+ *    MN-major, B = P^T; a commit group an m-tile), each ckv panel freed once its m-tile is
+ *    done.  The other warpgroup's block overlaps it (FlashAttention-3's ping-pong,
+ *    unscheduled).  A stage is filled and freed by panels (one barrier pair a panel), so
+ *    the producer refills panels of the next block while P V still reads the later ones
+ *    (the split release of FlashMLA's seesaw kernel, here by panel).  Why: with the stage
+ *    taken whole, the producer alone (no scores, no P V) streamed B128 x 4096 at 152 us
+ *    against the whole kernel's 158; by panels the kernel takes 154 (H200, docs/perf-log.md
+ *    thirty-ninth session).  An item's partial last block, by cp.async, lands on the
+ *    stage's cfull instead (fill_block).
  *  - S^T / O^T accumulators: warp w holds M rows 16 w + g (+ 8) x columns 8 j + 2 q4 (+ 1)
  *    (g = lane / 4, q4 = lane % 4); for S^T the rows are tokens, for O^T of m-tile mt the
  *    dims 64 mt + 16 w + g (+ 8).  O^T [512][16] fp32 is 64 registers a thread.
@@ -73,7 +80,7 @@ constexpr int kPanels = kDqk / 64;           /* 9: 8 ckv + 1 kpe, 64 dims (128 B
  * two 72-KB blocks (stage st is always warpgroup st's), the item's exchange. */
 constexpr uint32_t kQPanel = kRows * 128;                  /* [16][128 B] */
 constexpr uint32_t kOffQ = 0;
-using C = fimlat::Ctl<kPanels * kQPanel, 2>;
+using C = fimlat::Ctl<kPanels * kQPanel, 2, kPanels>; /* a stage filled and freed by panels */
 static_assert(C::kPWg == kRows * 128, "P^T [16][64 tokens] a warpgroup");
 constexpr uint32_t kOffRing = 24576;
 constexpr uint32_t kKPanel = kBlockN * 128;                /* [64][128 B] */
@@ -109,29 +116,64 @@ __device__ __forceinline__ void copy_block(const fi_mla_params &p, const fi_work
     }
 }
 
-/* Block b by tensor maps (the block wholly inside the item, the item starting on a box
- * boundary): the thread that copies the first token of a box (R = tma_box_rows tokens, one
- * page) issues its 8 ckv boxes and 1 kpe box on `bar`, whose transaction count it raises
- * first.  pg: page_of (that token's page). */
-__device__ __forceinline__ void map_block(const fi_mla_params &p, const fi_work_item &it, uint32_t base,
-                                          int b, int pt, int32_t pg, uint32_t bar, uint64_t pol) {
-    const int tok = pt >> 1, R = p.tma_box_rows;
-    if ((pt & 1) != 0 || (tok & (R - 1)) != 0)
+/* The order in which a stage's owner frees its panels, and the producer refills them: kpe
+ * (panel 8) once the scores are done, ckv panel i once P V's m-tile i is done. */
+__device__ __forceinline__ int panel_order(int k) { return k == 0 ? kPanels - 1 : k - 1; }
+
+/* Block b into stage st (phase ph of its barriers), panel by panel as the owner frees them
+ * (C::kParts = 9: one full and one empty barrier a panel, one arrival a warp), so that a
+ * refill starts while the owner's P V still reads the later panels.  maps (a block wholly
+ * inside an item starting on a box boundary): the thread that copies the first token of a
+ * box (R = tma_box_rows tokens, one page) issues the panel's box after raising its
+ * transaction count; else every panel freed first, then 16-byte cp.async (copy_block)
+ * landing on the stage's cfull, the panels' full barriers arrived without bytes (so their
+ * phases still count blocks).  pg: page_of (that token's page). */
+template <typename T>
+__device__ __forceinline__ void fill_block(const fi_mla_params &p, const fi_work_item &it, uint32_t s0, int st,
+                                           uint32_t ph, int b, bool maps, int pt, int32_t pg, uint64_t pol) {
+    const uint32_t base = stage_at(s0, st);
+    const bool leader = (pt & 31) == 0;
+    if (maps) {
+        const int tok = pt >> 1, R = p.tma_box_rows;
+        const bool issuer = (pt & 1) == 0 && (tok & (R - 1)) == 0;
+        const int slot = (it.kv_begin + b * kBlockN + tok) & (p.c.page_size - 1);
+#pragma unroll 1
+        for (int k = 0; k < kPanels; ++k) {
+            const int i = panel_order(k);
+            const uint32_t bar = C::full(s0, st, i), dst = base + i * kKPanel + tok * 128;
+            mbar_wait(C::empty(s0, st, i), ph ^ 1u);
+            if (issuer) {
+                mbar_expect_tx_only(bar, (uint32_t)R * 128);
+                if (i < kPanels - 1)
+                    tma_load_3d(dst, &p.tma_ckv, 64 * i, slot, pg, bar, pol);
+                else
+                    tma_load_3d(dst, &p.tma_kpe, 0, slot, pg, bar, pol);
+            }
+            __syncwarp();
+            if (leader)
+                mbar_arrive(bar);
+        }
         return;
-    const int slot = (it.kv_begin + b * kBlockN + tok) & (p.c.page_size - 1);
-    mbar_expect_tx_only(bar, (uint32_t)R * kPanels * 128);
-#pragma unroll
-    for (int i = 0; i < kPanels - 1; ++i)
-        tma_load_3d(base + i * kKPanel + tok * 128, &p.tma_ckv, 64 * i, slot, pg, bar, pol);
-    tma_load_3d(base + (kPanels - 1) * kKPanel + tok * 128, &p.tma_kpe, 0, slot, pg, bar, pol);
+    }
+#pragma unroll 1
+    for (int i = 0; i < kPanels; ++i)
+        mbar_wait(C::empty(s0, st, i), ph ^ 1u);
+    copy_block<T>(p, it, base, b, pt, pg, pol);
+    cp_async_mbar_arrive(C::cfull(s0, st));
+    __syncwarp();
+    if (leader)
+        for (int i = 0; i < kPanels; ++i)
+            mbar_arrive(C::full(s0, st, i));
 }
 
 /* ---- consumers ----------------------------------------------------------------------- */
 
-/* S^T = K Q^T over the 576 dims of the ring block at kb: 36 wgmma m64n16k16 (A = K,
- * K-major, B = Q, K-major), one commit group (not waited for). */
+/* S^T = K Q^T over the 576 dims of stage st (phase ph): 36 wgmma m64n16k16 (A = K,
+ * K-major, B = Q, K-major), each panel's 4 issued once it landed, in panel_order (the
+ * order the producer refills them); one commit group (not waited for). */
 template <typename T>
-__device__ __forceinline__ void issue_scores(float *S, uint32_t s0, uint32_t kb) {
+__device__ __forceinline__ void issue_scores(float *S, uint32_t s0, int st, uint32_t ph) {
+    const uint32_t kb = stage_at(s0, st);
     const WgDesc dk = wg_desc_base(kb, 16, 1024);
     const WgDesc dq = wg_desc_base(s0 + kOffQ, 16, 1024);
 #pragma unroll
@@ -140,28 +182,51 @@ __device__ __forceinline__ void issue_scores(float *S, uint32_t s0, uint32_t kb)
     wg_pin<8>(S); /* the zeros written before the fence (C7515) */
     wg_fence();
 #pragma unroll
-    for (int i = 0; i < kPanels; ++i)
+    for (int j = 0; j < kPanels; ++j) {
+        const int i = panel_order(j);
+        mbar_wait(C::full(s0, st, i), ph);
 #pragma unroll
         for (int k = 0; k < 4; ++k)
             Wgmma<16, T>::template ss<0>(S, dk.at(i * kKPanel + k * 32), dq.at(i * kQPanel + k * 32),
-                                         i > 0 || k > 0);
+                                         j > 0 || k > 0);
+    }
     wg_commit();
 }
 
 /* O^T += V^T P^T: m-tile mt (dims 64 mt ..) takes ckv panel mt read MN-major (the transpose
  * bit: M = dims along the panel's 128-byte rows, K = tokens; a k16 step is 16 rows, 2048
- * B), B = the warpgroup's P^T panel at sp (K-major).  One commit group, not waited for. */
+ * B), B = the warpgroup's P^T panel at sp (K-major).  One commit group an m-tile (so that
+ * free_pv_panels can free each panel once its m-tile is done), not waited for. */
 template <typename T>
 __device__ __forceinline__ void issue_pv(float (*O)[8], uint32_t kb, uint32_t sp) {
     const WgDesc dv = wg_desc_base(kb, kKPanel, 1024);
     const WgDesc dp = wg_desc_base(sp, 16, 1024);
     wg_fence();
 #pragma unroll
-    for (int mt = 0; mt < 8; ++mt)
+    for (int mt = 0; mt < 8; ++mt) {
 #pragma unroll
         for (int ks = 0; ks < kBlockN / 16; ++ks)
             Wgmma<16, T>::template ss<0, 1>(O[mt], dv.at(mt * kKPanel + ks * 2048), dp.at(ks * 32), 1);
-    wg_commit();
+        wg_commit();
+    }
+}
+
+/* Panel i of stage st freed by this warp (one arrival a warp: C::kParts > 1), after the
+ * warp's wgmma that read it are done. */
+__device__ __forceinline__ void free_panel(uint32_t s0, int st, int i, int lane) {
+    __syncwarp();
+    if (lane == 0)
+        mbar_arrive(C::empty(s0, st, i));
+}
+
+/* P V's m-tiles N .. 7 waited for in order (issue_pv's commit groups), ckv panel mt freed
+ * as soon as its m-tile is done. */
+template <int N> __device__ __forceinline__ void free_pv_panels(uint32_t s0, int st, int lane) {
+    if constexpr (N < 8) {
+        wg_wait<7 - N>();
+        free_panel(s0, st, N, lane);
+        free_pv_panels<N + 1>(s0, st, lane);
+    }
 }
 
 /* One block's softmax (tokens t0 ..; S the raw S^T accumulator): mask and scale, the
@@ -245,7 +310,7 @@ template <typename T> struct MlaWgt16Family {
 
     static __device__ __forceinline__ State setup(unsigned char *smem) {
         C::init(smem_u32(smem));
-        return State{0, 0u};
+        return State{0, 0u, 0u};
     }
 
     /* The producer warpgroup (fimlat::produce_blocks): Q by cp.async, blocks by TMA or
@@ -255,15 +320,12 @@ template <typename T> struct MlaWgt16Family {
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
         fimlat::produce_blocks<C>(
-            p, cs, s0, s0 + kOffRing, kBlockBytes, pt,
+            p, cs, s0, pt,
             [&](const fi_work_item &it, const fi_request_info &rq) {
                 fimlaq::produce_q16<T, kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
             },
-            [&](const fi_work_item &it, uint32_t base, int b, int32_t pg, uint32_t bar, uint64_t pol) {
-                map_block(p, it, base, b, pt, pg, bar, pol);
-            },
-            [&](const fi_work_item &it, uint32_t base, int b, int32_t pg, uint64_t pol) {
-                copy_block<T>(p, it, base, b, pt, pg, pol);
+            [&](const fi_work_item &it, int st, uint32_t ph, int b, bool maps, int32_t pg, uint64_t pol) {
+                fill_block<T>(p, it, s0, st, ph, b, maps, pt, pg, pol);
             });
     }
 
@@ -280,6 +342,7 @@ template <typename T> struct MlaWgt16Family {
         const int nblk = uniform(fimlat::blocks_of(it));
         const int gb = uniform(cs.gb);
         const int b0 = (ln.wg ^ gb) & 1; /* this warpgroup's first block of the item */
+        uint32_t cph = cs.cph;           /* its stage's cfull (stage wg: header) */
         int lo[4], hi[4];
         float O[8][8], m[4], l[4];
         fimlat::item_start(ctx, it, rq, ln, lo, hi, O, m, l);
@@ -288,20 +351,23 @@ template <typename T> struct MlaWgt16Family {
         for (int b = b0; b < nblk; b += 2) {
             const int g = gb + b, st = g & (C::kStages - 1);
             const uint32_t kb = stage_at(s0, st);
-            mbar_wait(C::full(s0, st), (uint32_t)(g / C::kStages) & 1u);
-            fence_proxy_async(); /* cp.async rows, read by wgmma */
-            issue_scores<T>(S, s0, kb);
+            if (!fimlat::maps_block(p, it, b)) { /* by cp.async: ordinary writes, read by wgmma */
+                mbar_wait(C::cfull(s0, st), cph);
+                cph ^= 1u;
+                fence_proxy_async();
+            }
+            issue_scores<T>(S, s0, st, (uint32_t)(g / C::kStages) & 1u);
             wg_wait<0>();
             wg_pin<8>(S);
+            free_panel(s0, st, kPanels - 1, ln.lane); /* kpe: the scores were its one reader */
             if (b + 2 >= nblk) /* every score of the warpgroup's blocks done: Q is free for it */
                 mbar_arrive(C::qempty(s0));
             softmax<T>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, l, O, smem);
             fence_proxy_async(); /* P^T: ordinary stores, read by wgmma */
             nbar_sync(ln.bar(), kWgThreads);
             issue_pv<T>(O, kb, sp);
-            wg_wait<0>();
-            /* the stage's one reader was wgmma, now done: the producer may refill it */
-            mbar_arrive(C::empty(s0, st));
+            /* the ckv panels' one reader is wgmma: each refilled once its m-tile is done */
+            free_pv_panels<0>(s0, st, ln.lane);
 #pragma unroll
             for (int mt = 0; mt < 8; ++mt)
                 wg_pin<8>(O[mt]);
@@ -310,6 +376,7 @@ template <typename T> struct MlaWgt16Family {
             mbar_arrive(C::qempty(s0));
         cs.qph ^= 1u;
         cs.gb = gb + nblk;
+        cs.cph = cph;
         float Oh[4][8], L[4];
         fimlat::item_end<C, kOffX>(ln, O, m, l, Oh, smem, L);
         store_rows<T>(p, ctx, it, rq, ln, Oh, m, L);

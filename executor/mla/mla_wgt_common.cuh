@@ -44,13 +44,19 @@ static_assert(kProducerThreads * kProducerRegs + kThreads * kConsumerRegs <= 168
 
 /* The control region at kOffP (a multiple of 1024): per warpgroup 2 KB of P^T panels, its
  * [4 warps][16] fp32 reduction rows, the merge's flags, weights and row statistics, then
- * the mbarriers full[kStages], empty[kStages], qfull, qempty.  kStages even: global block g
- * sits in stage g % kStages and belongs to warpgroup g % 2, so each stage keeps one owner,
- * which waits each phase of its barriers in order (an odd ring lets a parity wait pass on
- * the other warpgroup's phase: perf-log, twenty-second session). */
-template <uint32_t kOffP_, int kStages_> struct Ctl {
+ * the mbarriers full[kStages][kParts], empty[kStages][kParts], qfull, qempty (and, when
+ * kParts > 1, cfull[kStages]).  kStages
+ * even: global block g sits in stage g % kStages and belongs to warpgroup g % 2, so each
+ * stage keeps one owner, which waits each phase of its barriers in order (an odd ring lets
+ * a parity wait pass on the other warpgroup's phase: perf-log, twenty-second session).
+ * kParts > 1: a stage is filled and freed in parts (its 64-dim panels), each on its own
+ * barriers, whose arrivals are one a warp (a part's 4 producer warps, its owner's 4 warps);
+ * a block copied by cp.async instead lands on cfull (one .noinc arrival a producer thread),
+ * its parts' full barriers arrived without bytes.  kParts == 1: one arrival a thread. */
+template <uint32_t kOffP_, int kStages_, int kParts_ = 1> struct Ctl {
     static constexpr uint32_t kOffP = kOffP_;
     static constexpr int kStages = kStages_;
+    static constexpr int kParts = kParts_;
     static constexpr uint32_t kPWg = 2048;
     static constexpr uint32_t kOffRed = kOffP + kConsumerWgs * kPWg;
     static constexpr uint32_t kRedBytes = 4 * kRows * 4;
@@ -58,34 +64,49 @@ template <uint32_t kOffP_, int kStages_> struct Ctl {
     static constexpr uint32_t kOffW = kOffFlag + 16;
     static constexpr uint32_t kOffRow = kOffW + kSoloMergeRows * 4;
     static constexpr uint32_t kOffBar = kOffRow + 2 * kRows * 4;
-    static constexpr uint32_t kEnd = kOffBar + 8 * (2 * kStages + 2);
+    static constexpr uint32_t kEnd = kOffBar + 8 * (2 * kStages * kParts + 2 + (kParts > 1 ? kStages : 0));
     static_assert(kOffP % 1024 == 0 && kStages % kConsumerWgs == 0 && (kStages & (kStages - 1)) == 0,
                   "P panels on swizzle atoms; an even ring of a power of two");
-    static __device__ __forceinline__ uint32_t full(uint32_t s0, int st) { return s0 + kOffBar + 8 * st; }
-    static __device__ __forceinline__ uint32_t empty(uint32_t s0, int st) { return s0 + kOffBar + 8 * (kStages + st); }
-    static __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 16 * kStages; }
-    static __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return s0 + kOffBar + 16 * kStages + 8; }
-    /* One thread: full counts every producer thread (and TMA bytes), empty the stage's
-     * warpgroup, qempty every consumer thread. */
+    static __device__ __forceinline__ uint32_t full(uint32_t s0, int st, int part = 0) {
+        return s0 + kOffBar + 8 * (st * kParts + part);
+    }
+    static __device__ __forceinline__ uint32_t empty(uint32_t s0, int st, int part = 0) {
+        return s0 + kOffBar + 8 * ((kStages + st) * kParts + part);
+    }
+    static __device__ __forceinline__ uint32_t qfull(uint32_t s0) { return s0 + kOffBar + 16 * kStages * kParts; }
+    static __device__ __forceinline__ uint32_t qempty(uint32_t s0) { return qfull(s0) + 8; }
+    static __device__ __forceinline__ uint32_t cfull(uint32_t s0, int st) {
+        static_assert(kParts > 1, "cfull: stages filled in parts only");
+        return qfull(s0) + 16 + 8 * st;
+    }
+    /* One thread: full counts the producer's threads or warps (and TMA bytes), empty the
+     * stage owner's threads or warps, qempty every consumer thread. */
     static __device__ __forceinline__ void init(uint32_t s0) {
+        constexpr uint32_t kPer = kParts == 1 ? 1u : 32u;
         if (threadIdx.x == 0) {
-            for (int st = 0; st < kStages; ++st) {
-                mbar_init(full(s0, st), kProducerThreads);
-                mbar_init(empty(s0, st), kWgThreads);
-            }
+            for (int st = 0; st < kStages; ++st)
+                for (int k = 0; k < kParts; ++k) {
+                    mbar_init(full(s0, st, k), kProducerThreads / kPer);
+                    mbar_init(empty(s0, st, k), kWgThreads / kPer);
+                }
             mbar_init(qfull(s0), kProducerThreads);
             mbar_init(qempty(s0), kThreads);
+            if constexpr (kParts > 1)
+                for (int st = 0; st < kStages; ++st)
+                    mbar_init(cfull(s0, st), kProducerThreads);
             mbar_init_fence();
         }
     }
 };
 
 /* The consumers' position: blocks of the CTA's earlier items (global block g sits in stage
- * g % kStages at phase (g / kStages) & 1) and Q's phase.  The producer counts the same
- * blocks (produce). */
+ * g % kStages at phase (g / kStages) & 1), Q's phase and (Ctl kParts > 1) the phase of the
+ * thread's warpgroup's cfull (its stage's blocks copied by cp.async).  The producer counts
+ * the same blocks (produce). */
 struct Consumed {
     int gb;
     uint32_t qph;
+    uint32_t cph;
 };
 
 __device__ __forceinline__ int blocks_of(const fi_work_item &it) {
@@ -100,15 +121,20 @@ __device__ __forceinline__ int32_t page_of(const fi_mla_params &p, const fi_work
     return t < it.kv_end ? p.c.page_table[(int64_t)rq.page_row_offset + (t >> p.c.page_shift)] : 0;
 }
 
+/* Whether block b of item it goes by tensor maps: wholly inside the item (b below the
+ * item's whole blocks), the item starting on a box boundary. */
+__device__ __forceinline__ bool maps_block(const fi_mla_params &p, const fi_work_item &it, int b) {
+    return p.tma_on && (it.kv_begin & (p.tma_box_rows - 1)) == 0 && b < (it.kv_end - it.kv_begin) / kBlockN;
+}
+
 /* The producer warpgroup (thread pt): Q and every block of every item of the CTA, in item
- * order, global block g into stage g % kStages once its warpgroup freed it.  load_q(it, rq)
- * issues the item's Q by cp.async; map(it, base, b, pg, bar, pol) copies block b of a mapped
- * item by TMA (the block wholly inside an item starting on a box boundary), copy(it, base,
- * b, pg, pol) by cp.async otherwise; pg: the page of the thread's token (page_of). */
-template <class C, class LoadQ, class Map, class Copy>
+ * order, global block g into stage g % kStages (phase (g / kStages) & 1 of its barriers).
+ * load_q(it, rq) issues the item's Q by cp.async; fill(it, st, ph, b, maps, pg, pol) waits
+ * for the stage (or its parts) to be free and copies block b into it, by TMA where maps
+ * (maps_block), else by cp.async; pg: the page of the thread's token (page_of). */
+template <class C, class LoadQ, class Fill>
 __device__ __forceinline__ void produce_blocks(const fi_mla_params &p, const fi_cta_start &cs, uint32_t s0,
-                                               uint32_t ring, uint32_t block_bytes, int pt,
-                                               LoadQ load_q, Map map, Copy copy) {
+                                               int pt, LoadQ load_q, Fill fill) {
     int gb = 0;
     uint32_t qph = 0u;
     for_each_item(p.c, cs, [&](const fi_work_item &it, const fi_request_info &rq) {
@@ -118,25 +144,32 @@ __device__ __forceinline__ void produce_blocks(const fi_mla_params &p, const fi_
         qph ^= 1u;
         const int nblk = blocks_of(it);
         const uint64_t pol = l2_evict_first(kv_l2_fraction(p.c, it, rq));
-        const bool maps = p.tma_on && (it.kv_begin & (p.tma_box_rows - 1)) == 0;
-        const int nmap = maps ? (it.kv_end - it.kv_begin) / kBlockN : 0;
         int32_t pg = nblk > 0 ? page_of(p, it, rq, 0, pt) : 0;
         for (int b = 0; b < nblk; ++b, ++gb) {
             /* the next block's entries travel while this one waits for its slot */
             const int32_t pn = b + 1 < nblk ? page_of(p, it, rq, b + 1, pt) : 0;
-            const int st = gb & (C::kStages - 1);
-            mbar_wait(C::empty(s0, st), (((uint32_t)gb / C::kStages) & 1u) ^ 1u);
-            const uint32_t base = ring + st * block_bytes, bar = C::full(s0, st);
-            if (b < nmap) {
-                map(it, base, b, pg, bar, pol);
-                mbar_arrive(bar);
-            } else {
-                copy(it, base, b, pg, pol);
-                cp_async_mbar_arrive(bar);
-            }
+            fill(it, gb & (C::kStages - 1), ((uint32_t)gb / C::kStages) & 1u, b, maps_block(p, it, b), pg, pol);
             pg = pn;
         }
     });
+}
+
+/* fill for a stage taken whole (kParts == 1): wait for it, then map(base, bar) or
+ * copy(base) into it at `base` (ring + st x block_bytes), each producer thread arriving on
+ * its full barrier (after its cp.async copies land). */
+template <class C, class Map, class Copy>
+__device__ __forceinline__ void fill_whole(uint32_t s0, uint32_t ring, uint32_t block_bytes, int st, uint32_t ph,
+                                           bool maps, Map map, Copy copy) {
+    static_assert(C::kParts == 1, "one barrier a stage");
+    mbar_wait(C::empty(s0, st), ph ^ 1u);
+    const uint32_t base = ring + st * block_bytes, bar = C::full(s0, st);
+    if (maps) {
+        map(base, bar);
+        mbar_arrive(bar);
+    } else {
+        copy(base);
+        cp_async_mbar_arrive(bar);
+    }
 }
 
 /* A consumer thread's place: warpgroup wg, its warp w, g = lane / 4, q4 = lane % 4; its

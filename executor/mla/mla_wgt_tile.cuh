@@ -307,7 +307,7 @@ struct MlaWgtFamily {
 
     static __device__ __forceinline__ State setup(unsigned char *smem) {
         C::init(smem_u32(smem));
-        return State{0, 0u};
+        return State{0, 0u, 0u};
     }
 
     /* The producer warpgroup (fimlat::produce_blocks): Q by cp.async, blocks by TMA or
@@ -317,15 +317,15 @@ struct MlaWgtFamily {
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
         fimlat::produce_blocks<C>(
-            p, cs, s0, s0 + kOffRing, kBlockBytes, pt,
+            p, cs, s0, pt,
             [&](const fi_work_item &it, const fi_request_info &rq) {
                 fimlaq::produce_q_e4m3<kRows, kProducerThreads>(p, it, rq, s0 + kOffQ, pt);
             },
-            [&](const fi_work_item &it, uint32_t base, int b, int32_t pg, uint32_t bar, uint64_t pol) {
-                map_block(p, it, base, b, pt, pg, bar, pol);
-            },
-            [&](const fi_work_item &it, uint32_t base, int b, int32_t pg, uint64_t pol) {
-                copy_block(p, it, base, b, pt, pg, pol);
+            [&](const fi_work_item &it, int st, uint32_t ph, int b, bool maps, int32_t pg, uint64_t pol) {
+                fimlat::fill_whole<C>(
+                    s0, s0 + kOffRing, kBlockBytes, st, ph, maps,
+                    [&](uint32_t base, uint32_t bar) { map_block(p, it, base, b, pt, pg, bar, pol); },
+                    [&](uint32_t base) { copy_block(p, it, base, b, pt, pg, pol); });
             });
     }
 
