@@ -171,7 +171,7 @@ int fiplan_write_dot(const fi_plan *plan, const fiplan_stats *st, FILE *f) {
     return rc;
 }
 
-int fiplan_write_svg(const fi_plan *plan, const fiplan_stats *st, const char *path) {
+int fiplan_write_svg(const fi_plan *plan, const fiplan_stats *st, const char *svg_path) {
     lt_symlist_t builtins[3];
     int k = 0;
     if (&gvplugin_dot_layout_LTX_library && &gvplugin_core_LTX_library) {
@@ -190,10 +190,10 @@ int fiplan_write_svg(const fi_plan *plan, const fiplan_stats *st, const char *pa
     Agraph_t *g = build_graph(plan, st);
     int rc = -1;
     if (g && gvLayout(gvc, g, "dot") == 0) {
-        rc = gvRenderFilename(gvc, g, "svg", path) == 0 ? 0 : -1;
+        rc = gvRenderFilename(gvc, g, "svg", svg_path) == 0 ? 0 : -1;
         gvFreeLayout(gvc, g);
     }
-    if (rc != 0) fprintf(stderr, "fiplan: rendering %s with graphviz failed\n", path);
+    if (rc != 0) fprintf(stderr, "fiplan: rendering %s with graphviz failed\n", svg_path);
     if (g) agclose(g);
     gvFreeContext(gvc);
     return rc;

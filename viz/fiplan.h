@@ -81,9 +81,9 @@ const char *fiplan_form_name(fi_batch_form form);
 /* Write the plan as DOT to f.  @return 0, or -1 on a cgraph / write failure. */
 int fiplan_write_dot(const fi_plan *plan, const fiplan_stats *st, FILE *f);
 
-/* Lay out with dot and render SVG to path through gvc (plugins registered in-process).
+/* Lay out with dot and render SVG to svg_path through gvc (plugins registered in-process).
  * @return 0, or -1 (message on stderr). */
-int fiplan_write_svg(const fi_plan *plan, const fiplan_stats *st, const char *path);
+int fiplan_write_svg(const fi_plan *plan, const fiplan_stats *st, const char *svg_path);
 
 /* ---- json.c ---------------------------------------------------------------------------- */
 
