@@ -45,10 +45,10 @@ static_assert(kProducerThreads * kProducerRegs + kThreads * kConsumerRegs <= 168
 /* The control region at kOffP (a multiple of 1024): per warpgroup 2 KB of P^T panels, its
  * [4 warps][16] fp32 reduction rows, the merge's flags, weights and row statistics, then
  * the mbarriers full[kStages][kParts], empty[kStages][kParts], qfull, qempty (and, when
- * kParts > 1, cfull[kStages]).  kStages
- * even: global block g sits in stage g % kStages and belongs to warpgroup g % 2, so each
- * stage keeps one owner, which waits each phase of its barriers in order (an odd ring lets
- * a parity wait pass on the other warpgroup's phase: perf-log, twenty-second session).
+ * kParts > 1, cfull[kStages]).  kStages even: global block g sits in stage g % kStages and
+ * belongs to warpgroup g % 2, so each stage keeps one owner, which waits each phase of its
+ * barriers in order (an odd ring lets a parity wait pass on the other warpgroup's phase:
+ * perf-log, twenty-second session).
  * kParts > 1: a stage is filled and freed in parts (its 64-dim panels), each on its own
  * barriers, whose arrivals are one a warp (a part's 4 producer warps, its owner's 4 warps);
  * a block copied by cp.async instead lands on cfull (one .noinc arrival a producer thread),
