@@ -13,10 +13,15 @@
  *   boxes     the transposed fp8 MLA body's copies: 4 ckv boxes [64 rows][128 B] in the
  *             128-byte swizzle and 1 kpe box [64][64 B] a page (tensor maps, 3-D)
  *   box4d     the 4 ckv boxes as one 4-D box (dims 128 B, rows, panels, pages)
+ *   rows      64 bulk copies a page, one a token's row, in token order
+ *
+ * --bf16: the 16-bit cache's pages instead (mla_h16_q1_b128_kv4096's bytes: 64 tokens of
+ * 1,152 bytes, 73,728 a page; boxes: 8 ckv + 1 kpe of [64 rows][128 B], as row 9 copies
+ * them; a ring of 2 stages, as row 9's; no box4d).
  *
  * at 132 (the SM count) and 128 CTAs, 5 stages, L2 evict-first, beside a grid-stride
  * 16-byte read of the same byte count (bench/ceilings' kernel, bench/stream_read.cuh);
- * then "bulk" on pieces of 8, 16, 18 and 72 KB instead of pages (the same bytes, ~180 KB in
+ * then "bulk" on pieces of 8, 16, 18, 36 and 72 KB instead of pages (the same bytes, ~180 KB in
  * flight a CTA: how the DRAM rate follows the length of each contiguous run; GQA's HND
  * pages give runs of page_size x head_dim bytes).  Why it exists: the transposed body's KV
  * stream alone reached 84% of the read ceiling; this separates the copy form from the rest
@@ -24,7 +29,7 @@
  *
  * Output: "ring <form> ctas <n> us <x> TBps <x>" and "stream_read us <x> TBps <x>" lines,
  * medians of --reps (default 20) back-to-back launches timed with cudaEvents.  Exit 0 with
- * "skip" when there is no GPU.  Usage: ring_stream [--reps N].
+ * "skip" when there is no GPU.  Usage: ring_stream [--reps N] [--bf16].
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -47,10 +52,10 @@ using namespace fi;
 namespace {
 
 constexpr int kMaxStages = 24;
-constexpr uint32_t kPage = 64 * 576; /* bytes an MLA page: 64 tokens of 576 */
-constexpr uint32_t kRingBytes = 5 * kPage;
-enum Form { kBulk, kBulk9, kBoxes, kBox4d };
-const char *const kFormName[] = {"bulk", "bulk9", "boxes", "box4d"};
+constexpr uint32_t kPage8 = 64 * 576;          /* bytes an fp8 MLA page: 64 tokens of 576 */
+constexpr uint32_t kRingBytes = 5 * kPage8;    /* 5 fp8 pages, 2 of 16 bits (the bodies' rings) */
+enum Form { kBulk, kBulk9, kBoxes, kBox4d, kRows };
+const char *const kFormName[] = {"bulk", "bulk9", "boxes", "box4d", "rows"};
 
 struct Maps {
     CUtensorMap ckv, kpe, ckv4;
@@ -61,16 +66,22 @@ struct Maps {
 __device__ __forceinline__ void copy_page(Form f, const uint8_t *kv, int pg, uint32_t bytes, uint32_t dst,
                                           uint32_t bar, uint64_t pol, const Maps &m) {
     const uint8_t *src = kv + (size_t)pg * bytes;
+    const bool b16 = bytes == 2 * kPage8;
+    const int panels = b16 ? 8 : 4; /* ckv panels of [64 rows][128 B] */
     switch (f) {
     case kBulk: bulk_g2s(dst, src, bytes, bar, pol); break;
     case kBulk9:
         for (int i = 0; i < 9; ++i)
-            bulk_g2s(dst + 4096 * i, src + 4096 * i, 4096, bar, pol);
+            bulk_g2s(dst + bytes / 9 * i, src + bytes / 9 * i, bytes / 9, bar, pol);
         break;
-    case kBoxes:
-        for (int i = 0; i < 4; ++i)
-            tma_load_3d(dst + 8192 * i, &m.ckv, 128 * i, 0, pg, bar, pol);
-        tma_load_3d(dst + 32768, &m.kpe, 0, 0, pg, bar, pol);
+    case kRows: /* a token's row a copy, in token order */
+        for (int i = 0; i < 64; ++i)
+            bulk_g2s(dst + bytes / 64 * i, src + bytes / 64 * i, bytes / 64, bar, pol);
+        break;
+    case kBoxes: /* the transposed bodies' copies: ckv panels, then the kpe one */
+        for (int i = 0; i < panels; ++i)
+            tma_load_3d(dst + 8192 * i, &m.ckv, (b16 ? 64 : 128) * i, 0, pg, bar, pol);
+        tma_load_3d(dst + 8192 * panels, &m.kpe, 0, 0, pg, bar, pol);
         break;
     case kBox4d:
         asm volatile(
@@ -134,9 +145,15 @@ bool ok(cudaError_t e, const char *what) {
 
 int main(int argc, char **argv) {
     int reps = 20;
-    for (int i = 1; i + 1 < argc; ++i)
-        if (!strcmp(argv[i], "--reps"))
+    bool b16 = false;
+    for (int i = 1; i < argc; ++i)
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = std::max(1, atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--bf16"))
+            b16 = true;
+    const uint32_t kPage = b16 ? 2 * kPage8 : kPage8, row = kPage / 64;
+    const fi_dtype dt = b16 ? FI_DTYPE_BF16 : FI_DTYPE_E4M3;
+    const uint32_t esz = b16 ? 2 : 1;
     int ndev = 0, sms = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("skip\n");
@@ -166,13 +183,14 @@ int main(int argc, char **argv) {
 
     Maps m;
     const uint64_t pages = (uint64_t)pool_pages;
-    const uint64_t d_ckv[3] = {512, 64, pages}, d_kpe[3] = {64, 64, pages}, st[2] = {576, kPage};
-    const uint32_t b_ckv[3] = {128, 64, 1}, b_kpe[3] = {64, 64, 1};
+    /* ckv: boxes of 128 bytes x 64 rows; kpe (64 elements): 64 bytes (fp8) or 128 */
+    const uint64_t d_ckv[3] = {512, 64, pages}, d_kpe[3] = {64, 64, pages}, st[2] = {row, kPage};
+    const uint32_t b_ckv[3] = {128 / esz, 64, 1}, b_kpe[3] = {64, 64, 1};
     const uint64_t d4[4] = {128, 64, 4, pages}, st4[3] = {576, 128, kPage};
     const uint32_t b4[4] = {128, 64, 4, 1};
-    const bool maps = fi_tensor_map(&m.ckv, FI_DTYPE_E4M3, kv, 3, d_ckv, st, b_ckv, 128) == 0 &&
-                      fi_tensor_map(&m.kpe, FI_DTYPE_E4M3, kv + 512, 3, d_kpe, st, b_kpe, 64) == 0;
-    const bool map4 = fi_tensor_map(&m.ckv4, FI_DTYPE_E4M3, kv, 4, d4, st4, b4, 128) == 0;
+    const bool maps = fi_tensor_map(&m.ckv, dt, kv, 3, d_ckv, st, b_ckv, 128) == 0 &&
+                      fi_tensor_map(&m.kpe, dt, kv + 512 * esz, 3, d_kpe, st, b_kpe, 64 * esz) == 0;
+    const bool map4 = !b16 && fi_tensor_map(&m.ckv4, FI_DTYPE_E4M3, kv, 4, d4, st4, b4, 128) == 0;
 
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -207,7 +225,8 @@ int main(int argc, char **argv) {
                bytes / us / 1e6);
         return true;
     };
-    for (int f = kBulk; f <= kBox4d; ++f) {
+    printf("pages of %u bytes (%s)\n", kPage, b16 ? "16-bit" : "fp8");
+    for (int f = kBulk; f <= kRows; ++f) {
         if ((f == kBoxes && !maps) || (f == kBox4d && !(maps && map4))) {
             printf("ring %s: no tensor map\n", kFormName[f]);
             continue;
@@ -216,7 +235,7 @@ int main(int argc, char **argv) {
             if (!run((Form)f, kPage, ctas))
                 return 1;
     }
-    for (uint32_t piece : {8192u, 16384u, 18432u, 73728u})
+    for (uint32_t piece : {8192u, 16384u, 18432u, 36864u, 73728u})
         if (!run(kBulk, piece, sms))
             return 1;
     return ok(cudaDeviceSynchronize(), "sync") ? 0 : 1;
