@@ -146,11 +146,14 @@ bool ok(cudaError_t e, const char *what) {
 int main(int argc, char **argv) {
     int reps = 20;
     bool b16 = false;
+    uint32_t l2 = 128; /* the maps' L2 promotion, bytes (mla_host.c's) */
     for (int i = 1; i < argc; ++i)
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = std::max(1, atoi(argv[++i]));
         else if (!strcmp(argv[i], "--bf16"))
             b16 = true;
+        else if (!strcmp(argv[i], "--l2") && i + 1 < argc)
+            l2 = (uint32_t)atoi(argv[++i]);
     const uint32_t kPage = b16 ? 2 * kPage8 : kPage8, row = kPage / 64;
     const fi_dtype dt = b16 ? FI_DTYPE_BF16 : FI_DTYPE_E4M3;
     const uint32_t esz = b16 ? 2 : 1;
@@ -188,9 +191,9 @@ int main(int argc, char **argv) {
     const uint32_t b_ckv[3] = {128 / esz, 64, 1}, b_kpe[3] = {64, 64, 1};
     const uint64_t d4[4] = {128, 64, 4, pages}, st4[3] = {576, 128, kPage};
     const uint32_t b4[4] = {128, 64, 4, 1};
-    const bool maps = fi_tensor_map(&m.ckv, dt, kv, 3, d_ckv, st, b_ckv, 128) == 0 &&
-                      fi_tensor_map(&m.kpe, dt, kv + 512 * esz, 3, d_kpe, st, b_kpe, 64 * esz) == 0;
-    const bool map4 = !b16 && fi_tensor_map(&m.ckv4, FI_DTYPE_E4M3, kv, 4, d4, st4, b4, 128) == 0;
+    const bool maps = fi_tensor_map(&m.ckv, dt, kv, 3, d_ckv, st, b_ckv, 128, l2) == 0 &&
+                      fi_tensor_map(&m.kpe, dt, kv + 512 * esz, 3, d_kpe, st, b_kpe, 64 * esz, l2) == 0;
+    const bool map4 = !b16 && fi_tensor_map(&m.ckv4, FI_DTYPE_E4M3, kv, 4, d4, st4, b4, 128, l2) == 0;
 
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -225,7 +228,7 @@ int main(int argc, char **argv) {
                bytes / us / 1e6);
         return true;
     };
-    printf("pages of %u bytes (%s)\n", kPage, b16 ? "16-bit" : "fp8");
+    printf("pages of %u bytes (%s), maps' L2 promotion %u bytes\n", kPage, b16 ? "16-bit" : "fp8", l2);
     for (int f = kBulk; f <= kRows; ++f) {
         if ((f == kBoxes && !maps) || (f == kBox4d && !(maps && map4))) {
             printf("ring %s: no tensor map\n", kFormName[f]);

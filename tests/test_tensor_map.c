@@ -6,6 +6,7 @@
  *   - a dtype other than bf16 / fp16 / fp8 e4m3 (fp32, E2M1);
  *   - a swizzle other than 128 or 64 bytes, or a box row that is not exactly that wide
  *     (64 bf16 or 128 fp8 elements for 128 bytes, 64 fp8 for 64);
+ *   - an L2 promotion other than 0, 64, 128 or 256 bytes;
  *   - a base not 16-byte aligned, a stride 0, not a multiple of 16 or >= 2^40;
  *   - a rank outside 2..5.
  * Each rule is broken in a request that passes every other rule (random dims, strides and
@@ -35,7 +36,7 @@ typedef struct map_req {
     const void *base;
     int rank;
     uint64_t dims[3], strides[2];
-    uint32_t box[3], swizzle;
+    uint32_t box[3], swizzle, l2;
 } map_req;
 
 static unsigned char g_buf[4096] __attribute__((aligned(64)));
@@ -58,17 +59,19 @@ static map_req valid_req(tt_rng *r) {
     q.box[0] = q.swizzle / esize;
     q.box[1] = 8;
     q.box[2] = 1;
+    q.l2 = 64u * (uint32_t)tt_rng_int(r, 0, 3);
+    q.l2 = q.l2 == 192 ? 256 : q.l2; /* 0, 64, 128 or 256 */
     return q;
 }
 
 static int encode(const map_req *q) {
     CUtensorMap m;
-    return fi_tensor_map(&m, q->dt, q->base, q->rank, q->dims, q->strides, q->box, q->swizzle);
+    return fi_tensor_map(&m, q->dt, q->base, q->rank, q->dims, q->strides, q->box, q->swizzle, q->l2);
 }
 
 /* A broken request: the rules refuse it, and so does fi_tensor_map. */
 static void assert_refused(const map_req *q) {
-    assert_int_equal(fi_tensor_map_args_ok(q->dt, q->base, q->rank, q->strides, q->box, q->swizzle), 0);
+    assert_int_equal(fi_tensor_map_args_ok(q->dt, q->base, q->rank, q->strides, q->box, q->swizzle, q->l2), 0);
     assert_int_equal(encode(q), -1);
 }
 
@@ -77,12 +80,15 @@ static void refuses_each_broken_rule(void **state) {
     tt_rng rng = {g_seed};
     for (int it = 0; it < 200; it++) {
         const map_req ok = valid_req(&rng);
-        assert_int_equal(fi_tensor_map_args_ok(ok.dt, ok.base, ok.rank, ok.strides, ok.box, ok.swizzle), 1);
+        assert_int_equal(fi_tensor_map_args_ok(ok.dt, ok.base, ok.rank, ok.strides, ok.box, ok.swizzle, ok.l2), 1);
         map_req q = ok;
         q.dt = tt_rng_int(&rng, 0, 1) ? FI_DTYPE_F32 : FI_DTYPE_E2M1;
         assert_refused(&q);
         q = ok;
         q.swizzle = tt_rng_int(&rng, 0, 1) ? 32 : 256;
+        assert_refused(&q);
+        q = ok;
+        q.l2 = tt_rng_int(&rng, 0, 1) ? 32 : 512; /* L2 promotion: 0, 64, 128 or 256 only */
         assert_refused(&q);
         q = ok;
         q.box[0] = ok.box[0] * 2; /* a row twice the swizzle's width */

@@ -28,10 +28,11 @@ static encode_tiled_fn encode_tiled(void) {
 }
 
 int fi_tensor_map_args_ok(fi_dtype dt, const void *base, int rank, const uint64_t *strides,
-                          const uint32_t *box, uint32_t swizzle) {
+                          const uint32_t *box, uint32_t swizzle, uint32_t l2_promotion) {
     const uint32_t esize = dt == FI_DTYPE_BF16 || dt == FI_DTYPE_F16 ? 2 : dt == FI_DTYPE_E4M3 ? 1 : 0;
     if (esize == 0 || rank < 2 || rank > 5 || (uintptr_t)base % 16 != 0 ||
-        (swizzle != 128 && swizzle != 64) || box[0] * esize != swizzle)
+        (swizzle != 128 && swizzle != 64) || box[0] * esize != swizzle ||
+        (l2_promotion != 0 && l2_promotion != 64 && l2_promotion != 128 && l2_promotion != 256))
         return 0;
     for (int i = 0; i + 1 < rank; i++)
         if (strides[i] == 0 || strides[i] % 16 != 0 || strides[i] >= ((uint64_t)1 << 40))
@@ -40,8 +41,8 @@ int fi_tensor_map_args_ok(fi_dtype dt, const void *base, int rank, const uint64_
 }
 
 int fi_tensor_map(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const uint64_t *dims,
-                  const uint64_t *strides, const uint32_t *box, uint32_t swizzle) {
-    if (!fi_tensor_map_args_ok(dt, base, rank, strides, box, swizzle))
+                  const uint64_t *strides, const uint32_t *box, uint32_t swizzle, uint32_t l2_promotion) {
+    if (!fi_tensor_map_args_ok(dt, base, rank, strides, box, swizzle, l2_promotion))
         return -1;
     const encode_tiled_fn fn = encode_tiled(); /* after the checks: no driver call for a refusal */
     if (!fn)
@@ -58,9 +59,13 @@ int fi_tensor_map(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const
     const CUtensorMapDataType type = dt == FI_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                      : dt == FI_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                           : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    const CUtensorMapL2promotion l2 = l2_promotion == 256   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                      : l2_promotion == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                      : l2_promotion == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+                                                            : CU_TENSOR_MAP_L2_PROMOTION_NONE;
     const CUresult r = fn(m, type, (cuuint32_t)rank, (void *)base, d, s, b, unit,
                           CU_TENSOR_MAP_INTERLEAVE_NONE,
-                          swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                          swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, l2,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : -1;
 }

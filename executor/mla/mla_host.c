@@ -31,12 +31,23 @@ static fi_status mla_dtypes(const fi_caps *caps, fi_mla_params *p) {
     }
 }
 
+/* L2 promotion of the KV boxes (fi_tensor_map): a box row is 128 bytes of a token's
+ * 1,152 (16-bit) or 576 (fp8), the rest of the row arriving by the page's other boxes.
+ * 256 bytes (what every map had before) fetches each row's neighbouring piece with it,
+ * and at B128 x 4096 heads 16 the transposed 16-bit body (row 9) ran 3% slower with it
+ * than with 128 or none (H200, 154.1-154.2 against 149.0-149.2 us b2b; docs/perf-log.md,
+ * fortieth session).  -DFI_MLA_L2_PROMOTION=... overrides it (probe builds). */
+#ifndef FI_MLA_L2_PROMOTION
+#define FI_MLA_L2_PROMOTION 128
+#endif
+
 /* The wgmma body's ckv / kpe tensor maps (mla_params.h): 1 when TMA takes both views.
  * An 8-token box lies inside one page (page_size >= 8, a power of two; the kernel copies
  * by map only blocks of an item that starts on a multiple of 8 tokens: map_blocks).
  * 16-bit caches: boxes of 64 elements (128 bytes) in the 128-byte swizzle for both views;
  * fp8 e4m3 (the fp8 wgmma body's K panels, mla_wg8_tile.cuh): ckv boxes of 128 bytes in
- * the 128-byte swizzle, kpe boxes of 64 bytes in the 64-byte swizzle. */
+ * the 128-byte swizzle, kpe boxes of 64 bytes in the 64-byte swizzle.  L2 promotion
+ * FI_MLA_L2_PROMOTION bytes a box row. */
 static int32_t mla_tensor_maps(fi_mla_params *p, const fi_attn_args *a, fi_dtype dt) {
     const fi_tensor *t[2] = {&a->k, &a->k_rope};
     CUtensorMap *m[2] = {&p->tma_ckv, &p->tma_kpe};
@@ -47,7 +58,7 @@ static int32_t mla_tensor_maps(fi_mla_params *p, const fi_attn_args *a, fi_dtype
         const uint64_t strides[2] = {(uint64_t)t[i]->stride[1] * esize, (uint64_t)t[i]->stride[0] * esize};
         const uint32_t swizzle = esize == 1 && i == 1 ? 64 : 128;
         const uint32_t box[3] = {swizzle / (uint32_t)esize, (uint32_t)p->tma_box_rows, 1};
-        if (fi_tensor_map(m[i], dt, t[i]->data, 3, dims, strides, box, swizzle) != 0)
+        if (fi_tensor_map(m[i], dt, t[i]->data, 3, dims, strides, box, swizzle, FI_MLA_L2_PROMOTION) != 0)
             return 0;
     }
     return 1;
