@@ -29,7 +29,9 @@
  *
  * Output: "ring <form> ctas <n> us <x> TBps <x>" and "stream_read us <x> TBps <x>" lines,
  * medians of --reps (default 20) back-to-back launches timed with cudaEvents.  Exit 0 with
- * "skip" when there is no GPU.  Usage: ring_stream [--reps N] [--bf16].
+ * "skip" when there is no GPU.  Usage: ring_stream [--reps N] [--bf16] [--l2 0|64|128|256]
+ * (--l2: the maps' L2 promotion in bytes, default 128 as mla_host.c's; the twenty-third
+ * session's figures are of 256).
  */
 #include <cuda.h>
 #include <cuda_runtime.h>

@@ -59,8 +59,8 @@ static map_req valid_req(tt_rng *r) {
     q.box[0] = q.swizzle / esize;
     q.box[1] = 8;
     q.box[2] = 1;
-    q.l2 = 64u * (uint32_t)tt_rng_int(r, 0, 3);
-    q.l2 = q.l2 == 192 ? 256 : q.l2; /* 0, 64, 128 or 256 */
+    static const uint32_t kL2[4] = {0, 64, 128, 256}; /* the promotions TMA has */
+    q.l2 = kL2[tt_rng_int(r, 0, 3)];
     return q;
 }
 

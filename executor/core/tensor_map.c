@@ -27,12 +27,25 @@ static encode_tiled_fn encode_tiled(void) {
     return fn;
 }
 
+/* The driver's code for an L2 promotion of `bytes` into *out: 1, or 0 for a size it has no
+ * code for (the one list of accepted sizes). */
+static int l2_promotion_code(uint32_t bytes, CUtensorMapL2promotion *out) {
+    switch (bytes) {
+    case 0: *out = CU_TENSOR_MAP_L2_PROMOTION_NONE; return 1;
+    case 64: *out = CU_TENSOR_MAP_L2_PROMOTION_L2_64B; return 1;
+    case 128: *out = CU_TENSOR_MAP_L2_PROMOTION_L2_128B; return 1;
+    case 256: *out = CU_TENSOR_MAP_L2_PROMOTION_L2_256B; return 1;
+    default: return 0;
+    }
+}
+
 int fi_tensor_map_args_ok(fi_dtype dt, const void *base, int rank, const uint64_t *strides,
                           const uint32_t *box, uint32_t swizzle, uint32_t l2_promotion) {
     const uint32_t esize = dt == FI_DTYPE_BF16 || dt == FI_DTYPE_F16 ? 2 : dt == FI_DTYPE_E4M3 ? 1 : 0;
+    CUtensorMapL2promotion l2;
     if (esize == 0 || rank < 2 || rank > 5 || (uintptr_t)base % 16 != 0 ||
         (swizzle != 128 && swizzle != 64) || box[0] * esize != swizzle ||
-        (l2_promotion != 0 && l2_promotion != 64 && l2_promotion != 128 && l2_promotion != 256))
+        !l2_promotion_code(l2_promotion, &l2))
         return 0;
     for (int i = 0; i + 1 < rank; i++)
         if (strides[i] == 0 || strides[i] % 16 != 0 || strides[i] >= ((uint64_t)1 << 40))
@@ -59,10 +72,8 @@ int fi_tensor_map(CUtensorMap *m, fi_dtype dt, const void *base, int rank, const
     const CUtensorMapDataType type = dt == FI_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                      : dt == FI_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                           : CU_TENSOR_MAP_DATA_TYPE_UINT8;
-    const CUtensorMapL2promotion l2 = l2_promotion == 256   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-                                      : l2_promotion == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                      : l2_promotion == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
-                                                            : CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    (void)l2_promotion_code(l2_promotion, &l2); /* accepted by fi_tensor_map_args_ok */
     const CUresult r = fn(m, type, (cuuint32_t)rank, (void *)base, d, s, b, unit,
                           CU_TENSOR_MAP_INTERLEAVE_NONE,
                           swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, l2,

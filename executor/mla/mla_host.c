@@ -34,9 +34,10 @@ static fi_status mla_dtypes(const fi_caps *caps, fi_mla_params *p) {
 /* L2 promotion of the KV boxes (fi_tensor_map): a box row is 128 bytes of a token's
  * 1,152 (16-bit) or 576 (fp8), the rest of the row arriving by the page's other boxes.
  * 256 bytes (what every map had before) fetches each row's neighbouring piece with it,
- * and at B128 x 4096 heads 16 the transposed 16-bit body (row 9) ran 3% slower with it
- * than with 128 or none (H200, 154.1-154.2 against 149.0-149.2 us b2b; docs/perf-log.md,
- * fortieth session).  -DFI_MLA_L2_PROMOTION=... overrides it (probe builds). */
+ * and at B128 x 4096 heads 16 the transposed bodies ran 4-5% slower with it than with
+ * 128 or none (H200, b2b us: row 9 155.0-155.1 against 147.7-147.8, row 7 81.4-82.1
+ * against 78.2-78.6; heads 128 level; docs/perf-log.md, fortieth session).
+ * -DFI_MLA_L2_PROMOTION=... overrides it (probe builds). */
 #ifndef FI_MLA_L2_PROMOTION
 #define FI_MLA_L2_PROMOTION 128
 #endif
