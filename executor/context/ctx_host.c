@@ -36,11 +36,18 @@ static fi_status ctx_check_caps(const fi_caps *caps, const fi_variant *v) {
     return FI_OK;
 }
 
+/* L2 promotion of the context family's KV boxes (fi_tensor_map): 256 bytes, a box row
+ * and its neighbour (a head's 256 bytes at D 128).  -DFI_CTX_L2_PROMOTION=... overrides
+ * it (probe builds). */
+#ifndef FI_CTX_L2_PROMOTION
+#define FI_CTX_L2_PROMOTION 256
+#endif
+
 /* The tensor map of a paged view v (16-bit dtype dt, [>= num_pages, page_size, H_kv, D]
  * in elements, any order of the outer axes): dims innermost first [D, page_size, H_kv,
- * pages], boxes of 64 x box x 1 x 1, 128-byte swizzle, 256-byte L2 promotion (a box row
- * and its neighbour: a head's 256 bytes at D 128).  Host work only.  0 on success; -1
- * when TMA cannot take the view (strides not 16-byte multiples, base misaligned). */
+ * pages], boxes of 64 x box x 1 x 1, 128-byte swizzle, FI_CTX_L2_PROMOTION bytes of L2
+ * promotion.  Host work only.  0 on success; -1 when TMA cannot take the view (strides
+ * not 16-byte multiples, base misaligned). */
 static int encode_view(CUtensorMap *m, const fi_tensor *t, const fi_gqa_paged *v, fi_dtype dt,
                        const fi_caps *caps, int32_t box) {
     const uint64_t dims[4] = {(uint64_t)caps->head_dim_qk, (uint64_t)caps->page_size,
@@ -48,7 +55,7 @@ static int encode_view(CUtensorMap *m, const fi_tensor *t, const fi_gqa_paged *v
     const uint64_t strides[3] = {(uint64_t)v->stride_tok * 2, (uint64_t)v->stride_head * 2,
                                  (uint64_t)v->stride_page * 2};
     const uint32_t boxdim[4] = {64, (uint32_t)box, 1, 1};
-    return fi_tensor_map(m, dt, v->data, 4, dims, strides, boxdim, 128, 256);
+    return fi_tensor_map(m, dt, v->data, 4, dims, strides, boxdim, 128, FI_CTX_L2_PROMOTION);
 }
 
 /* The GQA family's parameters, then the k / v tensor maps where TMA can take them: KV in

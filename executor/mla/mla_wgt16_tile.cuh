@@ -301,7 +301,10 @@ __device__ __forceinline__ void store_rows(const fi_mla_params &p, const RunCtx 
 /* The family: q, cache and out of one 16-bit type T, tiles of at most 16 rows. */
 template <typename T> struct MlaWgt16Family {
     using Params = fi_mla_params;
-    using Merge = SplitMerge<kDv, kRows, T, kThreads, false>;
+    /* 8 splits' loads in flight in a one-unit merge slice: B1 x 32k heads 16 (16 parts of 8
+     * splits) 26.1-26.3 -> 24.9-25.0 us b2b against 4 (12 and 16 spill there; H200,
+     * docs/perf-log.md forty-first session) */
+    using Merge = SplitMerge<kDv, kRows, T, kThreads, false, 1 << 30, 8>;
     static constexpr int kThreads = fimlat::kThreads;
     static constexpr int kProducerWarps = fimlat::kProducerWarps;
     static constexpr int kConsumerRegs = fimlat::kConsumerRegs;
@@ -335,7 +338,7 @@ template <typename T> struct MlaWgt16Family {
     static __device__ bool run_item(const fi_mla_params &p, const RunCtx &ctx, const fi_work_item &it,
                                     const fi_request_info &rq, unsigned char *smem, bool first,
                                     State &cs) {
-        (void)first;
+        (void)first; /* profiling stamps only (FI_STAMP2: the CTA's first item) */
         const uint32_t s0 = smem_u32(smem);
         const Lane ln = Lane::of_thread();
         const uint32_t sp = s0 + ln.p_off();
@@ -347,6 +350,8 @@ template <typename T> struct MlaWgt16Family {
         float O[8][8], m[4], l[4];
         fimlat::item_start(ctx, it, rq, ln, lo, hi, O, m, l);
         mbar_wait(C::qfull(s0), cs.qph);
+        if (first)
+            FI_STAMP2(0);
         float S[8];
         for (int b = b0; b < nblk; b += 2) {
             const int g = gb + b, st = g & (C::kStages - 1);
@@ -359,6 +364,8 @@ template <typename T> struct MlaWgt16Family {
             issue_scores<T>(S, s0, st, (uint32_t)(g / C::kStages) & 1u);
             wg_wait<0>();
             wg_pin<8>(S);
+            if (first && b == b0)
+                FI_STAMP2(1);
             free_panel(s0, st, kPanels - 1, ln.lane); /* kpe: the scores were its one reader */
             if (b + 2 >= nblk) /* every score of the warpgroup's blocks done: Q is free for it */
                 mbar_arrive(C::qempty(s0));
@@ -377,9 +384,11 @@ template <typename T> struct MlaWgt16Family {
         cs.qph ^= 1u;
         cs.gb = gb + nblk;
         cs.cph = cph;
+        FI_STAMP2(2);
         float Oh[4][8], L[4];
         fimlat::item_end<C, kOffX>(ln, O, m, l, Oh, smem, L);
         store_rows<T>(p, ctx, it, rq, ln, Oh, m, L);
+        FI_STAMP2(3);
         if (it.out_slot < 0)
             return false;
         return Merge::arrive(p.c, ctx, it, reinterpret_cast<int *>(smem + C::kOffFlag),

@@ -4,6 +4,8 @@
 #include "executor/mla/mla_launch.h"
 #include "executor/mla/mla_wgt_tile.cuh"
 
+FI_PROFILE_READERS(fi_profile_read_stamps_wgt) /* profiling builds: this module's stamps */
+
 cudaError_t fi_mla_wgt_launch_e4m3(const fi_mla_params &p, int enable_pdl, cudaStream_t stream) {
     return fi::launch_persistent<fimlawgt::MlaWgtFamily>(p, enable_pdl, stream);
 }

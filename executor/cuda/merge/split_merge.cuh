@@ -272,13 +272,14 @@ struct SplitMerge {
      * with 4 in flight, 6.7 with 16; H200, docs/perf-log.md).  Loading the first 16 before
      * the statistics made those wait behind them (6.2 us instead of 2).  Deterministic: a
      * row's statistics come out the same in any slice; K depends only on (slice size, n);
-     * parts are summed in split order and added in order.  smem: the whole dynamic block
-     * (no item in flight), smem_bytes long. */
+     * parts are summed in split order and added in order.  grp, rq: group g's record and
+     * its request's (plan data, read by merge_phase before its wait: reloading them here,
+     * after the acquire, put two more dependent L2 round trips before the LSE loads).
+     * smem: the whole dynamic block (no item in flight), smem_bytes long. */
     static __device__ __noinline__ void merge_slice(const fi_exec_common &c, const RunCtx &ctx,
-                                                    int g, int part, int nparts,
-                                                    unsigned char *smem, size_t smem_bytes) {
-        const fi_merge_group grp = c.groups[g];
-        const fi_request_info rq = c.requests[grp.request];
+                                                    const fi_merge_group grp, const fi_request_info rq,
+                                                    int part, int nparts, unsigned char *smem,
+                                                    size_t smem_bytes) {
         const int nh = grp.head_end - grp.head_begin;
         const int M = (grp.q_end - grp.q_begin) * nh;
         const int ns = grp.num_splits;
@@ -395,6 +396,7 @@ struct SplitMerge {
             const fi_merge_group grp = c.groups[g];
             if (solo(grp))
                 continue;
+            const fi_request_info rq = c.requests[grp.request]; /* travels during the wait */
             const int n = grp.num_splits;
             if (threadIdx.x == 0)
                 while (ld_acquire(c.semaphores + g) < (uint32_t)n)
@@ -402,7 +404,7 @@ struct SplitMerge {
             cta_sync<Threads>();
             __threadfence();
             FI_STAMP3(1);
-            merge_slice(c, ctx, g, slot - grp.first_slot, n, smem, smem_bytes);
+            merge_slice(c, ctx, grp, rq, slot - grp.first_slot, n, smem, smem_bytes);
             cta_sync<Threads>();
             FI_STAMP3(2);
             if (threadIdx.x == 0)
