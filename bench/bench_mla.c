@@ -259,7 +259,7 @@ static bench_stamp_reader latest_stamps(int ctas) {
  * over its CTAs, both consumer warpgroups and the case's b2b launches (zeroed before them:
  * profile_phases_zero): cycles a round each.  Nothing when that body did not run. */
 static void profile_phases(const char *body, bench_stamp_reader read, const char *const *name,
-                           int ctas) {
+                           int np, int ctas) {
     static unsigned long long ph[1024][2][16];
     const int n = ctas < 1024 ? ctas : 1024;
     read(&ph[0][0][0], 3, n);
@@ -273,8 +273,8 @@ static void profile_phases(const char *body, bench_stamp_reader read, const char
     printf("# profile: %s, cycles a round (%.0f rounds, a warpgroup's own block and the "
            "other's):",
            body, rounds);
-    for (int k = 0; k < 11; k++) {
-        printf(" %s %.0f%s", name[k], sum[k] / rounds, k < 10 ? "," : ";");
+    for (int k = 0; k < np; k++) {
+        printf(" %s %.0f%s", name[k], sum[k] / rounds, k < np - 1 ? "," : ";");
         total += sum[k] / rounds;
     }
     printf(" total %.0f\n", total);
@@ -285,10 +285,11 @@ static void profile_phases_zero(void) {
     fi_profile_read_stamps_wg64(NULL, 4, 0);
     fi_profile_read_stamps_wg(NULL, 4, 0);
     fi_profile_read_stamps_wg8(NULL, 4, 0);
+    fi_profile_read_stamps_wgt16(NULL, 4, 0);
 }
 
-/* The phases of the two item loops (mla_wg64_tile.cuh run_item64, mla_wg_tile.cuh
- * wg_run_item: the 32-token body's 16-bit and fp8 forms). */
+/* The phases of the item loops (mla_wg64_tile.cuh run_item64, mla_wg_tile.cuh
+ * wg_run_item: the 32-token body's 16-bit and fp8 forms; mla_wgt16_tile.cuh: row 9). */
 static void profile_wg_phases(int ctas) {
     static const char *const wg64[11] = {
         "other's P awaited", "other's P V issued", "S groups awaited", "S issued",
@@ -298,9 +299,12 @@ static void profile_wg_phases(int ctas) {
         "key ballot", "other's P awaited", "other's P V issued", "barrier before softmax",
         "softmax", "P published", "P_{b-1} V_{b-1} awaited", "own P V issued",
         "K of b + 2 awaited", "S_{b+2} issued", "own P V and S awaited"};
-    profile_phases("64-token body", fi_profile_read_stamps_wg64, wg64, ctas);
-    profile_phases("32-token body (16-bit)", fi_profile_read_stamps_wg, wg, ctas);
-    profile_phases("32-token body (fp8)", fi_profile_read_stamps_wg8, wg, ctas);
+    static const char *const wgt16[6] = {"panels awaited and S issued", "S awaited", "softmax",
+                                         "barrier before P V", "P V issued", "P V awaited"};
+    profile_phases("64-token body", fi_profile_read_stamps_wg64, wg64, 11, ctas);
+    profile_phases("32-token body (16-bit)", fi_profile_read_stamps_wg, wg, 11, ctas);
+    profile_phases("32-token body (fp8)", fi_profile_read_stamps_wg8, wg, 11, ctas);
+    profile_phases("transposed 16-bit body (row 9)", fi_profile_read_stamps_wgt16, wgt16, 6, ctas);
 }
 #endif
 

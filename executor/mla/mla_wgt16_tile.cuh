@@ -352,8 +352,13 @@ template <typename T> struct MlaWgt16Family {
         mbar_wait(C::qfull(s0), cs.qph);
         if (first)
             FI_STAMP2(0);
+        /* Profiling builds: a round's phases (profile.cuh FI_PHASE): 0 the panels awaited and
+         * S issued, 1 S awaited, 2 the softmax (its column-max barrier included), 3 the
+         * barrier before P V, 4 P V issued, 5 P V awaited (panels freed) */
+        FI_PHASE_START();
         float S[8];
         for (int b = b0; b < nblk; b += 2) {
+            FI_PHASE_ROUND();
             const int g = gb + b, st = g & (C::kStages - 1);
             const uint32_t kb = stage_at(s0, st);
             if (!fimlat::maps_block(p, it, b)) { /* by cp.async: ordinary writes, read by wgmma */
@@ -362,19 +367,25 @@ template <typename T> struct MlaWgt16Family {
                 fence_proxy_async();
             }
             issue_scores<T>(S, s0, st, (uint32_t)(g / C::kStages) & 1u);
+            FI_PHASE(0);
             wg_wait<0>();
             wg_pin<8>(S);
+            FI_PHASE(1);
             if (first && b == b0)
                 FI_STAMP2(1);
             free_panel(s0, st, kPanels - 1, ln.lane); /* kpe: the scores were its one reader */
             if (b + 2 >= nblk) /* every score of the warpgroup's blocks done: Q is free for it */
                 mbar_arrive(C::qempty(s0));
             softmax<T>(ctx, ln, S, it.kv_begin + b * kBlockN, lo, hi, m, l, O, smem);
+            FI_PHASE(2);
             fence_proxy_async(); /* P^T: ordinary stores, read by wgmma */
             nbar_sync(ln.bar(), kWgThreads);
+            FI_PHASE(3);
             issue_pv<T>(O, kb, sp);
+            FI_PHASE(4);
             /* the ckv panels' one reader is wgmma: each refilled once its m-tile is done */
             free_pv_panels<0>(s0, st, ln.lane);
+            FI_PHASE(5);
 #pragma unroll
             for (int mt = 0; mt < 8; ++mt)
                 wg_pin<8>(O[mt]);
@@ -384,6 +395,7 @@ template <typename T> struct MlaWgt16Family {
         cs.qph ^= 1u;
         cs.gb = gb + nblk;
         cs.cph = cph;
+        FI_PHASE_END();
         FI_STAMP2(2);
         float Oh[4][8], L[4];
         fimlat::item_end<C, kOffX>(ln, O, m, l, Oh, smem, L);
