@@ -16,8 +16,9 @@
  *                 (k < 14; [15]: the rounds), summed over the launches since the host
  *                 last zeroed them (the reader, which 4); a tile body marks
  *                 the ends of its phases with FI_PHASE(k) on the warpgroup's first thread
- *                 (the wgmma MLA bodies: run_item64 and wg_run_item name theirs), each
- *                 item's sums kept in shared memory and added to g_phase at its end.
+ *                 (the wgmma MLA bodies: run_item64, wg_run_item and row 9's run_item
+ *                 name theirs), each item's sums kept in shared memory and added to
+ *                 g_phase at its end.
  */
 #pragma once
 
