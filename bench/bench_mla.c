@@ -236,15 +236,15 @@ void fi_profile_read_stamps_wgt(unsigned long long *host, int which, int n);
  * (profile.cuh), so the one whose CTAs ended latest (%globaltimer) is this case's.  The
  * bench's cases run the bf16 and fp8 bodies of these seven modules. */
 static bench_stamp_reader latest_stamps(int ctas) {
-    static const bench_stamp_reader r[7] = {fi_profile_read_stamps, fi_profile_read_stamps_e4m3,
-                                            fi_profile_read_stamps_wg, fi_profile_read_stamps_wg64,
-                                            fi_profile_read_stamps_wg8, fi_profile_read_stamps_wgt16,
-                                            fi_profile_read_stamps_wgt};
+    static const bench_stamp_reader r[] = {fi_profile_read_stamps, fi_profile_read_stamps_e4m3,
+                                           fi_profile_read_stamps_wg, fi_profile_read_stamps_wg64,
+                                           fi_profile_read_stamps_wg8, fi_profile_read_stamps_wgt16,
+                                           fi_profile_read_stamps_wgt};
     static unsigned long long st[1024 * 4];
     const int n = ctas < 1024 ? ctas : 1024;
     bench_stamp_reader best = r[0];
     unsigned long long best_end = 0;
-    for (int i = 0; i < 7; i++) {
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
         r[i](st, 0, n);
         for (int c = 0; c < n; c++)
             if (st[c * 4 + 3] > best_end) {
