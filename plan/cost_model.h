@@ -84,6 +84,22 @@ _Static_assert((FI_KV_TILE_TOKENS & (FI_KV_TILE_TOKENS - 1)) == 0 && FI_KV_TILE_
 #ifndef FI_COST_ARRIVE_FP8_ROWS16
 #define FI_COST_ARRIVE_FP8_ROWS16 256
 #endif
+/* The transposed 16-bit MLA body's row (mla_decode_rows16, executor/mla/mla_wgt16_tile.cuh)
+ * and its device-planner twin charge their own, three quarters of row 7's: its tokens cost
+ * twice the bytes and its item start and merge about the same time.  H200, heads 16, the
+ * bundled trace's 128-request snapshots, b2b us, row 7's charges -> these over two calls
+ * (docs/perf-log.md, forty-second session): step 100 46.4-47.7 -> 45.2-45.6, steps 400 /
+ * 800 level (54.1-56.5 / 58.4-58.9 -> 54.2-55.2 / 57.9-59.4); half of row 7's lost up to
+ * 9% at step 800; B1 x 32k and B128 x 4096 keep their cuts. */
+#ifndef FI_COST_BETA_ROWS16
+#define FI_COST_BETA_ROWS16 576
+#endif
+#ifndef FI_COST_MERGE_ROWS16
+#define FI_COST_MERGE_ROWS16 675
+#endif
+#ifndef FI_COST_ARRIVE_ROWS16
+#define FI_COST_ARRIVE_ROWS16 192
+#endif
 /* The 64-token wgmma MLA body (mla_decode_wgmma64, heads 128) charges an item twice the
  * shared beta (the split charges stay): H200, the trace's 128-request snapshots at heads
  * 128, b2b us, shared -> this (docs/perf-log.md, twenty-fourth session): steps 100 / 400 /

@@ -31,6 +31,8 @@ extern const fi_family fi_family_context;
 /* Row 7's own. */
 #define FI_FP8_ROWS16_COSTS                                                                \
     FI_COSTS(FI_COST_BETA_FP8_ROWS16, FI_COST_MERGE_FP8_ROWS16, FI_COST_ARRIVE_FP8_ROWS16)
+/* Row 9's own (and row 10's). */
+#define FI_ROWS16_COSTS FI_COSTS(FI_COST_BETA_ROWS16, FI_COST_MERGE_ROWS16, FI_COST_ARRIVE_ROWS16)
 
 static const fi_variant k_variants[] = {
     {.kind = FI_KIND_MLA_DECODE, .variant = 0, .name = "mla_decode", .tile_rows = 64,
@@ -108,15 +110,15 @@ static const fi_variant k_variants[] = {
      * against row 0 (docs/perf-log.md, thirty-eighth session): trace snapshot of 128
      * requests 45.3-47.1 vs 49.5-49.9, B1 x 32k 26.9-27.6 vs 27.9-28.3, B128 x 4096
      * 157.0-157.3 vs 153.2-154.3; page 1 (every block by cp.async) 347 vs 158, so smaller
-     * pages (16 and 32 not measured) stay on row 0.  Row 7's charges (halved: trace steps
-     * 100 / 400 level, 800 +8-11%). */
+     * pages (16 and 32 not measured) stay on row 0.  Its charges are its own
+     * (FI_ROWS16_COSTS: the trace snapshot 45.2-45.6 vs 46.4-47.7 us with row 7's). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 9, .name = "mla_decode_rows16", .tile_rows = 16,
-     .kv_block = 64, FI_FP8_ROWS16_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
+     .kv_block = 64, FI_ROWS16_COSTS, .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = FI_PACK_MAX_TILES_PER_CTA, .default_kv16_page = 64,
      .default_kv16_max_rows = 16, .parallel_variant = 10, .family = &fi_family_mla_wgt16},
     /* Row 9 with the data-parallel partition (as row 8 is for row 7). */
     {.kind = FI_KIND_MLA_DECODE, .variant = 10, .name = "mla_decode_rows16_parallel_plan",
-     .tile_rows = 16, .kv_block = 64, FI_FP8_ROWS16_COSTS,
+     .tile_rows = 16, .kv_block = 64, FI_ROWS16_COSTS,
      .pack_thin_tiles_per_cta = FI_PACK_THIN_TILES_PER_CTA,
      .pack_max_tiles_per_cta = 0, .partition = FI_PARTITION_PARALLEL, .family = &fi_family_mla_wgt16},
     {.kind = FI_KIND_GQA_DECODE, .variant = 0, .name = "gqa_decode", .tile_rows = 64,
