@@ -47,8 +47,8 @@ for s in "${SETS[@]}"; do
     # The Makefile's .SECONDARY keeps a missing object from remaking what was built from
     # it: the archive and the benches go too, so they are remade with the new object.
     rm -rf "$dir" && cp -a build "$dir" &&
-        rm -f "$dir/executor/core/registry.o" "$dir/executor/core/run.o" "$dir/libfiattn.a" \
-            "$dir"/bench/*
+        rm -f "$dir/executor/core/registry.o" "$dir/executor/core/run.o" "$dir/libfiattn.a" &&
+        find "$dir/bench" -maxdepth 1 -type f -delete
     flags=$(echo "$defs" | tr ',' '\n' | sed 's/^/-D/' | tr '\n' ' ')
     # shellcheck disable=SC2046
     make NO_JEMALLOC=1 BUILD="$dir" CC="${CC:-cc} $flags" -j"$(nproc)" $(targets "$dir") \
