@@ -143,7 +143,7 @@ check_py "json output parses (mixed, cum_seq_lens form)" json_parses --mode mixe
 check_py "json plan covers every decode request's keys" json_covers_kv --batch 64 --step 50 --ctas 32
 check_py "json row and plan_quality charges (row 6: the default at heads 128 on bf16)" json_row_charges mla_decode_wgmma64 FI_COST_BETA_WG64 --lengths 4096,4096,4096 --ctas 6
 check_py "json row and plan_quality charges (row 7: --dtype e4m3 at heads 16)" json_row_charges mla_decode_fp8_rows16 FI_COST_BETA_FP8_ROWS16 --dtype e4m3 --heads 16 --lengths 4096,4096,4096 --ctas 3
-check_py "json row and plan_quality charges (row 9: bf16 at heads 16)" json_row_charges mla_decode_rows16 FI_COST_BETA_FP8_ROWS16 --heads 16 --lengths 4096,4096,4096 --ctas 3
+check_py "json row and plan_quality charges (row 9: bf16 at heads 16)" json_row_charges mla_decode_rows16 FI_COST_BETA_ROWS16 --heads 16 --lengths 4096,4096,4096 --ctas 3
 check_py "json row and plan_quality charges (row 0, the shared beta)" json_row_charges mla_decode FI_COST_BETA --heads 16 --q-len 2 --lengths 4096,4096,4096 --ctas 3
 check "svg file written" svg_written --batch 16 --ctas 24
 check "execute on CPU below 1e-5 (MLA decode, default batch)" execute_below 1e-5
