@@ -280,25 +280,6 @@ static void profile_phases(const char *body, bench_stamp_reader read, const char
     printf(" total %.0f\n", total);
 }
 
-/* A body's producer clock (profile.cuh g_prod: its first producer thread), summed over its
- * CTAs and the case's b2b launches: the share of its cycles spent waiting for free ring
- * parts and its cycles a block outside those waits.  Nothing when that body did not run. */
-static void profile_producer(const char *body, bench_stamp_reader read, int ctas) {
-    static unsigned long long pr[1024 * 4];
-    const int n = ctas < 1024 ? ctas : 1024;
-    read(pr, 5, n);
-    double waited = 0, total = 0, blocks = 0;
-    for (int c = 0; c < n; c++) {
-        waited += (double)pr[c * 4];
-        total += (double)pr[c * 4 + 1];
-        blocks += (double)pr[c * 4 + 2];
-    }
-    if (blocks == 0) return;
-    printf("# profile: %s, producer: %.1f%% of its cycles waiting for free ring parts; %.0f "
-           "cycles a block outside the waits (%.0f blocks)\n",
-           body, 100.0 * waited / total, (total - waited) / blocks, blocks);
-}
-
 /* Every wgmma body's phase sums to zero (before a case's b2b mode). */
 static void profile_phases_zero(void) {
     fi_profile_read_stamps_wg64(NULL, 4, 0);
@@ -324,7 +305,6 @@ static void profile_wg_phases(int ctas) {
     profile_phases("32-token body (16-bit)", fi_profile_read_stamps_wg, wg, 11, ctas);
     profile_phases("32-token body (fp8)", fi_profile_read_stamps_wg8, wg, 11, ctas);
     profile_phases("transposed 16-bit body (row 9)", fi_profile_read_stamps_wgt16, wgt16, 6, ctas);
-    profile_producer("transposed 16-bit body (row 9)", fi_profile_read_stamps_wgt16, ctas);
 }
 #endif
 

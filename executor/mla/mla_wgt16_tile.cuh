@@ -133,7 +133,6 @@ __device__ __forceinline__ void fill_block(const fi_mla_params &p, const fi_work
                                            uint32_t ph, int b, bool maps, int pt, int32_t pg, uint64_t pol) {
     const uint32_t base = stage_at(s0, st);
     const bool leader = (pt & 31) == 0;
-    FI_PROD_BLOCK(pt == 0);
     if (maps) {
         const int tok = pt >> 1, R = p.tma_box_rows;
         const bool issuer = (pt & 1) == 0 && (tok & (R - 1)) == 0;
@@ -142,9 +141,7 @@ __device__ __forceinline__ void fill_block(const fi_mla_params &p, const fi_work
         for (int k = 0; k < kPanels; ++k) {
             const int i = panel_order(k);
             const uint32_t bar = C::full(s0, st, i), dst = base + i * kKPanel + tok * 128;
-            FI_PROD_WAIT_BEGIN(pt == 0);
             mbar_wait(C::empty(s0, st, i), ph ^ 1u);
-            FI_PROD_WAIT_END(pt == 0);
             if (issuer) {
                 mbar_expect_tx_only(bar, (uint32_t)R * 128);
                 if (i < kPanels - 1)
@@ -158,11 +155,9 @@ __device__ __forceinline__ void fill_block(const fi_mla_params &p, const fi_work
         }
         return;
     }
-    FI_PROD_WAIT_BEGIN(pt == 0);
 #pragma unroll 1
     for (int i = 0; i < kPanels; ++i)
         mbar_wait(C::empty(s0, st, i), ph ^ 1u);
-    FI_PROD_WAIT_END(pt == 0);
     copy_block<T>(p, it, base, b, pt, pg, pol);
     cp_async_mbar_arrive(C::cfull(s0, st));
     __syncwarp();
@@ -327,7 +322,6 @@ template <typename T> struct MlaWgt16Family {
         setmaxnreg_dec<fimlat::kProducerRegs>();
         const uint32_t s0 = smem_u32(smem);
         const int pt = (int)threadIdx.x - kThreads;
-        FI_PROD_START(pt == 0);
         fimlat::produce_blocks<C>(
             p, cs, s0, pt,
             [&](const fi_work_item &it, const fi_request_info &rq) {
@@ -336,7 +330,6 @@ template <typename T> struct MlaWgt16Family {
             [&](const fi_work_item &it, int st, uint32_t ph, int b, bool maps, int32_t pg, uint64_t pol) {
                 fill_block<T>(p, it, s0, st, ph, b, maps, pt, pg, pol);
             });
-        FI_PROD_END(pt == 0);
     }
 
     /* One item on the two consumer warpgroups: warpgroup wg takes the item's blocks of

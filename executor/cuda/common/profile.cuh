@@ -19,9 +19,6 @@
  *                 (the wgmma MLA bodies: run_item64, wg_run_item and row 9's run_item
  *                 name theirs), each item's sums kept in shared memory and added to
  *                 g_phase at its end.
- *   g_prod[cta]   a producer thread's clock64 cycles (FI_PROD_*: row 9's first producer
- *                 thread, summed like g_phase): [0] spent waiting for free ring parts,
- *                 [1] its whole walk, [2] the blocks it filled.
  */
 #pragma once
 
@@ -50,7 +47,6 @@ __device__ __forceinline__ unsigned long long gtimer() {
     if (threadIdx.x == 0 && blockIdx.x < 1024) fi::g_stamp3[blockIdx.x][i] = fi::gtimer()
 namespace fi {
 __device__ unsigned long long g_phase[1024][2][16];
-__device__ unsigned long long g_prod[1024][4];
 /* 1 KB and 1 KB-aligned: the dynamic shared memory after it stays aligned for the
  * 128-byte swizzle (with 256 bytes here the 64-token body read garbage) */
 __shared__ __align__(1024) unsigned long long s_phase[2][64];
@@ -78,43 +74,16 @@ __shared__ __align__(1024) unsigned long long s_phase[2][64];
         for (int k_ = 0; k_ < 16; ++k_)                                                   \
             if (k_ != 14)                                                                 \
                 fi::g_phase[blockIdx.x][threadIdx.x >> 7][k_] += fi::s_phase[threadIdx.x >> 7][k_]
-/* A producer thread's walk (`on`: that one thread; s_phase[1][32..35], which no consumer
- * phase uses): FI_PROD_START before its first item, FI_PROD_WAIT_BEGIN / _END around each
- * wait for a free ring part, FI_PROD_BLOCK once a block, FI_PROD_END after its last item
- * (added to g_prod). */
-#define FI_PROD_START(on)                                                                 \
-    if ((on) && blockIdx.x < 1024) {                                                      \
-        fi::s_phase[1][32] = 0;                                                           \
-        fi::s_phase[1][33] = (unsigned long long)clock64();                               \
-        fi::s_phase[1][34] = 0;                                                           \
-    }
-#define FI_PROD_WAIT_BEGIN(on) \
-    if ((on) && blockIdx.x < 1024) fi::s_phase[1][35] = (unsigned long long)clock64()
-#define FI_PROD_WAIT_END(on) \
-    if ((on) && blockIdx.x < 1024) fi::s_phase[1][32] += (unsigned long long)clock64() - fi::s_phase[1][35]
-#define FI_PROD_BLOCK(on) \
-    if ((on) && blockIdx.x < 1024) fi::s_phase[1][34] += 1
-#define FI_PROD_END(on)                                                                   \
-    if ((on) && blockIdx.x < 1024) {                                                      \
-        fi::g_prod[blockIdx.x][0] += fi::s_phase[1][32];                                  \
-        fi::g_prod[blockIdx.x][1] += (unsigned long long)clock64() - fi::s_phase[1][33];  \
-        fi::g_prod[blockIdx.x][2] += fi::s_phase[1][34];                                  \
-    }
 /* Host side of a profiling build, in one .cu of a family (it sees that module's stamps):
  * which 0 / 1 / 2: g_stamp / g_stamp2 / g_stamp3 ([n][4]); 3: g_phase ([n][2][16]); 4:
- * g_phase and g_prod zeroed (host, n unused: a case's sums then start from nothing); 5:
- * g_prod ([n][4]). */
+ * g_phase zeroed (host, n unused: a case's sums then start from nothing). */
 #define FI_PROFILE_READERS(name)                                                           \
     extern "C" void name(unsigned long long *host, int which, int n) {                    \
         void *phase = NULL;                                                                \
         if (which == 4) {                                                                  \
             if (cudaGetSymbolAddress(&phase, fi::g_phase) == cudaSuccess)                  \
                 cudaMemset(phase, 0, sizeof fi::g_phase);                                  \
-            if (cudaGetSymbolAddress(&phase, fi::g_prod) == cudaSuccess)                   \
-                cudaMemset(phase, 0, sizeof fi::g_prod);                                   \
-        } else if (which == 5)                                                             \
-            cudaMemcpyFromSymbol(host, fi::g_prod, sizeof(unsigned long long) * 4 * (size_t)n); \
-        else if (which == 3)                                                               \
+        } else if (which == 3)                                                             \
             cudaMemcpyFromSymbol(host, fi::g_phase, sizeof(unsigned long long) * 32 * (size_t)n); \
         else                                                                               \
             cudaMemcpyFromSymbol(host, which == 2 ? fi::g_stamp3 : which ? fi::g_stamp2 : fi::g_stamp, \
@@ -129,10 +98,5 @@ __shared__ __align__(1024) unsigned long long s_phase[2][64];
 #define FI_PHASE(k)
 #define FI_PHASE_ROUND()
 #define FI_PHASE_END()
-#define FI_PROD_START(on)
-#define FI_PROD_WAIT_BEGIN(on)
-#define FI_PROD_WAIT_END(on)
-#define FI_PROD_BLOCK(on)
-#define FI_PROD_END(on)
 #define FI_PROFILE_READERS(name)
 #endif
